@@ -1,0 +1,246 @@
+use anyhow::{anyhow, bail, Result};
+use serde_json::{Map, Value};
+
+static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+
+/// Untrusted tool arguments with errors that name the tool and the argument.
+///
+/// Every accessor takes the canonical argument name and the documented aliases, e.g.
+/// `args.str("code", &["content"])`. A JSON `null` counts as absent. Models often quote
+/// numbers and booleans, so `"10"` is accepted for an integer and `"true"` for a boolean.
+#[derive(Debug, Clone, Copy)]
+pub struct Args<'a> {
+    tool: &'a str,
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Args<'a> {
+    /// Arguments must be a JSON object; `null` is read as `{}`.
+    pub fn new(tool: &'a str, value: &'a Value) -> Result<Self> {
+        let map = match value {
+            Value::Object(map) => map,
+            Value::Null => EMPTY.get_or_init(Map::new),
+            other => bail!(
+                "{tool}: arguments must be a JSON object, got {}",
+                json_kind(other)
+            ),
+        };
+        Ok(Args { tool, map })
+    }
+
+    pub fn tool(&self) -> &str {
+        self.tool
+    }
+
+    /// Refuses any argument not in `known`, so a misspelt name is not silently ignored.
+    pub fn reject_unknown(&self, known: &[&str]) -> Result<()> {
+        for key in self.map.keys() {
+            if !known.contains(&key.as_str()) {
+                bail!(
+                    "{}: unknown argument `{key}` (expected one of: {})",
+                    self.tool,
+                    known.join(", ")
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, name: &str, aliases: &[&str]) -> Option<(&'a str, &'a Value)> {
+        std::iter::once(name)
+            .chain(aliases.iter().copied())
+            .find_map(|key| {
+                self.map
+                    .get_key_value(key)
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.as_str(), v))
+            })
+    }
+
+    fn wrong(&self, key: &str, want: &str, got: &Value) -> anyhow::Error {
+        anyhow!(
+            "{}: argument `{key}` must be {want}, got {}",
+            self.tool,
+            describe(got)
+        )
+    }
+
+    /// A required string.
+    pub fn str(&self, name: &str, aliases: &[&str]) -> Result<&'a str> {
+        self.opt_str(name, aliases)?
+            .ok_or_else(|| anyhow!("{} requires {name}", self.tool))
+    }
+
+    pub fn opt_str(&self, name: &str, aliases: &[&str]) -> Result<Option<&'a str>> {
+        match self.lookup(name, aliases) {
+            None => Ok(None),
+            Some((_, Value::String(s))) => Ok(Some(s)),
+            Some((key, other)) => Err(self.wrong(key, "a string", other)),
+        }
+    }
+
+    pub fn opt_bool(&self, name: &str, aliases: &[&str]) -> Result<Option<bool>> {
+        match self.lookup(name, aliases) {
+            None => Ok(None),
+            Some((_, Value::Bool(b))) => Ok(Some(*b)),
+            Some((_, Value::String(s))) if s == "true" => Ok(Some(true)),
+            Some((_, Value::String(s))) if s == "false" => Ok(Some(false)),
+            Some((key, other)) => Err(self.wrong(key, "a boolean", other)),
+        }
+    }
+
+    pub fn bool_or(&self, name: &str, aliases: &[&str], default: bool) -> Result<bool> {
+        Ok(self.opt_bool(name, aliases)?.unwrap_or(default))
+    }
+
+    /// A non-negative integer.
+    pub fn opt_u64(&self, name: &str, aliases: &[&str]) -> Result<Option<u64>> {
+        match self.lookup(name, aliases) {
+            None => Ok(None),
+            Some((key, value)) => {
+                let parsed = match value {
+                    Value::Number(n) => n.as_u64().or_else(|| {
+                        // 10.0 is a fine way to say 10.
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
+                            .map(|f| f as u64)
+                    }),
+                    Value::String(s) => s.trim().parse::<u64>().ok(),
+                    _ => None,
+                };
+                parsed
+                    .map(Some)
+                    .ok_or_else(|| self.wrong(key, "a non-negative integer", value))
+            }
+        }
+    }
+
+    /// A required non-negative integer within `min..=max`.
+    pub fn u64_in(
+        &self,
+        name: &str,
+        aliases: &[&str],
+        default: u64,
+        min: u64,
+        max: u64,
+    ) -> Result<u64> {
+        let v = self.opt_u64(name, aliases)?.unwrap_or(default);
+        if v < min || v > max {
+            bail!(
+                "{}: argument `{name}` must be between {min} and {max}, got {v}",
+                self.tool
+            );
+        }
+        Ok(v)
+    }
+
+    /// An array of strings; a lone string is read as a one-element array.
+    pub fn opt_str_list(&self, name: &str, aliases: &[&str]) -> Result<Option<Vec<&'a str>>> {
+        match self.lookup(name, aliases) {
+            None => Ok(None),
+            Some((_, Value::String(s))) => Ok(Some(vec![s.as_str()])),
+            Some((key, Value::Array(items))) => items
+                .iter()
+                .map(|item| {
+                    item.as_str()
+                        .ok_or_else(|| self.wrong(key, "an array of strings", item))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some((key, other)) => Err(self.wrong(key, "an array of strings", other)),
+        }
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn describe(v: &Value) -> String {
+    let mut shown = v.to_string();
+    if shown.len() > 60 {
+        let cut = (0..=60)
+            .rev()
+            .find(|i| shown.is_char_boundary(*i))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    format!("{} {shown}", json_kind(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn required_string_names_tool_and_argument() {
+        let v = json!({});
+        let args = Args::new("file_manager__read", &v).unwrap();
+        let err = args.str("path", &["file_path"]).unwrap_err().to_string();
+        assert_eq!(err, "file_manager__read requires path");
+    }
+
+    #[test]
+    fn aliases_and_null_handling() {
+        let v = json!({"path": null, "file_path": "a.txt"});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(args.str("path", &["file_path"]).unwrap(), "a.txt");
+    }
+
+    #[test]
+    fn wrong_types_are_described() {
+        let v = json!({"limit": "ten", "flag": 3, "items": [1]});
+        let args = Args::new("t", &v).unwrap();
+        let e = args.opt_u64("limit", &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`limit` must be a non-negative integer, got a string \"ten\""),
+            "{e}"
+        );
+        let e = args.opt_bool("flag", &[]).unwrap_err().to_string();
+        assert!(e.contains("`flag` must be a boolean"), "{e}");
+        let e = args.opt_str_list("items", &[]).unwrap_err().to_string();
+        assert!(e.contains("`items` must be an array of strings"), "{e}");
+    }
+
+    #[test]
+    fn lenient_scalars() {
+        let v = json!({"n": "12", "m": 3.0, "b": "true"});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(args.opt_u64("n", &[]).unwrap(), Some(12));
+        assert_eq!(args.opt_u64("m", &[]).unwrap(), Some(3));
+        assert_eq!(args.opt_bool("b", &[]).unwrap(), Some(true));
+    }
+
+    #[test]
+    fn non_objects_and_unknown_arguments_are_refused() {
+        let v = json!([1, 2]);
+        assert!(Args::new("t", &v)
+            .unwrap_err()
+            .to_string()
+            .contains("must be a JSON object"));
+        let v = json!({"paht": "x"});
+        let e = Args::new("t", &v)
+            .unwrap()
+            .reject_unknown(&["path"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown argument `paht`"), "{e}");
+    }
+
+    #[test]
+    fn range_checks() {
+        let v = json!({"depth": 99});
+        let args = Args::new("t", &v).unwrap();
+        let e = args.u64_in("depth", &[], 1, 1, 10).unwrap_err().to_string();
+        assert!(e.contains("between 1 and 10, got 99"), "{e}");
+    }
+}

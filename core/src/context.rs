@@ -1,0 +1,138 @@
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ToolRisk, Workspace};
+
+/// Which stream a chunk of streamed output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// The executor asks whoever listens to approve a risky call (permission mode `auto`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub session_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub risk: ToolRisk,
+}
+
+/// Something that happened during a call, delivered while the call is still running.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolEvent {
+    /// A chunk of a tool's streamed output (a shell command's stdout, say).
+    Output {
+        call_id: String,
+        tool: String,
+        stream: OutputStream,
+        text: String,
+    },
+    /// A human-readable progress line (pip's output, a download, ...).
+    Progress {
+        call_id: String,
+        tool: String,
+        message: String,
+    },
+    /// The executor waits for `ToolExecutor::respond_approval` on this call id.
+    ApprovalRequested(ApprovalRequest),
+}
+
+/// Where streamed events go. Cloning is cheap; the default sink drops everything.
+#[derive(Clone, Default)]
+pub struct EventSink(Option<Arc<dyn Fn(ToolEvent) + Send + Sync>>);
+
+impl EventSink {
+    pub fn new(f: impl Fn(ToolEvent) + Send + Sync + 'static) -> Self {
+        EventSink(Some(Arc::new(f)))
+    }
+
+    pub fn none() -> Self {
+        EventSink(None)
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn emit(&self, event: ToolEvent) {
+        if let Some(f) = &self.0 {
+            f(event)
+        }
+    }
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "EventSink(active)"
+        } else {
+            "EventSink(none)"
+        })
+    }
+}
+
+/// Everything one tool call may use besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The jail every path goes through, with this call's session routing.
+    pub workspace: Workspace,
+    pub session_id: String,
+    pub call_id: String,
+    /// The canonical name of the tool being called.
+    pub tool: String,
+    /// Cancelled when the call times out or its caller cancels it; long work should watch it.
+    pub cancel: CancellationToken,
+    pub events: EventSink,
+    /// The whole configuration as JSON; a provider reads its own table with [`Self::provider_config`].
+    pub config: Arc<Value>,
+}
+
+impl ToolContext {
+    /// A context with no events, no configuration and a fresh cancellation token.
+    pub fn new(workspace: Workspace, session_id: &str, call_id: &str, tool: &str) -> Self {
+        ToolContext {
+            workspace,
+            session_id: session_id.to_string(),
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            cancel: CancellationToken::new(),
+            events: EventSink::none(),
+            config: Arc::new(Value::Null),
+        }
+    }
+
+    /// The `[name]` table of the configuration, if any.
+    pub fn provider_config(&self, name: &str) -> Option<&Value> {
+        self.config.get(name)
+    }
+
+    pub fn emit_output(&self, stream: OutputStream, text: impl Into<String>) {
+        if self.events.is_active() {
+            self.events.emit(ToolEvent::Output {
+                call_id: self.call_id.clone(),
+                tool: self.tool.clone(),
+                stream,
+                text: text.into(),
+            });
+        }
+    }
+
+    pub fn emit_progress(&self, message: impl Into<String>) {
+        if self.events.is_active() {
+            self.events.emit(ToolEvent::Progress {
+                call_id: self.call_id.clone(),
+                tool: self.tool.clone(),
+                message: message.into(),
+            });
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! toolbox-core is the thin vocabulary every other toolbox crate speaks.
+//!
+//! - [`ToolInfo`] and [`ToolRisk`] describe a tool to the executor and, through it, to a model.
+//! - [`ToolProvider`] is what a provider crate implements; it registers itself with
+//!   [`register_provider!`] and the executor finds it through [`registered_providers`].
+//! - [`ToolContext`] is everything a tool call may use: the [`Workspace`] jail with session
+//!   routing, the session and call ids, a cancellation token, an [`EventSink`] for streamed
+//!   output and the configuration.
+//! - [`Args`] parses untrusted model arguments with errors that name the tool and the argument.
+//!
+//! Providers depend on this crate only; they never see the executor.
+
+mod args;
+mod context;
+mod provider;
+mod tool;
+mod workspace;
+
+pub use args::Args;
+pub use context::{ApprovalRequest, EventSink, OutputStream, ToolContext, ToolEvent};
+pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
+pub use tool::{ToolInfo, ToolRisk};
+pub use workspace::{validate_session_id, PathError, Workspace, TOOLBOX_DIR};
+
+/// Re-exported so provider crates can call [`register_provider!`] without naming `inventory`.
+pub use inventory;
+/// Re-exported so providers and the executor share one cancellation type.
+pub use tokio_util::sync::CancellationToken;

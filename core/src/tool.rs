@@ -1,0 +1,97 @@
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How much harm a tool can do, which decides how a permission mode treats it.
+///
+/// `Read` is the default: a tool must opt in to a riskier class explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolRisk {
+    /// No side effects outside reading (and the executor's own bookkeeping).
+    #[default]
+    Read,
+    /// Creates, changes or deletes files in the workspace.
+    FileWrite,
+    /// Runs model-written Python.
+    Python,
+    /// Runs model-written shell commands.
+    Shell,
+}
+
+impl ToolRisk {
+    pub const ALL: [ToolRisk; 4] = [
+        ToolRisk::Read,
+        ToolRisk::FileWrite,
+        ToolRisk::Python,
+        ToolRisk::Shell,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolRisk::Read => "read",
+            ToolRisk::FileWrite => "file_write",
+            ToolRisk::Python => "python",
+            ToolRisk::Shell => "shell",
+        }
+    }
+
+    /// Whether a permission mode has to gate this tool at all.
+    pub fn is_risky(self) -> bool {
+        self != ToolRisk::Read
+    }
+}
+
+impl std::fmt::Display for ToolRisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the executor and the model know about one tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    /// Canonical name, `^[a-zA-Z0-9_-]{1,64}$`, e.g. `file_manager__read`.
+    pub name: String,
+    /// What the tool does and when to use it; this is the model's only manual.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub input_schema: Value,
+    pub risk: ToolRisk,
+    /// Other names accepted at dispatch (never listed in schemas), e.g. `read_file`.
+    pub aliases: Vec<String>,
+    /// Coarse groups an agent can ask for, e.g. `files`.
+    pub toolsets: Vec<String>,
+}
+
+impl ToolInfo {
+    /// A Read tool with no aliases and no toolsets; refine with the builder methods.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        ToolInfo {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            risk: ToolRisk::Read,
+            aliases: Vec::new(),
+            toolsets: Vec::new(),
+        }
+    }
+
+    pub fn risk(mut self, risk: ToolRisk) -> Self {
+        self.risk = risk;
+        self
+    }
+
+    pub fn aliases(mut self, aliases: &[&str]) -> Self {
+        self.aliases = aliases.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    pub fn toolsets(mut self, toolsets: &[&str]) -> Self {
+        self.toolsets = toolsets.iter().map(|t| t.to_string()).collect();
+        self
+    }
+}

@@ -1,0 +1,473 @@
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{anyhow, Result};
+use futures_util::FutureExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolbox_core::{
+    ApprovalRequest, CancellationToken, EventSink, ToolContext, ToolEvent, ToolRisk, Workspace,
+};
+
+use crate::approval::ApprovalBroker;
+use crate::config::Decision;
+use crate::registry::RegisteredTool;
+use crate::schema::{self, SchemaFormat};
+use crate::spool::{self, SpoolOutcome};
+use crate::trajectory::TrajectoryWriter;
+use crate::{ApprovalDecision, ExecutorConfig, Permissions, Registry};
+
+/// The session used when a request names none.
+pub const DEFAULT_SESSION: &str = "default";
+
+/// One tool call as the model asked for it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ToolRequest {
+    pub id: String,
+    pub name: String,
+    /// An object, or a string holding a JSON object (as Chat Completions sends it).
+    pub arguments: Value,
+    /// `None` means the session `default`.
+    pub session_id: Option<String>,
+    /// Overrides the configured per-call timeout for this call.
+    #[serde(skip)]
+    pub timeout: Option<Duration>,
+}
+
+impl ToolRequest {
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolRequest {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            session_id: None,
+            timeout: None,
+        }
+    }
+
+    pub fn session(mut self, sid: impl Into<String>) -> Self {
+        self.session_id = Some(sid.into());
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    Done,
+    Error,
+}
+
+impl CallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Done => "done",
+            CallStatus::Error => "error",
+        }
+    }
+}
+
+/// Why a call ended in `error`, for programs; the model reads the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    UnknownTool,
+    /// Bad request: an unparsable argument string, an invalid session id, `call_agent`.
+    InvalidRequest,
+    Denied,
+    Timeout,
+    Cancelled,
+    Panic,
+    /// The tool itself reported the error (including bad arguments).
+    Tool,
+}
+
+/// The record of one call: what the model sees, what the trajectory keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallInfo {
+    pub id: String,
+    /// The canonical tool name when it resolved, else the name as requested.
+    pub tool: String,
+    pub session_id: String,
+    pub arguments: Value,
+    pub status: CallStatus,
+    /// What the model sees: the whole result, or the preview of a spooled one.
+    pub result: String,
+    /// Workspace-relative path of the full result when it was spooled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spool_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
+    /// RFC 3339, UTC, milliseconds.
+    pub started_at: String,
+    pub elapsed_ms: u64,
+}
+
+impl ToolCallInfo {
+    /// `{"status": "...", "result": "..."}` — the string the model gets back.
+    pub fn envelope(&self) -> String {
+        serde_json::json!({"status": self.status.as_str(), "result": self.result}).to_string()
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.status == CallStatus::Done
+    }
+}
+
+struct Inner {
+    config: ExecutorConfig,
+    workspace: Workspace,
+    registry: Registry,
+    approvals: ApprovalBroker,
+    events: EventSink,
+    trajectory: Option<TrajectoryWriter>,
+    provider_config: Arc<Value>,
+}
+
+/// The entry point for tool calls. Cheap to clone; one executor serves many concurrent calls.
+#[derive(Clone)]
+pub struct ToolExecutor {
+    inner: Arc<Inner>,
+}
+
+impl ToolExecutor {
+    /// An executor over every provider linked into this binary.
+    pub fn new(config: ExecutorConfig) -> Result<Self> {
+        Self::with_registry(config, Registry::from_inventory()?, EventSink::none())
+    }
+
+    /// An executor over every linked provider that delivers events (streamed output,
+    /// approval requests) to `events`.
+    pub fn with_events(config: ExecutorConfig, events: EventSink) -> Result<Self> {
+        Self::with_registry(config, Registry::from_inventory()?, events)
+    }
+
+    pub fn with_registry(
+        config: ExecutorConfig,
+        registry: Registry,
+        events: EventSink,
+    ) -> Result<Self> {
+        let workspace = Workspace::new(&config.workspace)?;
+        let trajectory = config
+            .trajectory
+            .then(|| TrajectoryWriter::new(workspace.root().to_path_buf()));
+        let provider_config = Arc::new(Value::Object(config.providers.clone()));
+        Ok(ToolExecutor {
+            inner: Arc::new(Inner {
+                config,
+                workspace,
+                registry,
+                approvals: ApprovalBroker::default(),
+                events,
+                trajectory,
+                provider_config,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.config
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    pub fn workspace(&self) -> &Workspace {
+        &self.inner.workspace
+    }
+
+    pub fn permissions(&self) -> Permissions {
+        self.inner.config.permissions
+    }
+
+    /// The tools a model may see under this executor's permissions.
+    pub fn visible_tools(&self) -> Vec<&RegisteredTool> {
+        self.inner.registry.visible(&self.inner.config.permissions)
+    }
+
+    /// Expands `toolsets` (all tools when `None`), hides what `permissions` deny, and renders
+    /// the rest in `format`. Pass a bare [`PermissionMode`](crate::PermissionMode) or full
+    /// [`Permissions`] with legacy flags.
+    pub fn resolve_agent_tool_schemas(
+        &self,
+        toolsets: Option<&[&str]>,
+        permissions: impl Into<Permissions>,
+        format: SchemaFormat,
+    ) -> Result<Vec<Value>> {
+        let permissions = permissions.into();
+        let tools = match toolsets {
+            Some(sets) => self.inner.registry.expand_toolsets(sets)?,
+            None => self.inner.registry.tools().iter().collect(),
+        };
+        Ok(schema::render(
+            tools
+                .into_iter()
+                .filter(|t| permissions.visible(t.info.risk))
+                .map(|t| &t.info),
+            format,
+        ))
+    }
+
+    /// Answers an approval request. False when no such request is waiting.
+    pub fn respond_approval(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+    ) -> bool {
+        self.inner.approvals.respond(session_id, call_id, decision)
+    }
+
+    /// Runs one call to completion. Never fails: every outcome is a [`ToolCallInfo`].
+    pub async fn run(&self, request: ToolRequest) -> ToolCallInfo {
+        self.run_cancellable(request, CancellationToken::new())
+            .await
+    }
+
+    /// Like [`run`](Self::run); cancelling `cancel` stops the call with status `error`.
+    pub async fn run_cancellable(
+        &self,
+        request: ToolRequest,
+        cancel: CancellationToken,
+    ) -> ToolCallInfo {
+        let started = Instant::now();
+        let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        let session_id = request
+            .session_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SESSION.to_string());
+        tracing::debug!(target: "toolbox", tool_id = %request.id, tool_name = %request.name, session = %session_id, "tool execution started");
+
+        let (tool_name, outcome) = self.dispatch(&request, &session_id, cancel).await;
+        let (status, text, error_kind) = match outcome {
+            Ok(text) => (CallStatus::Done, text, None),
+            Err((kind, message)) => (CallStatus::Error, message, Some(kind)),
+        };
+        let result_chars = text.chars().count();
+        let (result, spool_path) = match spool::offload_if_large(
+            self.inner.workspace.root(),
+            &request.id,
+            text,
+            self.inner.config.spool_threshold,
+        ) {
+            SpoolOutcome::Inline(text) => (text, None),
+            SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),
+        };
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let info = ToolCallInfo {
+            id: request.id,
+            tool: tool_name,
+            session_id,
+            arguments: request.arguments,
+            status,
+            result,
+            spool_path,
+            error_kind,
+            started_at,
+            elapsed_ms,
+        };
+        if let Some(writer) = &self.inner.trajectory {
+            if let Err(e) = writer.append(&info) {
+                tracing::warn!(target: "toolbox", tool_id = %info.id, error = %e, "could not append to the trajectory");
+            }
+        }
+        tracing::debug!(
+            target: "toolbox",
+            tool_id = %info.id,
+            tool_name = %info.tool,
+            status = status.as_str(),
+            elapsed_ms,
+            result_chars,
+            "tool execution finished"
+        );
+        info
+    }
+
+    /// Resolve, gate, run. Returns the name to record and the outcome.
+    async fn dispatch(
+        &self,
+        request: &ToolRequest,
+        session_id: &str,
+        cancel: CancellationToken,
+    ) -> (String, Result<String, (ErrorKind, String)>) {
+        let inner = &*self.inner;
+        if request.name == "call_agent" {
+            return (
+                request.name.clone(),
+                Err((
+                    ErrorKind::InvalidRequest,
+                    "call_agent reached the tool executor: it should have been intercepted by the agent runtime before dispatch (this is a bug in the runtime)".into(),
+                )),
+            );
+        }
+        let Some(tool) = inner.registry.get(&request.name) else {
+            return (
+                request.name.clone(),
+                Err((
+                    ErrorKind::UnknownTool,
+                    format!("unknown tool: {}", request.name),
+                )),
+            );
+        };
+        let name = tool.info.name.clone();
+        let outcome = self.gate_and_call(tool, request, session_id, cancel).await;
+        (name, outcome)
+    }
+
+    async fn gate_and_call(
+        &self,
+        tool: &RegisteredTool,
+        request: &ToolRequest,
+        session_id: &str,
+        cancel: CancellationToken,
+    ) -> Result<String, (ErrorKind, String)> {
+        let inner = &*self.inner;
+        let name = tool.info.name.as_str();
+        let arguments = normalize_arguments(name, &request.arguments)
+            .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
+        let workspace = inner
+            .workspace
+            .with_session(session_id)
+            .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
+
+        match inner.config.permissions.decide(tool.info.risk) {
+            Decision::Allow => {}
+            Decision::Deny => {
+                return Err((
+                    ErrorKind::Denied,
+                    inner.config.permissions.denial_reason(name, tool.info.risk),
+                ))
+            }
+            Decision::Ask => {
+                self.await_approval(
+                    name,
+                    tool.info.risk,
+                    request,
+                    &arguments,
+                    session_id,
+                    &cancel,
+                )
+                .await?
+            }
+        }
+
+        let call_cancel = cancel.child_token();
+        let ctx = ToolContext {
+            workspace,
+            session_id: session_id.to_string(),
+            call_id: request.id.clone(),
+            tool: name.to_string(),
+            cancel: call_cancel.clone(),
+            events: inner.events.clone(),
+            config: inner.provider_config.clone(),
+        };
+        let timeout = request.timeout.unwrap_or(inner.config.call_timeout);
+        let call = AssertUnwindSafe(tool.provider.call_tool(name, arguments, &ctx)).catch_unwind();
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err((ErrorKind::Cancelled, format!("tool {name} was cancelled"))),
+            result = call => match result {
+                Ok(Ok(value)) => Ok(stringify_tool_result(value)),
+                Ok(Err(err)) => Err((ErrorKind::Tool, format!("{err:#}"))),
+                Err(panic) => Err((ErrorKind::Panic, format!("tool {name} panicked: {}", panic_message(&panic)))),
+            },
+            _ = tokio::time::sleep(timeout) => Err((
+                ErrorKind::Timeout,
+                format!("tool {name} timed out after {} ms", timeout.as_millis()),
+            )),
+        };
+        // Whatever ended the call, anything the tool left running is told to stop.
+        call_cancel.cancel();
+        outcome
+    }
+
+    async fn await_approval(
+        &self,
+        name: &str,
+        risk: ToolRisk,
+        request: &ToolRequest,
+        arguments: &Value,
+        session_id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), (ErrorKind, String)> {
+        let inner = &*self.inner;
+        if inner.approvals.approved_for_session(session_id, name) {
+            return Ok(());
+        }
+        let rx = inner.approvals.open(session_id, &request.id);
+        inner
+            .events
+            .emit(ToolEvent::ApprovalRequested(ApprovalRequest {
+                session_id: session_id.to_string(),
+                call_id: request.id.clone(),
+                tool: name.to_string(),
+                arguments: arguments.clone(),
+                risk,
+            }));
+        let wait = inner.config.approval_timeout;
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => {
+                inner.approvals.close(session_id, &request.id);
+                return Err((ErrorKind::Cancelled, format!("tool {name} was cancelled while waiting for approval")));
+            }
+            answer = tokio::time::timeout(wait, rx) => answer,
+        };
+        match answer {
+            Ok(Ok(ApprovalDecision::Approve)) => Ok(()),
+            Ok(Ok(ApprovalDecision::ApproveForSession)) => {
+                inner.approvals.remember_session(session_id, name);
+                Ok(())
+            }
+            Ok(Ok(ApprovalDecision::Deny)) => {
+                Err((ErrorKind::Denied, format!("the user denied tool {name}")))
+            }
+            Ok(Err(_)) | Err(_) => {
+                inner.approvals.close(session_id, &request.id);
+                Err((
+                    ErrorKind::Denied,
+                    format!(
+                        "tool {name} needs approval in permission mode auto and none came within {} ms; the call was denied",
+                        wait.as_millis()
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// Arguments may come as an object, as null, or as a string holding a JSON object.
+fn normalize_arguments(tool: &str, arguments: &Value) -> Result<Value> {
+    match arguments {
+        Value::String(text) if text.trim().is_empty() => Ok(Value::Object(Default::default())),
+        Value::String(text) => serde_json::from_str::<Value>(text)
+            .map_err(|e| anyhow!("{tool}: arguments are not valid JSON: {e}")),
+        other => Ok(other.clone()),
+    }
+}
+
+/// Strings go to the model as they are; anything else as pretty JSON.
+fn stringify_tool_result(value: Value) -> String {
+    match value {
+        Value::String(s) => s,
+        other => serde_json::to_string_pretty(&other)
+            .unwrap_or_else(|e| format!("<unprintable result: {e}>")),
+    }
+}
+
+fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}

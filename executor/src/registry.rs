@@ -1,0 +1,129 @@
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use toolbox_core::{registered_providers, ToolInfo, ToolProvider};
+
+use crate::Permissions;
+
+/// One tool and the provider that serves it.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    pub info: ToolInfo,
+    pub provider: Arc<dyn ToolProvider>,
+}
+
+impl RegisteredTool {
+    pub fn provider_name(&self) -> &str {
+        self.provider.name()
+    }
+}
+
+/// Every tool of every provider, indexed by canonical name and alias.
+///
+/// Built once; lookups are one hash probe. The executor routes through this index and never
+/// names a tool itself.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Registry {
+    /// The providers registered through `inventory` in this binary.
+    pub fn from_inventory() -> Result<Self> {
+        Self::from_providers(registered_providers().into_iter().map(|r| (r.build)()))
+    }
+
+    /// A registry of explicit providers. Two tools claiming one name (or alias) is an error.
+    pub fn from_providers(
+        providers: impl IntoIterator<Item = Arc<dyn ToolProvider>>,
+    ) -> Result<Self> {
+        let mut registry = Registry::default();
+        for provider in providers {
+            for info in provider.list_tools() {
+                let index = registry.tools.len();
+                for name in std::iter::once(&info.name).chain(&info.aliases) {
+                    if let Some(&other) = registry.by_name.get(name) {
+                        let other = &registry.tools[other];
+                        bail!(
+                            "tool name {name:?} of provider {} is already taken by {} ({})",
+                            provider.name(),
+                            other.info.name,
+                            other.provider.name()
+                        );
+                    }
+                    registry.by_name.insert(name.clone(), index);
+                }
+                registry.tools.push(RegisteredTool {
+                    info,
+                    provider: provider.clone(),
+                });
+            }
+        }
+        Ok(registry)
+    }
+
+    /// Looks a tool up by canonical name or alias.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// All tools in registration order (providers sorted by name).
+    pub fn tools(&self) -> &[RegisteredTool] {
+        &self.tools
+    }
+
+    /// The tools the given permissions let a model see.
+    pub fn visible(&self, permissions: &Permissions) -> Vec<&RegisteredTool> {
+        self.tools
+            .iter()
+            .filter(|t| permissions.visible(t.info.risk))
+            .collect()
+    }
+
+    /// Every toolset name a tool declares, plus every provider name.
+    pub fn toolset_names(&self) -> BTreeSet<String> {
+        self.tools
+            .iter()
+            .flat_map(|t| {
+                t.info
+                    .toolsets
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::once(t.provider_name().to_string()))
+            })
+            .collect()
+    }
+
+    /// Expands toolset names to tools, in registration order and without repeats.
+    ///
+    /// A name may be a toolset a tool declares, a provider name, or a single tool's name or
+    /// alias. An unknown name is an error listing the known toolsets.
+    pub fn expand_toolsets(&self, toolsets: &[&str]) -> Result<Vec<&RegisteredTool>> {
+        let mut wanted = vec![false; self.tools.len()];
+        for set in toolsets {
+            let mut found = false;
+            for (i, t) in self.tools.iter().enumerate() {
+                if t.provider_name() == *set || t.info.toolsets.iter().any(|s| s == set) {
+                    wanted[i] = true;
+                    found = true;
+                }
+            }
+            if let Some(&i) = self.by_name.get(*set) {
+                wanted[i] = true;
+                found = true;
+            }
+            if !found {
+                let known: Vec<_> = self.toolset_names().into_iter().collect();
+                bail!("unknown toolset: {set} (known: {})", known.join(", "));
+            }
+        }
+        Ok(self
+            .tools
+            .iter()
+            .zip(wanted)
+            .filter_map(|(t, w)| w.then_some(t))
+            .collect())
+    }
+}
