@@ -115,7 +115,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// A required non-negative integer within `min..=max`.
+    /// A non-negative integer within `min..=max`, `default` when absent.
     pub fn u64_in(
         &self,
         name: &str,

@@ -21,6 +21,8 @@ pub enum PathError {
         "invalid session id {0:?}: use 1-128 characters of A-Z a-z 0-9 . _ - not starting with '.'"
     )]
     InvalidSession(String),
+    #[error("path {path:?} goes through {file:?}, which is a file, not a directory")]
+    NotADirectory { path: String, file: String },
     #[error("cannot resolve path {path:?}: {source}")]
     Io { path: String, source: io::Error },
 }
@@ -165,8 +167,17 @@ impl Workspace {
         }
     }
 
-    /// The path relative to the root, with `/` separators (`.` for the root itself).
+    /// How to show a resolved path to the model: relative to the root with `/` separators
+    /// (`.` for the root itself), and inside the active session's folders by the short name
+    /// the model uses (`output/report.md`, not `.toolbox/sessions/<sid>/output/report.md`).
     pub fn display(&self, abs: &Path) -> String {
+        if self.session.is_some() {
+            for kind in ["output", "scratchpad", "input"] {
+                if let Ok(rest) = abs.strip_prefix(self.session_dir(kind)) {
+                    return join_slash(kind, rest);
+                }
+            }
+        }
         match abs.strip_prefix(&self.root) {
             Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
             Ok(rel) => rel
@@ -237,6 +248,18 @@ impl Workspace {
                         }
                     }
                 }
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                    // Some ancestor is a regular file; name it.
+                    let file = existing
+                        .ancestors()
+                        .find(|a| a.is_file())
+                        .map(|a| self.display(a))
+                        .unwrap_or_else(|| self.display(existing));
+                    return Err(PathError::NotADirectory {
+                        path: original.to_string(),
+                        file,
+                    });
+                }
                 Err(source) => {
                     return Err(PathError::Io {
                         path: original.to_string(),
@@ -246,6 +269,15 @@ impl Workspace {
             }
         }
     }
+}
+
+fn join_slash(first: &str, rest: &Path) -> String {
+    let mut out = first.to_string();
+    for c in rest.components() {
+        out.push('/');
+        out.push_str(&c.as_os_str().to_string_lossy());
+    }
+    out
 }
 
 /// Removes `.` and resolves `..` lexically; `None` when `..` climbs above the start.
@@ -356,6 +388,14 @@ mod tests {
         );
         // Without a session nothing is routed.
         assert_eq!(ws.resolve("output/a").unwrap(), ws.root().join("output/a"));
+        // Session folders are shown by their short names.
+        assert_eq!(s.display(&base.join("output/a.png")), "output/a.png");
+        assert_eq!(s.display(&base.join("scratchpad")), "scratchpad");
+        assert_eq!(s.display(&ws.root().join("src/x.rs")), "src/x.rs");
+        assert_eq!(
+            ws.display(&base.join("output/a.png")),
+            ".toolbox/sessions/s1/output/a.png"
+        );
         // Routing cannot be used to climb out.
         assert!(s.resolve("output/../../../../../x").is_err());
     }

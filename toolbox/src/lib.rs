@@ -1,1 +1,36 @@
-//! placeholder
+//! toolbox is the tool-execution layer for LLM agents: a model asks for a tool, toolbox
+//! decides whether the call may run, runs it safely, and returns a result the model can read.
+//!
+//! This umbrella crate is what applications depend on. Each provider is a Cargo feature
+//! (all on by default); enabling one links its crate so it registers itself with the
+//! executor. Binaries, integration tests and doctests that need the registry must say
+//! `use toolbox as _;` (or use any item from it), or the linker drops the providers.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use toolbox::{ExecutorConfig, ToolExecutor, ToolRequest};
+//! let executor = ToolExecutor::new(ExecutorConfig::load(".")?)?;
+//! let info = executor
+//!     .run(ToolRequest::new("call-1", "read_file", serde_json::json!({"path": "README.md"})))
+//!     .await;
+//! println!("{}", info.envelope()); // {"status":"done","result":"..."}
+//! # Ok(()) }
+//! ```
+
+pub mod mcp;
+
+#[cfg(feature = "file_manager")]
+use toolbox_file_manager as _;
+
+pub use toolbox_core as core;
+pub use toolbox_executor as executor;
+pub use toolbox_executor::{
+    ApprovalDecision, CallStatus, ExecutorConfig, PermissionMode, Permissions, SchemaFormat,
+    ToolCallInfo, ToolExecutor, ToolRequest,
+};
+
+/// The providers compiled into this build, by registration name.
+pub const PROVIDERS: &[&str] = &[
+    #[cfg(feature = "file_manager")]
+    "file_manager",
+];

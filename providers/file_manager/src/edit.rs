@@ -1,0 +1,321 @@
+//! `file_manager__edit`: replace an exact string in a text file, atomically.
+//!
+//! The edit is refused unless `old_string` picks out exactly one place (or `replace_all` is
+//! set), so a model cannot change the wrong occurrence by accident. Files with Windows line
+//! endings are matched even when the model (which sees lines without `\r`) writes `\n`.
+
+use std::io;
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::{blocking, object_schema, prop, text, write, TOOLSET};
+
+pub(crate) const NAME: &str = "file_manager__edit";
+/// Files larger than this are edited from Python instead.
+const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Change part of an existing UTF-8 text file by replacing an exact string. old_string \
+         must match the file exactly, including whitespace and indentation (copy it from \
+         file_manager__read output without the line-number prefix), and must occur exactly \
+         once unless replace_all=true; include enough surrounding lines to make it unique. \
+         new_string may be empty to delete text. The file is rewritten atomically. Files over \
+         10 MiB and binary files are refused. To create a file or replace all of it use \
+         file_manager__write.",
+        object_schema(
+            &[
+                (
+                    "path",
+                    prop(
+                        "string",
+                        "File to edit, relative to the workspace. `output/`, `scratchpad/` and \
+                         `input/` name this session's folders.",
+                    ),
+                ),
+                (
+                    "old_string",
+                    prop("string", "The exact text to replace. Must not be empty."),
+                ),
+                (
+                    "new_string",
+                    prop(
+                        "string",
+                        "The text to put in its place (must differ from old_string; may be \
+                         empty).",
+                    ),
+                ),
+                (
+                    "replace_all",
+                    prop(
+                        "boolean",
+                        "Replace every occurrence instead of requiring exactly one (default \
+                         false).",
+                    ),
+                ),
+            ],
+            &["path", "old_string", "new_string"],
+        ),
+    )
+    .risk(ToolRisk::FileWrite)
+    .aliases(&["edit_file"])
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&[
+        "path",
+        "file_path",
+        "old_string",
+        "new_string",
+        "replace_all",
+    ])?;
+    let path = a.str("path", &["file_path"])?.to_string();
+    let old = a.str("old_string", &[])?.to_string();
+    let new = a.str("new_string", &[])?.to_string();
+    let replace_all = a.bool_or("replace_all", &[], false)?;
+    if old.is_empty() {
+        return Err(anyhow!(
+            "{NAME}: old_string is empty; give the exact text to replace (to create or \
+             overwrite a whole file use file_manager__write)"
+        ));
+    }
+    if old == new {
+        return Err(anyhow!(
+            "{NAME}: old_string and new_string are identical; there is nothing to change"
+        ));
+    }
+    let ctx = ctx.clone();
+    blocking(NAME, move || {
+        edit(&ctx, &path, &old, &new, replace_all).map(Value::String)
+    })
+    .await
+}
+
+fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) -> Result<String> {
+    let ws = &ctx.workspace;
+    let abs = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.display(&abs);
+    let meta = std::fs::metadata(&abs).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => {
+            anyhow!("{NAME}: {shown} does not exist; use file_manager__write to create it")
+        }
+        _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
+    })?;
+    if meta.is_dir() {
+        return Err(anyhow!("{NAME}: {shown} is a directory, not a file"));
+    }
+    if !meta.is_file() {
+        return Err(anyhow!("{NAME}: {shown} is not a regular file"));
+    }
+    if meta.len() > MAX_EDIT_BYTES {
+        return Err(anyhow!(
+            "{NAME}: {shown} is {}; files over 10 MiB are edited from Python \
+             (run_python_code) instead",
+            text::bytes(meta.len())
+        ));
+    }
+    let bytes = std::fs::read(&abs).map_err(|e| anyhow!("{NAME}: cannot read {shown}: {e}"))?;
+    let head = &bytes[..bytes.len().min(text::SNIFF_BYTES)];
+    let content = match std::str::from_utf8(&bytes) {
+        Ok(s) if !head.contains(&0) => s,
+        _ => {
+            return Err(anyhow!(
+                "{NAME}: {shown} looks like a binary file ({}); it cannot be edited as text",
+                text::bytes(bytes.len() as u64)
+            ))
+        }
+    };
+
+    let mut old = old.to_string();
+    let mut new = new.to_string();
+    let mut count = content.matches(old.as_str()).count();
+    if count == 0 && content.contains("\r\n") && old.contains('\n') && !old.contains("\r\n") {
+        // The model saw the lines without their '\r'; match the file's own line endings.
+        old = old.replace('\n', "\r\n");
+        new = new.replace("\r\n", "\n").replace('\n', "\r\n");
+        count = content.matches(old.as_str()).count();
+    }
+    if count == 0 {
+        return Err(anyhow!(
+            "{NAME}: old_string was not found in {shown}; it must match exactly, including \
+             whitespace and indentation (read the file again to see its current text)"
+        ));
+    }
+    if count > 1 && !replace_all {
+        return Err(anyhow!(
+            "{NAME}: old_string occurs {count} times in {shown}; give more surrounding context \
+             to make it unique, or set replace_all"
+        ));
+    }
+    let first_line = content
+        .find(old.as_str())
+        .map_or(1, |at| content[..at].matches('\n').count() + 1);
+    let updated = if replace_all {
+        content.replace(old.as_str(), &new)
+    } else {
+        content.replacen(old.as_str(), &new, 1)
+    };
+    write::atomic_replace(&abs, updated.as_bytes())
+        .map_err(|e| anyhow!("{NAME}: cannot write {shown}: {e}; the file was not changed"))?;
+    Ok(if count == 1 {
+        format!("Replaced 1 occurrence in {shown} (at line {first_line})")
+    } else {
+        format!("Replaced {count} occurrences in {shown} (the first at line {first_line})")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::test_support::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn replaces_a_unique_string() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "a.py", "x = 1\ny = 2\nz = 3\n");
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"path": "a.py", "old_string": "y = 2", "new_string": "y = 20"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "Replaced 1 occurrence in a.py (at line 2)");
+        assert_eq!(get(&ctx, "a.py"), "x = 1\ny = 20\nz = 3\n");
+        // Deleting text is an edit with an empty new_string.
+        call(
+            &ctx,
+            "edit_file",
+            json!({"file_path": "a.py", "old_string": "z = 3\n", "new_string": ""}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(get(&ctx, "a.py"), "x = 1\ny = 20\n");
+        let names: Vec<_> = std::fs::read_dir(ctx.workspace.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a.py"]);
+    }
+
+    #[tokio::test]
+    async fn ambiguity_and_replace_all() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "t.txt", "a\nfoo\nb\nfoo\nfoo\n");
+        let e = call(
+            &ctx,
+            NAME,
+            json!({"path": "t.txt", "old_string": "foo", "new_string": "bar"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__edit: old_string occurs 3 times in t.txt; give more surrounding \
+             context to make it unique, or set replace_all"
+        );
+        assert_eq!(get(&ctx, "t.txt"), "a\nfoo\nb\nfoo\nfoo\n");
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"path": "t.txt", "old_string": "foo", "new_string": "bar", "replace_all": true}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "Replaced 3 occurrences in t.txt (the first at line 2)");
+        assert_eq!(get(&ctx, "t.txt"), "a\nbar\nb\nbar\nbar\n");
+    }
+
+    #[tokio::test]
+    async fn crlf_files_match_lf_old_strings() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "w.txt", "one\r\ntwo\r\nthree\r\n");
+        call(
+            &ctx,
+            NAME,
+            json!({"path": "w.txt", "old_string": "one\ntwo", "new_string": "1\n2"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(get(&ctx, "w.txt"), "1\r\n2\r\nthree\r\n");
+    }
+
+    #[tokio::test]
+    async fn errors() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "a.txt", "hello\n");
+        put(&ctx, "bin.dat", b"ab\0cd");
+        let edit = |path: &str, old: &str, new: &str| json!({"path": path, "old_string": old, "new_string": new});
+        let e = call(&ctx, NAME, edit("a.txt", "", "x")).await.unwrap_err();
+        assert!(
+            e.starts_with("file_manager__edit: old_string is empty"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, edit("a.txt", "hello", "hello"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__edit: old_string and new_string are identical; there is nothing to change"
+        );
+        let e = call(&ctx, NAME, edit("nope.txt", "a", "b"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__edit: nope.txt does not exist; use file_manager__write to create it"
+        );
+        let e = call(&ctx, NAME, edit("a.txt", "goodbye", "x"))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("file_manager__edit: old_string was not found in a.txt"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, edit("bin.dat", "ab", "xy"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__edit: bin.dat looks like a binary file (5 bytes); it cannot be edited as text"
+        );
+        assert_eq!(
+            std::fs::read(ctx.workspace.root().join("bin.dat")).unwrap(),
+            b"ab\0cd"
+        );
+        let e = call(&ctx, NAME, json!({"path": "a.txt", "old_string": "h"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "file_manager__edit requires new_string");
+        std::fs::create_dir(ctx.workspace.root().join("d")).unwrap();
+        let e = call(&ctx, NAME, edit("d", "a", "b")).await.unwrap_err();
+        assert_eq!(e, "file_manager__edit: d is a directory, not a file");
+    }
+
+    #[tokio::test]
+    async fn session_scratchpad_files_are_edited_in_place() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, ".toolbox/sessions/s1/scratchpad/run.py", "N = 1\n");
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"path": "scratchpad/run.py", "old_string": "N = 1", "new_string": "N = 2"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out,
+            "Replaced 1 occurrence in scratchpad/run.py (at line 1)"
+        );
+        assert_eq!(
+            get(&ctx, ".toolbox/sessions/s1/scratchpad/run.py"),
+            "N = 2\n"
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! `file_manager__glob`: find files whose path matches a glob pattern.
+//!
+//! The pattern is matched against each file's path relative to the search folder, with `*`
+//! never crossing a `/`: `*.rs` finds files in the folder itself, `**/*.rs` finds them at any
+//! depth. The walk honours `.gitignore` and skips hidden entries (see [`crate::walk`]).
+
+use anyhow::{anyhow, Result};
+use globset::{GlobBuilder, GlobMatcher};
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::{blocking, cancelled, object_schema, prop, walk, TOOLSET};
+
+pub(crate) const NAME: &str = "file_manager__glob";
+const DEFAULT_LIMIT: u64 = 1000;
+const MAX_LIMIT: u64 = 10_000;
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Find files by name pattern. The glob is matched against each file's path relative to \
+         `path` (default the workspace root): `*` and `?` do not cross '/', `**` matches any \
+         number of folders, `{a,b}` alternates and `[abc]` is a character class — so `*.csv` \
+         finds CSV files in the folder itself and `**/*.csv` finds them at any depth. Files \
+         listed in .gitignore and hidden files are skipped; folders are not returned. Results \
+         are workspace-relative paths, one per line, sorted, at most `limit` (default 1000, \
+         max 10000). Use file_manager__grep to search file contents.",
+        object_schema(
+            &[
+                (
+                    "pattern",
+                    prop(
+                        "string",
+                        "Glob pattern, e.g. \"**/*.py\" or \"data/*.{csv,tsv}\".",
+                    ),
+                ),
+                (
+                    "path",
+                    prop(
+                        "string",
+                        "Folder to search below, relative to the workspace (default \".\").",
+                    ),
+                ),
+                (
+                    "limit",
+                    prop(
+                        "integer",
+                        "Maximum number of paths to return (default 1000, max 10000).",
+                    ),
+                ),
+            ],
+            &["pattern"],
+        ),
+    )
+    .risk(ToolRisk::Read)
+    .aliases(&["glob_search"])
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&["pattern", "path", "file_path", "limit"])?;
+    let pattern = a.str("pattern", &[])?.to_string();
+    let path = a
+        .opt_str("path", &["file_path"])?
+        .unwrap_or(".")
+        .to_string();
+    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let matcher = compile(NAME, &pattern)?;
+    let ctx = ctx.clone();
+    blocking(NAME, move || {
+        glob(&ctx, &pattern, &matcher, &path, limit).map(Value::String)
+    })
+    .await
+}
+
+/// Compiles a glob with `*` confined to one path component; errors name the pattern.
+pub(crate) fn compile(tool: &str, pattern: &str) -> Result<GlobMatcher> {
+    if pattern.is_empty() {
+        return Err(anyhow!("{tool}: the glob pattern is empty"));
+    }
+    // "./x" means "x" relative to the search folder.
+    let trimmed = pattern.strip_prefix("./").unwrap_or(pattern);
+    GlobBuilder::new(trimmed)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| anyhow!("{tool}: invalid glob pattern `{pattern}`: {}", e.kind()))
+}
+
+fn glob(
+    ctx: &ToolContext,
+    pattern: &str,
+    matcher: &GlobMatcher,
+    path: &str,
+    limit: usize,
+) -> Result<String> {
+    let ws = &ctx.workspace;
+    let base = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.display(&base);
+    match std::fs::metadata(&base) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(anyhow!(
+                "{NAME}: {shown} is a file, not a folder; give the folder to search in `path`"
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(anyhow!("{NAME}: {shown} does not exist"))
+        }
+        Err(e) => return Err(anyhow!("{NAME}: cannot read {shown}: {e}")),
+    }
+
+    let mut found = Vec::new();
+    let mut capped = false;
+    for entry in walk::gitignore_walk(ws.root(), &base) {
+        if ctx.cancel.is_cancelled() {
+            return Err(cancelled(NAME));
+        }
+        // Unreadable entries are skipped, like ripgrep does without --debug.
+        let Ok(entry) = entry else { continue };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
+        let is_file = kind.is_file()
+            || (kind.is_symlink() && walk::linked_file_inside(ws.root(), entry.path()).is_some());
+        if !is_file || entry.depth() == 0 {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&base) else {
+            continue;
+        };
+        if matcher.is_match(rel) {
+            if found.len() == limit {
+                capped = true;
+                break;
+            }
+            found.push(ws.display(entry.path()));
+        }
+    }
+    if found.is_empty() {
+        return Ok(if shown == "." {
+            format!("No files match {pattern}")
+        } else {
+            format!("No files match {pattern} under {shown}")
+        });
+    }
+    let mut out = found.join("\n");
+    if capped {
+        out.push_str(&format!(
+            "\n[results capped at {limit}; narrow the pattern or path]"
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::test_support::*;
+    use serde_json::json;
+
+    fn tree(ctx: &toolbox_core::ToolContext) {
+        put(ctx, "top.rs", "");
+        put(ctx, "src/lib.rs", "");
+        put(ctx, "src/a/b.rs", "");
+        put(ctx, "src/notes.md", "");
+        put(ctx, "target/debug/gen.rs", "");
+        put(ctx, ".hidden/h.rs", "");
+        put(ctx, ".gitignore", "target/\n");
+    }
+
+    #[tokio::test]
+    async fn star_stays_in_one_folder_and_double_star_goes_deep() {
+        let (_d, ctx) = setup(NAME);
+        tree(&ctx);
+        let out = call(&ctx, NAME, json!({"pattern": "*.rs"})).await.unwrap();
+        assert_eq!(out, "top.rs");
+        let out = call(&ctx, "glob_search", json!({"pattern": "**/*.rs"}))
+            .await
+            .unwrap();
+        // target/ is git-ignored (no git repository here) and .hidden/ is hidden.
+        assert_eq!(out, "src/a/b.rs\nsrc/lib.rs\ntop.rs");
+        let out = call(&ctx, NAME, json!({"pattern": "*.rs", "path": "src"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "src/lib.rs");
+        let out = call(&ctx, NAME, json!({"pattern": "src/*.{md,rs}"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "src/lib.rs\nsrc/notes.md");
+    }
+
+    #[tokio::test]
+    async fn a_searched_subfolder_still_honours_the_root_gitignore() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, ".gitignore", "*.log\n");
+        put(&ctx, "logs/a.log", "");
+        put(&ctx, "logs/b.txt", "");
+        let out = call(&ctx, NAME, json!({"pattern": "*", "path": "logs"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "logs/b.txt");
+    }
+
+    #[tokio::test]
+    async fn caps_no_matches_and_bad_patterns() {
+        let (_d, ctx) = setup(NAME);
+        for i in 0..5 {
+            put(&ctx, &format!("f{i}.txt"), "");
+        }
+        let out = call(&ctx, NAME, json!({"pattern": "*.txt", "limit": 3}))
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            "f0.txt\nf1.txt\nf2.txt\n[results capped at 3; narrow the pattern or path]"
+        );
+        let out = call(&ctx, NAME, json!({"pattern": "*.txt", "limit": 5}))
+            .await
+            .unwrap();
+        assert!(!out.contains("capped"), "{out}");
+        let out = call(&ctx, NAME, json!({"pattern": "*.xlsx"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "No files match *.xlsx");
+        let e = call(&ctx, NAME, json!({"pattern": "a[b"}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("file_manager__glob: invalid glob pattern `a[b`:"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, json!({"pattern": "*", "path": "f0.txt"}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("f0.txt is a file, not a folder"), "{e}");
+        let e = call(&ctx, NAME, json!({"pattern": "*", "path": "nope"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "file_manager__glob: nope does not exist");
+        let e = call(&ctx, NAME, json!({})).await.unwrap_err();
+        assert_eq!(e, "file_manager__glob requires pattern");
+    }
+
+    #[tokio::test]
+    async fn session_folders_can_be_searched() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, ".toolbox/sessions/s1/output/plot.png", "");
+        let out = call(&ctx, NAME, json!({"pattern": "*.png", "path": "output"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "output/plot.png");
+        // The hidden .toolbox folder is not searched from the root.
+        let out = call(&ctx, NAME, json!({"pattern": "**/*.png"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "No files match **/*.png");
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_walk() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "a.txt", "");
+        ctx.cancel.cancel();
+        let e = call(&ctx, NAME, json!({"pattern": "*"})).await.unwrap_err();
+        assert_eq!(e, "file_manager__glob: cancelled");
+    }
+}

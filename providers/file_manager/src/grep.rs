@@ -1,0 +1,435 @@
+//! `file_manager__grep`: search file contents with a regular expression, ripgrep-style.
+//!
+//! Built on ripgrep's own crates: the regex is compiled by grep-regex, files are searched line
+//! by line by grep-searcher, and the walk honours `.gitignore` and skips hidden entries (see
+//! [`crate::walk`]). A file with a NUL byte is treated as binary and skipped entirely, even if
+//! a match was seen before the NUL.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use globset::GlobMatcher;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::{blocking, cancelled, glob, object_schema, prop, text, walk, TOOLSET};
+
+pub(crate) const NAME: &str = "file_manager__grep";
+const DEFAULT_MAX_RESULTS: u64 = 200;
+const MAX_RESULTS: u64 = 5000;
+/// Matched lines are cut to this many characters.
+const MAX_TEXT_CHARS: usize = 500;
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Search the contents of text files for a regular expression (Rust regex syntax, like \
+         ripgrep: escape literal characters such as '.', '(' or '[' with a backslash). \
+         Returns one `path:line:text` line per matching line, sorted by path and line, with \
+         workspace-relative paths; matched text is cut at 500 characters. Searches every file \
+         below `path` (a folder, or a single file), skipping binary files, hidden files and \
+         anything listed in .gitignore. Narrow the search with `glob` (e.g. \"*.py\"). \
+         Matches do not span lines. At most max_results lines are returned (default 200, max \
+         5000). Use file_manager__glob to find files by name.",
+        object_schema(
+            &[
+                (
+                    "pattern",
+                    prop(
+                        "string",
+                        "Regular expression to search for, e.g. \"def \\w+\\(\" or \"TODO|FIXME\".",
+                    ),
+                ),
+                (
+                    "path",
+                    prop(
+                        "string",
+                        "Folder or file to search, relative to the workspace (default \".\").",
+                    ),
+                ),
+                (
+                    "glob",
+                    prop(
+                        "string",
+                        "Only search files matching this glob. Without a '/' it matches the \
+                         file name (\"*.py\", \"*.{csv,tsv}\"); with one it matches the path \
+                         relative to `path` (\"src/**/*.rs\").",
+                    ),
+                ),
+                (
+                    "ignore_case",
+                    prop("boolean", "Match without regard to case (default false)."),
+                ),
+                (
+                    "smart_case",
+                    prop(
+                        "boolean",
+                        "Ignore case unless the pattern contains an upper-case letter (default \
+                         false).",
+                    ),
+                ),
+                (
+                    "max_results",
+                    prop(
+                        "integer",
+                        "Maximum number of matching lines to return (default 200, max 5000).",
+                    ),
+                ),
+            ],
+            &["pattern"],
+        ),
+    )
+    .risk(ToolRisk::Read)
+    .aliases(&["grep_search"])
+    .toolsets(&[TOOLSET])
+}
+
+/// Which files to search, when the model narrowed it with `glob`.
+enum FileFilter {
+    All,
+    /// A glob without '/' is matched against the file name alone.
+    Name(GlobMatcher),
+    /// A glob with '/' is matched against the path relative to the search folder.
+    Path(GlobMatcher),
+}
+
+struct Query {
+    pattern: String,
+    path: String,
+    filter: FileFilter,
+    matcher: RegexMatcher,
+    max_results: usize,
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&[
+        "pattern",
+        "path",
+        "file_path",
+        "glob",
+        "ignore_case",
+        "smart_case",
+        "max_results",
+    ])?;
+    let pattern = a.str("pattern", &[])?.to_string();
+    let path = a
+        .opt_str("path", &["file_path"])?
+        .unwrap_or(".")
+        .to_string();
+    let glob = a.opt_str("glob", &[])?;
+    let ignore_case = a.bool_or("ignore_case", &[], false)?;
+    let smart_case = a.bool_or("smart_case", &[], false)?;
+    let max_results = a.u64_in("max_results", &[], DEFAULT_MAX_RESULTS, 1, MAX_RESULTS)? as usize;
+    if pattern.is_empty() {
+        return Err(anyhow!("{NAME}: the pattern is empty"));
+    }
+    let matcher = RegexMatcherBuilder::new()
+        .case_insensitive(ignore_case)
+        .case_smart(smart_case)
+        // Refuses patterns that could only match across lines, instead of never matching.
+        .line_terminator(Some(b'\n'))
+        .build(&pattern)
+        .map_err(|e| anyhow!("{NAME}: invalid regex `{pattern}`: {e}"))?;
+    let filter = match glob {
+        None | Some("") => FileFilter::All,
+        Some(g) if g.contains('/') => FileFilter::Path(glob::compile(NAME, g)?),
+        Some(g) => FileFilter::Name(glob::compile(NAME, g)?),
+    };
+    let query = Query {
+        pattern,
+        path,
+        filter,
+        matcher,
+        max_results,
+    };
+    let ctx = ctx.clone();
+    blocking(NAME, move || grep(&ctx, &query).map(Value::String)).await
+}
+
+fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
+    let ws = &ctx.workspace;
+    let base = ws.resolve(&q.path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.display(&base);
+    if let Err(e) = std::fs::metadata(&base) {
+        return Err(match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow!("{NAME}: {shown} does not exist"),
+            _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
+        });
+    }
+    let mut searcher = SearcherBuilder::new()
+        .binary_detection(BinaryDetection::quit(b'\x00'))
+        .line_number(true)
+        .build();
+
+    let mut lines: Vec<String> = Vec::new();
+    let mut capped = false;
+    for entry in walk::gitignore_walk(ws.root(), &base) {
+        if ctx.cancel.is_cancelled() {
+            return Err(cancelled(NAME));
+        }
+        let Ok(entry) = entry else { continue };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
+        // A symlink is searched only if it points at a file inside the workspace.
+        let real = if kind.is_file() {
+            entry.path().to_path_buf()
+        } else if kind.is_symlink() {
+            match walk::linked_file_inside(ws.root(), entry.path()) {
+                Some(real) => real,
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        if !wanted(&q.filter, &base, entry.path()) {
+            continue;
+        }
+        let remaining = q.max_results - lines.len();
+        let mut sink = FileMatches {
+            want: remaining + 1,
+            found: Vec::new(),
+            binary: false,
+        };
+        // Unreadable files are skipped rather than failing the whole search.
+        if searcher.search_path(&q.matcher, &real, &mut sink).is_err() || sink.binary {
+            continue;
+        }
+        let display = ws.display(entry.path());
+        for (line_no, text) in sink.found.iter().take(remaining) {
+            lines.push(format!("{display}:{line_no}:{text}"));
+        }
+        if sink.found.len() > remaining {
+            capped = true;
+            break;
+        }
+    }
+    if lines.is_empty() {
+        return Ok(if shown == "." {
+            format!("No matches for {}", q.pattern)
+        } else {
+            format!("No matches for {} in {shown}", q.pattern)
+        });
+    }
+    let mut out = lines.join("\n");
+    if capped {
+        out.push_str(&format!(
+            "\n[results capped at {}; narrow the pattern or path]",
+            q.max_results
+        ));
+    }
+    Ok(out)
+}
+
+fn wanted(filter: &FileFilter, base: &Path, path: &Path) -> bool {
+    match filter {
+        FileFilter::All => true,
+        FileFilter::Name(g) => path.file_name().is_some_and(|n| g.is_match(n)),
+        FileFilter::Path(g) => {
+            // When `path` names a single file, match the glob against its name's path.
+            let rel = match path.strip_prefix(base) {
+                Ok(rel) if !rel.as_os_str().is_empty() => rel,
+                _ => path.file_name().map_or(path, Path::new),
+            };
+            g.is_match(rel)
+        }
+    }
+}
+
+/// Collects one file's matches, so a file that turns out to be binary can be dropped whole.
+struct FileMatches {
+    /// Keep at most this many matches.
+    want: usize,
+    found: Vec<(u64, String)>,
+    binary: bool,
+}
+
+impl Sink for FileMatches {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        if self.found.len() >= self.want {
+            // Keep reading (without keeping) so a NUL further on still marks the file binary.
+            return Ok(true);
+        }
+        let raw = String::from_utf8_lossy(mat.bytes());
+        let line = raw.trim_end_matches(['\n', '\r']);
+        let (cut, was_cut) = text::cut_chars(line, MAX_TEXT_CHARS);
+        let shown = if was_cut {
+            format!("{cut}…")
+        } else {
+            cut.to_string()
+        };
+        self.found.push((mat.line_number().unwrap_or(0), shown));
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, _offset: u64) -> Result<bool, std::io::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NAME;
+    use crate::test_support::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn finds_lines_sorted_by_path_and_line() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "b.py", "def b():\n    return 1\ndef c():\n");
+        put(&ctx, "a/x.py", "import os\ndef x():\n");
+        put(&ctx, "a/y.txt", "def in text\n");
+        let out = call(&ctx, NAME, json!({"pattern": r"^def \w+\("}))
+            .await
+            .unwrap();
+        assert_eq!(out, "a/x.py:2:def x():\nb.py:1:def b():\nb.py:3:def c():");
+        let out = call(
+            &ctx,
+            "grep_search",
+            json!({"pattern": "def", "glob": "*.txt"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "a/y.txt:1:def in text");
+        let out = call(&ctx, NAME, json!({"pattern": "def", "glob": "a/*.py"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "a/x.py:2:def x():");
+        let out = call(&ctx, NAME, json!({"pattern": "return", "path": "b.py"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "b.py:2:    return 1");
+    }
+
+    #[tokio::test]
+    async fn case_options() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "c.txt", "Error one\nerror two\n");
+        let out = call(&ctx, NAME, json!({"pattern": "error"})).await.unwrap();
+        assert_eq!(out, "c.txt:2:error two");
+        let out = call(&ctx, NAME, json!({"pattern": "error", "ignore_case": true}))
+            .await
+            .unwrap();
+        assert_eq!(out, "c.txt:1:Error one\nc.txt:2:error two");
+        let out = call(&ctx, NAME, json!({"pattern": "error", "smart_case": true}))
+            .await
+            .unwrap();
+        assert_eq!(out, "c.txt:1:Error one\nc.txt:2:error two");
+        let out = call(&ctx, NAME, json!({"pattern": "Error", "smart_case": true}))
+            .await
+            .unwrap();
+        assert_eq!(out, "c.txt:1:Error one");
+    }
+
+    #[tokio::test]
+    async fn gitignore_hidden_and_binary_files_are_skipped() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, ".gitignore", "build/\n*.log\n");
+        put(&ctx, "build/out.txt", "needle\n");
+        put(&ctx, "run.log", "needle\n");
+        put(&ctx, ".env", "needle\n");
+        put(&ctx, "src/main.rs", "// needle\n");
+        let mut bin = b"needle\n".to_vec();
+        bin.extend_from_slice(&[0u8; 16]);
+        put(&ctx, "data.bin", &bin);
+        // A NUL far into the file: the early match must not leak out either.
+        let mut late = "needle\n".repeat(20_000).into_bytes();
+        late.push(0);
+        put(&ctx, "late.bin", &late);
+        let out = call(&ctx, NAME, json!({"pattern": "needle"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "src/main.rs:1:// needle");
+        // Searching an ignored folder by name works, like ripgrep.
+        let out = call(&ctx, NAME, json!({"pattern": "needle", "path": "build"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "build/out.txt:1:needle");
+    }
+
+    #[tokio::test]
+    async fn caps_and_long_lines() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "many.txt", "hit\n".repeat(10));
+        put(&ctx, "more.txt", "hit\n");
+        let out = call(&ctx, NAME, json!({"pattern": "hit", "max_results": 3}))
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            "many.txt:1:hit\nmany.txt:2:hit\nmany.txt:3:hit\n\
+             [results capped at 3; narrow the pattern or path]"
+        );
+        let out = call(&ctx, NAME, json!({"pattern": "hit", "max_results": 11}))
+            .await
+            .unwrap();
+        assert!(out.ends_with("more.txt:1:hit"), "{out}");
+        assert!(!out.contains("capped"), "{out}");
+        let e = call(&ctx, NAME, json!({"pattern": "hit", "max_results": 5001}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("between 1 and 5000"), "{e}");
+
+        put(&ctx, "wide.txt", format!("{}\n", "ü".repeat(800)));
+        let out = call(&ctx, NAME, json!({"pattern": "ü", "path": "wide.txt"}))
+            .await
+            .unwrap();
+        assert_eq!(out, format!("wide.txt:1:{}…", "ü".repeat(500)));
+    }
+
+    #[tokio::test]
+    async fn no_matches_and_bad_input() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "a.txt", "text\n");
+        let out = call(&ctx, NAME, json!({"pattern": "absent"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "No matches for absent");
+        let e = call(&ctx, NAME, json!({"pattern": "(unclosed"}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("file_manager__grep: invalid regex `(unclosed`:"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, json!({"pattern": "x", "glob": "[z"}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("file_manager__grep: invalid glob pattern `[z`"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, json!({"pattern": "x", "path": "nope"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "file_manager__grep: nope does not exist");
+        let e = call(&ctx, NAME, json!({"pattern": "x", "ignore_case": "yes"}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("`ignore_case` must be a boolean"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn symlinks_out_of_the_workspace_are_not_searched() {
+        let (_d, ctx) = setup(NAME);
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "needle\n").unwrap();
+        let root = ctx.workspace.root();
+        std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("leak.txt"))
+            .unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("leakdir")).unwrap();
+        put(&ctx, "real.txt", "needle\n");
+        std::os::unix::fs::symlink(root.join("real.txt"), root.join("alias.txt")).unwrap();
+        let out = call(&ctx, NAME, json!({"pattern": "needle"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "alias.txt:1:needle\nreal.txt:1:needle");
+    }
+}

@@ -1,0 +1,399 @@
+//! `file_manager__list`: what is in a directory, optionally a few levels deep.
+//!
+//! The listing is breadth-first so that, when it is cut at the limit, the shallow levels are
+//! complete and only the deepest one is partial. Symbolic links are shown but never
+//! followed, so a link cannot lead the listing out of the workspace. Unlike glob and grep,
+//! list shows git-ignored entries: it answers "what is on disk", like `ls`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
+
+pub(crate) const NAME: &str = "file_manager__list";
+const DEFAULT_LIMIT: u64 = 1000;
+const MAX_LIMIT: u64 = 10_000;
+const MAX_DEPTH: u64 = 10;
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "List the files and folders in a workspace directory. Use it to find your way around \
+         before reading or searching. Folders end with '/', files show their size in bytes, \
+         symbolic links show their target (they are not followed). depth=1 (default) lists \
+         only the directory itself; up to depth=10 lists sub-folders too, one workspace-relative \
+         path per line. Hidden entries (names starting with '.') are skipped unless \
+         show_hidden=true. Git-ignored files are listed (use file_manager__glob to find files \
+         while honouring .gitignore). At most `limit` entries are returned (default 1000, max \
+         10000); the last line says how many entries were shown and whether the listing was cut.",
+        object_schema(
+            &[
+                (
+                    "path",
+                    prop(
+                        "string",
+                        "Directory to list, relative to the workspace (default \".\", the \
+                         workspace root). `output/`, `scratchpad/` and `input/` name this \
+                         session's folders.",
+                    ),
+                ),
+                (
+                    "depth",
+                    prop(
+                        "integer",
+                        "How many levels to list: 1 (default) for the directory's own entries, \
+                         up to 10.",
+                    ),
+                ),
+                (
+                    "show_hidden",
+                    prop(
+                        "boolean",
+                        "Also list entries whose names start with '.' (default false).",
+                    ),
+                ),
+                (
+                    "limit",
+                    prop(
+                        "integer",
+                        "Maximum number of entries to return (default 1000, max 10000).",
+                    ),
+                ),
+            ],
+            &[],
+        ),
+    )
+    .risk(ToolRisk::Read)
+    .aliases(&["list_dir"])
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&["path", "file_path", "depth", "show_hidden", "limit"])?;
+    let path = a
+        .opt_str("path", &["file_path"])?
+        .unwrap_or(".")
+        .to_string();
+    let depth = a.u64_in("depth", &[], 1, 1, MAX_DEPTH)? as usize;
+    let show_hidden = a.bool_or("show_hidden", &[], false)?;
+    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let ctx = ctx.clone();
+    blocking(NAME, move || {
+        list(&ctx, &path, depth, show_hidden, limit).map(Value::String)
+    })
+    .await
+}
+
+enum Kind {
+    Dir,
+    File(u64),
+    Link(PathBuf),
+    Other,
+}
+
+struct Entry {
+    path: PathBuf,
+    kind: Kind,
+}
+
+fn list(
+    ctx: &ToolContext,
+    path: &str,
+    depth: usize,
+    show_hidden: bool,
+    limit: usize,
+) -> Result<String> {
+    let ws = &ctx.workspace;
+    let dir = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.display(&dir);
+    let meta = std::fs::metadata(&dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow!("{NAME}: {shown} does not exist"),
+        _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
+    })?;
+    if !meta.is_dir() {
+        return Err(anyhow!(
+            "{NAME}: {shown} is a file, not a directory; use file_manager__read to read it"
+        ));
+    }
+
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut hidden = 0usize;
+    let mut unreadable = 0usize;
+    let mut cut = false;
+    let mut level = vec![dir.clone()];
+    'levels: for current_depth in 1..=depth {
+        let mut next_level = Vec::new();
+        for folder in &level {
+            if ctx.cancel.is_cancelled() {
+                return Err(cancelled(NAME));
+            }
+            let children = match read_sorted(folder) {
+                Ok(children) => children,
+                Err(e) if folder == &dir => {
+                    return Err(anyhow!("{NAME}: cannot read {shown}: {e}"));
+                }
+                Err(_) => {
+                    unreadable += 1;
+                    continue;
+                }
+            };
+            for child in children {
+                let name = child.file_name();
+                if !show_hidden && name.to_string_lossy().starts_with('.') {
+                    hidden += 1;
+                    continue;
+                }
+                if entries.len() == limit {
+                    cut = true;
+                    break 'levels;
+                }
+                let path = child.path();
+                let kind = match child.file_type() {
+                    Ok(t) if t.is_symlink() => {
+                        Kind::Link(std::fs::read_link(&path).unwrap_or_else(|_| PathBuf::from("?")))
+                    }
+                    Ok(t) if t.is_dir() => {
+                        if current_depth < depth {
+                            next_level.push(path.clone());
+                        }
+                        Kind::Dir
+                    }
+                    Ok(t) if t.is_file() => Kind::File(child.metadata().map_or(0, |m| m.len())),
+                    _ => Kind::Other,
+                };
+                entries.push(Entry { path, kind });
+            }
+        }
+        level = next_level;
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(render(
+        ctx, &shown, &entries, depth, cut, limit, hidden, unreadable,
+    ))
+}
+
+fn read_sorted(dir: &Path) -> std::io::Result<Vec<std::fs::DirEntry>> {
+    let mut children = std::fs::read_dir(dir)?.collect::<std::io::Result<Vec<_>>>()?;
+    children.sort_by_key(|c| c.file_name());
+    Ok(children)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    ctx: &ToolContext,
+    shown: &str,
+    entries: &[Entry],
+    depth: usize,
+    cut: bool,
+    limit: usize,
+    hidden: usize,
+    unreadable: usize,
+) -> String {
+    let ws = &ctx.workspace;
+    let label = if shown == "." {
+        "the workspace root".to_string()
+    } else {
+        format!("{shown}/")
+    };
+    let mut out = String::new();
+    let (mut dirs, mut files, mut others) = (0usize, 0usize, 0usize);
+    for e in entries {
+        let p = ws.display(&e.path);
+        match &e.kind {
+            Kind::Dir => {
+                dirs += 1;
+                out.push_str(&format!("{p}/\n"));
+            }
+            Kind::File(len) => {
+                files += 1;
+                out.push_str(&format!("{p}  {}\n", text::size(*len)));
+            }
+            Kind::Link(target) => {
+                others += 1;
+                out.push_str(&format!(
+                    "{p} -> {}  (symbolic link, not followed)\n",
+                    target.display()
+                ));
+            }
+            Kind::Other => {
+                others += 1;
+                out.push_str(&format!("{p}  (special file)\n"));
+            }
+        }
+    }
+    if entries.is_empty() {
+        out.push_str(&format!("{label} is empty"));
+    } else {
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut summary = format!(
+            "{} ({}, {}",
+            plural(entries.len(), "entry", "entries"),
+            plural(dirs, "folder", "folders"),
+            plural(files, "file", "files"),
+        );
+        if others > 0 {
+            summary.push_str(&format!(", {}", plural(others, "other", "others")));
+        }
+        summary.push_str(&format!(") in {label}"));
+        if depth > 1 {
+            summary.push_str(&format!(", depth {depth}"));
+        }
+        out.push_str(&format!("[{summary}"));
+        if cut {
+            out.push_str(&format!(
+                "; cut at limit={limit}: there are more entries — list a sub-folder, lower depth \
+                 or raise limit (max {MAX_LIMIT})"
+            ));
+        } else {
+            out.push_str("; complete");
+        }
+        out.push(']');
+    }
+    if hidden > 0 {
+        out.push_str(&format!(
+            "\n[{hidden} hidden {} not shown; set show_hidden=true to see them]",
+            if hidden == 1 { "entry" } else { "entries" }
+        ));
+    }
+    if unreadable > 0 {
+        out.push_str(&format!(
+            "\n[{unreadable} sub-folder(s) could not be read and are not listed]"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn depth_one_lists_sorted_entries_with_sizes() {
+        let (_d, ctx) = setup(super::NAME);
+        put(&ctx, "b.txt", "hello");
+        put(&ctx, "a/inner.txt", "x");
+        put(&ctx, "big.bin", vec![b'x'; 1300]);
+        put(&ctx, ".secret", "s");
+        let out = call(&ctx, "file_manager__list", json!({})).await.unwrap();
+        assert_eq!(
+            out,
+            "a/\nb.txt  5 bytes\nbig.bin  1300 bytes (1.3 KiB)\n\
+             [3 entries (1 folder, 2 files) in the workspace root; complete]\n\
+             [1 hidden entry not shown; set show_hidden=true to see them]"
+        );
+        let out = call(&ctx, "list_dir", json!({"path": ".", "show_hidden": true}))
+            .await
+            .unwrap();
+        assert!(out.starts_with(".secret  1 byte\na/\n"), "{out}");
+        assert!(out.contains("[4 entries"), "{out}");
+        assert!(!out.contains("hidden entr"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn deeper_listings_use_workspace_relative_paths() {
+        let (_d, ctx) = setup(super::NAME);
+        put(&ctx, "src/lib.rs", "fn x() {}");
+        put(&ctx, "src/sub/deep/z.rs", "");
+        put(&ctx, "README.md", "# hi");
+        let out = call(&ctx, "file_manager__list", json!({"depth": 2}))
+            .await
+            .unwrap();
+        let lines: Vec<_> = out.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "README.md  4 bytes",
+                "src/",
+                "src/lib.rs  9 bytes",
+                "src/sub/",
+                "[4 entries (2 folders, 2 files) in the workspace root, depth 2; complete]"
+            ]
+        );
+        let out = call(
+            &ctx,
+            "file_manager__list",
+            json!({"path": "src", "depth": "10"}),
+        )
+        .await
+        .unwrap();
+        assert!(out.contains("src/sub/deep/z.rs  0 bytes\n"), "{out}");
+        assert!(out.contains("in src/, depth 10; complete]"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn limit_cuts_the_deepest_level_first() {
+        let (_d, ctx) = setup(super::NAME);
+        for i in 0..5 {
+            put(&ctx, &format!("d{i}/f.txt"), "");
+        }
+        let out = call(&ctx, "file_manager__list", json!({"depth": 2, "limit": 7}))
+            .await
+            .unwrap();
+        // All five top-level folders, then two of their files.
+        assert_eq!(out.lines().filter(|l| l.ends_with('/')).count(), 5, "{out}");
+        assert_eq!(out.lines().filter(|l| l.contains("f.txt")).count(), 2);
+        assert!(out.contains("[7 entries"), "{out}");
+        assert!(out.contains("cut at limit=7"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn errors_and_empty_folders() {
+        let (_d, ctx) = setup(super::NAME);
+        put(&ctx, "f.txt", "x");
+        std::fs::create_dir(ctx.workspace.root().join("empty")).unwrap();
+        let e = call(&ctx, "file_manager__list", json!({"path": "f.txt"}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__list: f.txt is a file, not a directory; use file_manager__read to read it"
+        );
+        let e = call(&ctx, "file_manager__list", json!({"path": "nope"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "file_manager__list: nope does not exist");
+        let e = call(&ctx, "file_manager__list", json!({"depth": 0}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("`depth` must be between 1 and 10, got 0"), "{e}");
+        let e = call(&ctx, "file_manager__list", json!({"limit": 10001}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("between 1 and 10000"), "{e}");
+        let out = call(&ctx, "file_manager__list", json!({"path": "empty"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "empty/ is empty");
+    }
+
+    #[tokio::test]
+    async fn session_folders_are_routed() {
+        let (_d, ctx) = setup(super::NAME);
+        put(&ctx, ".toolbox/sessions/s1/output/chart.png", "png");
+        let out = call(&ctx, "file_manager__list", json!({"path": "output"}))
+            .await
+            .unwrap();
+        assert!(out.starts_with("output/chart.png  3 bytes\n"), "{out}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn symlinks_are_shown_not_followed() {
+        let (_d, ctx) = setup(super::NAME);
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path(), ctx.workspace.root().join("out")).unwrap();
+        let out = call(&ctx, "file_manager__list", json!({"depth": 3}))
+            .await
+            .unwrap();
+        assert!(out.contains("out -> "), "{out}");
+        assert!(out.contains("(symbolic link, not followed)"), "{out}");
+        assert!(!out.contains("secret.txt"), "{out}");
+    }
+}

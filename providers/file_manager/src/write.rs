@@ -1,0 +1,419 @@
+//! `file_manager__write`: create, replace or append to a small text file — and the atomic
+//! replace that edit shares.
+//!
+//! A replace never leaves a half-written file behind: the new content goes to a temporary
+//! file in the same folder, is flushed to disk, takes over the old file's permissions and is
+//! then renamed over the target in one step. If anything fails before the rename, the old
+//! file is untouched and the temporary file is removed.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::{blocking, object_schema, prop, text, TOOLSET};
+
+pub(crate) const NAME: &str = "file_manager__write";
+/// The largest content one call may write.
+pub(crate) const MAX_WRITE_BYTES: usize = 1024 * 1024;
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Write a SMALL UTF-8 text file in the workspace: a short markdown note, a config file, \
+         a small JSON or CSV. Creates the file (and any missing parent folders) or replaces it \
+         completely and atomically; with append=true adds the content to the end instead. \
+         Content is limited to 1 MiB. For long or complex content — generated data, large \
+         tables, anything you would build in a loop, binary formats — write the file from \
+         Python with run_python_code instead. To change part of an existing file use \
+         file_manager__edit. Files meant for the user go under output/.",
+        object_schema(
+            &[
+                (
+                    "path",
+                    prop(
+                        "string",
+                        "File to write, relative to the workspace. `output/`, `scratchpad/` and \
+                         `input/` name this session's folders.",
+                    ),
+                ),
+                (
+                    "content",
+                    prop(
+                        "string",
+                        "The complete text to write (or to append). At most 1 MiB.",
+                    ),
+                ),
+                (
+                    "append",
+                    prop(
+                        "boolean",
+                        "Add content to the end of the file instead of replacing it (default \
+                         false). The file is created if missing.",
+                    ),
+                ),
+            ],
+            &["path", "content"],
+        ),
+    )
+    .risk(ToolRisk::FileWrite)
+    .aliases(&["write_file"])
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&["path", "file_path", "content", "text", "append"])?;
+    let path = a.str("path", &["file_path"])?.to_string();
+    let content = a.str("content", &["text"])?;
+    let append = a.bool_or("append", &[], false)?;
+    if content.len() > MAX_WRITE_BYTES {
+        return Err(anyhow!(
+            "{NAME}: content is {} bytes; the limit is 1 MiB ({MAX_WRITE_BYTES} bytes). \
+             Write large or complex files from Python (run_python_code) instead",
+            content.len()
+        ));
+    }
+    let content = content.to_string();
+    let ctx = ctx.clone();
+    blocking(NAME, move || {
+        write(&ctx, &path, &content, append).map(Value::String)
+    })
+    .await
+}
+
+fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<String> {
+    let ws = &ctx.workspace;
+    let abs = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.display(&abs);
+    let before = match fs::metadata(&abs) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(anyhow!(
+                "{NAME}: {shown} is a directory; give the path of a file"
+            ))
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Err(anyhow!("{NAME}: {shown} is not a regular file"))
+        }
+        Ok(meta) => Some(meta.len()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(anyhow!("{NAME}: cannot write {shown}: {e}")),
+    };
+    if let Some(parent) = abs.parent() {
+        fs::create_dir_all(parent).map_err(|e| {
+            anyhow!(
+                "{NAME}: cannot create the folder {} for {shown}: {e}",
+                ws.display(parent)
+            )
+        })?;
+    }
+    let written = text::bytes(content.len() as u64);
+    if append {
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&abs)
+            .map_err(|e| anyhow!("{NAME}: cannot open {shown} for appending: {e}"))?;
+        file.write_all(content.as_bytes())
+            .and_then(|()| file.sync_data())
+            .map_err(|e| anyhow!("{NAME}: cannot append to {shown}: {e}"))?;
+        return Ok(match before {
+            None => format!("Appended {written} to {shown} (created a new file)"),
+            Some(old) => format!(
+                "Appended {written} to {shown} (now {})",
+                text::bytes(old + content.len() as u64)
+            ),
+        });
+    }
+    atomic_replace(&abs, content.as_bytes())
+        .map_err(|e| anyhow!("{NAME}: cannot write {shown}: {e}; the file was not changed"))?;
+    Ok(match before {
+        None => format!("Wrote {written} to {shown} (created a new file)"),
+        Some(old) => format!(
+            "Wrote {written} to {shown} (overwrote the previous {})",
+            text::bytes(old)
+        ),
+    })
+}
+
+/// Replaces `target` with `data` atomically; see the module docs.
+pub(crate) fn atomic_replace(target: &Path, data: &[u8]) -> io::Result<()> {
+    atomic_replace_with(target, |file| file.write_all(data))
+}
+
+/// [`atomic_replace`] with the content produced by `fill`, which writes into the temporary
+/// file. Separate so tests can make the write fail half-way.
+pub(crate) fn atomic_replace_with(
+    target: &Path,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path has no file name",
+        ));
+    };
+    let permissions = match fs::metadata(target) {
+        Ok(meta) if meta.permissions().readonly() => {
+            // A rename would replace it regardless; respect the user's intent instead.
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the file is read-only",
+            ));
+        }
+        Ok(meta) => Some(meta.permissions()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let (tmp_path, mut file) = create_temp_beside(dir, name)?;
+    let guard = RemoveOnDrop(Some(tmp_path.clone()));
+    fill(&mut file)?;
+    if let Some(permissions) = permissions {
+        file.set_permissions(permissions)?;
+    }
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp_path, target)?;
+    guard.disarm();
+    // Make the rename itself durable; failure here does not undo a completed replace.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Creates a new, uniquely named hidden file next to the target.
+fn create_temp_beside(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // Keep the name well under the usual 255-byte limit.
+    let base: String = name.to_string_lossy().chars().take(80).collect();
+    let mut last_err = None;
+    for _ in 0..64 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let candidate = dir.join(format!(".{base}.{}.{n}.toolbox-tmp", std::process::id()));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Ok(file) => return Ok((candidate, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| io::Error::other("no free temporary file name")))
+}
+
+/// Deletes a temporary file unless the replace went through.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl RemoveOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::*;
+    use serde_json::json;
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn creates_overwrites_and_appends() {
+        let (_d, ctx) = setup(NAME);
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"path": "notes/a.md", "content": "# Hi\n"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "Wrote 5 bytes to notes/a.md (created a new file)");
+        assert_eq!(get(&ctx, "notes/a.md"), "# Hi\n");
+        let out = call(
+            &ctx,
+            "write_file",
+            json!({"file_path": "notes/a.md", "text": "x"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out,
+            "Wrote 1 byte to notes/a.md (overwrote the previous 5 bytes)"
+        );
+        assert_eq!(get(&ctx, "notes/a.md"), "x");
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"path": "notes/a.md", "content": "yz", "append": true}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "Appended 2 bytes to notes/a.md (now 3 bytes)");
+        assert_eq!(get(&ctx, "notes/a.md"), "xyz");
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"path": "log.txt", "content": "1\n", "append": "true"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "Appended 2 bytes to log.txt (created a new file)");
+        // Nothing but the files themselves is left in the folder.
+        assert_eq!(names_in(&ctx.workspace.root().join("notes")), ["a.md"]);
+    }
+
+    #[tokio::test]
+    async fn session_output_is_routed() {
+        let (_d, ctx) = setup(NAME);
+        let out = call(&ctx, NAME, json!({"path": "output/x.txt", "content": "ok"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "Wrote 2 bytes to output/x.txt (created a new file)");
+        assert_eq!(get(&ctx, ".toolbox/sessions/s1/output/x.txt"), "ok");
+        assert!(!ctx.workspace.root().join("output").exists());
+    }
+
+    #[tokio::test]
+    async fn refusals() {
+        let (_d, ctx) = setup(NAME);
+        std::fs::create_dir(ctx.workspace.root().join("dir")).unwrap();
+        let e = call(&ctx, NAME, json!({"path": "dir", "content": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__write: dir is a directory; give the path of a file"
+        );
+        let big = "x".repeat(MAX_WRITE_BYTES + 1);
+        let e = call(&ctx, NAME, json!({"path": "big.txt", "content": big}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("file_manager__write: content is 1048577 bytes; the limit is 1 MiB"),
+            "{e}"
+        );
+        assert!(e.contains("run_python_code"), "{e}");
+        assert!(!ctx.workspace.root().join("big.txt").exists());
+        let e = call(&ctx, NAME, json!({"path": "a.txt"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "file_manager__write requires content");
+        let e = call(&ctx, NAME, json!({"path": "a.txt", "content": 5}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("`content` must be a string, got a number 5"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_parent_that_is_a_file_fails_cleanly() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "afile", "original");
+        let e = call(&ctx, NAME, json!({"path": "afile/x.txt", "content": "new"}))
+            .await
+            .unwrap_err();
+        // The jail notices first: the path cannot exist below a file.
+        assert_eq!(
+            e,
+            "file_manager__write: path \"afile/x.txt\" goes through \"afile\", which is a file, not a directory"
+        );
+        assert_eq!(get(&ctx, "afile"), "original");
+        assert_eq!(names_in(ctx.workspace.root()), ["afile"]);
+    }
+
+    #[test]
+    fn a_failed_replace_leaves_the_original_and_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("data.json");
+        fs::write(&target, "{\"v\": 1}").unwrap();
+        let err = atomic_replace_with(&target, |f| {
+            f.write_all(b"{\"v\": 2, \"half")?;
+            Err(io::Error::other("disk full"))
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "{\"v\": 1}");
+        assert_eq!(names_in(dir.path()), ["data.json"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_read_only_folder_leaves_the_original_intact() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("locked");
+        fs::create_dir(&sub).unwrap();
+        let target = sub.join("a.txt");
+        fs::write(&target, "original").unwrap();
+        fs::set_permissions(&sub, fs::Permissions::from_mode(0o555)).unwrap();
+        // Privileged users (root in a container) can write anyway; nothing to show then.
+        let privileged = File::create(sub.join("probe")).is_ok();
+        if !privileged {
+            assert!(atomic_replace(&target, b"new").is_err());
+            assert_eq!(fs::read_to_string(&target).unwrap(), "original");
+            assert_eq!(names_in(&sub), ["a.txt"]);
+        }
+        fs::set_permissions(&sub, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn permissions_are_kept_and_read_only_files_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "script.sh", "echo 1\n");
+        let path = ctx.workspace.root().join("script.sh");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o750)).unwrap();
+        call(
+            &ctx,
+            NAME,
+            json!({"path": "script.sh", "content": "echo 2\n"}),
+        )
+        .await
+        .unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o750);
+        assert_eq!(get(&ctx, "script.sh"), "echo 2\n");
+
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+        let e = call(
+            &ctx,
+            NAME,
+            json!({"path": "script.sh", "content": "echo 3\n"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "file_manager__write: cannot write script.sh: the file is read-only; the file was not changed"
+        );
+        assert_eq!(get(&ctx, "script.sh"), "echo 2\n");
+        assert_eq!(names_in(ctx.workspace.root()), ["script.sh"]);
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, runnable on a clean machine: it installs what the tests need
+# (a Python venv with the MCP client), then runs fmt, clippy, every test, and the xtask checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "python test environment (target/test-venv)"
+PY=${PYTHON:-python3}
+VENV=target/test-venv
+if [ ! -x "$VENV/bin/python" ]; then
+  mkdir -p target
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+export TOOLBOX_TEST_PYTHON="$PWD/$VENV/bin/python"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "cargo test"
+cargo test --workspace
+
+step "tool schemas are current"
+cargo xtask schema --check
+
+step "bundles list exactly their providers' tools"
+cargo xtask bundles
+
+step "all checks passed"

@@ -1,0 +1,149 @@
+//! file_manager through the whole executor: the path jail, session routing and permissions.
+
+use serde_json::{json, Value};
+use toolbox_executor::{
+    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolExecutor, ToolRequest,
+};
+
+use toolbox as _;
+
+fn executor(mode: PermissionMode) -> (tempfile::TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = mode;
+    (dir, ToolExecutor::new(config).unwrap())
+}
+
+async fn call(exec: &ToolExecutor, name: &str, args: Value) -> toolbox_executor::ToolCallInfo {
+    exec.run(ToolRequest::new("t", name, args).session("s1"))
+        .await
+}
+
+#[tokio::test]
+async fn path_escapes_are_refused_by_every_tool() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("link_out")).unwrap();
+    let abs = outside.path().join("secret.txt").display().to_string();
+
+    let cases: Vec<(&str, Value)> = vec![
+        ("file_manager__read", json!({"path": "../secret.txt"})),
+        ("file_manager__read", json!({"path": abs})),
+        ("file_manager__read", json!({"path": "link_out/secret.txt"})),
+        ("file_manager__read", json!({"path": "a\u{0}b"})),
+        ("file_manager__list", json!({"path": "link_out"})),
+        ("file_manager__list", json!({"path": ".."})),
+        (
+            "file_manager__write",
+            json!({"path": "../evil.txt", "content": "x"}),
+        ),
+        (
+            "file_manager__write",
+            json!({"path": "link_out/evil.txt", "content": "x"}),
+        ),
+        (
+            "file_manager__edit",
+            json!({"path": "link_out/secret.txt", "old_string": "secret", "new_string": "owned"}),
+        ),
+        ("file_manager__glob", json!({"pattern": "*", "path": "../"})),
+        (
+            "file_manager__grep",
+            json!({"pattern": "secret", "path": "link_out"}),
+        ),
+        (
+            "file_manager__write",
+            json!({"path": "output/../../../../../evil.txt", "content": "x"}),
+        ),
+    ];
+    for (tool, args) in cases {
+        let info = call(&exec, tool, args.clone()).await;
+        assert_eq!(
+            info.status,
+            CallStatus::Error,
+            "{tool} {args} -> {}",
+            info.result
+        );
+        let r = info.result.to_lowercase();
+        assert!(
+            r.contains("outside the workspace") || r.contains("nul byte"),
+            "{tool} {args}: unclear refusal: {}",
+            info.result
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert!(!outside.path().join("evil.txt").exists());
+    assert!(!dir.path().parent().unwrap().join("evil.txt").exists());
+}
+
+#[tokio::test]
+async fn session_routing_applies_to_file_tools() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    let info = call(
+        &exec,
+        "write_file",
+        json!({"path": "outputs/report.md", "content": "# r"}),
+    )
+    .await;
+    assert!(info.is_done(), "{}", info.result);
+    let routed = dir.path().join(".toolbox/sessions/s1/output/report.md");
+    assert_eq!(std::fs::read_to_string(routed).unwrap(), "# r");
+    let info = call(&exec, "read_file", json!({"path": "output/report.md"})).await;
+    assert!(info.result.contains("# r"), "{}", info.result);
+    // Another session does not see it.
+    let other = exec
+        .run(ToolRequest::new("t", "read_file", json!({"path": "output/report.md"})).session("s2"))
+        .await;
+    assert_eq!(other.status, CallStatus::Error);
+}
+
+#[tokio::test]
+async fn read_only_refuses_writes_and_edits() {
+    let (dir, exec) = executor(PermissionMode::ReadOnly);
+    std::fs::write(dir.path().join("a.txt"), "keep").unwrap();
+    for (tool, args) in [
+        (
+            "file_manager__write",
+            json!({"path": "a.txt", "content": "changed"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "keep", "new_string": "changed"}),
+        ),
+    ] {
+        let info = call(&exec, tool, args).await;
+        assert_eq!(info.error_kind, Some(ErrorKind::Denied), "{}", info.result);
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "keep"
+    );
+    assert!(call(&exec, "read_file", json!({"path": "a.txt"}))
+        .await
+        .is_done());
+}
+
+#[tokio::test]
+async fn edit_then_grep_then_glob() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(
+        dir.path().join("src/main.rs"),
+        "fn main() {\n    println!(\"hi\");\n}\n",
+    )
+    .unwrap();
+    let info = call(
+        &exec,
+        "edit_file",
+        json!({"path": "src/main.rs", "old_string": "\"hi\"", "new_string": "\"hello\""}),
+    )
+    .await;
+    assert!(info.is_done(), "{}", info.result);
+    let info = call(&exec, "grep_search", json!({"pattern": "hel+o"})).await;
+    assert!(info.result.contains("src/main.rs:2:"), "{}", info.result);
+    let info = call(&exec, "glob_search", json!({"pattern": "**/*.rs"})).await;
+    assert!(info.result.contains("src/main.rs"), "{}", info.result);
+}

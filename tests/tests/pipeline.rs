@@ -1,0 +1,503 @@
+//! The executor pipeline end to end, with test providers standing in for real tools:
+//! routing, permission modes, approvals, timeouts, cancellation, panics, spooling,
+//! trajectories, tracing and concurrency.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use toolbox_core::{Args, EventSink, ToolContext, ToolEvent, ToolInfo, ToolProvider, ToolRisk};
+use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
+use toolbox_executor::{
+    ApprovalDecision, CallStatus, ErrorKind, ExecutorConfig, PermissionMode, Registry,
+    ToolExecutor, ToolRequest,
+};
+
+struct TestTools;
+
+#[async_trait]
+impl ToolProvider for TestTools {
+    fn name(&self) -> &str {
+        "testing"
+    }
+
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        let obj = json!({"type": "object"});
+        vec![
+            ToolInfo::new("echo", "Echo text.", obj.clone())
+                .aliases(&["say"])
+                .toolsets(&["basic"]),
+            ToolInfo::new("sleepy", "Sleeps ms.", obj.clone()),
+            ToolInfo::new("boom", "Panics.", obj.clone()),
+            ToolInfo::new("fail", "Fails.", obj.clone()),
+            ToolInfo::new("big", "Returns n chars.", obj.clone()),
+            ToolInfo::new("touch", "Writes.", obj.clone()).risk(ToolRisk::FileWrite),
+            ToolInfo::new("sh", "Shell.", obj.clone()).risk(ToolRisk::Shell),
+            ToolInfo::new("py", "Python.", obj).risk(ToolRisk::Python),
+        ]
+    }
+
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> anyhow::Result<Value> {
+        let a = Args::new(tool, &args)?;
+        match tool {
+            "echo" => Ok(Value::String(a.str("text", &["content"])?.to_string())),
+            "sleepy" => {
+                let ms = a.opt_u64("ms", &[])?.unwrap_or(10);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"slept_ms": ms})),
+                    _ = ctx.cancel.cancelled() => anyhow::bail!("cancelled inside the tool"),
+                }
+            }
+            "boom" => panic!("provider exploded"),
+            "fail" => anyhow::bail!("fail: the disk is on fire"),
+            "big" => {
+                let n = a.opt_u64("n", &[])?.unwrap_or(0) as usize;
+                Ok(Value::String("é".repeat(n)))
+            }
+            _ => Ok(Value::String(format!(
+                "{tool} ran in session {}",
+                ctx.session_id
+            ))),
+        }
+    }
+}
+
+fn setup(mode: PermissionMode, events: EventSink) -> (tempfile::TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = mode;
+    config.approval_timeout = Duration::from_millis(300);
+    let registry =
+        Registry::from_providers([Arc::new(TestTools) as Arc<dyn ToolProvider>]).unwrap();
+    let exec = ToolExecutor::with_registry(config, registry, events).unwrap();
+    (dir, exec)
+}
+
+fn req(id: &str, name: &str, args: Value) -> ToolRequest {
+    ToolRequest::new(id, name, args).session("s1")
+}
+
+#[tokio::test]
+async fn routing_aliases_and_unknown_tools() {
+    let (_d, exec) = setup(PermissionMode::Full, EventSink::none());
+    let info = exec.run(req("1", "say", json!({"content": "hi"}))).await;
+    assert_eq!(info.status, CallStatus::Done);
+    assert_eq!(
+        info.tool, "echo",
+        "aliases are recorded under the canonical name"
+    );
+    assert_eq!(info.envelope(), r#"{"result":"hi","status":"done"}"#);
+
+    let info = exec.run(req("2", "nope", json!({}))).await;
+    assert_eq!(info.status, CallStatus::Error);
+    assert_eq!(info.result, "unknown tool: nope");
+    assert_eq!(info.error_kind, Some(ErrorKind::UnknownTool));
+
+    let info = exec.run(req("3", "call_agent", json!({}))).await;
+    assert_eq!(info.status, CallStatus::Error);
+    assert!(
+        info.result
+            .contains("should have been intercepted by the agent runtime"),
+        "{}",
+        info.result
+    );
+
+    let info = exec.run(req("4", "echo", json!({}))).await;
+    assert_eq!(info.result, "echo requires text");
+
+    // Chat Completions sends arguments as a JSON string.
+    let info = exec
+        .run(req("5", "echo", json!("{\"text\": \"from a string\"}")))
+        .await;
+    assert_eq!(info.result, "from a string");
+    let info = exec.run(req("6", "echo", json!("{not json"))).await;
+    assert_eq!(info.error_kind, Some(ErrorKind::InvalidRequest));
+    assert!(
+        info.result.contains("arguments are not valid JSON"),
+        "{}",
+        info.result
+    );
+
+    let info = exec
+        .run(ToolRequest::new("7", "echo", json!({"text": "x"})).session("../evil"))
+        .await;
+    assert_eq!(info.error_kind, Some(ErrorKind::InvalidRequest));
+    assert!(
+        info.result.contains("invalid session id"),
+        "{}",
+        info.result
+    );
+}
+
+#[tokio::test]
+async fn tool_errors_and_panics_become_error_results_and_the_executor_keeps_serving() {
+    let (_d, exec) = setup(PermissionMode::Full, EventSink::none());
+    let info = exec.run(req("1", "fail", json!({}))).await;
+    assert_eq!(info.status, CallStatus::Error);
+    assert_eq!(info.result, "fail: the disk is on fire");
+
+    for i in 0..3 {
+        let info = exec.run(req(&format!("p{i}"), "boom", json!({}))).await;
+        assert_eq!(info.status, CallStatus::Error);
+        assert_eq!(info.error_kind, Some(ErrorKind::Panic));
+        assert!(
+            info.result.contains("panicked: provider exploded"),
+            "{}",
+            info.result
+        );
+    }
+    let info = exec
+        .run(req("after", "echo", json!({"text": "still here"})))
+        .await;
+    assert_eq!(info.result, "still here");
+}
+
+#[tokio::test]
+async fn read_only_hides_and_refuses_risky_tools() {
+    let (_d, exec) = setup(PermissionMode::ReadOnly, EventSink::none());
+    let visible: Vec<_> = exec
+        .visible_tools()
+        .iter()
+        .map(|t| t.info.name.clone())
+        .collect();
+    assert!(visible.contains(&"echo".to_string()));
+    for hidden in ["touch", "sh", "py"] {
+        assert!(
+            !visible.contains(&hidden.to_string()),
+            "{hidden} visible in read_only"
+        );
+        let info = exec.run(req("1", hidden, json!({}))).await;
+        assert_eq!(info.status, CallStatus::Error);
+        assert_eq!(info.error_kind, Some(ErrorKind::Denied));
+        assert!(
+            info.result
+                .contains("not allowed in permission mode read_only"),
+            "{}",
+            info.result
+        );
+    }
+}
+
+#[tokio::test]
+async fn legacy_flags_win_over_the_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config
+        .apply_toml("permission_mode = \"full\"\nallow_shell = false\n")
+        .unwrap();
+    let registry =
+        Registry::from_providers([Arc::new(TestTools) as Arc<dyn ToolProvider>]).unwrap();
+    let exec = ToolExecutor::with_registry(config, registry, EventSink::none()).unwrap();
+    let info = exec.run(req("1", "sh", json!({}))).await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Denied));
+    assert!(
+        info.result.contains("allow_shell = false"),
+        "{}",
+        info.result
+    );
+    assert!(exec.run(req("2", "touch", json!({}))).await.is_done());
+
+    let mut config = ExecutorConfig::new(dir.path());
+    config
+        .apply_toml("permission_mode = \"read_only\"\nallow_file_write = true\n")
+        .unwrap();
+    let registry =
+        Registry::from_providers([Arc::new(TestTools) as Arc<dyn ToolProvider>]).unwrap();
+    let exec = ToolExecutor::with_registry(config, registry, EventSink::none()).unwrap();
+    assert!(exec.run(req("3", "touch", json!({}))).await.is_done());
+    assert!(!exec.run(req("4", "sh", json!({}))).await.is_done());
+}
+
+type Slot = Arc<Mutex<Option<ToolExecutor>>>;
+type Seen = Arc<Mutex<Vec<ToolEvent>>>;
+
+/// An event sink that answers approval requests through the executor it belongs to.
+fn approver(decision: ApprovalDecision) -> (EventSink, Slot, Seen) {
+    let slot: Slot = Arc::default();
+    let seen: Seen = Arc::default();
+    let (slot2, seen2) = (slot.clone(), seen.clone());
+    let sink = EventSink::new(move |event| {
+        seen2.lock().unwrap().push(event.clone());
+        if let ToolEvent::ApprovalRequested(r) = event {
+            let exec = slot2.lock().unwrap().clone().unwrap();
+            assert!(exec.respond_approval(&r.session_id, &r.call_id, decision));
+        }
+    });
+    (sink, slot, seen)
+}
+
+#[tokio::test]
+async fn auto_mode_asks_and_honours_each_answer() {
+    // approve
+    let (sink, slot, seen) = approver(ApprovalDecision::Approve);
+    let (_d, exec) = setup(PermissionMode::Auto, sink);
+    *slot.lock().unwrap() = Some(exec.clone());
+    assert!(exec
+        .run(req("a1", "sh", json!({"cmd": "ls"})))
+        .await
+        .is_done());
+    assert!(exec
+        .run(req("a2", "echo", json!({"text": "read tools never ask"})))
+        .await
+        .is_done());
+    let asked: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ToolEvent::ApprovalRequested(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].tool, "sh");
+    assert_eq!(asked[0].call_id, "a1");
+    assert_eq!(asked[0].session_id, "s1");
+    assert_eq!(asked[0].risk, ToolRisk::Shell);
+    assert_eq!(asked[0].arguments, json!({"cmd": "ls"}));
+
+    // deny
+    let (sink, slot, _) = approver(ApprovalDecision::Deny);
+    let (_d, exec) = setup(PermissionMode::Auto, sink);
+    *slot.lock().unwrap() = Some(exec.clone());
+    let info = exec.run(req("d1", "touch", json!({}))).await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Denied));
+    assert_eq!(info.result, "the user denied tool touch");
+
+    // approve for the session: asked once per tool per session
+    let (sink, slot, seen) = approver(ApprovalDecision::ApproveForSession);
+    let (_d, exec) = setup(PermissionMode::Auto, sink);
+    *slot.lock().unwrap() = Some(exec.clone());
+    for i in 0..3 {
+        assert!(exec
+            .run(req(&format!("s{i}"), "py", json!({})))
+            .await
+            .is_done());
+    }
+    assert!(exec
+        .run(ToolRequest::new("other", "py", json!({})).session("s2"))
+        .await
+        .is_done());
+    let asks = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, ToolEvent::ApprovalRequested(_)))
+        .count();
+    assert_eq!(asks, 2, "once for s1, once for s2");
+}
+
+#[tokio::test]
+async fn unanswered_approval_is_denied_after_the_timeout() {
+    let (_d, exec) = setup(PermissionMode::Auto, EventSink::none());
+    let info = exec.run(req("t1", "sh", json!({}))).await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Denied));
+    assert!(
+        info.result.contains("none came within 300 ms"),
+        "{}",
+        info.result
+    );
+    assert!(
+        !exec.respond_approval("s1", "t1", ApprovalDecision::Approve),
+        "request was forgotten"
+    );
+}
+
+#[tokio::test]
+async fn timeouts_and_cancellation_say_which() {
+    let (_d, exec) = setup(PermissionMode::Full, EventSink::none());
+    let info = exec
+        .run(req("t", "sleepy", json!({"ms": 10_000})).timeout(Duration::from_millis(100)))
+        .await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Timeout));
+    assert_eq!(info.result, "tool sleepy timed out after 100 ms");
+
+    let token = toolbox_core::CancellationToken::new();
+    let canceller = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        canceller.cancel();
+    });
+    let info = exec
+        .run_cancellable(req("c", "sleepy", json!({"ms": 10_000})), token)
+        .await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Cancelled));
+    assert_eq!(info.result, "tool sleepy was cancelled");
+    assert!(info.elapsed_ms < 5_000);
+}
+
+#[tokio::test]
+async fn large_results_are_spooled_and_the_trajectory_records_everything() {
+    let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
+    let info = exec
+        .run(req("call/big:1", "big", json!({"n": 20_000})))
+        .await;
+    assert!(info.is_done());
+    let spool = info.spool_path.clone().expect("spooled");
+    assert!(spool.starts_with(".toolbox/tool_outputs/"), "{spool}");
+    let name = spool.rsplit('/').next().unwrap();
+    let (ms, rest) = name.split_once("__").unwrap();
+    assert!(ms.parse::<u128>().is_ok(), "{name}");
+    assert_eq!(rest, "call_big_1.txt");
+    let on_disk = std::fs::read_to_string(dir.path().join(&spool)).unwrap();
+    assert_eq!(on_disk, "é".repeat(20_000), "byte-exact");
+    assert!(info.result.starts_with(&"é".repeat(2000)));
+    assert!(!info.result.starts_with(&"é".repeat(2001)));
+    assert!(info.result.contains(&format!(
+        "{}\n\n[Full output (40000 bytes) spooled to {spool}",
+        "é".repeat(500)
+    )));
+
+    // Just under the threshold stays inline.
+    let info = exec.run(req("small", "big", json!({"n": 8191}))).await;
+    assert!(info.spool_path.is_none());
+    assert_eq!(info.result.len(), 16_382);
+
+    let calls = read_trajectory(&trajectory_path(dir.path(), "s1")).unwrap();
+    assert_eq!(calls.len(), 2);
+    let first = &calls[0];
+    assert_eq!(first.id, "call/big:1");
+    assert_eq!(first.tool, "big");
+    assert_eq!(first.arguments, json!({"n": 20_000}));
+    assert_eq!(first.status, CallStatus::Done);
+    assert_eq!(first.spool_path.as_deref(), Some(spool.as_str()));
+    assert!(
+        first.started_at.ends_with('Z') && first.started_at.contains('T'),
+        "{}",
+        first.started_at
+    );
+    assert_eq!(calls[1].result.len(), 16_382);
+}
+
+#[tokio::test]
+async fn trajectory_reader_skips_a_torn_last_line_only() {
+    let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
+    for i in 0..3 {
+        exec.run(req(
+            &format!("c{i}"),
+            "echo",
+            json!({"text": i.to_string()}),
+        ))
+        .await;
+    }
+    let path = trajectory_path(dir.path(), "s1");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("{\"id\":\"torn\",\"tool\":\"ec");
+    std::fs::write(&path, &text).unwrap();
+    let calls = read_trajectory(&path).unwrap();
+    assert_eq!(
+        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["c0", "c1", "c2"]
+    );
+
+    // Corruption in the middle is reported, not skipped.
+    let broken = text.replacen("{\"id\":\"c1\"", "garbage{", 1);
+    std::fs::write(&path, broken).unwrap();
+    let err = format!("{:#}", read_trajectory(&path).unwrap_err());
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_calls_on_one_executor() {
+    let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
+    let started = std::time::Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..64 {
+        let exec = exec.clone();
+        handles.push(tokio::spawn(async move {
+            let name = if i % 2 == 0 { "sleepy" } else { "big" };
+            let args = if i % 2 == 0 {
+                json!({"ms": 200})
+            } else {
+                json!({"n": 20_000})
+            };
+            exec.run(req(&format!("c{i}"), name, args)).await
+        }));
+    }
+    for h in handles {
+        assert!(h.await.unwrap().is_done());
+    }
+    // 32 sleeps of 200 ms in sequence would take 6.4 s; concurrently well under that.
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "calls did not overlap"
+    );
+    let calls = read_trajectory(&trajectory_path(dir.path(), "s1")).unwrap();
+    assert_eq!(calls.len(), 64, "every line intact");
+    let spooled = std::fs::read_dir(dir.path().join(".toolbox/tool_outputs"))
+        .unwrap()
+        .count();
+    assert_eq!(spooled, 32);
+}
+
+#[tokio::test]
+async fn trajectory_can_be_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = PermissionMode::Full;
+    config.trajectory = false;
+    let registry =
+        Registry::from_providers([Arc::new(TestTools) as Arc<dyn ToolProvider>]).unwrap();
+    let exec = ToolExecutor::with_registry(config, registry, EventSink::none()).unwrap();
+    assert!(exec
+        .run(req("1", "echo", json!({"text": "x"})))
+        .await
+        .is_done());
+    assert!(!dir.path().join(".toolbox/trajectories").exists());
+}
+
+#[test]
+fn duplicate_tool_names_are_refused() {
+    let err = Registry::from_providers([
+        Arc::new(TestTools) as Arc<dyn ToolProvider>,
+        Arc::new(TestTools) as Arc<dyn ToolProvider>,
+    ])
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("already taken"), "{err}");
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn tracing_events_at_start_and_finish() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("toolbox=debug"))
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (_d, exec) = setup(PermissionMode::Full, EventSink::none());
+    exec.run(req("trace-1", "echo", json!({"text": "abc"})))
+        .await;
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("tool execution started"), "{log}");
+    let finished = log
+        .lines()
+        .find(|l| l.contains("tool execution finished"))
+        .expect(&log);
+    for field in [
+        "tool_id=trace-1",
+        "tool_name=echo",
+        "status=\"done\"",
+        "elapsed_ms=",
+        "result_chars=3",
+    ] {
+        assert!(finished.contains(field), "{field} missing in {finished}");
+    }
+}

@@ -1,0 +1,320 @@
+//! The real `toolbox` binary: tools, schema, call (exit codes, stdin, modes, approvals,
+//! configuration precedence).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn toolbox(ws: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
+    cmd.current_dir(ws);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, Value, String) {
+    let out: Output = cmd.output().expect("toolbox runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let envelope = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), envelope, stderr)
+}
+
+#[test]
+fn call_prints_one_envelope_line_and_exits_by_status() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.txt"), "line one\nline two\n").unwrap();
+
+    let out = toolbox(ws.path())
+        .args(["call", "file_manager__read", r#"{"path": "hello.txt"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["status"], "done");
+    assert!(v["result"].as_str().unwrap().contains("line two"));
+    assert_eq!(v.as_object().unwrap().len(), 2, "only status and result");
+
+    // Aliases work; a tool error is exit 1 with status error.
+    let (code, v, _) =
+        run(toolbox(ws.path()).args(["call", "read_file", r#"{"path": "missing.txt"}"#]));
+    assert_eq!(code, 1);
+    assert_eq!(v["status"], "error");
+
+    let (code, v, _) = run(toolbox(ws.path()).args(["call", "no_such_tool", "{}"]));
+    assert_eq!(code, 1);
+    assert_eq!(v["result"], "unknown tool: no_such_tool");
+
+    // Escapes through the binary.
+    let (code, v, _) =
+        run(toolbox(ws.path()).args(["call", "read_file", r#"{"path": "../../etc/passwd"}"#]));
+    assert_eq!(code, 1);
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{v}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let ws = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(toolbox(ws.path()).args(["call", "read_file", "{not json"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("arguments are not valid JSON"), "{err}");
+    let (code, _, err) = run(toolbox(ws.path()).args(["call", "read_file", "[1,2]"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("must be a JSON object"), "{err}");
+    let (code, _, _) = run(toolbox(ws.path()).args(["frobnicate"]));
+    assert_eq!(code, 2);
+    let (code, _, err) = run(toolbox(ws.path()).args(["schema", "--format", "xml"]));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("openai, openai-responses, anthropic, mcp"),
+        "{err}"
+    );
+    let (code, _, err) = run(toolbox(ws.path()).args(["tools", "--mode", "yolo"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("read_only, auto, full"), "{err}");
+    let (code, _, err) =
+        run(toolbox(ws.path()).args(["call", "read_file", "{}", "--session", "../x"]));
+    assert_eq!(code, 1, "an invalid session is a pipeline error: {err}");
+    std::fs::write(ws.path().join("toolbox.toml"), "permission_mode = 3").unwrap();
+    let (code, _, err) = run(toolbox(ws.path()).args(["tools"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("toolbox.toml"), "{err}");
+}
+
+#[test]
+fn arguments_from_stdin() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "from stdin test\n").unwrap();
+    let mut child = toolbox(ws.path())
+        .args(["call", "file_manager__read", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"path": "a.txt"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["result"].as_str().unwrap().contains("from stdin test"));
+}
+
+#[test]
+fn read_only_mode_hides_and_refuses_writes() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = toolbox(ws.path())
+        .args(["tools", "--mode", "read_only"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("file_manager__read"));
+    assert!(!table.contains("file_manager__write"), "{table}");
+
+    let (code, v, _) = run(toolbox(ws.path()).args([
+        "call",
+        "write_file",
+        r#"{"path": "x.txt", "content": "hi"}"#,
+        "--mode",
+        "read_only",
+    ]));
+    assert_eq!(code, 1);
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("not allowed in permission mode read_only"),
+        "{v}"
+    );
+    assert!(!ws.path().join("x.txt").exists());
+}
+
+#[test]
+fn auto_mode_approvals_from_the_command_line() {
+    let ws = tempfile::tempdir().unwrap();
+    let args = r#"{"path": "x.txt", "content": "hi"}"#;
+    let (code, v, _) = run(toolbox(ws.path()).args([
+        "call",
+        "write_file",
+        args,
+        "--mode",
+        "auto",
+        "--approve",
+        "no",
+    ]));
+    assert_eq!(code, 1);
+    assert_eq!(v["result"], "the user denied tool file_manager__write");
+    assert!(!ws.path().join("x.txt").exists());
+
+    let (code, _, _) = run(toolbox(ws.path()).args([
+        "call",
+        "write_file",
+        args,
+        "--mode",
+        "auto",
+        "--approve",
+        "yes",
+    ]));
+    assert_eq!(code, 0);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("x.txt")).unwrap(),
+        "hi"
+    );
+
+    // --approve ask with no terminal to ask on: denied, with advice on stderr.
+    if Path::new("/usr/bin/setsid").exists() {
+        let mut cmd = Command::new("/usr/bin/setsid");
+        cmd.current_dir(ws.path()).stdin(Stdio::null()).args([
+            "-w",
+            env!("CARGO_BIN_EXE_toolbox"),
+            "call",
+            "write_file",
+            r#"{"path": "y.txt", "content": "hi"}"#,
+            "--mode",
+            "auto",
+        ]);
+        let (code, v, err) = run(&mut cmd);
+        assert_eq!(code, 1, "{v} {err}");
+        assert!(err.contains("no terminal to ask"), "{err}");
+        assert!(!ws.path().join("y.txt").exists());
+    }
+}
+
+#[test]
+fn config_file_then_environment_then_flags() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("toolbox.toml"),
+        "permission_mode = \"read_only\"\n",
+    )
+    .unwrap();
+    let listed = |cmd: &mut Command| String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+
+    // File says read_only.
+    assert!(!listed(toolbox(ws.path()).args(["tools"])).contains("file_manager__write"));
+    // Environment beats the file.
+    assert!(listed(
+        toolbox(ws.path())
+            .args(["tools"])
+            .env("TOOLBOX_MODE", "full")
+    )
+    .contains("file_manager__write"));
+    // The flag beats the environment.
+    assert!(!listed(
+        toolbox(ws.path())
+            .args(["tools", "--mode", "read_only"])
+            .env("TOOLBOX_MODE", "full")
+    )
+    .contains("file_manager__write"));
+
+    // Spool threshold from the environment.
+    std::fs::write(ws.path().join("toolbox.toml"), "").unwrap();
+    std::fs::write(ws.path().join("big.txt"), "x".repeat(3000)).unwrap();
+    let (code, v, _) = run(toolbox(ws.path())
+        .args(["call", "read_file", r#"{"path": "big.txt"}"#])
+        .env("TOOLBOX_SPOOL_THRESHOLD_BYTES", "1000"));
+    assert_eq!(code, 0);
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("spooled to .toolbox/tool_outputs/"),
+        "{v}"
+    );
+}
+
+#[test]
+fn tools_and_schema_listings() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = toolbox(ws.path())
+        .args(["tools", "--json", "--mode", "full"])
+        .output()
+        .unwrap();
+    let tools: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let read = tools
+        .iter()
+        .find(|t| t["name"] == "file_manager__read")
+        .unwrap();
+    assert_eq!(read["risk"], "read");
+    assert_eq!(read["provider"], "file_manager");
+    let write = tools
+        .iter()
+        .find(|t| t["name"] == "file_manager__write")
+        .unwrap();
+    assert_eq!(write["risk"], "file_write");
+
+    for format in ["openai", "openai-responses", "anthropic", "mcp"] {
+        let out = toolbox(ws.path())
+            .args(["schema", "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{format}");
+        let arr: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(arr.len(), tools.len(), "{format}");
+    }
+    let out = toolbox(ws.path())
+        .args([
+            "schema",
+            "--format",
+            "anthropic",
+            "--toolsets",
+            "files",
+            "--mode",
+            "read_only",
+        ])
+        .output()
+        .unwrap();
+    let arr: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = arr.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&"file_manager__grep") && !names.contains(&"file_manager__edit"),
+        "{names:?}"
+    );
+    let (code, _, err) =
+        run(toolbox(ws.path()).args(["schema", "--format", "mcp", "--toolsets", "nope"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown toolset: nope"), "{err}");
+}
+
+#[test]
+fn workspace_flag_and_trajectory_on_disk() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("f.txt"), "abc\n").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, _, _) = run(toolbox(elsewhere.path()).args([
+        "call",
+        "read_file",
+        r#"{"path": "f.txt"}"#,
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--session",
+        "cli-test",
+    ]));
+    assert_eq!(code, 0);
+    let log = std::fs::read_to_string(
+        ws.path()
+            .join(".toolbox/trajectories/cli-test/tool_calls.jsonl"),
+    )
+    .unwrap();
+    let rec: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(rec["tool"], "file_manager__read");
+    assert_eq!(rec["status"], "done");
+}
