@@ -1,5 +1,5 @@
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -94,6 +94,23 @@ pub struct ToolContext {
     pub events: EventSink,
     /// The whole configuration as JSON; a provider reads its own table with [`Self::provider_config`].
     pub config: Arc<Value>,
+    /// A spool file the tool wrote itself, set through [`Self::create_spool_file`].
+    pub spool: SpoolClaim,
+}
+
+/// Where a tool records the spool file it wrote itself; shared by clones of a context.
+#[derive(Debug, Clone, Default)]
+pub struct SpoolClaim(Arc<Mutex<Option<String>>>);
+
+impl SpoolClaim {
+    /// The workspace-relative path of the claimed spool file, if any.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, rel: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(rel);
+    }
 }
 
 impl ToolContext {
@@ -107,7 +124,18 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             events: EventSink::none(),
             config: Arc::new(Value::Null),
+            spool: SpoolClaim::default(),
         }
+    }
+
+    /// Creates this call's spool file for output too large to keep in memory and tells the
+    /// executor about it: the executor then keeps that file as the full output (instead of
+    /// spooling the returned text again) and shows the model a preview of the returned text
+    /// with the file's name and size.
+    pub fn create_spool_file(&self) -> std::io::Result<(std::fs::File, String)> {
+        let (file, rel) = crate::create_spool_file(self.workspace.root(), &self.call_id)?;
+        self.spool.set(rel.clone());
+        Ok((file, rel))
     }
 
     /// The `[name]` table of the configuration, if any.

@@ -12,13 +12,17 @@
 
 mod args;
 mod context;
+mod extract;
 mod provider;
+mod spool_file;
 mod tool;
 mod workspace;
 
 pub use args::Args;
-pub use context::{ApprovalRequest, EventSink, OutputStream, ToolContext, ToolEvent};
+pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
+pub use extract::{find_extractor, ContentExtractor};
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
+pub use spool_file::{create_spool_file, safe_file_part};
 pub use tool::{ToolInfo, ToolRisk};
 pub use workspace::{validate_session_id, PathError, Workspace, TOOLBOX_DIR};
 

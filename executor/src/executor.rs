@@ -246,20 +246,32 @@ impl ToolExecutor {
             .unwrap_or_else(|| DEFAULT_SESSION.to_string());
         tracing::debug!(target: "toolbox", tool_id = %request.id, tool_name = %request.name, session = %session_id, "tool execution started");
 
-        let (tool_name, outcome) = self.dispatch(&request, &session_id, cancel).await;
+        let claim = toolbox_core::SpoolClaim::default();
+        let (tool_name, outcome) = self
+            .dispatch(&request, &session_id, cancel, claim.clone())
+            .await;
         let (status, text, error_kind) = match outcome {
             Ok(text) => (CallStatus::Done, text, None),
             Err((kind, message)) => (CallStatus::Error, message, Some(kind)),
         };
         let result_chars = text.chars().count();
-        let (result, spool_path) = match spool::offload_if_large(
-            self.inner.workspace.root(),
-            &request.id,
-            text,
-            self.inner.config.spool_threshold,
-        ) {
-            SpoolOutcome::Inline(text) => (text, None),
-            SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),
+        let (result, spool_path) = match claim.get() {
+            // The tool streamed its full output to its own spool file already.
+            Some(path) => {
+                let bytes = std::fs::metadata(inner_root(self).join(&path))
+                    .map(|m| m.len())
+                    .unwrap_or(0);
+                (spool::preview(&text, &path, bytes), Some(path))
+            }
+            None => match spool::offload_if_large(
+                inner_root(self),
+                &request.id,
+                text,
+                self.inner.config.spool_threshold,
+            ) {
+                SpoolOutcome::Inline(text) => (text, None),
+                SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),
+            },
         };
         let elapsed_ms = started.elapsed().as_millis() as u64;
         let info = ToolCallInfo {
@@ -297,6 +309,7 @@ impl ToolExecutor {
         request: &ToolRequest,
         session_id: &str,
         cancel: CancellationToken,
+        claim: toolbox_core::SpoolClaim,
     ) -> (String, Result<String, (ErrorKind, String)>) {
         let inner = &*self.inner;
         if request.name == "call_agent" {
@@ -318,7 +331,9 @@ impl ToolExecutor {
             );
         };
         let name = tool.info.name.clone();
-        let outcome = self.gate_and_call(tool, request, session_id, cancel).await;
+        let outcome = self
+            .gate_and_call(tool, request, session_id, cancel, claim)
+            .await;
         (name, outcome)
     }
 
@@ -328,6 +343,7 @@ impl ToolExecutor {
         request: &ToolRequest,
         session_id: &str,
         cancel: CancellationToken,
+        claim: toolbox_core::SpoolClaim,
     ) -> Result<String, (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
@@ -368,6 +384,7 @@ impl ToolExecutor {
             cancel: call_cancel.clone(),
             events: inner.events.clone(),
             config: inner.provider_config.clone(),
+            spool: claim,
         };
         let timeout = request.timeout.unwrap_or(inner.config.call_timeout);
         let call = AssertUnwindSafe(tool.provider.call_tool(name, arguments, &ctx)).catch_unwind();
@@ -441,6 +458,10 @@ impl ToolExecutor {
             }
         }
     }
+}
+
+fn inner_root(executor: &ToolExecutor) -> &std::path::Path {
+    executor.inner.workspace.root()
 }
 
 /// Arguments may come as an object, as null, or as a string holding a JSON object.

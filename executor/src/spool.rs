@@ -1,9 +1,7 @@
 //! Large results go to disk; the model gets a head, a tail and the file's name.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-
-use toolbox_core::TOOLBOX_DIR;
+use std::path::Path;
 
 /// Results of this many bytes or more are spooled by default.
 pub const SPOOL_THRESHOLD_BYTES: usize = 16_384;
@@ -37,7 +35,7 @@ pub fn offload_if_large(
     }
     match write_spool_file(workspace_root, call_id, content.as_bytes()) {
         Ok(rel) => SpoolOutcome::Spooled {
-            preview: preview(&content, &rel),
+            preview: preview(&content, &rel, content.len() as u64),
             path: rel,
         },
         Err(e) => {
@@ -47,86 +45,42 @@ pub fn offload_if_large(
     }
 }
 
-/// A call id as a file-name part: ASCII letters, digits, `-` and `_`, at most 96 characters.
-pub fn safe_file_part(call_id: &str) -> String {
-    let mut out: String = call_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(96)
-        .collect();
-    if out.is_empty() {
-        out.push_str("call");
-    }
-    out
-}
+pub use toolbox_core::safe_file_part;
 
 fn write_spool_file(root: &Path, call_id: &str, bytes: &[u8]) -> std::io::Result<String> {
-    let dir = root.join(TOOLBOX_DIR).join("tool_outputs");
-    std::fs::create_dir_all(&dir)?;
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    let stem = format!("{ms}__{}", safe_file_part(call_id));
-    // Two calls with one id in the same millisecond must not overwrite each other.
-    for n in 0..1000u32 {
-        let name = if n == 0 {
-            format!("{stem}.txt")
-        } else {
-            format!("{stem}-{n}.txt")
-        };
-        let path: PathBuf = dir.join(&name);
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(mut file) => {
-                if let Err(e) = file.write_all(bytes).and_then(|_| file.flush()) {
-                    let _ = std::fs::remove_file(&path);
-                    return Err(e);
-                }
-                return Ok(format!("{TOOLBOX_DIR}/tool_outputs/{name}"));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
+    let (mut file, rel) = toolbox_core::create_spool_file(root, call_id)?;
+    if let Err(e) = file.write_all(bytes).and_then(|_| file.flush()) {
+        let _ = std::fs::remove_file(root.join(&rel));
+        return Err(e);
     }
-    Err(std::io::Error::other(
-        "too many spool files with the same name",
-    ))
+    Ok(rel)
 }
 
 /// The first [`HEAD_CHARS`] and last [`TAIL_CHARS`] characters, and a line naming the file.
-fn preview(content: &str, rel_path: &str) -> String {
+pub fn preview(content: &str, rel_path: &str, total_bytes: u64) -> String {
     let total_chars = content.chars().count();
+    let footer = format!(
+        "[Full output ({total_bytes} bytes) spooled to {rel_path}. Use file_manager__read if you need more.]"
+    );
+    if total_chars <= HEAD_CHARS + TAIL_CHARS {
+        return format!("{content}\n\n{footer}");
+    }
     let head_end = content
         .char_indices()
         .nth(HEAD_CHARS)
         .map(|(i, _)| i)
         .unwrap_or(content.len());
-    let tail_start = if total_chars > HEAD_CHARS + TAIL_CHARS {
-        content
-            .char_indices()
-            .rev()
-            .nth(TAIL_CHARS - 1)
-            .map(|(i, _)| i)
-            .unwrap_or(head_end)
-    } else {
-        head_end
-    };
-    let omitted = total_chars.saturating_sub(HEAD_CHARS + TAIL_CHARS);
+    let tail_start = content
+        .char_indices()
+        .rev()
+        .nth(TAIL_CHARS - 1)
+        .map(|(i, _)| i)
+        .unwrap_or(head_end);
+    let omitted = total_chars - HEAD_CHARS - TAIL_CHARS;
     format!(
-        "{}\n\n[... {omitted} characters omitted ...]\n\n{}\n\n[Full output ({} bytes) spooled to {rel_path}. Use file_manager__read if you need more.]",
+        "{}\n\n[... {omitted} characters omitted ...]\n\n{}\n\n{footer}",
         &content[..head_end],
         &content[tail_start..],
-        content.len(),
     )
 }
 

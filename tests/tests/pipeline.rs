@@ -32,6 +32,7 @@ impl ToolProvider for TestTools {
             ToolInfo::new("boom", "Panics.", obj.clone()),
             ToolInfo::new("fail", "Fails.", obj.clone()),
             ToolInfo::new("big", "Returns n chars.", obj.clone()),
+            ToolInfo::new("streamer", "Spools its own output.", obj.clone()),
             ToolInfo::new("touch", "Writes.", obj.clone()).risk(ToolRisk::FileWrite),
             ToolInfo::new("sh", "Shell.", obj.clone()).risk(ToolRisk::Shell),
             ToolInfo::new("py", "Python.", obj).risk(ToolRisk::Python),
@@ -54,6 +55,16 @@ impl ToolProvider for TestTools {
             "big" => {
                 let n = a.opt_u64("n", &[])?.unwrap_or(0) as usize;
                 Ok(Value::String("é".repeat(n)))
+            }
+            "streamer" => {
+                use std::io::Write;
+                let (mut file, _rel) = ctx.create_spool_file()?;
+                for i in 0..10_000 {
+                    writeln!(file, "line {i}")?;
+                }
+                Ok(Value::String(
+                    "line 0\n[... kept in the spool file ...]\nline 9999".into(),
+                ))
             }
             _ => Ok(Value::String(format!(
                 "{tool} ran in session {}",
@@ -368,6 +379,36 @@ async fn large_results_are_spooled_and_the_trajectory_records_everything() {
         first.started_at
     );
     assert_eq!(calls[1].result.len(), 16_382);
+}
+
+#[tokio::test]
+async fn a_tool_can_hand_over_its_own_spool_file() {
+    let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
+    let info = exec.run(req("s-1", "streamer", json!({}))).await;
+    assert!(info.is_done(), "{}", info.result);
+    let path = info
+        .spool_path
+        .clone()
+        .unwrap_or_else(|| panic!("no spool path recorded: {info:?}"));
+    let on_disk = std::fs::read_to_string(dir.path().join(&path)).unwrap();
+    assert_eq!(on_disk.lines().count(), 10_000);
+    assert!(
+        info.result.starts_with("line 0\n[... kept"),
+        "{}",
+        info.result
+    );
+    assert!(
+        info.result.contains(&format!(
+            "[Full output ({} bytes) spooled to {path}",
+            on_disk.len()
+        )),
+        "{}",
+        info.result
+    );
+    let files = std::fs::read_dir(dir.path().join(".toolbox/tool_outputs"))
+        .unwrap()
+        .count();
+    assert_eq!(files, 1, "the executor did not spool a second copy");
 }
 
 #[tokio::test]
