@@ -32,6 +32,9 @@ struct Common {
     /// Permission mode: read_only, auto or full [default: from toolbox.toml / TOOLBOX_MODE, else auto].
     #[arg(long, value_parser = parse_mode)]
     mode: Option<PermissionMode>,
+    /// OS sandbox for shell commands: off, read-only or workspace-write [default: from config, else off].
+    #[arg(long, value_parser = ["off", "read-only", "workspace-write"])]
+    sandbox: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -147,6 +150,12 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
     let mut config = ExecutorConfig::load(&workspace).map_err(|e| UsageError(format!("{e:#}")))?;
     if let Some(mode) = common.mode {
         config.permissions.mode = mode;
+    }
+    if let Some(sandbox) = &common.sandbox {
+        let shell = config.providers.entry("shell").or_insert_with(|| json!({}));
+        if let Value::Object(table) = shell {
+            table.insert("sandbox".into(), Value::String(sandbox.clone()));
+        }
     }
     Ok(config)
 }

@@ -318,3 +318,46 @@ fn workspace_flag_and_trajectory_on_disk() {
     assert_eq!(rec["tool"], "file_manager__read");
     assert_eq!(rec["status"], "done");
 }
+
+/// `--approve ask` prompts on the terminal: run the binary under `script` so it has a pty,
+/// and answer the prompt through it.
+#[test]
+fn approve_ask_prompts_on_a_terminal() {
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipping: /usr/bin/script (util-linux) is not installed");
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    for (answer, file, expect_done) in [("y", "yes.txt", true), ("n", "no.txt", false)] {
+        let command = format!(
+            "{} call write_file '{{\"path\": \"{file}\", \"content\": \"hi\"}}' --mode auto",
+            env!("CARGO_BIN_EXE_toolbox")
+        );
+        let mut child = Command::new("/usr/bin/script")
+            .args(["-qec", &command, "/dev/null"])
+            .current_dir(ws.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{answer}\n").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let screen = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            screen.contains("allow file_manager__write (risk file_write)"),
+            "{screen}"
+        );
+        assert_eq!(ws.path().join(file).exists(), expect_done, "{screen}");
+        assert_eq!(
+            out.status.code(),
+            Some(if expect_done { 0 } else { 1 }),
+            "{screen}"
+        );
+    }
+}
