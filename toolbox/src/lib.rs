@@ -21,6 +21,18 @@ pub mod mcp;
 
 #[cfg(feature = "file_manager")]
 use toolbox_file_manager as _;
+#[cfg(feature = "image_gen")]
+use toolbox_image_gen as _;
+#[cfg(feature = "notebook")]
+use toolbox_notebook as _;
+#[cfg(feature = "pdf")]
+use toolbox_pdf as _;
+#[cfg(feature = "python")]
+use toolbox_python as _;
+#[cfg(feature = "shell")]
+use toolbox_shell as _;
+#[cfg(feature = "web")]
+use toolbox_web as _;
 
 pub use toolbox_core as core;
 pub use toolbox_executor as executor;
@@ -33,4 +45,16 @@ pub use toolbox_executor::{
 pub const PROVIDERS: &[&str] = &[
     #[cfg(feature = "file_manager")]
     "file_manager",
+    #[cfg(feature = "image_gen")]
+    "image_gen",
+    #[cfg(feature = "notebook")]
+    "notebook",
+    #[cfg(feature = "pdf")]
+    "pdf",
+    #[cfg(feature = "python")]
+    "python",
+    #[cfg(feature = "shell")]
+    "shell",
+    #[cfg(feature = "web")]
+    "web",
 ];

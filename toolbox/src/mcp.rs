@@ -42,10 +42,38 @@ impl McpServer {
     }
 
     /// Serves on stdin/stdout until the client closes stdin.
+    ///
+    /// The protocol gets a private copy of stdout and file descriptor 1 is pointed at stderr
+    /// first: code that writes straight to the terminal (a subprocess started from embedded
+    /// Python, a C library) would otherwise corrupt the JSON-RPC stream.
     pub async fn serve_stdio(self) -> anyhow::Result<()> {
-        let service = self.serve(rmcp::transport::stdio()).await?;
+        let protocol_out = private_stdout()?;
+        let service = self.serve((tokio::io::stdin(), protocol_out)).await?;
         service.waiting().await?;
         Ok(())
+    }
+}
+
+/// Duplicates fd 1 for the protocol and redirects fd 1 to stderr.
+fn private_stdout() -> anyhow::Result<tokio::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain descriptor syscalls; the duplicate is owned by the File below and
+    // nothing else closes it.
+    unsafe {
+        let fd = libc::dup(1);
+        if fd < 0 {
+            anyhow::bail!(
+                "cannot duplicate stdout: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        if libc::dup2(2, 1) < 0 {
+            anyhow::bail!(
+                "cannot redirect stdout to stderr: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(tokio::fs::File::from_std(std::fs::File::from_raw_fd(fd)))
     }
 }
 

@@ -67,6 +67,17 @@ async def full_mode(session):
     wrote = dump(await session.call_tool("file_manager__write", {"path": "out.txt", "content": "via mcp"}))
     check(not wrote.get("isError"), f"write failed: {wrote}")
 
+    # Code writing straight to file descriptor 1 must not corrupt the protocol stream.
+    noisy = dump(
+        await session.call_tool(
+            "run_python_code", {"code": "import os\nos.system('echo straight-to-fd-1')\n1 + 1"}
+        )
+    )
+    check(not noisy.get("isError"), f"python call failed: {noisy}")
+    check("2" in texts(noisy), f"python result: {noisy}")
+    after = dump(await session.call_tool("file_manager__read", {"path": "notes.txt"}))
+    check(not after.get("isError"), f"server unusable after fd-1 output: {after}")
+
     try:
         await session.call_tool("no_such_tool", {})
         check(False, "unknown tool should be a protocol error")

@@ -1,0 +1,253 @@
+//! toolbox-notebook is the `notebook` provider: look at, change and run cells of Jupyter
+//! notebooks (nbformat 4) in the workspace.
+//!
+//! | tool | alias | risk | what it does |
+//! |---|---|---|---|
+//! | `notebook__inspect` | | read | list cells: index, id, type, source preview, execution count, outputs |
+//! | `notebook__edit` | `notebook_edit` | file_write | replace, insert or delete a cell by index or id |
+//! | `notebook__run_cell` | | python | run a code cell in the session's Python; write outputs and execution count back |
+//!
+//! Notebooks are checked before anything changes ([`nb`]); a malformed file gets an error
+//! saying where the problem is and is not touched. Every write is atomic and produces a
+//! notebook that validates against nbformat 4.5.
+//!
+//! `notebook__run_cell` does not depend on the python provider: it runs the cell through
+//! whatever [`toolbox_core::CodeRunner`] is registered for `python` (the python provider's,
+//! when it is linked), so a cell and `run_python_code` share one session namespace.
+
+mod edit;
+mod inspect;
+pub mod nb;
+mod run_cell;
+
+use anyhow::{anyhow, bail, Result};
+use async_trait::async_trait;
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolProvider};
+
+use crate::nb::Notebook;
+
+toolbox_core::register_provider!("notebook", || std::sync::Arc::new(
+    NotebookProvider::default()
+));
+
+/// The toolsets every notebook tool belongs to (besides `notebook`, the provider name).
+pub(crate) const TOOLSETS: &[&str] = &["notebook", "integrated_notebook"];
+
+/// The `notebook` provider. It holds no state.
+#[derive(Debug, Default, Clone)]
+pub struct NotebookProvider {
+    _private: (),
+}
+
+#[async_trait]
+impl ToolProvider for NotebookProvider {
+    fn name(&self) -> &str {
+        "notebook"
+    }
+
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![inspect::info(), edit::info(), run_cell::info()]
+    }
+
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        match tool {
+            inspect::NAME => inspect::run(args, ctx).await,
+            edit::NAME | "notebook_edit" => edit::run(args, ctx).await,
+            run_cell::NAME => run_cell::run(args, ctx).await,
+            other => Err(anyhow!("notebook has no tool named {other}")),
+        }
+    }
+}
+
+/// A notebook path resolved through the workspace jail; it must end in `.ipynb`.
+pub(crate) fn notebook_path(
+    tool: &str,
+    ctx: &ToolContext,
+    path: &str,
+) -> Result<(std::path::PathBuf, String)> {
+    let abs = ctx
+        .workspace
+        .resolve(path)
+        .map_err(|e| anyhow!("{tool}: {e}"))?;
+    if abs.extension().and_then(|e| e.to_str()) != Some("ipynb") {
+        bail!("{tool}: {path:?} is not a .ipynb notebook");
+    }
+    let shown = ctx.workspace.display(&abs);
+    Ok((abs, shown))
+}
+
+/// Loads a notebook on the blocking pool, with errors prefixed by the tool name.
+pub(crate) async fn load(
+    tool: &'static str,
+    abs: std::path::PathBuf,
+    shown: String,
+) -> Result<Notebook> {
+    tokio::task::spawn_blocking(move || Notebook::load(&abs, &shown))
+        .await
+        .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
+        .map_err(|e| anyhow!("{tool}: {e}"))
+}
+
+/// Saves a notebook on the blocking pool.
+pub(crate) async fn save(
+    tool: &'static str,
+    mut notebook: Notebook,
+    abs: std::path::PathBuf,
+    shown: String,
+) -> Result<Notebook> {
+    tokio::task::spawn_blocking(move || {
+        notebook
+            .save(&abs)
+            .map(|_| notebook)
+            .map_err(|e| anyhow!("{tool}: cannot write {shown}: {e}"))
+    })
+    .await
+    .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
+}
+
+/// Which cell a call means: `index` (alias `cell_index`, `cell_number`) or `cell_id`.
+pub(crate) enum CellRef {
+    Index(usize),
+    Id(String),
+}
+
+impl CellRef {
+    pub(crate) fn from_args(args: &Args<'_>) -> Result<Option<CellRef>> {
+        let index = args.opt_u64("index", &["cell_index", "cell_number"])?;
+        let id = args.opt_str("cell_id", &["id"])?;
+        match (index, id) {
+            (Some(_), Some(_)) => bail!("{}: give either index or cell_id, not both", args.tool()),
+            (Some(i), None) => Ok(Some(CellRef::Index(i as usize))),
+            (None, Some(id)) => Ok(Some(CellRef::Id(id.to_string()))),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The index of the cell in `nb`, or an error listing what exists.
+    pub(crate) fn locate(&self, tool: &str, nb: &Notebook, shown: &str) -> Result<usize> {
+        let count = nb.cells().len();
+        match self {
+            CellRef::Index(i) if *i < count => Ok(*i),
+            CellRef::Index(i) => bail!(
+                "{tool}: {shown} has {count} cells (indexes 0-{}); there is no cell {i}",
+                count.saturating_sub(1)
+            ),
+            CellRef::Id(id) => nb.find_id(id).ok_or_else(|| {
+                anyhow!(
+                    "{tool}: {shown} has no cell with id {id:?} (notebook__inspect lists the ids)"
+                )
+            }),
+        }
+    }
+}
+
+/// A JSON Schema property with a type and a description.
+pub(crate) fn prop(kind: &str, description: &str) -> Value {
+    serde_json::json!({ "type": kind, "description": description })
+}
+
+/// A closed JSON Schema object.
+pub(crate) fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
+    let props: serde_json::Map<String, Value> = properties
+        .iter()
+        .map(|(name, schema)| (name.to_string(), schema.clone()))
+        .collect();
+    serde_json::json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use serde_json::{json, Value};
+    use tempfile::TempDir;
+    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+
+    use crate::NotebookProvider;
+
+    pub fn setup(tool: &str) -> (TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path())
+            .unwrap()
+            .with_session("s1")
+            .unwrap();
+        (dir, ToolContext::new(ws, "s1", "call-1", tool))
+    }
+
+    pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
+        match NotebookProvider::default().call_tool(tool, args, ctx).await {
+            Ok(Value::String(s)) => Ok(s),
+            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    }
+
+    /// A small nbformat 4.5 notebook: markdown, code with outputs, code.
+    pub fn sample() -> Value {
+        json!({
+            "cells": [
+                {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Title\n", "Some text."]},
+                {"cell_type": "code", "id": "load", "metadata": {}, "execution_count": 1,
+                 "source": ["x = 41\n", "print('hi')\n", "x + 1"],
+                 "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": ["hi\n"]},
+                    {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                     "data": {"text/plain": ["42"]}}
+                 ]},
+                {"cell_type": "code", "id": "plot", "metadata": {"tags": ["keep"]}, "execution_count": null,
+                 "source": "y = x * 2", "outputs": []}
+            ],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5
+        })
+    }
+
+    pub fn put(ctx: &ToolContext, rel: &str, nb: &Value) {
+        std::fs::write(
+            ctx.workspace.root().join(rel),
+            serde_json::to_string_pretty(nb).unwrap(),
+        )
+        .unwrap();
+    }
+
+    pub fn get(ctx: &ToolContext, rel: &str) -> Value {
+        serde_json::from_slice(&std::fs::read(ctx.workspace.root().join(rel)).unwrap()).unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolbox_core::{registered_providers, ToolRisk};
+
+    #[test]
+    fn three_tools_risks_aliases_toolsets() {
+        let tools = NotebookProvider::default().list_tools();
+        let names: Vec<_> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["notebook__inspect", "notebook__edit", "notebook__run_cell"]
+        );
+        let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
+        assert_eq!(by("notebook__inspect").risk, ToolRisk::Read);
+        assert_eq!(by("notebook__edit").risk, ToolRisk::FileWrite);
+        assert_eq!(by("notebook__edit").aliases, ["notebook_edit"]);
+        assert_eq!(by("notebook__run_cell").risk, ToolRisk::Python);
+        for t in &tools {
+            assert_eq!(t.toolsets, TOOLSETS);
+            assert_eq!(t.input_schema["additionalProperties"], false);
+            for (name, p) in t.input_schema["properties"].as_object().unwrap() {
+                let kind = p["type"].as_str().unwrap();
+                assert!(["string", "integer", "boolean"].contains(&kind), "{name}");
+                assert!(p["description"].as_str().is_some_and(|d| !d.is_empty()));
+            }
+            assert!(t.description.len() > 80, "{}", t.name);
+        }
+        assert!(registered_providers().iter().any(|r| r.name == "notebook"));
+    }
+}

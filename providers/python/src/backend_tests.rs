@@ -1,0 +1,593 @@
+//! run_python_code on both backends: sessions, output, errors, figures, scripts, timeouts,
+//! crashes, and the interpreter's identity.
+//!
+//! The embedded interpreter is process-global, so these tests share it (each with its own
+//! workspace, hence its own sessions). The one test that leaves it blocked in C code lives in
+//! its own test binary (tests/embedded_blocking.rs).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::test_support::*;
+use crate::{PythonConfig, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_PREFIX, BUILD_PYTHON_VERSION};
+
+const RUN: &str = "run_python_code";
+const BACKENDS: [&str; 2] = ["embedded", "isolated"];
+
+async fn run(ctx: &toolbox_core::ToolContext, code: &str) -> Result<String, String> {
+    call(ctx, RUN, json!({ "code": code })).await
+}
+
+/// The test venv (scripts/test.sh makes it and exports TOOLBOX_TEST_PYTHON) has matplotlib.
+pub(crate) fn test_venv() -> PathBuf {
+    let python = std::env::var_os("TOOLBOX_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/python")
+        });
+    let venv = python
+        .parent()
+        .and_then(|bin| bin.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    assert!(
+        venv.join("pyvenv.cfg").is_file(),
+        "these tests need the test venv with tests/requirements.txt installed: run \
+         scripts/test.sh, or set TOOLBOX_TEST_PYTHON to its python (looked at {})",
+        venv.display()
+    );
+    venv
+}
+
+#[tokio::test]
+async fn namespaces_persist_per_session_and_stay_apart() {
+    for backend in BACKENDS {
+        let (_d, a) = setup(RUN, "alpha", json!({ "backend": backend }));
+        let b = other_session(&a, "beta");
+        assert_eq!(
+            run(&a, "x = 1").await.unwrap(),
+            "(no output)\n",
+            "{backend}"
+        );
+        assert_eq!(
+            run(&a, "x + 1").await.unwrap(),
+            "[result]\n2\n",
+            "{backend}"
+        );
+        let text = run(&b, "x").await.unwrap();
+        assert!(
+            text.starts_with("[error] NameError: name 'x' is not defined"),
+            "{backend}: {text}"
+        );
+        // Both sessions can have the same name with different values.
+        run(&b, "x = 'beta'").await.unwrap();
+        assert_eq!(run(&a, "x").await.unwrap(), "[result]\n1\n", "{backend}");
+        assert_eq!(
+            run(&b, "x").await.unwrap(),
+            "[result]\n'beta'\n",
+            "{backend}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn output_streams_final_expression_and_display() {
+    for backend in BACKENDS {
+        let (_d, ctx) = setup(RUN, "out", json!({ "backend": backend }));
+        let text = run(
+            &ctx,
+            "import sys\nprint('hello')\nprint('warn', file=sys.stderr)\n{'a': [1, 2]}",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            text, "[stdout]\nhello\n[stderr]\nwarn\n[result]\n{'a': [1, 2]}\n",
+            "{backend}"
+        );
+        // None is not shown; a trailing semicolon hides the value; display() shows reprs.
+        assert_eq!(run(&ctx, "None").await.unwrap(), "(no output)\n");
+        assert_eq!(run(&ctx, "1 + 1;").await.unwrap(), "(no output)\n");
+        assert_eq!(
+            run(&ctx, "display('shown'); 3").await.unwrap(),
+            "[display_data]\n'shown'\n[result]\n3\n"
+        );
+        // Like a notebook, the value's repr: a class with __repr__ (df.head() works this way).
+        let text = run(
+            &ctx,
+            "class Frame:\n    def __repr__(self):\n        return '   a  b\\n0  1  2'\nFrame()",
+        )
+        .await
+        .unwrap();
+        assert_eq!(text, "[result]\n   a  b\n0  1  2\n", "{backend}");
+        // input() cannot read the host's stdin (it may carry a protocol).
+        let text = run(&ctx, "input()").await.unwrap();
+        assert!(text.contains("EOFError"), "{backend}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn exceptions_carry_ename_evalue_and_cell_lines() {
+    for backend in BACKENDS {
+        let (_d, ctx) = setup(RUN, "err", json!({ "backend": backend }));
+        run(&ctx, "def f(n):\n    return 10 / n").await.unwrap();
+        let text = run(&ctx, "print('before')\ny = 5\nf(0)").await.unwrap();
+        assert!(text.starts_with("[stdout]\nbefore\n[error] ZeroDivisionError: division by zero\nTraceback (most recent call last):\n"), "{backend}: {text}");
+        assert!(
+            text.contains("  File \"<cell>\", line 3, in <module>\n    f(0)\n"),
+            "{backend}: {text}"
+        );
+        // The function came from an earlier cell, shown with its source line.
+        assert!(
+            text.contains("  File \"<cell In[1]>\", line 2, in f\n    return 10 / n\n"),
+            "{backend}: {text}"
+        );
+        assert!(
+            !text.contains("toolbox_driver"),
+            "driver frames hidden: {text}"
+        );
+        // The session survived, with what ran before the error.
+        assert_eq!(run(&ctx, "y").await.unwrap(), "[result]\n5\n");
+        let text = run(&ctx, "for i in range(3)\n    pass").await.unwrap();
+        assert!(
+            text.starts_with("[error] SyntaxError: expected ':'"),
+            "{backend}: {text}"
+        );
+        assert!(
+            text.contains("File \"<cell>\", line 1"),
+            "{backend}: {text}"
+        );
+        let text = run(&ctx, "!pip install pandas").await.unwrap();
+        assert!(
+            text.contains("note: IPython magics and shell escapes"),
+            "{backend}: {text}"
+        );
+        // sys.exit() ends the code, not the session.
+        let text = run(&ctx, "import sys\nsys.exit(0)").await.unwrap();
+        assert!(text.contains("sys.exit(0); the session goes on"), "{text}");
+        let text = run(&ctx, "raise SystemExit(3)").await.unwrap();
+        assert!(text.starts_with("[error] SystemExit: 3"), "{text}");
+        assert_eq!(run(&ctx, "y").await.unwrap(), "[result]\n5\n");
+    }
+}
+
+#[tokio::test]
+async fn working_directory_is_the_scratchpad() {
+    for backend in BACKENDS {
+        let (_d, ctx) = setup(RUN, "cwd", json!({ "backend": backend }));
+        let scratch = ctx.workspace.scratchpad().unwrap();
+        let text = run(
+            &ctx,
+            "import os\nopen('note.txt', 'w').write('hi')\nprint(os.getcwd())\nOUTPUT_DIR",
+        )
+        .await
+        .unwrap();
+        let output = ctx.workspace.output_dir().unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "[stdout]\n{}\n[result]\n'{}'\n",
+                scratch.display(),
+                output.display()
+            ),
+            "{backend}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(scratch.join("note.txt")).unwrap(),
+            "hi"
+        );
+        // A helper module written to the scratchpad imports, as in Jupyter.
+        std::fs::write(scratch.join(format!("helper_{backend}.py")), "VALUE = 7\n").unwrap();
+        let text = run(
+            &ctx,
+            &format!("import helper_{backend}\nhelper_{backend}.VALUE"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text, "[result]\n7\n", "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn scripts_run_as_main_with_args_and_leave_their_names() {
+    for backend in BACKENDS {
+        let (_d, ctx) = setup(RUN, "script", json!({ "backend": backend }));
+        std::fs::create_dir_all(ctx.workspace.root().join("tools")).unwrap();
+        std::fs::write(
+            ctx.workspace.root().join("tools/count.py"),
+            "import sys\nresult = len(sys.argv) - 1\nif __name__ == '__main__':\n    print('main', sys.argv[1:])\n",
+        )
+        .unwrap();
+        let text = call(
+            &ctx,
+            RUN,
+            json!({"script_path": "tools/count.py", "args": ["a", "b c"]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text, "[stdout]\nmain ['a', 'b c']\n", "{backend}");
+        assert_eq!(run(&ctx, "result").await.unwrap(), "[result]\n2\n");
+        std::fs::write(ctx.workspace.root().join("tools/bad.py"), "x = 1\n1 / 0\n").unwrap();
+        let text = call(&ctx, RUN, json!({"script_path": "tools/bad.py"}))
+            .await
+            .unwrap();
+        assert!(
+            text.contains("File \"tools/bad.py\", line 2, in <module>"),
+            "{backend}: {text}"
+        );
+        assert!(!text.contains("runpy"), "{backend}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn figures_are_saved_as_png_under_output() {
+    let venv = test_venv();
+    for backend in BACKENDS {
+        let (_d, ctx) = setup(
+            RUN,
+            "fig",
+            json!({ "backend": backend, "venv": venv.to_string_lossy() }),
+        );
+        let text = run(
+            &ctx,
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nplt.figure()\nplt.bar(['a'], [1])\nprint(plt.get_backend().lower())",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            text,
+            "[stdout]\nagg\n[display_data]\nimage/png output/figure-1.png\nimage/png output/figure-2.png\n",
+            "{backend}"
+        );
+        for n in [1, 2] {
+            let png = std::fs::read(
+                ctx.workspace
+                    .resolve(&format!("output/figure-{n}.png"))
+                    .unwrap(),
+            )
+            .unwrap();
+            assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{backend}");
+        }
+        // Figures were closed: nothing is saved twice, and numbering goes on.
+        assert_eq!(
+            run(&ctx, "len(plt.get_fignums())").await.unwrap(),
+            "[result]\n0\n"
+        );
+        let text = run(&ctx, "plt.plot([3, 1]);").await.unwrap();
+        assert_eq!(
+            text, "[display_data]\nimage/png output/figure-3.png\n",
+            "{backend}"
+        );
+        // A DataFrame's repr, as df.head() shows it in a notebook.
+        let text = run(
+            &ctx,
+            "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]}).head()",
+        )
+        .await
+        .unwrap();
+        assert_eq!(text, "[result]\n   a  b\n0  1  3\n1  2  4\n", "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn embedded_timeouts_interrupt_and_keep_the_session() {
+    let (_d, ctx) = setup(RUN, "timeout", json!({ "backend": "embedded" }));
+    run(&ctx, "kept = 'yes'").await.unwrap();
+    // A busy pure-Python loop.
+    let started = Instant::now();
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "n = 0\nprint('started')\nwhile True:\n    n += 1", "timeout_ms": 300}),
+    )
+    .await
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1800), "{took:?}");
+    assert!(
+        e.starts_with("run_python_code timed out after 300 ms: the code was interrupted"),
+        "{e}"
+    );
+    assert!(e.contains("The session is intact"), "{e}");
+    assert!(
+        e.contains("[stdout]\nstarted\n"),
+        "partial output kept: {e}"
+    );
+    assert!(
+        e.contains("[error] ExecutionInterrupted: run_python_code timed out after 300 ms"),
+        "{e}"
+    );
+    assert!(e.contains("File \"<cell>\", line "), "{e}");
+    assert!(
+        e.contains("\nExecutionInterrupted: run_python_code timed out after 300 ms\n"),
+        "{e}"
+    );
+    // A blocking system call is woken by the signal and interrupted too.
+    let started = Instant::now();
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import time\ntime.sleep(1000)", "timeout_ms": 300}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(e.contains("the code was interrupted"), "{e}");
+    // So is waiting for a subprocess (subprocess.run kills the child on the way out).
+    let started = Instant::now();
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import subprocess\nsubprocess.run(['sleep', '100'])", "timeout_ms": 300}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(e.contains("the code was interrupted"), "{e}");
+    // `except Exception` does not swallow it; a bare except is hit again.
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "while True:\n    try:\n        sum(range(1000))\n    except Exception:\n        pass", "timeout_ms": 200}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("the code was interrupted"), "{e}");
+    // Everything before is still there and the interpreter is free.
+    let text = run(&ctx, "(kept, n > 0)").await.unwrap();
+    assert_eq!(text, "[result]\n('yes', True)\n");
+}
+
+#[tokio::test]
+async fn cancellation_interrupts_embedded_runs() {
+    let (_d, ctx) = setup(RUN, "cancel", json!({ "backend": "embedded" }));
+    let cancel = ctx.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.cancel();
+    });
+    let e = run(&ctx, "while True: pass").await.unwrap_err();
+    assert!(
+        e.starts_with("run_python_code was cancelled: the code was interrupted"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn isolated_timeouts_kill_and_restart_the_session() {
+    let (_d, ctx) = setup(RUN, "hard", json!({ "backend": "isolated" }));
+    run(&ctx, "lost = 1").await.unwrap();
+    let started = Instant::now();
+    // Even code that ignores every interrupt, blocked in C, is stopped.
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)", "timeout_ms": 400}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        e,
+        "run_python_code timed out after 400 ms: the worker process was killed; the session \
+         was restarted and its state (variables, imports) is lost; the next call starts a \
+         fresh worker."
+    );
+    let text = run(&ctx, "'lost' in globals()").await.unwrap();
+    assert!(text.starts_with("note: this session's previous Python worker timed out after 400 ms and was killed; a new one was started"), "{text}");
+    assert!(text.ends_with("[result]\nFalse\n"), "{text}");
+}
+
+#[tokio::test]
+async fn isolated_crashes_do_not_touch_the_host() {
+    let (_d, ctx) = setup(RUN, "crash", json!({ "backend": "isolated" }));
+    run(&ctx, "state = 1").await.unwrap();
+    let e = run(&ctx, "import os\nos._exit(3)").await.unwrap_err();
+    assert!(
+        e.starts_with("run_python_code: the Python worker process exited with status 3"),
+        "{e}"
+    );
+    assert!(
+        e.contains("the session was restarted and its state (variables, imports) is lost"),
+        "{e}"
+    );
+    let text = run(&ctx, "'state' in globals()").await.unwrap();
+    assert!(text.contains("previous Python worker crashed"), "{text}");
+    assert!(text.ends_with("[result]\nFalse\n"), "{text}");
+    // A segmentation fault: the worker dies with SIGSEGV and says where.
+    let e = run(&ctx, "import ctypes\nctypes.string_at(0)")
+        .await
+        .unwrap_err();
+    assert!(e.contains("killed by signal 11 (SIGSEGV"), "{e}");
+    assert!(e.contains("Fatal Python error: Segmentation fault"), "{e}");
+    assert!(e.contains("the session was restarted"), "{e}");
+    assert_eq!(
+        run(&ctx, "2 * 21").await.unwrap().lines().last(),
+        Some("42")
+    );
+}
+
+#[tokio::test]
+async fn isolated_captures_output_written_to_file_descriptors() {
+    let (_d, ctx) = setup(RUN, "fd", json!({ "backend": "isolated" }));
+    let text = run(
+        &ctx,
+        "import os, subprocess\nprint('a', flush=True)\nos.system('echo b')\nsubprocess.run(['sh', '-c', 'echo c >&2'])\nprint('d')",
+    )
+    .await
+    .unwrap();
+    assert_eq!(text, "[stdout]\na\nb\nd\n[stderr]\nc\n");
+}
+
+#[tokio::test]
+async fn embedded_interpreter_is_the_build_interpreter() {
+    let info = crate::embedded::info().await.unwrap();
+    assert_eq!(info["version"], BUILD_PYTHON_VERSION);
+    assert_eq!(info["prefix"], BUILD_PYTHON_PREFIX);
+    assert_eq!(info["executable"], BUILD_PYTHON_EXECUTABLE);
+    let prefix = BUILD_PYTHON_PREFIX;
+    for key in ["stdlib", "os_module"] {
+        let path = info[key].as_str().unwrap();
+        assert!(path.starts_with(prefix), "{key} {path} not under {prefix}");
+    }
+    let lib = info["libpython"].as_str().unwrap();
+    assert!(
+        lib.starts_with(crate::BUILD_PYTHON_LIBDIR),
+        "libpython {lib} is not from {}",
+        crate::BUILD_PYTHON_LIBDIR
+    );
+    assert_eq!(info["signal_interrupts"], true);
+    // The isolated worker is the same Python.
+    let (_d, ctx) = setup(RUN, "who", json!({ "backend": "isolated" }));
+    let text = run(
+        &ctx,
+        "import sys\n(sys.version.replace('\\n', ' '), sys.prefix)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "[result]\n({:?}, {:?})\n",
+            BUILD_PYTHON_VERSION, BUILD_PYTHON_PREFIX
+        )
+        .replace('"', "'")
+    );
+}
+
+/// A minimal pure-Python wheel, written by hand (no setuptools, no network).
+const WHEEL_BUILDER: &str = r#"
+import base64, hashlib, os, sys, zipfile
+name, version, out = sys.argv[1:4]
+dist = f"{name}-{version}"
+files = {
+    f"{name}/__init__.py": f"def hello():\n    return 'hello from {name}'\n",
+    f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: toolbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+with zipfile.ZipFile(os.path.join(out, f"{dist}-py3-none-any.whl"), "w") as z:
+    for path, text in files.items():
+        data = text.encode()
+        z.writestr(path, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}.dist-info/RECORD,,")
+    z.writestr(f"{dist}.dist-info/RECORD", "\n".join(record) + "\n")
+"#;
+
+pub(crate) fn build_wheel(dir: &std::path::Path, name: &str) {
+    let status = std::process::Command::new(BUILD_PYTHON_EXECUTABLE)
+        .args(["-c", WHEEL_BUILDER, name, "0.1.0"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn kernel_install_from_a_local_wheel_imports_without_restart() {
+    for backend in BACKENDS {
+        let (dir, mut ctx) = setup(RUN, "pkg", json!({}));
+        let wheels = dir.path().join("wheels");
+        std::fs::create_dir(&wheels).unwrap();
+        let name = format!("toolbox_demo_{backend}");
+        build_wheel(&wheels, &name);
+        // A fresh venv (created on first use) so nothing reaches the build interpreter, and
+        // pip pointed at the local folder only: offline.
+        ctx.config = std::sync::Arc::new(json!({"python": {
+            "backend": backend,
+            "venv": ".venv",
+            "pip_args": ["--no-index", "--find-links", wheels.to_string_lossy()],
+        }}));
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = events.clone();
+        ctx.events = toolbox_core::EventSink::new(move |event| {
+            if let toolbox_core::ToolEvent::Progress { message, .. } = event {
+                seen.lock().unwrap().push(message);
+            }
+        });
+
+        // Importing first also fills the import system's negative caches.
+        let text = run(&ctx, &format!("import {name}")).await.unwrap();
+        assert!(text.contains("ModuleNotFoundError"), "{backend}: {text}");
+
+        let requirement = format!("{}==0.1.0", name.replace('_', "-"));
+        let text = call(&ctx, "python_package", json!({ "packages": [requirement] }))
+            .await
+            .unwrap();
+        assert!(
+            text.starts_with("Installed into the venv "),
+            "{backend}: {text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "Successfully installed {}-0.1.0",
+                name.replace('_', "-")
+            )),
+            "{backend}: {text}"
+        );
+        let progress = events.lock().unwrap().clone();
+        assert!(
+            progress.iter().any(|m| m.contains("-m pip install")),
+            "{progress:?}"
+        );
+        assert!(
+            progress
+                .iter()
+                .any(|m| m.starts_with("Processing ") || m.contains("Successfully installed")),
+            "pip's own lines stream as progress: {progress:?}"
+        );
+
+        // The live session imports it now.
+        let text = run(&ctx, &format!("import {name}\n{name}.hello()"))
+            .await
+            .unwrap();
+        assert_eq!(
+            text,
+            format!("[result]\n'hello from {name}'\n"),
+            "{backend}"
+        );
+        // It went into the venv, not into the build interpreter.
+        let site = PythonConfig::from_value(Some(&json!({"venv": ".venv"})), ctx.workspace.root())
+            .unwrap()
+            .site_packages()
+            .unwrap();
+        assert!(site.join(&name).join("__init__.py").is_file(), "{backend}");
+        let base = std::process::Command::new(BUILD_PYTHON_EXECUTABLE)
+            .args(["-c", &format!("import {name}")])
+            .output()
+            .unwrap();
+        assert!(
+            !base.status.success(),
+            "{backend}: the build interpreter was changed"
+        );
+
+        // pip's failure is reported with its words.
+        let e = call(
+            &ctx,
+            "kernel_install",
+            json!({ "packages": ["toolbox-no-such-package"] }),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.starts_with("kernel_install: pip install failed"), "{e}");
+        assert!(
+            e.contains("No matching distribution found for toolbox-no-such-package"),
+            "{e}"
+        );
+    }
+}

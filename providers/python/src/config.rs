@@ -1,0 +1,321 @@
+//! The `[python]` table of toolbox.toml, and which interpreter and venv a call uses.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+use toolbox_core::ToolContext;
+
+use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};
+
+/// Where run_python_code executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The interpreter inside this process (pyo3), on one dedicated thread. The default.
+    Embedded,
+    /// One worker process per session, killed on timeout.
+    Isolated,
+}
+
+/// The keys `[python]` accepts.
+const KEYS: &[&str] = &[
+    "backend",
+    "venv",
+    "timeout_ms",
+    "install_timeout_ms",
+    "pip_args",
+];
+
+/// The default limit of one run when neither the call nor the config gives one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The default limit of one `pip install`.
+pub const DEFAULT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone)]
+pub struct PythonConfig {
+    pub backend: Backend,
+    /// An absolute venv folder: pip installs there, the session imports from there.
+    pub venv: Option<PathBuf>,
+    pub timeout: Duration,
+    pub install_timeout: Duration,
+    /// Extra `pip install` arguments set by whoever runs toolbox (never by the model), e.g.
+    /// `["--no-index", "--find-links", "/srv/wheels"]`.
+    pub pip_args: Vec<String>,
+}
+
+impl PythonConfig {
+    /// Reads `[python]` from the call's configuration; errors name the key.
+    pub fn from_ctx(ctx: &ToolContext) -> Result<Self> {
+        Self::from_value(ctx.provider_config("python"), ctx.workspace.root())
+    }
+
+    pub fn from_value(table: Option<&Value>, workspace_root: &Path) -> Result<Self> {
+        let mut config = PythonConfig {
+            backend: Backend::Embedded,
+            venv: None,
+            timeout: DEFAULT_TIMEOUT,
+            install_timeout: DEFAULT_INSTALL_TIMEOUT,
+            pip_args: Vec::new(),
+        };
+        let Some(table) = table else {
+            return Ok(config);
+        };
+        let table = table
+            .as_object()
+            .ok_or_else(|| anyhow!("config [python] must be a table"))?;
+        for (key, value) in table {
+            match key.as_str() {
+                "backend" => {
+                    config.backend = match value.as_str() {
+                        Some("embedded") => Backend::Embedded,
+                        Some("isolated") => Backend::Isolated,
+                        _ => bail!(
+                        "config [python] backend must be \"embedded\" or \"isolated\", got {value}"
+                    ),
+                    }
+                }
+                "venv" => {
+                    let text =
+                        value
+                            .as_str()
+                            .filter(|s| !s.trim().is_empty())
+                            .ok_or_else(|| {
+                                anyhow!("config [python] venv must be a folder path, got {value}")
+                            })?;
+                    // Relative venv paths are relative to the workspace, like every path.
+                    config.venv = Some(workspace_root.join(text));
+                }
+                "timeout_ms" => config.timeout = millis(key, value)?,
+                "install_timeout_ms" => config.install_timeout = millis(key, value)?,
+                "pip_args" => {
+                    config.pip_args = value
+                        .as_array()
+                        .and_then(|items| {
+                            items
+                                .iter()
+                                .map(|v| v.as_str().map(str::to_string))
+                                .collect::<Option<Vec<_>>>()
+                        })
+                        .ok_or_else(|| {
+                            anyhow!(
+                                "config [python] pip_args must be an array of strings, got {value}"
+                            )
+                        })?
+                }
+                other => bail!(
+                    "config [python] has an unknown key `{other}` (known: {})",
+                    KEYS.join(", ")
+                ),
+            }
+        }
+        Ok(config)
+    }
+
+    /// The interpreter that pip, workers and lookups use: the venv's, else the build one.
+    pub fn interpreter(&self) -> PathBuf {
+        match &self.venv {
+            Some(venv) => venv.join("bin").join("python"),
+            None => PathBuf::from(BUILD_PYTHON_EXECUTABLE),
+        }
+    }
+
+    /// The venv's site-packages folder (whether or not it exists yet).
+    pub fn site_packages(&self) -> Option<PathBuf> {
+        self.venv.as_ref().map(|venv| {
+            venv.join("lib")
+                .join(format!("python{}", build_minor_version()))
+                .join("site-packages")
+        })
+    }
+}
+
+fn millis(key: &str, value: &Value) -> Result<Duration> {
+    value
+        .as_u64()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| {
+            anyhow!("config [python] {key} must be a positive whole number, got {value}")
+        })
+}
+
+/// `3.11` from `3.11.7 (main, …)`.
+pub fn build_minor_version() -> String {
+    let number = BUILD_PYTHON_VERSION
+        .split_whitespace()
+        .next()
+        .unwrap_or(BUILD_PYTHON_VERSION);
+    number.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// Venvs already checked (or created) by this process.
+static READY_VENVS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+/// Makes sure the configured venv exists and was made from the build interpreter's Python
+/// version (the embedded interpreter imports its packages, so they must match).
+///
+/// A missing venv is created with `--system-site-packages`, so the isolated worker (which
+/// runs the venv's python) sees the same packages as the embedded interpreter (which sees the
+/// build interpreter's and the venv's).
+pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()> {
+    let Some(venv) = &config.venv else {
+        return Ok(());
+    };
+    if ready_venvs(|set| set.contains(venv)) {
+        return Ok(());
+    }
+    let cfg_file = venv.join("pyvenv.cfg");
+    if !cfg_file.is_file() {
+        if venv.exists()
+            && std::fs::read_dir(venv)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(true)
+        {
+            bail!(
+                "config [python] venv {} exists but is not a virtual environment (no pyvenv.cfg)",
+                venv.display()
+            );
+        }
+        ctx.emit_progress(format!("creating the Python venv {}", venv.display()));
+        // Without its own pip: the base interpreter's pip is visible through the system
+        // site-packages and installs into the venv when run by the venv's python. That takes
+        // a fraction of a second instead of several for ensurepip.
+        run_quietly(
+            BUILD_PYTHON_EXECUTABLE.as_ref(),
+            &[
+                "-E",
+                "-m",
+                "venv",
+                "--system-site-packages",
+                "--without-pip",
+            ],
+            Some(venv),
+        )
+        .await
+        .with_context(|| format!("could not create the venv {}", venv.display()))?;
+        let python = venv.join("bin").join("python");
+        if run_quietly(&python, &["-E", "-m", "pip", "--version"], None)
+            .await
+            .is_err()
+        {
+            run_quietly(&python, &["-E", "-m", "ensurepip", "--default-pip"], None)
+                .await
+                .with_context(|| format!("could not add pip to the venv {}", venv.display()))?;
+        }
+    }
+    let text = std::fs::read_to_string(&cfg_file)
+        .with_context(|| format!("cannot read {}", cfg_file.display()))?;
+    let want = build_minor_version();
+    let version = text
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(k, _)| matches!(k.trim(), "version" | "version_info"))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    if !(version == want || version.starts_with(&format!("{want}."))) {
+        bail!(
+            "config [python] venv {} was made with Python {} but toolbox embeds Python {}; \
+             recreate it with {BUILD_PYTHON_EXECUTABLE} -m venv",
+            venv.display(),
+            if version.is_empty() {
+                "(unknown)"
+            } else {
+                &version
+            },
+            want
+        );
+    }
+    ready_venvs(|set| set.insert(venv.clone()));
+    Ok(())
+}
+
+/// Runs `program args [extra]` and fails with its stderr when it fails.
+async fn run_quietly(program: &Path, args: &[&str], extra: Option<&Path>) -> Result<()> {
+    let mut command = crate::isolated::python_command(program);
+    command.args(args);
+    if let Some(extra) = extra {
+        command.arg(extra);
+    }
+    let out = command
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+fn ready_venvs<T>(f: impl FnOnce(&mut HashSet<PathBuf>) -> T) -> T {
+    let mut guard = READY_VENVS.lock().unwrap_or_else(|e| e.into_inner());
+    f(guard.get_or_insert_with(HashSet::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_and_keys() {
+        let root = Path::new("/ws");
+        let c = PythonConfig::from_value(None, root).unwrap();
+        assert_eq!(c.backend, Backend::Embedded);
+        assert_eq!(c.interpreter(), PathBuf::from(BUILD_PYTHON_EXECUTABLE));
+        let c = PythonConfig::from_value(
+            Some(
+                &json!({"backend": "isolated", "venv": ".venv", "timeout_ms": 5000,
+                         "pip_args": ["--no-index"]}),
+            ),
+            root,
+        )
+        .unwrap();
+        assert_eq!(c.backend, Backend::Isolated);
+        assert_eq!(c.interpreter(), PathBuf::from("/ws/.venv/bin/python"));
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert_eq!(c.pip_args, ["--no-index"]);
+        assert!(c
+            .site_packages()
+            .unwrap()
+            .ends_with(format!("python{}/site-packages", build_minor_version())));
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let root = Path::new("/ws");
+        let e = PythonConfig::from_value(Some(&json!({"backend": "docker"})), root)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("backend must be \"embedded\" or \"isolated\""),
+            "{e}"
+        );
+        let e = PythonConfig::from_value(Some(&json!({"bakend": "isolated"})), root)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown key `bakend`"), "{e}");
+        let e = PythonConfig::from_value(Some(&json!({"timeout_ms": "soon"})), root)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("timeout_ms must be a positive whole number"),
+            "{e}"
+        );
+        let e = PythonConfig::from_value(Some(&json!({"pip_args": "--no-index"})), root)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pip_args must be an array of strings"), "{e}");
+    }
+
+    #[test]
+    fn minor_version_is_parsed() {
+        let v = build_minor_version();
+        assert!(v.starts_with("3."), "{v}");
+        assert_eq!(v.matches('.').count(), 1, "{v}");
+    }
+}

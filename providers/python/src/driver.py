@@ -1,0 +1,960 @@
+"""toolbox's Python driver: everything that happens on the Python side of run_python_code.
+
+The same file runs in two places:
+
+- embedded: loaded as the module ``toolbox_driver`` into the interpreter that toolbox hosts
+  in-process (pyo3); Rust calls ``handle(request_json) -> response_json`` on its Python thread.
+- isolated: run by the build interpreter (or the configured venv's) as
+  ``python -E -u -c <this file> --serve``; requests and responses are JSON lines on
+  stdin/stdout (``serve``).
+
+A request is a JSON object with an ``op``:
+
+- ``run``: execute a cell (``code``) or a script (``script_path`` + ``args``) in the session's
+  namespace; returns stdout, stderr, the final expression's value, display data (saved
+  matplotlib figures), the error if any, and the execution count.
+- ``lookup``: search the public functions and classes of an importable package.
+- ``info``: the interpreter's identity (version, prefix, executable, libpython).
+
+Every response is ``{"ok": true, "result": {...}}`` or ``{"ok": false, "error": "..."}``;
+an exception in user code is a normal result with an ``error`` field, never ``ok: false``.
+"""
+
+import ast
+import builtins
+import importlib
+import io
+import json
+import linecache
+import os
+import re
+import sys
+import time
+import traceback
+import types
+import warnings
+
+# Captured output beyond this many characters per stream is dropped (with a note), so a
+# runaway print loop cannot eat the host's memory.
+MAX_STREAM_CHARS = 8 * 1024 * 1024
+# A final expression's repr (or a display() call) beyond this is cut.
+MAX_REPR_CHARS = 1024 * 1024
+
+_DRIVER_GLOBALS = globals()
+
+
+class ExecutionInterrupted(BaseException):
+    """Raised inside user code when toolbox stops it (timeout or cancellation).
+
+    A BaseException so that ``except Exception:`` in user code does not swallow it.
+    """
+
+
+# Shown as plain `ExecutionInterrupted: …` in tracebacks, not `toolbox_driver.…`.
+ExecutionInterrupted.__module__ = "builtins"
+
+
+# --- process-wide state ---------------------------------------------------------------------
+
+_SESSIONS = {}
+# Set by toolbox (under the GIL) just before it interrupts a run; the SIGUSR2 handler only
+# raises when this is set, so a stray signal is harmless.
+_INTERRUPT = {"armed": False, "reason": ""}
+_STATE = {
+    "configured": False,
+    "embedded": True,
+    "generation": None,
+    "site_dirs": set(),
+    "cell_seq": 0,
+    "current": None,  # the _Run in progress, if any
+    "fd_capture": False,
+}
+# filename "<cell-N>" -> (session id, execution count), to show tracebacks of earlier cells.
+_CELL_FILES = {}
+
+
+def configure(embedded=True):
+    """One-time setup of the interpreter; safe to call again."""
+    if _STATE["configured"]:
+        return
+    _STATE["configured"] = True
+    _STATE["embedded"] = embedded
+    # Code must never read the host's stdin: in the embedded case it carries the MCP
+    # protocol, in the worker case toolbox's requests.
+    sys.stdin = io.StringIO("")
+    if embedded:
+        # From now on Python-level output never reaches the host's own stdout/stderr.
+        sys.stdout = _Router("stdout")
+        sys.stderr = _Router("stderr")
+    # Like Jupyter, the working directory (the session scratchpad) is importable.
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    # Figures are rendered off-screen and saved as PNG; plt.show() has nothing to show.
+    warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
+    warnings.filterwarnings("ignore", message=".*FigureCanvasAgg is non-interactive.*")
+    sys.meta_path.insert(0, _PyplotHook())
+    if "matplotlib.pyplot" in sys.modules:
+        _patch_pyplot(sys.modules["matplotlib.pyplot"])
+    try:
+        import signal
+
+        signal.signal(signal.SIGUSR2, _on_interrupt_signal)
+        _STATE["signal"] = True
+    except (ValueError, OSError, AttributeError):
+        # Not the interpreter's main thread (someone else started Python in this process):
+        # timeouts then rely on the asynchronous exception alone.
+        _STATE["signal"] = False
+
+
+def _on_interrupt_signal(signum, frame):
+    # The signal's only purpose is to wake a blocking system call (time.sleep, a socket
+    # read, waiting for a subprocess) so that Python regains control and can raise.
+    # Only inside the user's code: the driver's own bookkeeping must finish undisturbed.
+    if _INTERRUPT["armed"] and in_user_code():
+        raise ExecutionInterrupted(_INTERRUPT["reason"])
+
+
+def arm_interrupt(reason):
+    _INTERRUPT["armed"] = True
+    _INTERRUPT["reason"] = reason
+
+
+def disarm_interrupt():
+    _INTERRUPT["armed"] = False
+
+
+def in_user_code():
+    run = _STATE["current"]
+    return run is not None and run.in_user_code
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+class _Session:
+    def __init__(self, sid):
+        self.sid = sid
+        # A real module, so that pickle and friends find classes defined in cells under
+        # __main__ while this session runs (sys.modules["__main__"] is swapped per run).
+        self.module = types.ModuleType("__main__")
+        self.ns = self.module.__dict__
+        self.ns["__builtins__"] = builtins
+        self.ns["display"] = _display
+        self.count = 0
+
+
+def _session(sid):
+    session = _SESSIONS.get(sid)
+    if session is None:
+        session = _SESSIONS[sid] = _Session(sid)
+    return session
+
+
+# --- output capture ---------------------------------------------------------------------------
+
+
+class _Buffer:
+    """Collects one stream of one run, up to MAX_STREAM_CHARS."""
+
+    def __init__(self):
+        self.parts = []
+        self.size = 0
+        self.dropped = 0
+
+    def add(self, text):
+        room = MAX_STREAM_CHARS - self.size
+        if room <= 0:
+            self.dropped += len(text)
+            return
+        if len(text) > room:
+            self.dropped += len(text) - room
+            text = text[:room]
+        self.parts.append(text)
+        self.size += len(text)
+
+    def text(self):
+        out = "".join(self.parts)
+        if self.dropped:
+            out += "\n[... %d more characters dropped ...]\n" % self.dropped
+        return out
+
+
+class _Router(io.TextIOBase):
+    """sys.stdout / sys.stderr of the embedded interpreter, for good.
+
+    While a run is in progress, writes go to that run's buffer; between runs (a background
+    thread printing) they are kept and shown with the next run. Either way nothing reaches
+    the host process's own stdout, which may be carrying a protocol (MCP over stdio).
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.current = None
+        self.pending = _Buffer()
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    @property
+    def errors(self):
+        return "replace"
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        (self.current or self.pending).add(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+class _MemoryCapture:
+    """Embedded mode: Python-level writes only (the process's file descriptors are the host's)."""
+
+    def __init__(self):
+        if not isinstance(sys.stdout, _Router):
+            sys.stdout = _Router("stdout")
+        if not isinstance(sys.stderr, _Router):
+            sys.stderr = _Router("stderr")
+
+    def start(self):
+        self.out, self.err = _Buffer(), _Buffer()
+        for router, buf in ((sys.stdout, self.out), (sys.stderr, self.err)):
+            if isinstance(router, _Router):
+                pending = router.pending.text()
+                if pending:
+                    buf.add(pending)
+                router.pending = _Buffer()
+                router.current = buf
+
+    def stop(self):
+        for router in (sys.stdout, sys.stderr):
+            if isinstance(router, _Router):
+                router.current = None
+        return self.out.text(), self.err.text()
+
+    def user_stdout(self):
+        # The user may have replaced sys.stdout; the capture is still ours.
+        return self.out
+
+
+class _FdCapture:
+    """Worker mode: file descriptors 1 and 2 point at temporary files during a run.
+
+    This captures everything — print(), os.system, subprocesses, C extensions — in the order
+    it was written, which embedded mode cannot do without stealing the host's descriptors.
+    """
+
+    def start(self):
+        import tempfile
+
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        self.files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+        self.saved = [os.dup(1), os.dup(2)]
+        os.dup2(self.files[0].fileno(), 1)
+        os.dup2(self.files[1].fileno(), 2)
+
+    def stop(self):
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except Exception:
+                pass
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        for fd in self.saved:
+            os.close(fd)
+        texts = []
+        for f in self.files:
+            f.seek(0)
+            data = f.read(MAX_STREAM_CHARS + 1)
+            text = data[:MAX_STREAM_CHARS].decode("utf-8", "replace")
+            if len(data) > MAX_STREAM_CHARS:
+                text += "\n[... output beyond %d bytes dropped ...]\n" % MAX_STREAM_CHARS
+            f.close()
+            texts.append(text)
+        return texts[0], texts[1]
+
+
+# --- matplotlib -------------------------------------------------------------------------------
+
+
+class _PyplotHook:
+    """Patches matplotlib.pyplot as it is imported: Agg backend, and show() saves figures."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PyplotLoader(spec.loader)
+        return spec
+
+
+class _PyplotLoader:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        mpl = sys.modules.get("matplotlib")
+        if mpl is not None:
+            try:
+                # Off-screen rendering; no display server is ever involved.
+                mpl.use("Agg")
+            except Exception:
+                pass
+        self.inner.exec_module(module)
+        _patch_pyplot(module)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _patch_pyplot(plt):
+    if getattr(plt, "_toolbox_patched", False):
+        return
+    original = plt.show
+
+    def show(*args, **kwargs):
+        # As in a notebook: show() puts the open figures in the output and closes them.
+        run = _STATE["current"]
+        if run is None:
+            return original(*args, **kwargs)
+        run.save_figures()
+
+    show.__doc__ = original.__doc__
+    plt.show = show
+    plt._toolbox_patched = True
+
+
+# --- running code -----------------------------------------------------------------------------
+
+
+def _display(*objs, **kwargs):
+    """Show objects in the output, like IPython's display()."""
+    run = _STATE["current"]
+    for obj in objs:
+        if run is None:
+            print(repr(obj))
+            continue
+        fig_type = None
+        mpl_figure = sys.modules.get("matplotlib.figure")
+        if mpl_figure is not None:
+            fig_type = getattr(mpl_figure, "Figure", None)
+        if fig_type is not None and isinstance(obj, fig_type):
+            run.save_figure(obj)
+        else:
+            run.display.append(_mime_bundle(obj))
+
+
+def _mime_bundle(obj):
+    item = {"mime_type": "text/plain", "text": _cut(repr(obj))}
+    html = _html(obj)
+    if html is not None:
+        item["html"] = html
+    return item
+
+
+def _html(obj):
+    method = getattr(type(obj), "_repr_html_", None)
+    if method is None:
+        return None
+    try:
+        html = method(obj)
+    except Exception:
+        return None
+    return _cut(html) if isinstance(html, str) else None
+
+
+def _cut(text):
+    if len(text) > MAX_REPR_CHARS:
+        return text[:MAX_REPR_CHARS] + "\n[... %d more characters ...]" % (len(text) - MAX_REPR_CHARS)
+    return text
+
+
+class _Run:
+    def __init__(self, session, output_dir):
+        self.session = session
+        self.output_dir = output_dir
+        self.display = []
+        self.notes = []
+        self.in_user_code = False
+
+    def save_figures(self):
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        try:
+            numbers = list(plt.get_fignums())
+        except Exception:
+            return
+        for num in numbers:
+            try:
+                fig = plt.figure(num)
+                self.save_figure(fig)
+            finally:
+                try:
+                    plt.close(num)
+                except Exception:
+                    pass
+
+    def save_figure(self, fig):
+        if not self.output_dir:
+            self.notes.append("a figure was not saved: no output folder")
+            return
+        try:
+            os.makedirs(self.output_dir, exist_ok=True)
+            path, handle = _new_figure_file(self.output_dir)
+            with handle:
+                fig.savefig(handle, format="png")
+            self.display.append({"mime_type": "image/png", "path": path})
+        except Exception as e:
+            self.notes.append("a figure could not be saved: %s: %s" % (type(e).__name__, e))
+
+
+_FIGURE_NAME = re.compile(r"^figure-(\d+)\.png$")
+
+
+def _new_figure_file(folder):
+    """The next free output/figure-<n>.png, created exclusively so nothing is overwritten."""
+    highest = 0
+    for name in os.listdir(folder):
+        m = _FIGURE_NAME.match(name)
+        if m:
+            highest = max(highest, int(m.group(1)))
+    n = highest + 1
+    while True:
+        path = os.path.join(folder, "figure-%d.png" % n)
+        try:
+            return path, open(path, "xb")
+        except FileExistsError:
+            n += 1
+
+
+def _prepare_source(code):
+    """Comments out `%matplotlib ...` lines (a no-op here: figures are always captured)."""
+    lines = code.split("\n")
+    changed = False
+    for i, line in enumerate(lines):
+        if line.startswith("%matplotlib"):
+            lines[i] = "#" + line
+            changed = True
+    return "\n".join(lines) if changed else code
+
+
+def _magic_hint(code, err):
+    lineno = getattr(err, "lineno", None) or 0
+    lines = code.split("\n")
+    if 0 < lineno <= len(lines):
+        stripped = lines[lineno - 1].lstrip()
+        if stripped.startswith(("%", "!")):
+            return (
+                "IPython magics and shell escapes (lines starting with % or !) are not "
+                "supported here: this is plain Python. Use kernel_install to install packages "
+                "and subprocess (or the shell tool) to run commands."
+            )
+    return None
+
+
+def _compile_cell(code, filename):
+    """Compiles a cell; returns (body code, last-expression code or None)."""
+    flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+    tree = ast.parse(code, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        node = tree.body[-1]
+        # As in IPython, a trailing semicolon hides the value (`plt.plot(x);`).
+        line = code.split("\n")[node.end_lineno - 1].encode("utf-8")
+        rest = line[node.end_col_offset :].decode("utf-8", "replace").lstrip()
+        tree.body.pop()
+        if not rest.startswith(";"):
+            last = compile(ast.Expression(node.value), filename, "eval", flags=flags)
+        else:
+            tree.body.append(node)
+    body = compile(tree, filename, "exec", flags=flags)
+    return body, last
+
+
+def _execute(code_obj, ns):
+    import inspect
+
+    if code_obj.co_flags & inspect.CO_COROUTINE:
+        import asyncio
+
+        coro = eval(code_obj, ns)
+        return asyncio.run(coro)
+    return eval(code_obj, ns)
+
+
+def _run(req):
+    sid = req.get("session") or "default"
+    session = _session(sid)
+    output_dir = req.get("output_dir") or ""
+    cwd = req.get("cwd") or None
+    root = req.get("root") or ""
+    if output_dir:
+        session.ns.setdefault("OUTPUT_DIR", output_dir)
+    _sync_site(req)
+
+    session.count += 1
+    count = session.count
+    run = _Run(session, output_dir)
+    capture = _FdCapture() if _STATE["fd_capture"] else _MemoryCapture()
+    error = None
+    result = None
+    interrupted = False
+    old_cwd = None
+    old_main = sys.modules.get("__main__")
+    old_argv = sys.argv
+    _STATE["current"] = run
+    capture.start()
+    try:
+        if cwd:
+            try:
+                old_cwd = os.getcwd()
+            except OSError:
+                old_cwd = None
+            os.chdir(cwd)
+        sys.modules["__main__"] = session.module
+        if req.get("script_path"):
+            _run_script(req, session, run)
+        else:
+            code = _prepare_source(req.get("code") or "")
+            _STATE["cell_seq"] += 1
+            filename = "<cell-%d>" % _STATE["cell_seq"]
+            _CELL_FILES[filename] = (sid, count)
+            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+            try:
+                body, last = _compile_cell(code, filename)
+            except SyntaxError as e:
+                hint = _magic_hint(code, e)
+                if hint:
+                    run.notes.append(hint)
+                raise
+            run.in_user_code = True
+            try:
+                _execute(body, session.ns)
+                if last is not None:
+                    value = _execute(last, session.ns)
+                    if value is not None:
+                        session.ns["_"] = value
+                        result = {"text/plain": _cut(repr(value))}
+                        html = _html(value)
+                        if html is not None:
+                            result["text/html"] = html
+            finally:
+                run.in_user_code = False
+    except ExecutionInterrupted as e:
+        interrupted = True
+        # The asynchronous exception arrives as a bare class; give it its reason.
+        reason = str(e) or _INTERRUPT["reason"] or "interrupted"
+        e = ExecutionInterrupted(reason).with_traceback(e.__traceback__)
+        error = _error_record(e, root, filename_current=_current_cell())
+    except SystemExit as e:
+        code = e.code
+        if code not in (None, 0):
+            error = _error_record(e, root, filename_current=_current_cell())
+        else:
+            run.notes.append("the code called sys.exit(%s); the session goes on" % ("" if code is None else code))
+    except BaseException as e:  # noqa: B902 - user code may raise anything
+        error = _error_record(e, root, filename_current=_current_cell())
+    finally:
+        run.in_user_code = False
+        _INTERRUPT["armed"] = False
+        try:
+            run.save_figures()
+        except BaseException as e:
+            run.notes.append("figures could not be saved: %s" % e)
+        sys.argv = old_argv
+        if old_main is not None:
+            sys.modules["__main__"] = old_main
+        if old_cwd is not None:
+            try:
+                os.chdir(old_cwd)
+            except OSError:
+                pass
+        stdout, stderr = capture.stop()
+        _STATE["current"] = None
+    return {
+        "execution_count": count,
+        "stdout": stdout,
+        "stderr": stderr,
+        "result": result,
+        "display_data": run.display,
+        "error": error,
+        "interrupted": interrupted,
+        "notes": run.notes,
+    }
+
+
+def _current_cell():
+    return "<cell-%d>" % _STATE["cell_seq"]
+
+
+def _run_script(req, session, run):
+    import runpy
+
+    path = req["script_path"]
+    sys.argv = [path] + list(req.get("args") or [])
+    run.in_user_code = True
+    try:
+        result = runpy.run_path(path, run_name="__main__")
+    finally:
+        run.in_user_code = False
+    # Like IPython's %run: the script's top-level names land in the session afterwards.
+    for name, value in result.items():
+        if not (name.startswith("__") and name.endswith("__")):
+            session.ns[name] = value
+
+
+_CELL_REF = re.compile(r'"<cell-(\d+)>"')
+
+
+def _error_record(exc, root, filename_current):
+    tb = exc.__traceback__
+    # Drop the driver's own frames (and runpy's) above the user's code.
+    while tb is not None and (
+        tb.tb_frame.f_globals is _DRIVER_GLOBALS
+        or os.path.basename(tb.tb_frame.f_code.co_filename) in ("runpy.py", "<frozen runpy>")
+    ):
+        tb = tb.tb_next
+    try:
+        lines = traceback.format_exception(type(exc), exc, tb)
+    except BaseException:
+        lines = ["%s: %s\n" % (type(exc).__name__, exc)]
+    text = "".join(lines)
+
+    def name_cell(m):
+        fname = "<cell-%s>" % m.group(1)
+        if fname == filename_current:
+            return '"<cell>"'
+        seen = _CELL_FILES.get(fname)
+        return '"<cell In[%d]>"' % seen[1] if seen else '"<cell>"'
+
+    text = _CELL_REF.sub(name_cell, text)
+    if root:
+        text = text.replace(root.rstrip("/") + "/", "")
+    evalue = str(exc)
+    evalue = _CELL_REF.sub(name_cell, evalue)
+    return {
+        "ename": type(exc).__name__,
+        "evalue": evalue,
+        "traceback": text,
+    }
+
+
+def _sync_site(req):
+    """Adds the configured venv's site-packages and picks up packages installed since."""
+    for path in req.get("site_dirs") or ():
+        if path in _STATE["site_dirs"] or not os.path.isdir(path):
+            continue
+        import site
+
+        before = list(sys.path)
+        site.addsitedir(path)
+        added = [p for p in sys.path if p not in before]
+        # A venv's packages shadow the base interpreter's, as they do in the venv itself.
+        rest = [p for p in sys.path if p not in added]
+        first_site = next(
+            (i for i, p in enumerate(rest) if p.endswith(("site-packages", "dist-packages"))),
+            len(rest),
+        )
+        sys.path[:] = rest[:first_site] + added + rest[first_site:]
+        _STATE["site_dirs"].add(path)
+        importlib.invalidate_caches()
+    generation = req.get("generation")
+    if generation is not None and generation != _STATE["generation"]:
+        if _STATE["generation"] is not None:
+            importlib.invalidate_caches()
+        _STATE["generation"] = generation
+
+
+# --- registry_lookup --------------------------------------------------------------------------
+
+
+def _first_paragraph(doc):
+    if not doc:
+        return ""
+    para = doc.strip().split("\n\n", 1)[0]
+    para = " ".join(para.split())
+    return para[:300] + ("…" if len(para) > 300 else "")
+
+
+def _signature(obj, name):
+    import inspect
+
+    try:
+        return name + str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return name + "(...)"
+
+
+def _public_names(module):
+    names = getattr(module, "__all__", None)
+    if isinstance(names, (list, tuple)):
+        return [n for n in names if isinstance(n, str)]
+    return [n for n in vars(module) if not n.startswith("_")]
+
+
+def _lookup(req):
+    import inspect
+    import pkgutil
+
+    query = (req.get("query") or "").strip()
+    package = (req.get("package") or "").strip()
+    limit = int(req.get("limit") or 10)
+    budget = float(req.get("budget_s") or 10.0)
+    max_modules = int(req.get("max_modules") or 400)
+    deadline = time.monotonic() + budget
+    notes = []
+    q = query.lower()
+    words = [w for w in re.split(r"[^a-z0-9_]+", q) if w]
+
+    if not package and "." in query:
+        # `json.dumps`, `pandas.read_csv`: the longest importable prefix is the package.
+        parts = query.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            candidate = ".".join(parts[:i])
+            try:
+                importlib.import_module(candidate)
+            except BaseException:
+                continue
+            package, query = candidate, ".".join(parts[i:])
+            q = query.lower()
+            words = [w for w in re.split(r"[^a-z0-9_]+", q) if w]
+            break
+
+    if not package:
+        # Without a package, match the names of importable top-level modules.
+        names = set(sys.builtin_module_names)
+        for info in pkgutil.iter_modules():
+            names.add(info.name)
+        hits = []
+        for name in names:
+            if name.startswith("_"):
+                continue
+            score = _score(name.lower(), "", q, words)
+            if score:
+                hits.append((score, name))
+        hits.sort(key=lambda h: (-h[0], len(h[1]), h[1]))
+        return {
+            "package": None,
+            "modules_searched": 0,
+            "matches": [
+                {"name": n, "kind": "module", "signature": n, "summary": "", "score": s}
+                for s, n in hits[:limit]
+            ],
+            "total": len(hits),
+            "notes": ["no package given: matched module names only; pass package to search inside one"],
+        }
+
+    try:
+        root = importlib.import_module(package)
+    except BaseException as e:
+        raise LookupError("cannot import %s: %s: %s" % (package, type(e).__name__, e))
+
+    modules = [(package, root)]
+    seen_modules = {package}
+    if hasattr(root, "__path__"):
+        for info in pkgutil.walk_packages(root.__path__, package + ".", onerror=lambda name: None):
+            if len(modules) >= max_modules:
+                notes.append("stopped after %d modules" % max_modules)
+                break
+            if time.monotonic() > deadline:
+                notes.append("stopped walking submodules after %.0f s" % budget)
+                break
+            name = info.name
+            parts = name.split(".")
+            if any(p.startswith("_") for p in parts) or any(p in ("tests", "test", "testing", "conftest") for p in parts):
+                continue
+            if name in seen_modules:
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    mod = importlib.import_module(name)
+            except BaseException:
+                continue
+            seen_modules.add(name)
+            modules.append((name, mod))
+
+    seen_objects = set()
+    hits = []
+    for modname, mod in modules:
+        for attr in _public_names(mod):
+            try:
+                obj = getattr(mod, attr)
+            except BaseException:
+                continue
+            if not (inspect.isclass(obj) or inspect.isroutine(obj)):
+                continue
+            owner = getattr(obj, "__module__", None) or ""
+            exported = isinstance(getattr(mod, "__all__", None), (list, tuple))
+            if not exported and owner and not owner.startswith(package.split(".")[0]):
+                continue  # something the module merely imported
+            if id(obj) in seen_objects:
+                continue
+            seen_objects.add(id(obj))
+            _consider(hits, "%s.%s" % (modname, attr), attr, obj, q, words)
+            if inspect.isclass(obj):
+                for mname, member in vars(obj).items():
+                    if mname.startswith("_"):
+                        continue
+                    if not inspect.isroutine(member) and not isinstance(member, (classmethod, staticmethod)):
+                        continue
+                    target = getattr(obj, mname, member)
+                    _consider(hits, "%s.%s.%s" % (modname, attr, mname), mname, target, q, words, member_of=obj)
+    hits.sort(key=lambda h: (-h["score"], h["name"].count("."), len(h["name"]), h["name"]))
+    return {
+        "package": package,
+        "modules_searched": len(modules),
+        "matches": hits[:limit],
+        "total": len(hits),
+        "notes": notes,
+    }
+
+
+def _score(name, doc, q, words):
+    if not q:
+        return 0
+    if name == q:
+        return 100
+    if name.startswith(q):
+        return 80
+    if q in name:
+        return 60
+    if words and all(w in name for w in words):
+        return 55
+    if doc and words:
+        found = sum(1 for w in words if w in doc)
+        if found == len(words):
+            return 40
+        if found:
+            return 20 * found // len(words)
+    return 0
+
+
+def _consider(hits, qualname, name, obj, q, words, member_of=None):
+    import inspect
+
+    try:
+        doc = inspect.getdoc(obj) or ""
+    except BaseException:
+        doc = ""
+    score = _score(name.lower(), doc.lower(), q, words)
+    if not score:
+        return
+    if member_of is not None:
+        score -= 5  # a top-level function of that name is the likelier answer
+    if inspect.isclass(obj):
+        kind = "class"
+    elif member_of is not None:
+        kind = "method"
+    else:
+        kind = "function"
+    hits.append(
+        {
+            "name": qualname,
+            "kind": kind,
+            "signature": _signature(obj, qualname.rsplit(".", 1)[-1] if member_of is None else name),
+            "summary": _first_paragraph(doc),
+            "score": score,
+        }
+    )
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def _info(req):
+    import sysconfig
+
+    return {
+        "version": sys.version.replace("\n", " "),
+        "prefix": sys.prefix,
+        "base_prefix": sys.base_prefix,
+        "executable": sys.executable,
+        "stdlib": sysconfig.get_paths().get("stdlib", ""),
+        "os_module": getattr(os, "__file__", ""),
+        "path": list(sys.path),
+        "signal_interrupts": bool(_STATE.get("signal")),
+    }
+
+
+def _dispatch(req):
+    op = req.get("op")
+    if op == "run":
+        return _run(req)
+    if op == "lookup":
+        return _lookup(req)
+    if op == "info":
+        return _info(req)
+    if op == "sync":
+        _sync_site(req)
+        return {}
+    raise ValueError("unknown op %r" % (op,))
+
+
+def handle(request_json):
+    """One request in, one response out, both JSON text. Never raises for bad user code."""
+    try:
+        req = json.loads(request_json)
+        return json.dumps({"ok": True, "result": _dispatch(req)}, default=str)
+    except ExecutionInterrupted as e:
+        return json.dumps({"ok": False, "error": "interrupted: %s" % (e or _INTERRUPT["reason"]), "interrupted": True})
+    except BaseException as e:
+        return json.dumps({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+
+
+def serve():
+    """The isolated worker: JSON lines on the original stdin/stdout."""
+    import faulthandler
+
+    # Keep private copies of the protocol channels, then point fd 0 at /dev/null and fd 1 at
+    # stderr so that nothing the user's code does between runs can corrupt the protocol.
+    proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    diag = os.fdopen(os.dup(2), "w", encoding="utf-8")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    # A crash (segfault, abort) prints the Python stack to toolbox, which reports it.
+    faulthandler.enable(file=diag)
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", errors="replace", write_through=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="replace", write_through=True)
+    configure(embedded=False)
+    _STATE["fd_capture"] = True
+    for line in proto_in:
+        if not line.strip():
+            continue
+        proto_out.write(handle(line) + "\n")
+        proto_out.flush()
+
+
+if __name__ == "__main__" and "--serve" in sys.argv[1:]:
+    serve()

@@ -1,0 +1,477 @@
+//! The embedded backend: one CPython interpreter inside this process, on one thread.
+//!
+//! - **One thread.** The interpreter is started (and only ever entered by this crate) on a
+//!   dedicated thread, `toolbox-python`. Jobs arrive over a channel; each job attaches to the
+//!   interpreter, calls the driver's `handle`, detaches and answers over a oneshot channel.
+//!   Nothing here holds the GIL across an `.await`, and between jobs the GIL is free, so
+//!   threads that user code started keep running.
+//! - **Started from the build interpreter.** The interpreter is initialised with the build
+//!   interpreter's path as its program name, so `sys.prefix`, the stdlib and
+//!   `sys.executable` are the ones toolbox was built against, whatever PATH says; PYTHON*
+//!   environment variables are ignored for the same reason. After start the loaded
+//!   libpython's version is compared with the build one (LD_LIBRARY_PATH can override an
+//!   rpath that is a DT_RUNPATH) and a mismatch is refused with the library's path.
+//! - **Timeouts.** A run past its limit is interrupted in-process: the driver's
+//!   `ExecutionInterrupted` is raised in the Python thread with `PyThreadState_SetAsyncExc`
+//!   (stops pure-Python code at its next bytecode), and SIGUSR2 is sent to that thread so a
+//!   blocking system call (`time.sleep`, a socket read, waiting for a subprocess) returns
+//!   EINTR and the driver's signal handler raises. Code that neither returns to Python nor
+//!   makes an interruptible system call — a long computation inside a C extension — cannot
+//!   be stopped in-process: the call then reports that the interpreter is still busy, and
+//!   later calls are refused with a clear message until it finishes (the interrupt is still
+//!   raised as soon as control returns to Python). The isolated backend kills instead.
+//! - **Process-global state.** One interpreter per process: `sys.modules`, `sys.path`,
+//!   environment variables and the working directory are shared by every session; each
+//!   session has its own namespace. Runs are serialised: one at a time, across sessions.
+
+use std::ffi::{c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyModule;
+use serde_json::Value;
+use tokio::sync::{oneshot, OnceCell};
+use toolbox_core::ToolContext;
+
+use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION, DRIVER_SOURCE};
+
+/// How long a timed-out run gets to stop after it was interrupted before the interpreter is
+/// reported busy.
+const GRACE: Duration = Duration::from_millis(2000);
+/// The interrupter raises again this often (user code may swallow one with a bare except).
+const REPEAT: Duration = Duration::from_millis(600);
+
+static INTERPRETER: OnceCell<Result<Arc<Interpreter>, String>> = OnceCell::const_new();
+
+struct Job {
+    id: u64,
+    request: String,
+    reply: oneshot::Sender<Result<String, String>>,
+    /// Set when the caller gave up; a job not yet started is then skipped.
+    abandoned: Arc<AtomicBool>,
+}
+
+/// A run that timed out and could not be interrupted.
+struct Stuck {
+    job: u64,
+    call_id: String,
+    session: String,
+    since: Instant,
+}
+
+struct Interpreter {
+    jobs: mpsc::Sender<Job>,
+    next_id: AtomicU64,
+    /// The job the Python thread is running (0: none). Written and read with the GIL held.
+    running: AtomicU64,
+    stuck: Mutex<Option<Stuck>>,
+    /// `threading.get_ident()` of the Python thread, for PyThreadState_SetAsyncExc.
+    ident: u64,
+    /// The Python thread itself, for pthread_kill.
+    pthread: libc::pthread_t,
+    /// Whether the driver's SIGUSR2 handler is installed (it is unless someone else started
+    /// Python in this process first, on another thread).
+    signal_interrupts: bool,
+    driver: Py<PyModule>,
+}
+
+/// The interpreter, started on first use.
+async fn interpreter() -> Result<Arc<Interpreter>> {
+    INTERPRETER
+        .get_or_init(|| async {
+            let (tx, rx) = oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("toolbox-python".into())
+                .spawn(move || python_thread(tx));
+            if let Err(e) = spawned {
+                return Err(format!("cannot start the Python thread: {e}"));
+            }
+            rx.await
+                .unwrap_or_else(|_| Err("the Python thread stopped while starting".into()))
+        })
+        .await
+        .clone()
+        .map_err(|e| anyhow!("the embedded Python interpreter is not available: {e}"))
+}
+
+fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
+    let (jobs, queue) = mpsc::channel::<Job>();
+    let started = match start_python() {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let interpreter = Arc::new(Interpreter {
+        jobs,
+        next_id: AtomicU64::new(1),
+        running: AtomicU64::new(0),
+        stuck: Mutex::new(None),
+        ident: started.ident,
+        // SAFETY: pthread_self has no preconditions.
+        pthread: unsafe { libc::pthread_self() },
+        signal_interrupts: started.signal_interrupts,
+        driver: started.driver,
+    });
+    if ready.send(Ok(interpreter.clone())).is_err() {
+        return;
+    }
+    while let Ok(job) = queue.recv() {
+        let response = Python::attach(|py| interpreter.run_job(py, &job));
+        interpreter.clear_stuck(job.id);
+        // The caller may have given up; nobody listening is fine.
+        let _ = job.reply.send(response);
+    }
+}
+
+struct Started {
+    ident: u64,
+    signal_interrupts: bool,
+    driver: Py<PyModule>,
+}
+
+/// Initialises CPython as the build interpreter would run, and loads the driver.
+fn start_python() -> Result<Started, String> {
+    // SAFETY: plain CPython initialisation calls on this thread, before any other use of the
+    // interpreter by this crate; the config is initialised by PyConfig_InitPythonConfig
+    // before it is read and cleared after use.
+    unsafe {
+        if ffi::Py_IsInitialized() == 0 {
+            let mut config: ffi::PyConfig = std::mem::zeroed();
+            ffi::PyConfig_InitPythonConfig(&mut config);
+            // Signals belong to the host (tokio handles Ctrl-C); argv is not Python's.
+            config.install_signal_handlers = 0;
+            config.parse_argv = 0;
+            config.configure_c_stdio = 0;
+            // PYTHONHOME / PYTHONPATH meant for some other Python must not redirect the stdlib.
+            config.use_environment = 0;
+            let program = CString::new(BUILD_PYTHON_EXECUTABLE)
+                .map_err(|_| "the build interpreter path contains a NUL byte".to_string())?;
+            let status = ffi::PyConfig_SetBytesString(
+                &mut config,
+                &mut config.program_name,
+                program.as_ptr(),
+            );
+            if ffi::PyStatus_Exception(status) != 0 {
+                ffi::PyConfig_Clear(&mut config);
+                return Err(status_message("setting the program name", status));
+            }
+            let status = ffi::Py_InitializeFromConfig(&config);
+            ffi::PyConfig_Clear(&mut config);
+            if ffi::PyStatus_Exception(status) != 0 {
+                return Err(status_message("initialising Python", status));
+            }
+            // Initialisation leaves this thread holding the GIL; jobs attach as they come.
+            ffi::PyEval_SaveThread();
+        }
+    }
+    Python::attach(|py| -> Result<Started, String> {
+        let describe = |e: PyErr| e.to_string();
+        let sys = py.import("sys").map_err(describe)?;
+        let version: String = sys
+            .getattr("version")
+            .and_then(|v| v.extract())
+            .map_err(describe)?;
+        let version = version.replace('\n', " ");
+        if version != BUILD_PYTHON_VERSION {
+            return Err(format!(
+                "the loaded libpython ({}) is Python {version}, but toolbox was built against \
+                 Python {BUILD_PYTHON_VERSION} ({BUILD_PYTHON_EXECUTABLE}); something (often \
+                 LD_LIBRARY_PATH) made the loader pick another libpython. Unset it, or rebuild \
+                 so the binary carries a DT_RPATH (-Wl,--disable-new-dtags)",
+                loaded_libpython()
+            ));
+        }
+        let source = CString::new(DRIVER_SOURCE).map_err(|e| e.to_string())?;
+        let driver = PyModule::from_code(py, &source, c"toolbox_driver.py", c"toolbox_driver")
+            .map_err(describe)?;
+        driver
+            .call_method1("configure", (true,))
+            .map_err(describe)?;
+        let signal_interrupts = driver
+            .getattr("_STATE")
+            .and_then(|s| s.get_item("signal"))
+            .and_then(|v| v.extract::<bool>())
+            .unwrap_or(false);
+        let ident: u64 = py
+            .import("threading")
+            .and_then(|t| t.call_method0("get_ident"))
+            .and_then(|v| v.extract())
+            .map_err(describe)?;
+        Ok(Started {
+            ident,
+            signal_interrupts,
+            driver: driver.unbind(),
+        })
+    })
+}
+
+fn status_message(what: &str, status: ffi::PyStatus) -> String {
+    // SAFETY: err_msg and func are NULL or static C strings set by CPython.
+    let text = |p: *const libc::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    format!(
+        "{what} failed: {} {}",
+        text(status.func),
+        text(status.err_msg)
+    )
+}
+
+/// The path of the libpython this process actually loaded.
+pub fn loaded_libpython() -> String {
+    // SAFETY: dladdr only reads the loader's tables; the address is a function in libpython.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let addr = ffi::Py_IsInitialized as *const c_void;
+        if libc::dladdr(addr, &mut info) != 0 && !info.dli_fname.is_null() {
+            return CStr::from_ptr(info.dli_fname)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    "(unknown)".into()
+}
+
+impl Interpreter {
+    /// Runs on the Python thread with the GIL held.
+    fn run_job(&self, py: Python<'_>, job: &Job) -> Result<String, String> {
+        // Both written under the GIL, like the interrupter's check, so a job is either
+        // skipped here or visible to the interrupter as running — never neither.
+        self.running.store(job.id, Ordering::SeqCst);
+        if job.abandoned.load(Ordering::SeqCst) {
+            self.running.store(0, Ordering::SeqCst);
+            return Err("abandoned".into());
+        }
+        let driver = self.driver.bind(py);
+        let response = driver
+            .call_method1("handle", (job.request.as_str(),))
+            .and_then(|v| v.extract::<String>())
+            .map_err(|e| e.to_string());
+        // An interrupt that arrived too late to hit the user's code must not hit the next
+        // job. Neither step runs Python bytecode, so neither can trigger it.
+        // SAFETY: the GIL is held; a NULL exception clears the pending one.
+        unsafe {
+            ffi::PyThreadState_SetAsyncExc(self.ident as _, std::ptr::null_mut());
+        }
+        if let Ok(state) = driver.getattr("_INTERRUPT") {
+            let _ = state.set_item("armed", false);
+        }
+        self.running.store(0, Ordering::SeqCst);
+        response
+    }
+
+    /// Interrupts job `id` if (and while) it runs, from a helper thread: taking the GIL can
+    /// wait for as long as a C call holds it, and no async worker may block on that.
+    fn interrupt(self: &Arc<Self>, id: u64, reason: String) {
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("toolbox-python-interrupt".into())
+            .spawn(move || {
+                for _ in 0..3 {
+                    let running = Python::attach(|py| me.raise_in(py, id, &reason));
+                    if !running {
+                        return;
+                    }
+                    if me.signal_interrupts {
+                        // SAFETY: the Python thread lives as long as the process.
+                        unsafe {
+                            libc::pthread_kill(me.pthread, libc::SIGUSR2);
+                        }
+                    }
+                    std::thread::sleep(REPEAT);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(target: "toolbox", error = %e, "cannot start the Python interrupter thread");
+        }
+    }
+
+    /// With the GIL held: raises ExecutionInterrupted in job `id` if it is in user code.
+    /// Returns whether the job is still running.
+    fn raise_in(&self, py: Python<'_>, id: u64, reason: &str) -> bool {
+        if self.running.load(Ordering::SeqCst) != id {
+            return false;
+        }
+        let driver = self.driver.bind(py);
+        // Attribute and item reads only: running bytecode here could hand the GIL back to
+        // the Python thread between this check and the raise.
+        let in_user_code = driver
+            .getattr("_STATE")
+            .and_then(|state| state.get_item("current"))
+            .and_then(|run| run.getattr("in_user_code"))
+            .and_then(|v| v.extract::<bool>())
+            .unwrap_or(false);
+        if !in_user_code {
+            // The driver is compiling or saving figures; it finishes on its own.
+            return true;
+        }
+        if let Ok(state) = driver.getattr("_INTERRUPT") {
+            let _ = state.set_item("reason", reason);
+            let _ = state.set_item("armed", true);
+        }
+        if let Ok(exc) = driver.getattr("ExecutionInterrupted") {
+            // SAFETY: the GIL is held; CPython takes its own reference to the class.
+            unsafe {
+                ffi::PyThreadState_SetAsyncExc(self.ident as _, exc.as_ptr());
+            }
+        }
+        true
+    }
+
+    fn clear_stuck(&self, id: u64) {
+        let mut stuck = self.stuck.lock().unwrap_or_else(|e| e.into_inner());
+        if stuck.as_ref().is_some_and(|s| s.job == id) {
+            *stuck = None;
+        }
+    }
+
+    fn refuse_if_stuck(&self, tool: &str) -> Result<()> {
+        let stuck = self.stuck.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = stuck.as_ref() {
+            bail!(
+                "{tool}: the embedded Python interpreter is still busy with an earlier call \
+                 (call {}, session {}) that timed out {} s ago and is blocked in code that \
+                 cannot be interrupted in-process (a long computation inside a C extension). \
+                 Try again when it has finished — the interrupt is raised as soon as it returns \
+                 to Python — or configure [python] backend = \"isolated\", where a timeout \
+                 kills the worker process instead",
+                s.call_id,
+                s.session,
+                s.since.elapsed().as_secs()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Interrupts a job whose caller went away (the executor dropped the call on its own
+/// timeout or a cancellation) unless the job already answered.
+struct DropGuard {
+    interpreter: Arc<Interpreter>,
+    id: u64,
+    abandoned: Arc<AtomicBool>,
+    active: bool,
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if self.active {
+            self.abandoned.store(true, Ordering::SeqCst);
+            self.interpreter
+                .interrupt(self.id, "the call was stopped by toolbox".into());
+        }
+    }
+}
+
+/// Runs one driver request on the embedded interpreter and returns the driver's `result`.
+///
+/// A run stopped by `timeout` or `ctx.cancel` that the interrupt ended comes back as its
+/// partial result with `"stopped": "<why>"` and `"interrupted": true`; one that could not be
+/// stopped, or never started, is an error.
+pub async fn request(
+    request: &Value,
+    ctx: &ToolContext,
+    timeout: Duration,
+    tool: &str,
+) -> Result<Value> {
+    let interpreter = interpreter().await?;
+    interpreter.refuse_if_stuck(tool)?;
+    let id = interpreter.next_id.fetch_add(1, Ordering::SeqCst);
+    let (reply, mut answer) = oneshot::channel();
+    let abandoned = Arc::new(AtomicBool::new(false));
+    interpreter
+        .jobs
+        .send(Job {
+            id,
+            request: request.to_string(),
+            reply,
+            abandoned: abandoned.clone(),
+        })
+        .map_err(|_| anyhow!("{tool}: the embedded Python thread has stopped"))?;
+    let mut guard = DropGuard {
+        interpreter: interpreter.clone(),
+        id,
+        abandoned: abandoned.clone(),
+        active: true,
+    };
+    let why = tokio::select! {
+        response = &mut answer => {
+            guard.active = false;
+            return parse_response(response, tool);
+        }
+        _ = tokio::time::sleep(timeout) => format!("timed out after {} ms", timeout.as_millis()),
+        _ = ctx.cancel.cancelled() => "was cancelled".to_string(),
+    };
+    abandoned.store(true, Ordering::SeqCst);
+    interpreter.interrupt(id, format!("{tool} {why}"));
+    let waited = tokio::time::timeout(GRACE, &mut answer).await;
+    guard.active = false;
+    match waited {
+        Ok(Ok(Err(e))) if e == "abandoned" => bail!(
+            "{tool} {why} before the code started: the embedded interpreter was busy with \
+             other calls (it runs one at a time, across sessions)"
+        ),
+        Ok(response) => {
+            let mut result = parse_response(response, tool)?;
+            result["stopped"] = Value::String(why);
+            Ok(result)
+        }
+        Err(_) => {
+            let mut stuck = interpreter.stuck.lock().unwrap_or_else(|e| e.into_inner());
+            *stuck = Some(Stuck {
+                job: id,
+                call_id: ctx.call_id.clone(),
+                session: ctx.session_id.clone(),
+                since: Instant::now(),
+            });
+            bail!(
+                "{tool} {why} and the code could not be stopped: it is blocked inside a call \
+                 that does not return to Python (a long computation in a C extension, such as \
+                 a large numpy or pandas operation). The embedded interpreter is still busy \
+                 with it: later calls are refused until it finishes, and then the pending \
+                 interrupt is raised inside it. Session state is kept. For hard timeouts, \
+                 configure [python] backend = \"isolated\""
+            )
+        }
+    }
+}
+
+/// Turns the driver's JSON answer into its `result`.
+fn parse_response(
+    response: Result<Result<String, String>, oneshot::error::RecvError>,
+    tool: &str,
+) -> Result<Value> {
+    let text = match response {
+        Ok(Ok(text)) => text,
+        Ok(Err(e)) => bail!("{tool}: the Python driver failed: {e}"),
+        Err(_) => bail!("{tool}: the embedded Python thread stopped before answering"),
+    };
+    crate::parse_driver_response(&text, tool)
+}
+
+/// The embedded interpreter's identity: `sys.version`, `sys.prefix`, `sys.executable`, the
+/// stdlib folder, and the path of the libpython the process loaded.
+pub async fn info() -> Result<Value> {
+    let ws = std::env::temp_dir();
+    let workspace = toolbox_core::Workspace::new(&ws)?;
+    let ctx = ToolContext::new(workspace, "info", "info", "python_info");
+    let mut info = request(
+        &serde_json::json!({"op": "info"}),
+        &ctx,
+        Duration::from_secs(60),
+        "python_info",
+    )
+    .await?;
+    info["libpython"] = Value::String(loaded_libpython());
+    Ok(info)
+}

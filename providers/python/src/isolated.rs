@@ -1,0 +1,334 @@
+//! The isolated backend: one worker process per session, killed on timeout.
+//!
+//! A worker is the build interpreter (or the configured venv's python, which is the same
+//! Python) running the driver as `python -E -u -c <driver> --serve`: JSON lines in on
+//! stdin, out on stdout. It runs in its own process group, so a timeout or a cancellation
+//! kills it and everything it started; a crash (a segfault, `os._exit`) only ends the
+//! worker. Either way the session's state is gone, the call says so, the next call of that
+//! session starts a fresh worker and its result carries a note saying the state was reset.
+//!
+//! Calls of one session run one at a time; different sessions run in parallel.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::OwnedMutexGuard;
+use toolbox_core::ToolContext;
+
+use crate::DRIVER_SOURCE;
+
+/// How much of a worker's own stderr (crash reports) is kept for the error message.
+const STDERR_TAIL_LINES: usize = 40;
+
+#[derive(Default)]
+struct Slot {
+    worker: Option<Worker>,
+    /// Why the previous worker of this session ended, told to the next call.
+    restarted: Option<String>,
+}
+
+type Slots = HashMap<String, Arc<tokio::sync::Mutex<Slot>>>;
+
+static SLOTS: Mutex<Option<Slots>> = Mutex::new(None);
+
+fn slot_for(session: &str) -> Arc<tokio::sync::Mutex<Slot>> {
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    slots
+        .get_or_insert_with(HashMap::new)
+        .entry(session.to_string())
+        .or_default()
+        .clone()
+}
+
+/// A command running a Python executable (the build interpreter or a venv's) that loads
+/// the libpython it was built with.
+///
+/// A shared-library Python finds its libpython through a DT_RUNPATH, which LD_LIBRARY_PATH
+/// overrides: with `LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu` the pyenv python here would
+/// load Debian's libpython and mix two Pythons. Putting the build libdir first keeps every
+/// other entry working (native libraries of user code) and the interpreter whole.
+pub fn python_command(program: &Path) -> Command {
+    let mut command = Command::new(program);
+    if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
+        if !crate::BUILD_PYTHON_LIBDIR.is_empty() {
+            let mut paths = vec![PathBuf::from(crate::BUILD_PYTHON_LIBDIR)];
+            paths.extend(std::env::split_paths(&current));
+            if let Ok(joined) = std::env::join_paths(paths) {
+                command.env("LD_LIBRARY_PATH", joined);
+            }
+        }
+    }
+    command
+}
+
+/// One running driver process.
+pub struct Worker {
+    child: Child,
+    pid: Option<u32>,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    interpreter: PathBuf,
+}
+
+impl Worker {
+    /// Starts `python -E -u -c <driver> --serve` in `cwd`, in a new process group.
+    pub async fn spawn(interpreter: &Path, cwd: &Path) -> Result<Worker> {
+        let mut command = python_command(interpreter);
+        command
+            .args(["-E", "-u", "-c", DRIVER_SOURCE, "--serve"])
+            .current_dir(cwd)
+            .env("MPLBACKEND", "Agg")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot start the Python worker {}", interpreter.display()))?;
+        let pid = child.id();
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            bail!("the Python worker's pipes were not set up");
+        };
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let tail = stderr_tail.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+        Ok(Worker {
+            child,
+            pid,
+            stdin,
+            stdout: BufReader::new(stdout),
+            stderr_tail,
+            interpreter: interpreter.to_path_buf(),
+        })
+    }
+
+    /// Sends one request line and reads one response line; `None` when the worker ended.
+    pub async fn call(&mut self, request: &Value) -> std::io::Result<Option<String>> {
+        let mut line = request.to_string();
+        line.push('\n');
+        if let Err(e) = self.stdin.write_all(line.as_bytes()).await {
+            return if e.kind() == std::io::ErrorKind::BrokenPipe {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        self.stdin.flush().await.ok();
+        let mut response = String::new();
+        match self.stdout.read_line(&mut response).await? {
+            0 => Ok(None),
+            _ => Ok(Some(response)),
+        }
+    }
+
+    /// Kills the worker's whole process group (it and whatever it started).
+    pub fn kill(&mut self) {
+        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: signalling a process group we created; a stale id is harmless (ESRCH).
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.start_kill();
+    }
+
+    /// How the worker ended, with the last lines it wrote to its own stderr.
+    pub async fn describe_exit(&mut self) -> String {
+        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        let how = match status {
+            Ok(Ok(status)) => describe_status(status),
+            _ => {
+                self.kill();
+                "stopped answering".to_string()
+            }
+        };
+        // Give the stderr reader a moment to drain what the process wrote before it died.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tail: Vec<String> = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        if tail.is_empty() {
+            how
+        } else {
+            format!("{how}; its last words:\n{}", tail.join("\n"))
+        }
+    }
+}
+
+fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        let name = match signal {
+            libc::SIGSEGV => " (SIGSEGV, a segmentation fault)",
+            libc::SIGABRT => " (SIGABRT)",
+            libc::SIGKILL => " (SIGKILL; out of memory?)",
+            libc::SIGBUS => " (SIGBUS)",
+            libc::SIGFPE => " (SIGFPE)",
+            libc::SIGILL => " (SIGILL)",
+            libc::SIGTERM => " (SIGTERM)",
+            _ => "",
+        };
+        format!("was killed by signal {signal}{name}")
+    } else {
+        format!("exited with status {}", status.code().unwrap_or(-1))
+    }
+}
+
+/// A session's worker while a request is in flight: if the call is dropped midway (the
+/// executor's own timeout, a cancellation), the half-finished worker is killed so the next
+/// call never reads a stale answer.
+struct InFlight {
+    slot: OwnedMutexGuard<Slot>,
+    armed: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Some(mut worker) = self.slot.worker.take() {
+                worker.kill();
+            }
+            self.slot.restarted = Some("was stopped in the middle of a call".into());
+        }
+    }
+}
+
+/// Runs one driver request in the session's worker and returns the driver's `result`.
+pub async fn request(
+    request: &Value,
+    ctx: &ToolContext,
+    timeout: Duration,
+    tool: &str,
+    interpreter: &Path,
+    cwd: &Path,
+) -> Result<Value> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let slot = slot_for(&crate::run::session_key(ctx));
+    let slot = tokio::select! {
+        slot = slot.lock_owned() => slot,
+        _ = tokio::time::sleep_until(deadline) => bail!(
+            "{tool} timed out after {} ms waiting for this session's previous call to finish",
+            timeout.as_millis()
+        ),
+        _ = ctx.cancel.cancelled() => bail!("{tool} was cancelled"),
+    };
+    let mut call = InFlight { slot, armed: false };
+    let note = call.slot.restarted.take();
+    if let Some(worker) = call.slot.worker.as_mut() {
+        let exited = matches!(worker.child.try_wait(), Ok(Some(_)));
+        if exited || worker.interpreter != interpreter {
+            worker.kill();
+            call.slot.worker = None;
+        }
+    }
+    if call.slot.worker.is_none() {
+        call.slot.worker = Some(Worker::spawn(interpreter, cwd).await?);
+    }
+    let Some(worker) = call.slot.worker.as_mut() else {
+        bail!("{tool}: no Python worker");
+    };
+    call.armed = true;
+    let outcome = tokio::select! {
+        line = worker.call(request) => Ok(line),
+        _ = tokio::time::sleep_until(deadline) => Err(format!("timed out after {} ms", timeout.as_millis())),
+        _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
+    };
+    let lost = "the session was restarted and its state (variables, imports) is lost; \
+                the next call starts a fresh worker";
+    let text = match outcome {
+        Ok(Ok(Some(text))) => text,
+        Ok(Ok(None)) => {
+            let how = worker.describe_exit().await;
+            worker.kill();
+            call.slot.worker = None;
+            call.slot.restarted = Some("crashed".into());
+            call.armed = false;
+            bail!("{tool}: the Python worker process {how}\n\nThe worker crashed; {lost}.");
+        }
+        Ok(Err(e)) => {
+            worker.kill();
+            call.slot.worker = None;
+            call.slot.restarted = Some("failed".into());
+            call.armed = false;
+            return Err(anyhow!(e))
+                .context(format!("{tool}: cannot talk to the Python worker; {lost}"));
+        }
+        Err(why) => {
+            worker.kill();
+            call.slot.worker = None;
+            call.slot.restarted = Some(format!("{why} and was killed"));
+            call.armed = false;
+            bail!("{tool} {why}: the worker process was killed; {lost}.");
+        }
+    };
+    call.armed = false;
+    let mut result = crate::parse_driver_response(&text, tool)?;
+    if let Some(why) = note {
+        crate::add_note(
+            &mut result,
+            format!(
+                "this session's previous Python worker {why}; a new one was started, so \
+                 variables and imports from before are gone"
+            ),
+        );
+    }
+    Ok(result)
+}
+
+/// Runs one request in a fresh, short-lived worker (registry_lookup), killed afterwards.
+pub async fn one_shot(
+    request: &Value,
+    ctx: &ToolContext,
+    timeout: Duration,
+    tool: &str,
+    interpreter: &Path,
+    cwd: &Path,
+) -> Result<Value> {
+    let mut worker = Worker::spawn(interpreter, cwd).await?;
+    let outcome = tokio::select! {
+        line = worker.call(request) => Ok(line),
+        _ = tokio::time::sleep(timeout) => Err(format!("timed out after {} ms", timeout.as_millis())),
+        _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
+    };
+    let text = match outcome {
+        Ok(Ok(Some(text))) => text,
+        Ok(Ok(None)) => {
+            let how = worker.describe_exit().await;
+            bail!("{tool}: the Python process {how}")
+        }
+        Ok(Err(e)) => {
+            worker.kill();
+            bail!("{tool}: cannot talk to the Python process: {e}")
+        }
+        Err(why) => {
+            worker.kill();
+            bail!("{tool} {why}")
+        }
+    };
+    worker.kill();
+    crate::parse_driver_response(&text, tool)
+}

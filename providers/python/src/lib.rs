@@ -1,0 +1,224 @@
+//! toolbox-python is the `python` provider: a live Python session per toolbox session, a
+//! package installer for it, and a search over a package's API.
+//!
+//! | tool | alias | risk | what it does |
+//! |---|---|---|---|
+//! | `run_python_code` | `python`, `python_exec` | python | run a cell (`code`) or a workspace `.py` script in the session's namespace |
+//! | `kernel_install` | `python_package` | python | `pip install` packages into the session's interpreter (or the configured venv) |
+//! | `registry_lookup` | | read | find public functions and classes of an importable package by name and docstring |
+//!
+//! Python-side logic lives in one driver, `src/driver.py`, embedded with `include_str!` and
+//! run either inside this process ([`embedded`], pyo3, the default: no process start, no
+//! serialisation through pipes — the fastest) or in one worker process per session
+//! ([`isolated`], the same interpreter, killed on timeout). `[python] backend` picks one.
+//!
+//! The interpreter is the one pyo3 was built against; `build.rs` bakes its path, version and
+//! prefix into [`BUILD_PYTHON_EXECUTABLE`], [`BUILD_PYTHON_VERSION`] and
+//! [`BUILD_PYTHON_PREFIX`] (an embedded interpreter's own `sys.executable` is a guess).
+//!
+//! Other providers run code in the same session through the [`toolbox_core::CodeRunner`]
+//! registered here for language `python` (the notebook provider does); its result is the
+//! structured value described at [`run::execute`].
+
+#[cfg(test)]
+mod backend_tests;
+mod config;
+pub mod embedded;
+mod install;
+pub mod isolated;
+mod lookup;
+mod render;
+pub mod run;
+
+use anyhow::{anyhow, bail, Result};
+use async_trait::async_trait;
+use serde_json::Value;
+use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+
+pub use config::{Backend, PythonConfig};
+pub use render::render_result;
+
+toolbox_core::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
+toolbox_core::register_code_runner!("python", "python", run::code_runner);
+
+/// The interpreter pyo3 was built against (its `sys.executable`, baked in by build.rs).
+pub const BUILD_PYTHON_EXECUTABLE: &str = env!("TOOLBOX_BUILD_PYTHON_EXECUTABLE");
+/// `sys.version` of the build interpreter (newlines replaced by spaces).
+pub const BUILD_PYTHON_VERSION: &str = env!("TOOLBOX_BUILD_PYTHON_VERSION");
+/// `sys.prefix` of the build interpreter.
+pub const BUILD_PYTHON_PREFIX: &str = env!("TOOLBOX_BUILD_PYTHON_PREFIX");
+/// `sys.base_prefix` of the build interpreter.
+pub const BUILD_PYTHON_BASE_PREFIX: &str = env!("TOOLBOX_BUILD_PYTHON_BASE_PREFIX");
+/// The folder of the libpython the crate links, as pyo3 found it.
+pub const BUILD_PYTHON_LIBDIR: &str = env!("TOOLBOX_BUILD_PYTHON_LIBDIR");
+
+/// The Python side of every backend.
+pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");
+
+/// The toolsets every tool of this provider belongs to (besides `python`, the provider name).
+pub(crate) const TOOLSETS: &[&str] = &["python", "integrated_notebook"];
+
+/// The `python` provider. Session state lives in the backends (process-global).
+#[derive(Debug, Default, Clone)]
+pub struct PythonProvider {
+    _private: (),
+}
+
+#[async_trait]
+impl ToolProvider for PythonProvider {
+    fn name(&self) -> &str {
+        "python"
+    }
+
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![run::info(), install::info(), lookup::info()]
+    }
+
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        match tool {
+            run::NAME | "python" | "python_exec" => run::run_tool(args, ctx).await,
+            install::NAME | "python_package" => install::run(args, ctx).await,
+            lookup::NAME => lookup::run(args, ctx).await,
+            other => Err(anyhow!("python has no tool named {other}")),
+        }
+    }
+}
+
+/// The driver's `{"ok": …}` answer → its `result`, or an error naming the tool.
+pub(crate) fn parse_driver_response(text: &str, tool: &str) -> Result<Value> {
+    let mut response: Value = serde_json::from_str(text.trim())
+        .map_err(|e| anyhow!("{tool}: the Python driver sent an unreadable answer: {e}"))?;
+    if response["ok"] == Value::Bool(true) {
+        return Ok(response["result"].take());
+    }
+    let message = response["error"]
+        .as_str()
+        .unwrap_or("(no message)")
+        .to_string();
+    bail!("{tool}: {message}")
+}
+
+/// Appends a line to a driver result's `notes`.
+pub(crate) fn add_note(result: &mut Value, note: String) {
+    match result.get_mut("notes").and_then(Value::as_array_mut) {
+        Some(notes) => notes.insert(0, Value::String(note)),
+        None => result["notes"] = Value::Array(vec![Value::String(note)]),
+    }
+}
+
+/// A JSON Schema property with a type and a description.
+pub(crate) fn prop(kind: &str, description: &str) -> Value {
+    serde_json::json!({ "type": kind, "description": description })
+}
+
+/// A closed JSON Schema object.
+pub(crate) fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
+    let props: serde_json::Map<String, Value> = properties
+        .iter()
+        .map(|(name, schema)| (name.to_string(), schema.clone()))
+        .collect();
+    serde_json::json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use serde_json::{json, Value};
+    use tempfile::TempDir;
+    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+
+    use crate::PythonProvider;
+
+    /// A fresh workspace and a context for `tool` in session `sid` with a `[python]` table.
+    pub fn setup(tool: &str, sid: &str, python: Value) -> (TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path())
+            .unwrap()
+            .with_session(sid)
+            .unwrap();
+        let mut ctx = ToolContext::new(ws, sid, "call-1", tool);
+        ctx.config = std::sync::Arc::new(json!({ "python": python }));
+        (dir, ctx)
+    }
+
+    /// The same workspace, another session.
+    pub fn other_session(ctx: &ToolContext, sid: &str) -> ToolContext {
+        let mut other = ctx.clone();
+        other.workspace = ctx.workspace.with_session(sid).unwrap();
+        other.session_id = sid.to_string();
+        other
+    }
+
+    /// Calls a tool through the provider; Ok carries the text result, Err the message.
+    pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
+        match PythonProvider::default().call_tool(tool, args, ctx).await {
+            Ok(Value::String(s)) => Ok(s),
+            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolbox_core::{registered_providers, ToolRisk};
+
+    #[test]
+    fn three_tools_with_closed_schemas_risks_and_toolsets() {
+        let tools = PythonProvider::default().list_tools();
+        let names: Vec<_> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["run_python_code", "kernel_install", "registry_lookup"]
+        );
+        let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
+        assert_eq!(by("run_python_code").risk, ToolRisk::Python);
+        assert_eq!(by("run_python_code").aliases, ["python", "python_exec"]);
+        assert_eq!(by("kernel_install").risk, ToolRisk::Python);
+        assert_eq!(by("kernel_install").aliases, ["python_package"]);
+        assert_eq!(by("registry_lookup").risk, ToolRisk::Read);
+        for t in &tools {
+            assert_eq!(t.toolsets, TOOLSETS, "{}", t.name);
+            let s = &t.input_schema;
+            assert_eq!(s["additionalProperties"], false, "{}", t.name);
+            for (name, p) in s["properties"].as_object().unwrap() {
+                let kind = p["type"].as_str().unwrap();
+                assert!(
+                    ["string", "integer", "boolean", "array"].contains(&kind),
+                    "{name}"
+                );
+                if kind == "array" {
+                    assert_eq!(p["items"]["type"], "string", "{name}");
+                }
+                assert!(p["description"].as_str().is_some_and(|d| !d.is_empty()));
+            }
+            assert!(t.description.len() > 80, "{}", t.name);
+        }
+    }
+
+    #[test]
+    fn registered_provider_and_code_runner() {
+        assert!(registered_providers().iter().any(|r| r.name == "python"));
+        let runner = toolbox_core::find_code_runner("python").expect("python runner");
+        assert_eq!(runner.provider, "python");
+    }
+
+    #[test]
+    fn driver_answers_are_parsed() {
+        let ok = parse_driver_response(r#"{"ok": true, "result": {"x": 1}}"#, "t").unwrap();
+        assert_eq!(ok["x"], 1);
+        let e = parse_driver_response(r#"{"ok": false, "error": "boom"}"#, "t")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "t: boom");
+        let e = parse_driver_response("garbage", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unreadable answer"), "{e}");
+    }
+}

@@ -1,0 +1,260 @@
+//! `run_python_code`: a cell or a script in the session's namespace, on either backend.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{json, Value};
+use toolbox_core::{Args, RunFuture, ToolContext, ToolInfo, ToolRisk};
+
+use crate::config::{ensure_venv, Backend, PythonConfig};
+use crate::{embedded, install, isolated, object_schema, prop, render, TOOLSETS};
+
+pub const NAME: &str = "run_python_code";
+/// The longest `timeout_ms` a call may ask for (a day).
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+pub fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Run Python in this session's live interpreter, like a Jupyter cell. Variables, \
+         imports and functions persist between calls of the same session (other sessions never \
+         see them). The value of a final expression is shown, as in a notebook (`df.head()` \
+         shows the table); print() anything else. The working directory is the session \
+         scratchpad; the variable OUTPUT_DIR holds the session's output folder (output/) for \
+         files meant for the user. matplotlib figures left open are saved there as PNG and \
+         listed. Instead of code, script_path runs a .py file of the workspace as __main__ \
+         with args as sys.argv[1:]; its top-level names then stay in the session. An \
+         exception comes back as its traceback (lines of your code are named <cell>). Install \
+         packages with kernel_install, not with pip in code. Plain Python only: no % magics or \
+         ! shell lines.",
+        object_schema(
+            &[
+                (
+                    "code",
+                    prop(
+                        "string",
+                        "Python source to run (a cell). Give either code or script_path.",
+                    ),
+                ),
+                (
+                    "script_path",
+                    prop(
+                        "string",
+                        "A .py file in the workspace to run as __main__ instead of code.",
+                    ),
+                ),
+                (
+                    "args",
+                    json!({"type": "array", "items": {"type": "string"},
+                           "description": "Command-line arguments for script_path (sys.argv[1:])."}),
+                ),
+                (
+                    "timeout_ms",
+                    prop(
+                        "integer",
+                        "Stop the code after this many milliseconds (default from the \
+                         configuration, normally 300000).",
+                    ),
+                ),
+            ],
+            &[],
+        ),
+    )
+    .risk(ToolRisk::Python)
+    .aliases(&["python", "python_exec"])
+    .toolsets(TOOLSETS)
+}
+
+pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&[
+        "code",
+        "content",
+        "script_path",
+        "args",
+        "argv",
+        "timeout_ms",
+    ])?;
+    let code = a.opt_str("code", &["content"])?;
+    let script = a.opt_str("script_path", &[])?;
+    let script_args = a.opt_str_list("args", &["argv"])?;
+    let config = PythonConfig::from_ctx(ctx)?;
+    let timeout_ms = a.u64_in(
+        "timeout_ms",
+        &[],
+        config.timeout.as_millis() as u64,
+        1,
+        MAX_TIMEOUT_MS,
+    )?;
+    let request = match (code, script) {
+        (Some(_), Some(_)) => bail!("{NAME}: give either code or script_path, not both"),
+        (None, None) => bail!("{NAME} requires code (or script_path)"),
+        (Some(code), None) => {
+            if script_args.is_some() {
+                bail!("{NAME}: argument `args` only applies to script_path");
+            }
+            json!({ "code": code })
+        }
+        (None, Some(path)) => {
+            let abs = ctx
+                .workspace
+                .resolve_existing(path)
+                .map_err(|e| anyhow!("{NAME}: {e}"))?;
+            if !abs.is_file() {
+                bail!("{NAME}: script_path {path:?} is not a file");
+            }
+            if abs.extension().and_then(|e| e.to_str()) != Some("py") {
+                bail!("{NAME}: script_path {path:?} is not a .py file");
+            }
+            json!({
+                "script_path": abs.to_string_lossy(),
+                "args": script_args.unwrap_or_default(),
+            })
+        }
+    };
+    let result = execute(
+        &config,
+        request,
+        ctx,
+        Duration::from_millis(timeout_ms),
+        NAME,
+    )
+    .await?;
+    Ok(Value::String(render::render_result(&result)))
+}
+
+/// The [`toolbox_core::CodeRunner`] for `python`: runs `code` as a cell in the caller's
+/// session, with the configured backend and default timeout, and returns [`execute`]'s value.
+pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
+    Box::pin(async move {
+        let config = PythonConfig::from_ctx(ctx)?;
+        let tool = ctx.tool.clone();
+        execute(&config, json!({ "code": code }), ctx, config.timeout, &tool).await
+    })
+}
+
+/// Runs a `code` or `script_path` request in the session and returns the structured result:
+///
+/// ```json
+/// {"execution_count": 3, "stdout": "…", "stderr": "…",
+///  "result": {"text/plain": "2", "text/html": "…"} | null,
+///  "display_data": [{"mime_type": "image/png", "path": "output/figure-1.png"},
+///                   {"mime_type": "text/plain", "text": "…", "html": "…"}],
+///  "error": {"ename": "ZeroDivisionError", "evalue": "division by zero",
+///            "traceback": "Traceback (most recent call last):\n  File \"<cell>\", …"} | null,
+///  "notes": ["…"]}
+/// ```
+///
+/// Paths are workspace-display paths (resolve them with `ctx.workspace.resolve`). An
+/// exception raised by the user's code is a normal result with `error` set; a timeout, a
+/// cancellation, a crashed worker or a busy interpreter is an `Err` whose message says what
+/// happened to the session (and includes whatever output the code produced first).
+pub async fn execute(
+    config: &PythonConfig,
+    mut request: Value,
+    ctx: &ToolContext,
+    timeout: Duration,
+    tool: &str,
+) -> Result<Value> {
+    ensure_venv(config, ctx).await?;
+    let cwd = ctx
+        .workspace
+        .scratchpad()
+        .map_err(|e| anyhow!("{tool}: cannot create the session scratchpad: {e}"))?;
+    let output_dir = ctx
+        .workspace
+        .output_dir()
+        .map_err(|e| anyhow!("{tool}: cannot create the session output folder: {e}"))?;
+    request["op"] = json!("run");
+    request["session"] = json!(session_key(ctx));
+    request["cwd"] = json!(cwd.to_string_lossy());
+    request["output_dir"] = json!(output_dir.to_string_lossy());
+    request["root"] = json!(ctx.workspace.root().to_string_lossy());
+    request["generation"] = json!(install::generation());
+    let mut result = match config.backend {
+        Backend::Embedded => {
+            if let Some(site) = config.site_packages() {
+                request["site_dirs"] = json!([site.to_string_lossy()]);
+            }
+            embedded::request(&request, ctx, timeout, tool).await?
+        }
+        Backend::Isolated => {
+            isolated::request(&request, ctx, timeout, tool, &config.interpreter(), &cwd).await?
+        }
+    };
+    show_paths(&mut result, ctx);
+    if result["interrupted"] == Value::Bool(true) {
+        let why = result["stopped"]
+            .as_str()
+            .unwrap_or("was stopped")
+            .to_string();
+        bail!(
+            "{tool} {why}: the code was interrupted (ExecutionInterrupted was raised inside \
+             it). The session is intact: variables assigned before the interrupt are kept.\n\n{}",
+            render::render_result(&result)
+        );
+    }
+    Ok(result)
+}
+
+/// Sessions are per workspace: the same session id in two workspaces is two sessions.
+pub(crate) fn session_key(ctx: &ToolContext) -> String {
+    format!("{}::{}", ctx.workspace.root().display(), ctx.session_id)
+}
+
+/// Absolute figure paths from the driver → the short names the model uses (`output/…`).
+fn show_paths(result: &mut Value, ctx: &ToolContext) {
+    if let Some(items) = result["display_data"].as_array_mut() {
+        for item in items {
+            if let Some(path) = item["path"].as_str() {
+                let shown = ctx.workspace.display(Path::new(path));
+                item["path"] = Value::String(shown);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::*;
+
+    #[tokio::test]
+    async fn argument_errors_name_the_argument() {
+        let (_d, ctx) = setup(NAME, "args", json!({}));
+        let e = call(&ctx, NAME, json!({})).await.unwrap_err();
+        assert_eq!(e, "run_python_code requires code (or script_path)");
+        let e = call(&ctx, NAME, json!({"code": "1", "script_path": "a.py"}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("either code or script_path, not both"), "{e}");
+        let e = call(&ctx, NAME, json!({"code": "1", "cwd": "/"}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("unknown argument `cwd`"), "{e}");
+        let e = call(&ctx, NAME, json!({"code": "1", "timeout_ms": "soon"}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("`timeout_ms` must be a non-negative integer"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, json!({"script_path": "../x.py"}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("outside the workspace"), "{e}");
+        std::fs::write(ctx.workspace.root().join("data.csv"), "a,b\n").unwrap();
+        let e = call(&ctx, NAME, json!({"script_path": "data.csv"}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("is not a .py file"), "{e}");
+        let e = call(&ctx, NAME, json!({"code": "1", "args": ["x"]}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("`args` only applies to script_path"), "{e}");
+        let (_d, bad) = setup(NAME, "args", json!({"backend": "docker"}));
+        let e = call(&bad, NAME, json!({"code": "1"})).await.unwrap_err();
+        assert!(e.contains("backend must be"), "{e}");
+    }
+}

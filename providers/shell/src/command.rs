@@ -1,0 +1,658 @@
+//! `shell` (alias `bash`): run a bash command line, streaming its output, under a hard
+//! timeout; or start it as a background job.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::Value;
+use toolbox_core::{Args, OutputStream, ToolContext, ToolInfo, ToolRisk};
+
+use crate::capture::{HeadTail, Utf8Stream};
+use crate::config::{SandboxMode, ShellConfig};
+use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
+use crate::sandbox::PreparedSandbox;
+use crate::{host, jobs, object_schema, prop, Shell, TOOLSET};
+
+pub(crate) const NAME: &str = "shell";
+
+const KNOWN_ARGS: &[&str] = &[
+    "command",
+    "cmd",
+    "cwd",
+    "workdir",
+    "timeout_ms",
+    "run_in_background",
+    "description",
+];
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Run a bash command line (`bash -c`) and get its exit code, stdout, stderr and \
+         duration. Runs in the session scratchpad unless `cwd` names another folder of the \
+         workspace; stdin is empty (/dev/null) and there is no terminal, so interactive \
+         prompts fail instead of waiting. Output streams live to the user. The command is \
+         stopped after `timeout_ms` (default 2 minutes) and everything it started is stopped \
+         with it — including processes it put in the background with `&`, which do not \
+         outlive the call. For servers, watchers and other long-running processes use \
+         run_in_background=true, then read with shell_output and stop with shell_kill. Very \
+         long output is cut to its beginning and end; the full text is saved to a file named \
+         in the result.",
+        object_schema(
+            &[
+                (
+                    "command",
+                    prop(
+                        "string",
+                        "The bash command line to run, e.g. `ls -la && make test`.",
+                    ),
+                ),
+                (
+                    "cwd",
+                    prop(
+                        "string",
+                        "Working directory, relative to the workspace (`output/`, `scratchpad/` \
+                         and `input/` name this session's folders). Default: the session \
+                         scratchpad.",
+                    ),
+                ),
+                (
+                    "timeout_ms",
+                    prop(
+                        "integer",
+                        "Stop the command after this many milliseconds (default 120000, at most \
+                         600000). With run_in_background, a lifetime limit for the job \
+                         (default: none).",
+                    ),
+                ),
+                (
+                    "run_in_background",
+                    prop(
+                        "boolean",
+                        "Start the command as a background job and return its job id at once \
+                         (default false). Use for dev servers and watchers.",
+                    ),
+                ),
+                (
+                    "description",
+                    prop(
+                        "string",
+                        "A few words on what the command does, for the user (not executed).",
+                    ),
+                ),
+            ],
+            &["command"],
+        ),
+    )
+    .risk(ToolRisk::Shell)
+    .aliases(&["bash"])
+    .toolsets(&[TOOLSET])
+}
+
+/// A fully checked request, ready to start.
+pub(crate) struct Prepared {
+    pub command: String,
+    pub cwd: PathBuf,
+    pub cwd_shown: String,
+    pub timeout: Duration,
+    /// `timeout_ms` as asked, when it was above the limit and got capped.
+    pub capped_from: Option<u64>,
+    pub timeout_given: bool,
+    pub sandbox: Option<Arc<PreparedSandbox>>,
+    pub config: Arc<ShellConfig>,
+}
+
+pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(KNOWN_ARGS)?;
+    let command = a.str("command", &["cmd"])?;
+    if command.trim().is_empty() {
+        bail!("{NAME}: argument `command` is empty");
+    }
+    if command.contains('\0') {
+        bail!("{NAME}: argument `command` contains a NUL byte");
+    }
+    let cwd_arg = a.opt_str("cwd", &["workdir"])?;
+    let timeout_arg = a.opt_u64("timeout_ms", &[])?;
+    let background = a.bool_or("run_in_background", &[], false)?;
+    // Free text for people; accepted so a model that sends it is not refused.
+    let _ = a.opt_str("description", &[])?;
+
+    let config = shell.config(ctx)?;
+    let (timeout, capped_from) = match timeout_arg {
+        Some(0) => bail!("{NAME}: argument `timeout_ms` must be at least 1"),
+        Some(ms) if ms > config.max_timeout.as_millis() as u64 => (config.max_timeout, Some(ms)),
+        Some(ms) => (Duration::from_millis(ms), None),
+        None => (config.default_timeout, None),
+    };
+    let cwd = resolve_cwd(ctx, cwd_arg)?;
+    let sandbox = match config.sandbox {
+        SandboxMode::Off => None,
+        mode => {
+            let writable = [ctx.workspace.root().to_path_buf(), temp_dir()];
+            let prepared = PreparedSandbox::prepare(mode, config.sandbox_network, &writable)
+                .map_err(|e| {
+                    anyhow!(
+                        "{NAME}: the OS sandbox ([shell] sandbox = \"{}\") cannot be enforced \
+                         here, so the command was not run: {e:#}",
+                        mode.as_str()
+                    )
+                })?;
+            Some(Arc::new(prepared))
+        }
+    };
+    let prepared = Prepared {
+        command: command.to_string(),
+        cwd_shown: ctx.workspace.display(&cwd),
+        cwd,
+        timeout,
+        capped_from,
+        timeout_given: timeout_arg.is_some(),
+        sandbox,
+        config,
+    };
+    if background {
+        return jobs::start(shell, prepared, ctx).await.map(Value::String);
+    }
+    foreground(prepared, ctx).await
+}
+
+/// The session scratchpad by default; otherwise a folder inside the workspace.
+fn resolve_cwd(ctx: &ToolContext, arg: Option<&str>) -> Result<PathBuf> {
+    let Some(given) = arg else {
+        return ctx
+            .workspace
+            .scratchpad()
+            .map_err(|e| anyhow!("{NAME}: cannot create the session scratchpad: {e}"));
+    };
+    let abs = ctx
+        .workspace
+        .resolve(given)
+        .map_err(|e| anyhow!("{NAME}: argument `cwd`: {e}"))?;
+    match std::fs::metadata(&abs) {
+        Ok(m) if m.is_dir() => Ok(abs),
+        Ok(_) => bail!("{NAME}: argument `cwd`: {given:?} is a file, not a directory"),
+        Err(_) => bail!("{NAME}: argument `cwd`: {given:?} does not exist"),
+    }
+}
+
+/// Where temporary files go (`$TMPDIR`, else /tmp), as a real path for the sandbox rules.
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir();
+    std::fs::canonicalize(&dir).unwrap_or(dir)
+}
+
+/// Builds the `bash -c` command of a prepared request.
+pub(crate) fn build(p: &Prepared) -> std::process::Command {
+    process::bash_command(
+        &p.command,
+        &p.cwd,
+        p.config.command_env(),
+        p.sandbox.clone(),
+    )
+}
+
+/// The error for a command that could not be started.
+pub(crate) fn spawn_error(tool: &str, p: &Prepared, e: std::io::Error) -> anyhow::Error {
+    match &p.sandbox {
+        Some(sb) => anyhow!(
+            "{tool}: could not start the command inside the OS sandbox ({}), so it did not \
+             run: {e}",
+            sb.summary()
+        ),
+        None => anyhow!("{tool}: could not start bash: {e}"),
+    }
+}
+
+async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
+    let started = Instant::now();
+    let child = host::spawn(build(&p))
+        .await
+        .map_err(|e| spawn_error(NAME, &p, e))?;
+    let running =
+        Running::new(child, started).map_err(|e| anyhow!("{NAME}: cannot read the output: {e}"))?;
+    let mut sink = ForegroundSink::new(ctx, p.config.max_capture_bytes);
+    let cancel = ctx.cancel.clone();
+    let stop = async move {
+        cancel.cancelled().await;
+        Stop::Cancelled
+    };
+    tokio::pin!(stop);
+    let outcome = process::supervise(
+        running,
+        &mut sink,
+        Some(started + p.timeout),
+        stop,
+        p.config.kill_grace,
+    )
+    .await;
+    let captured = sink.finish();
+
+    let headline = match outcome.stopped {
+        None => format!(
+            "{} · {}",
+            describe_status(outcome.status),
+            human_duration(outcome.elapsed)
+        ),
+        Some(Stop::Timeout) => format!(
+            "command timed out after {} ms and was stopped ({}, {} in total)",
+            p.timeout.as_millis(),
+            describe_status(outcome.status),
+            human_duration(outcome.elapsed)
+        ),
+        Some(Stop::Cancelled) | Some(Stop::Killed) => format!(
+            "command was cancelled after {} and was stopped ({})",
+            human_duration(outcome.elapsed),
+            describe_status(outcome.status)
+        ),
+    };
+    let mut notes = vec![format!("cwd: {}", p.cwd_shown)];
+    if let Some(sb) = &p.sandbox {
+        notes.push(format!("sandbox: {}", sb.summary()));
+    }
+    if let Some(asked) = p.capped_from {
+        notes.push(format!(
+            "note: timeout_ms {asked} is above the limit; used {} ms ([shell] max_timeout_ms)",
+            p.timeout.as_millis()
+        ));
+    }
+    if outcome.stopped.is_some() {
+        notes.push(format!(
+            "note: the command's process group got SIGTERM, then SIGKILL {} ms later if \
+             anything was still running; output up to that point is below",
+            p.config.kill_grace.as_millis()
+        ));
+    }
+    if outcome.pipes_left_open {
+        notes.push(
+            "note: a process that left the command's session (setsid) still held its output \
+             open; it was not stopped and its later output was not collected"
+                .to_string(),
+        );
+    }
+    notes.extend(captured.notes());
+    let text = render(
+        &headline,
+        &notes,
+        &captured,
+        &describe_status(outcome.status),
+    );
+    match outcome.stopped {
+        None => Ok(Value::String(text)),
+        Some(_) => Err(anyhow!(text)),
+    }
+}
+
+/// Header lines, the stdout and stderr sections, and a footer when the text is long (so the
+/// status is also visible at the end of a preview that cuts out the middle).
+fn render(headline: &str, notes: &[String], c: &Captured, status: &str) -> String {
+    let mut out = String::with_capacity(256 + c.stdout.len() + c.stderr.len());
+    out.push_str(headline);
+    out.push('\n');
+    for note in notes {
+        out.push_str(note);
+        out.push('\n');
+    }
+    for (name, text, total) in [
+        ("stdout", &c.stdout, c.stdout_total),
+        ("stderr", &c.stderr, c.stderr_total),
+    ] {
+        if total == 0 {
+            out.push_str(&format!("--- {name} (empty) ---\n"));
+            continue;
+        }
+        out.push_str(&format!("--- {name} ({}) ---\n", bytes(total)));
+        out.push_str(text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    if out.len() > 2000 {
+        out.push_str(&format!(
+            "--- end: {status} · stdout {} · stderr {} ---\n",
+            bytes(c.stdout_total),
+            bytes(c.stderr_total)
+        ));
+    }
+    out
+}
+
+fn bytes(n: u64) -> String {
+    if n == 1 {
+        "1 byte".into()
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// What a foreground command printed, as kept in memory.
+pub(crate) struct Captured {
+    stdout: String,
+    stderr: String,
+    stdout_total: u64,
+    stderr_total: u64,
+    omitted: u64,
+    spool: Option<String>,
+    spool_error: Option<String>,
+}
+
+impl Captured {
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.omitted > 0 {
+            notes.push(format!(
+                "note: the output is too long to keep in memory; {} in the middle are \
+                 omitted below",
+                bytes(self.omitted)
+            ));
+        }
+        if let Some(path) = &self.spool {
+            notes.push(format!(
+                "full output of both streams, interleaved in arrival order: {path} (read it \
+                 with file_manager__read or grep it)"
+            ));
+        }
+        if let Some(e) = &self.spool_error {
+            notes.push(format!("note: could not save the full output: {e}"));
+        }
+        notes
+    }
+}
+
+/// Streams output to the event sink, keeps head and tail of each stream, and once the total
+/// passes the capture limit writes the full output of both streams, in arrival order, to
+/// the call's spool file.
+struct ForegroundSink<'a> {
+    ctx: &'a ToolContext,
+    live: bool,
+    decoders: [Utf8Stream; 2],
+    streams: [HeadTail; 2],
+    cap: usize,
+    /// Everything so far, in arrival order, until it passes `cap` and moves to the spool file.
+    pending: Option<Vec<u8>>,
+    spool: Option<(BufWriter<File>, String)>,
+    spool_path: Option<String>,
+    spool_error: Option<String>,
+}
+
+impl<'a> ForegroundSink<'a> {
+    fn new(ctx: &'a ToolContext, cap: usize) -> Self {
+        let half = cap / 2;
+        ForegroundSink {
+            ctx,
+            live: ctx.events.is_active(),
+            decoders: Default::default(),
+            streams: [
+                HeadTail::new(half, cap - half),
+                HeadTail::new(half, cap - half),
+            ],
+            cap,
+            pending: Some(Vec::new()),
+            spool: None,
+            spool_path: None,
+            spool_error: None,
+        }
+    }
+
+    fn index(stream: OutputStream) -> usize {
+        match stream {
+            OutputStream::Stdout => 0,
+            OutputStream::Stderr => 1,
+        }
+    }
+
+    fn save(&mut self, bytes: &[u8]) {
+        if let Some((file, _)) = &mut self.spool {
+            // A plain blocking write on purpose: it lands in the page cache in microseconds,
+            // and a hop to the blocking pool per chunk would cost more than it saves.
+            if let Err(e) = file.write_all(bytes) {
+                self.spool_error = Some(e.to_string());
+                self.spool = None;
+            }
+            return;
+        }
+        let Some(pending) = &mut self.pending else {
+            return;
+        };
+        if pending.len() + bytes.len() <= self.cap {
+            pending.extend_from_slice(bytes);
+            return;
+        }
+        let earlier = self.pending.take().unwrap_or_default();
+        match self.ctx.create_spool_file() {
+            Ok((file, path)) => {
+                let mut file = BufWriter::with_capacity(256 * 1024, file);
+                let written = file.write_all(&earlier).and_then(|_| file.write_all(bytes));
+                self.spool_path = Some(path.clone());
+                match written {
+                    Ok(()) => self.spool = Some((file, path)),
+                    Err(e) => self.spool_error = Some(e.to_string()),
+                }
+            }
+            Err(e) => self.spool_error = Some(format!("cannot create the spool file: {e}")),
+        }
+    }
+
+    fn finish(mut self) -> Captured {
+        if self.live {
+            for (i, stream) in [OutputStream::Stdout, OutputStream::Stderr]
+                .into_iter()
+                .enumerate()
+            {
+                let rest = self.decoders[i].finish();
+                if !rest.is_empty() {
+                    self.ctx.emit_output(stream, rest);
+                }
+            }
+        }
+        if let Some((mut file, _)) = self.spool.take() {
+            if let Err(e) = file.flush() {
+                self.spool_error = Some(e.to_string());
+            }
+        }
+        let [out, err] = &self.streams;
+        Captured {
+            stdout: out.render(),
+            stderr: err.render(),
+            stdout_total: out.total(),
+            stderr_total: err.total(),
+            omitted: out.omitted() + err.omitted(),
+            spool: self.spool_path,
+            spool_error: self.spool_error,
+        }
+    }
+}
+
+impl OutputSink for ForegroundSink<'_> {
+    fn push(&mut self, stream: OutputStream, bytes: &[u8]) {
+        let i = Self::index(stream);
+        if self.live {
+            let text = self.decoders[i].feed(bytes);
+            if !text.is_empty() {
+                self.ctx.emit_output(stream, text);
+            }
+        }
+        self.streams[i].push(bytes);
+        self.save(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn runs_in_the_scratchpad_with_exit_code_streams_and_duration() {
+        let (_d, ctx) = setup(NAME);
+        let out = call(&ctx, NAME, json!({"command": "pwd; echo oops >&2; exit 4"}))
+            .await
+            .unwrap();
+        let scratch = ctx.workspace.scratchpad().unwrap();
+        assert!(out.starts_with("exit code 4 · "), "{out}");
+        assert!(out.contains(" ms\ncwd: scratchpad\n"), "{out}");
+        assert!(
+            out.contains(&format!(
+                "--- stdout ({} bytes) ---\n{}\n",
+                scratch.display().to_string().len() + 1,
+                scratch.display()
+            )),
+            "{out}"
+        );
+        assert!(out.contains("--- stderr (5 bytes) ---\noops\n"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn cwd_is_jailed_and_checked() {
+        let (_d, ctx) = setup(NAME);
+        std::fs::create_dir_all(ctx.workspace.root().join("sub")).unwrap();
+        std::fs::write(ctx.workspace.root().join("file.txt"), "x").unwrap();
+        let out = call(
+            &ctx,
+            "bash",
+            json!({"cmd": "basename \"$PWD\"", "cwd": "sub"}),
+        )
+        .await
+        .unwrap();
+        assert!(out.contains("---\nsub\n"), "{out}");
+        for (cwd, want) in [
+            ("..", "is outside the workspace"),
+            ("/etc", "is outside the workspace"),
+            ("nope", "\"nope\" does not exist"),
+            ("file.txt", "is a file, not a directory"),
+        ] {
+            let e = call(&ctx, NAME, json!({"command": "true", "cwd": cwd}))
+                .await
+                .unwrap_err();
+            assert!(e.starts_with("shell: argument `cwd`: "), "{e}");
+            assert!(e.contains(want), "{cwd}: {e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn arguments_are_checked_by_name() {
+        let (_d, ctx) = setup(NAME);
+        let e = call(&ctx, NAME, json!({})).await.unwrap_err();
+        assert_eq!(e, "shell requires command");
+        let e = call(&ctx, NAME, json!({"command": "true", "timeout": 5}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("unknown argument `timeout`"), "{e}");
+        let e = call(&ctx, NAME, json!({"command": "  "}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("`command` is empty"), "{e}");
+        let e = call(&ctx, NAME, json!({"command": "true", "timeout_ms": "soon"}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("`timeout_ms` must be a non-negative integer"),
+            "{e}"
+        );
+        let e = call(&ctx, NAME, json!({"command": "true", "timeout_ms": 0}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("`timeout_ms` must be at least 1"), "{e}");
+        let ok = call(
+            &ctx,
+            NAME,
+            json!({"command": "echo hi", "description": "says hi", "run_in_background": false}),
+        )
+        .await
+        .unwrap();
+        assert!(ok.contains("hi"));
+    }
+
+    #[tokio::test]
+    async fn stdin_is_empty_and_the_environment_is_filtered() {
+        let (_d, mut ctx) = setup(NAME);
+        ctx.config = Arc::new(json!({"shell": {"deny_env": ["HOM*"]}}));
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"command": "cat; echo \"home=${HOME-unset} path=${PATH:+set}\""}),
+        )
+        .await
+        .unwrap();
+        assert!(out.contains("home=unset path=set"), "{out}");
+        assert!(out.contains("--- stdout (20 bytes) ---"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn timeouts_are_capped_and_say_so() {
+        let (_d, mut ctx) = setup(NAME);
+        ctx.config = Arc::new(
+            json!({"shell": {"max_timeout_ms": 300, "default_timeout_ms": 100, "kill_grace_ms": 100}}),
+        );
+        let e = call(
+            &ctx,
+            NAME,
+            json!({"command": "echo before; sleep 5", "timeout_ms": 999999}),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.starts_with("command timed out after 300 ms"), "{e}");
+        assert!(
+            e.contains("note: timeout_ms 999999 is above the limit; used 300 ms"),
+            "{e}"
+        );
+        assert!(e.contains("--- stdout (7 bytes) ---\nbefore\n"), "{e}");
+        let e = call(&ctx, NAME, json!({"command": "sleep 5"}))
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("command timed out after 100 ms"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_command() {
+        let (_d, ctx) = setup(NAME);
+        let cancel = ctx.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let e = call(&ctx, NAME, json!({"command": "echo started; sleep 30"}))
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("command was cancelled after"), "{e}");
+        assert!(e.contains("killed by signal 15 (SIGTERM)"), "{e}");
+        assert!(e.contains("started"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn long_results_repeat_the_status_at_the_end() {
+        let c = Captured {
+            stdout: "x".repeat(3000),
+            stderr: String::new(),
+            stdout_total: 3000,
+            stderr_total: 0,
+            omitted: 0,
+            spool: None,
+            spool_error: None,
+        };
+        let text = render("exit code 0 · 1 ms", &[], &c, "exit code 0");
+        assert!(text.ends_with("--- end: exit code 0 · stdout 3000 bytes · stderr 0 bytes ---\n"));
+        let short = Captured {
+            stdout: "hi\n".into(),
+            stdout_total: 3,
+            ..c
+        };
+        let text = render(
+            "exit code 0 · 1 ms",
+            &["cwd: .".into()],
+            &short,
+            "exit code 0",
+        );
+        assert_eq!(
+            text,
+            "exit code 0 · 1 ms\ncwd: .\n--- stdout (3 bytes) ---\nhi\n--- stderr (empty) ---\n"
+        );
+    }
+}

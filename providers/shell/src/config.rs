@@ -1,0 +1,333 @@
+//! The `[shell]` configuration table: defaults, limits and the sandbox choice.
+//!
+//! The table arrives as JSON (the executor converts `toolbox.toml`); unknown keys are refused
+//! so a misspelt limit does not silently leave the default in place.
+
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::Value;
+
+/// Environment variables removed from every command unless `[shell] deny_env` says otherwise.
+///
+/// Credentials the agent process holds (LLM API keys, cloud secrets) are the usual target of a
+/// prompt-injected `env | curl …`; a model rarely needs them in a shell. `*` matches any run of
+/// characters and matching ignores ASCII case. Set `deny_env = []` to pass everything through.
+pub const DEFAULT_DENY_ENV: &[&str] = &[
+    "*_API_KEY",
+    "*_API_TOKEN",
+    "*_SECRET",
+    "*_SECRET_KEY",
+    "*_ACCESS_KEY",
+    "*_AUTH_TOKEN",
+    "*_PASSWORD",
+];
+
+/// Which OS sandbox wraps each command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    Off,
+    /// Read everywhere, write nowhere (except a few harmless device files).
+    ReadOnly,
+    /// Read everywhere, write in the workspace and the temp dir.
+    WorkspaceWrite,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "off" | "none" | "false" => Ok(SandboxMode::Off),
+            "read-only" | "readonly" => Ok(SandboxMode::ReadOnly),
+            "workspace-write" => Ok(SandboxMode::WorkspaceWrite),
+            _ => bail!(
+                "[shell] sandbox must be \"off\", \"read-only\" or \"workspace-write\" (got {text:?})"
+            ),
+        }
+    }
+}
+
+/// The parsed `[shell]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShellConfig {
+    /// Timeout of a command when the call gives no `timeout_ms`.
+    pub default_timeout: Duration,
+    /// No call may ask for more than this.
+    pub max_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when a command is stopped.
+    pub kill_grace: Duration,
+    /// Bytes of each stream kept in memory (head and tail); beyond it the full output of both
+    /// streams goes to a spool file.
+    pub max_capture_bytes: usize,
+    /// Patterns of environment variable names removed from the command's environment.
+    pub deny_env: Vec<String>,
+    pub max_sleep_seconds: u64,
+    pub sandbox: SandboxMode,
+    /// Allow network access inside the sandbox.
+    pub sandbox_network: bool,
+    /// Unread bytes kept per stream of a background job; older unread output is dropped.
+    pub job_buffer_bytes: usize,
+    /// Background jobs that may run at once.
+    pub max_jobs: usize,
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        ShellConfig {
+            default_timeout: Duration::from_millis(120_000),
+            max_timeout: Duration::from_millis(600_000),
+            kill_grace: Duration::from_millis(2_000),
+            max_capture_bytes: 1024 * 1024,
+            deny_env: DEFAULT_DENY_ENV.iter().map(|s| s.to_string()).collect(),
+            max_sleep_seconds: 300,
+            sandbox: SandboxMode::Off,
+            sandbox_network: false,
+            job_buffer_bytes: 1024 * 1024,
+            max_jobs: 16,
+        }
+    }
+}
+
+const KEYS: &[&str] = &[
+    "default_timeout_ms",
+    "max_timeout_ms",
+    "kill_grace_ms",
+    "max_capture_bytes",
+    "deny_env",
+    "max_sleep_seconds",
+    "sandbox",
+    "sandbox_network",
+    "job_buffer_bytes",
+    "max_jobs",
+];
+
+impl ShellConfig {
+    /// Reads the `[shell]` table; `None` (no table) gives the defaults.
+    pub fn from_table(table: Option<&Value>) -> Result<Self> {
+        let mut c = ShellConfig::default();
+        let map = match table {
+            None | Some(Value::Null) => return Ok(c),
+            Some(Value::Object(map)) => map,
+            Some(other) => bail!("[shell] must be a table, got {other}"),
+        };
+        for (key, value) in map {
+            match key.as_str() {
+                "default_timeout_ms" => {
+                    c.default_timeout = Duration::from_millis(number(key, value, 1)?)
+                }
+                "max_timeout_ms" => c.max_timeout = Duration::from_millis(number(key, value, 1)?),
+                "kill_grace_ms" => c.kill_grace = Duration::from_millis(number(key, value, 0)?),
+                "max_capture_bytes" => c.max_capture_bytes = number(key, value, 1024)? as usize,
+                "deny_env" => c.deny_env = string_list(key, value)?,
+                "max_sleep_seconds" => c.max_sleep_seconds = number(key, value, 0)?,
+                "sandbox" => {
+                    let text = value
+                        .as_str()
+                        .ok_or_else(|| anyhow!("[shell] sandbox must be a string, got {value}"))?;
+                    c.sandbox = SandboxMode::parse(text)?;
+                }
+                "sandbox_network" => c.sandbox_network = boolean(key, value)?,
+                "job_buffer_bytes" => c.job_buffer_bytes = number(key, value, 1024)? as usize,
+                "max_jobs" => c.max_jobs = number(key, value, 0)? as usize,
+                other => bail!("[shell] unknown key {other:?} (known: {})", KEYS.join(", ")),
+            }
+        }
+        if c.default_timeout > c.max_timeout {
+            bail!(
+                "[shell] default_timeout_ms ({}) is larger than max_timeout_ms ({})",
+                c.default_timeout.as_millis(),
+                c.max_timeout.as_millis()
+            );
+        }
+        Ok(c)
+    }
+
+    /// The parent's environment minus the variables `deny_env` matches.
+    pub fn command_env(&self) -> Vec<(OsString, OsString)> {
+        std::env::vars_os()
+            .filter(|(name, _)| {
+                // A name that is not UTF-8 cannot match a (UTF-8) pattern; keep it.
+                let Some(name) = name.to_str() else {
+                    return true;
+                };
+                !self.deny_env.iter().any(|p| wildcard_match(p, name))
+            })
+            .collect()
+    }
+}
+
+/// Parses the `[shell]` table once per configuration object instead of once per call.
+#[derive(Default)]
+pub struct ConfigCache {
+    // The Arc is kept (not just its address) so the address cannot be reused by another
+    // configuration while it is cached.
+    last: Mutex<Option<(Arc<Value>, Arc<ShellConfig>)>>,
+}
+
+impl ConfigCache {
+    pub fn get(&self, config: &Arc<Value>) -> Result<Arc<ShellConfig>> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, parsed)) = &*last {
+            if Arc::ptr_eq(seen, config) {
+                return Ok(parsed.clone());
+            }
+        }
+        let parsed = Arc::new(ShellConfig::from_table(config.get("shell"))?);
+        *last = Some((config.clone(), parsed.clone()));
+        Ok(parsed)
+    }
+}
+
+fn number(key: &str, value: &Value, min: u64) -> Result<u64> {
+    let n = match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| anyhow!("[shell] {key} must be a whole number, got {value}"))?;
+    if n < min {
+        bail!("[shell] {key} must be at least {min}, got {n}");
+    }
+    Ok(n)
+}
+
+fn boolean(key: &str, value: &Value) -> Result<bool> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) if s == "true" => Ok(true),
+        Value::String(s) if s == "false" => Ok(false),
+        _ => bail!("[shell] {key} must be true or false, got {value}"),
+    }
+}
+
+fn string_list(key: &str, value: &Value) -> Result<Vec<String>> {
+    let items = value
+        .as_array()
+        .ok_or_else(|| anyhow!("[shell] {key} must be an array of strings, got {value}"))?;
+    items
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow!("[shell] {key} must be an array of strings, got {v}"))
+        })
+        .collect()
+}
+
+/// `*` matches any run of characters (including none); everything else matches itself,
+/// ignoring ASCII case.
+pub fn wildcard_match(pattern: &str, name: &str) -> bool {
+    let p = pattern.as_bytes();
+    let n = name.as_bytes();
+    // Classic greedy matcher with backtracking to the last star: linear for these short names.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if pi < p.len() && p[pi].eq_ignore_ascii_case(&n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = ShellConfig::from_table(None).unwrap();
+        assert_eq!(c, ShellConfig::default());
+        assert_eq!(c.default_timeout, Duration::from_secs(120));
+        assert_eq!(c.max_capture_bytes, 1 << 20);
+        let c = ShellConfig::from_table(Some(&json!({
+            "default_timeout_ms": 1000, "max_timeout_ms": "5000", "sandbox": "workspace_write",
+            "sandbox_network": true, "deny_env": ["A*"], "kill_grace_ms": 0,
+        })))
+        .unwrap();
+        assert_eq!(c.max_timeout, Duration::from_secs(5));
+        assert_eq!(c.sandbox, SandboxMode::WorkspaceWrite);
+        assert!(c.sandbox_network);
+        assert_eq!(c.deny_env, ["A*"]);
+        assert_eq!(c.kill_grace, Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_tables_are_named() {
+        let e = |v: Value| ShellConfig::from_table(Some(&v)).unwrap_err().to_string();
+        assert!(e(json!({"defualt_timeout_ms": 1})).contains("unknown key \"defualt_timeout_ms\""));
+        assert!(e(json!({"sandbox": "strict"})).contains("\"read-only\""));
+        assert!(
+            e(json!({"max_timeout_ms": "soon"})).contains("max_timeout_ms must be a whole number")
+        );
+        assert!(e(json!({"default_timeout_ms": 10, "max_timeout_ms": 5})).contains("larger than"));
+        assert!(e(json!({"deny_env": "X"})).contains("array of strings"));
+        assert!(e(json!({"sandbox_network": 1})).contains("true or false"));
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match("*_API_KEY", "OPENAI_API_KEY"));
+        assert!(wildcard_match("*_api_key", "OPENAI_API_KEY"));
+        assert!(!wildcard_match("*_API_KEY", "OPENAI_API_KEY_ID"));
+        assert!(wildcard_match("AWS_*", "AWS_SECRET_ACCESS_KEY"));
+        assert!(wildcard_match("HOME", "HOME"));
+        assert!(!wildcard_match("HOME", "HOMEDIR"));
+        assert!(wildcard_match("*", ""));
+        assert!(wildcard_match("A*B*C", "AxxBxxBxxC"));
+        assert!(!wildcard_match("A*B*C", "AxxBxx"));
+        let c = ShellConfig::default();
+        let denied = |name: &str| c.deny_env.iter().any(|p| wildcard_match(p, name));
+        for name in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "AWS_SECRET_ACCESS_KEY",
+            "DB_PASSWORD",
+        ] {
+            assert!(denied(name), "{name}");
+        }
+        for name in [
+            "PATH",
+            "HOME",
+            "USER",
+            "LANG",
+            "AWS_ACCESS_KEY_ID",
+            "GITHUB_TOKEN",
+            "TERM",
+        ] {
+            assert!(!denied(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_cache_reparses_only_for_a_new_configuration() {
+        let cache = ConfigCache::default();
+        let a = Arc::new(json!({"shell": {"max_jobs": 3}}));
+        let first = cache.get(&a).unwrap();
+        assert!(Arc::ptr_eq(&first, &cache.get(&a).unwrap()));
+        let b = Arc::new(json!({"shell": {"max_jobs": 4}}));
+        assert_eq!(cache.get(&b).unwrap().max_jobs, 4);
+        let bad = Arc::new(json!({"shell": {"nope": 1}}));
+        assert!(cache.get(&bad).is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! toolbox-shell is the `shell` provider: bash commands that stream their output, stop on
+//! time with everything they started, run in the background when asked, and can be confined
+//! by an OS sandbox.
+//!
+//! | tool | alias | risk | what it does |
+//! |---|---|---|---|
+//! | `shell` | `bash` | shell | run `bash -c COMMAND`; exit code, stdout, stderr, duration — or start a background job |
+//! | `shell_output` | `bash_output` | read | a background job's new output and its state |
+//! | `shell_kill` | `bash_kill` | shell | stop a background job's whole process group |
+//! | `sleep` | — | read | wait a number of seconds, cancellably |
+//!
+//! How it is put together:
+//!
+//! - `process` starts each command in a session of its own and stops it as a whole:
+//!   SIGTERM to the process group, SIGKILL after a grace period, reading of the pipes bounded
+//!   in time so a grandchild holding them cannot hang the call. It runs when the command
+//!   exits, too: nothing it left behind survives the call.
+//! - `host` is the provider's own long-lived thread. Every fork happens there, because
+//!   `PR_SET_PDEATHSIG` (which makes commands die with toolbox) is tied to the forking thread.
+//!   Background jobs are supervised there as well. A small janitor process kills whatever a
+//!   crashed toolbox left behind.
+//! - `capture` keeps memory bounded: head and tail of each stream in memory, the full output
+//!   streamed to the call's spool file once it passes `[shell] max_capture_bytes`.
+//! - `sandbox` (opt-in, `[shell] sandbox`) confines commands with Landlock (writes) and
+//!   seccomp (network, leaving the process group), set up in the child before exec.
+//!
+//! Configuration is the `[shell]` table ([`config::ShellConfig`]); see docs/providers/shell.md.
+
+mod capture;
+mod command;
+pub mod config;
+mod host;
+mod jobs;
+mod process;
+mod sandbox;
+mod sleep;
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, Result};
+use async_trait::async_trait;
+use serde_json::Value;
+use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+
+use crate::config::{ConfigCache, ShellConfig};
+
+toolbox_core::register_provider!("shell", || Arc::new(Shell::new()));
+
+/// The toolset every tool of this provider belongs to.
+const TOOLSET: &str = "shell";
+
+/// The `shell` provider. One instance per registry (so per executor): it owns the background
+/// jobs started through it and kills them when dropped.
+#[derive(Default)]
+pub struct Shell {
+    config: ConfigCache,
+    jobs: jobs::Jobs,
+}
+
+impl Shell {
+    pub fn new() -> Self {
+        Shell::default()
+    }
+
+    /// The `[shell]` table of this call's configuration, parsed once per configuration.
+    fn config(&self, ctx: &ToolContext) -> Result<Arc<ShellConfig>> {
+        self.config
+            .get(&ctx.config)
+            .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))
+    }
+
+    /// The ids of the background jobs this provider knows (running and recently finished).
+    pub fn job_ids(&self) -> Vec<String> {
+        self.jobs.ids()
+    }
+
+    /// The process (and process group) id of a background job.
+    pub fn job_pid(&self, job_id: &str) -> Option<i32> {
+        self.jobs.pid(job_id)
+    }
+}
+
+#[async_trait]
+impl ToolProvider for Shell {
+    fn name(&self) -> &str {
+        "shell"
+    }
+
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![
+            command::info(),
+            jobs::output_info(),
+            jobs::kill_info(),
+            sleep::info(),
+        ]
+    }
+
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        // The executor passes canonical names; aliases are accepted too so the provider can
+        // be driven directly.
+        match tool {
+            command::NAME | "bash" => command::run(self, args, ctx).await,
+            jobs::OUTPUT | "bash_output" => jobs::output(self, args, ctx).await,
+            jobs::KILL | "bash_kill" => jobs::kill(self, args, ctx).await,
+            sleep::NAME => sleep::run(self, args, ctx).await,
+            other => Err(anyhow!("shell has no tool named {other}")),
+        }
+    }
+}
+
+/// A JSON Schema property with a type and a description.
+fn prop(kind: &str, description: &str) -> Value {
+    serde_json::json!({ "type": kind, "description": description })
+}
+
+/// A JSON Schema object of the given properties; `additionalProperties` is false.
+fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
+    let props: serde_json::Map<String, Value> = properties
+        .iter()
+        .map(|(name, schema)| (name.to_string(), schema.clone()))
+        .collect();
+    serde_json::json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+#[cfg(test)]
+mod test_support {
+    use std::path::Path;
+
+    use serde_json::Value;
+    use tempfile::TempDir;
+    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+
+    use crate::Shell;
+
+    /// A context on `root` with session `s1`.
+    pub fn context(root: &Path, tool: &str) -> ToolContext {
+        let ws = Workspace::new(root).unwrap().with_session("s1").unwrap();
+        ToolContext::new(ws, "s1", "call-1", tool)
+    }
+
+    /// A fresh workspace with session `s1` and a context for `tool`.
+    pub fn setup(tool: &str) -> (TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path(), tool);
+        (dir, ctx)
+    }
+
+    /// Calls a tool on a given provider; Ok carries the text result, Err the message.
+    pub async fn call_with(
+        shell: &Shell,
+        ctx: &ToolContext,
+        tool: &str,
+        args: Value,
+    ) -> Result<String, String> {
+        match shell.call_tool(tool, args, ctx).await {
+            Ok(Value::String(s)) => Ok(s),
+            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    }
+
+    /// Calls a tool on a fresh provider.
+    pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
+        call_with(&Shell::new(), ctx, tool, args).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+    use serde_json::json;
+    use toolbox_core::{registered_providers, ToolRisk};
+
+    #[test]
+    fn four_tools_with_simple_closed_schemas() {
+        let tools = Shell::new().list_tools();
+        let names: Vec<_> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["shell", "shell_output", "shell_kill", "sleep"]);
+        for t in &tools {
+            assert_eq!(t.toolsets, ["shell"], "{}", t.name);
+            let s = &t.input_schema;
+            assert_eq!(s["type"], "object");
+            assert_eq!(s["additionalProperties"], false);
+            for (name, p) in s["properties"].as_object().unwrap() {
+                let kind = p["type"].as_str().unwrap();
+                assert!(
+                    ["string", "integer", "boolean", "number"].contains(&kind),
+                    "{name}"
+                );
+                assert!(p["description"].as_str().is_some_and(|d| !d.is_empty()));
+            }
+            assert!(t.description.len() > 80, "{}", t.name);
+        }
+        let risk = |n: &str| tools.iter().find(|t| t.name == n).unwrap().risk;
+        assert_eq!(risk("shell"), ToolRisk::Shell);
+        assert_eq!(risk("shell_kill"), ToolRisk::Shell);
+        assert_eq!(risk("shell_output"), ToolRisk::Read);
+        assert_eq!(risk("sleep"), ToolRisk::Read);
+        assert_eq!(tools[0].aliases, ["bash"]);
+    }
+
+    #[test]
+    fn registered_under_its_name() {
+        let reg = registered_providers()
+            .into_iter()
+            .find(|r| r.name == "shell")
+            .expect("shell is registered");
+        assert_eq!((reg.build)().name(), "shell");
+    }
+
+    #[tokio::test]
+    async fn unknown_tools_and_bad_configuration_are_refused() {
+        let (_d, mut ctx) = setup("shell");
+        let e = call(&ctx, "shell_nope", json!({})).await.unwrap_err();
+        assert_eq!(e, "shell has no tool named shell_nope");
+        ctx.config = Arc::new(json!({"shell": {"sandbox": "maybe"}}));
+        let e = call(&ctx, "shell", json!({"command": "true"}))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("shell: invalid configuration: [shell] sandbox must be"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! `sleep`: wait a while (for a server to start, a rate limit to pass) without running a
+//! command. Capped, and stops at once when the call is cancelled.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+use toolbox_core::{Args, ToolContext, ToolInfo};
+
+use crate::process::human_duration;
+use crate::{object_schema, prop, Shell, TOOLSET};
+
+pub(crate) const NAME: &str = "sleep";
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Wait for a number of seconds (fractions allowed, at most 300 by default) without \
+         running anything, e.g. to give a background job time to start before reading its \
+         output. Prefer shell_output with wait_ms when waiting for a job's output.",
+        object_schema(
+            &[(
+                "seconds",
+                prop("number", "How long to wait, in seconds, e.g. 2 or 0.5."),
+            )],
+            &["seconds"],
+        ),
+    )
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    a.reject_unknown(&["seconds", "duration"])?;
+    // Args has no float accessor; seconds may well be fractional.
+    let raw = args
+        .get("seconds")
+        .filter(|v| !v.is_null())
+        .or_else(|| args.get("duration").filter(|v| !v.is_null()));
+    let Some(raw) = raw else {
+        bail!("{NAME} requires seconds");
+    };
+    let seconds = match raw {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    }
+    .filter(|s| s.is_finite() && *s >= 0.0);
+    let Some(seconds) = seconds else {
+        bail!("{NAME}: argument `seconds` must be a non-negative number, got {raw}");
+    };
+    let max = shell.config(ctx)?.max_sleep_seconds;
+    let (wait, note) = if seconds > max as f64 {
+        (
+            Duration::from_secs(max),
+            format!(
+                " ({seconds} s is above the limit; capped to {max} s by [shell] max_sleep_seconds)"
+            ),
+        )
+    } else {
+        (Duration::from_secs_f64(seconds), String::new())
+    };
+    let started = Instant::now();
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => Ok(Value::String(format!("Slept {}{note}.", human_duration(wait)))),
+        _ = ctx.cancel.cancelled() => bail!("{NAME} was cancelled after {}", human_duration(started.elapsed())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn sleeps_fractions_and_caps() {
+        let (_d, mut ctx) = setup(NAME);
+        let out = call(&ctx, NAME, json!({"seconds": 0.05})).await.unwrap();
+        assert_eq!(out, "Slept 50 ms.");
+        ctx.config = Arc::new(json!({"shell": {"max_sleep_seconds": 0}}));
+        let out = call(&ctx, NAME, json!({"seconds": "2"})).await.unwrap();
+        assert_eq!(
+            out,
+            "Slept 0 ms (2 s is above the limit; capped to 0 s by [shell] max_sleep_seconds)."
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_are_named() {
+        let (_d, ctx) = setup(NAME);
+        assert_eq!(
+            call(&ctx, NAME, json!({})).await.unwrap_err(),
+            "sleep requires seconds"
+        );
+        let e = call(&ctx, NAME, json!({"seconds": -1})).await.unwrap_err();
+        assert_eq!(
+            e,
+            "sleep: argument `seconds` must be a non-negative number, got -1"
+        );
+        let e = call(&ctx, NAME, json!({"seconds": 1, "ms": 2}))
+            .await
+            .unwrap_err();
+        assert!(e.contains("unknown argument `ms`"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn cancellation_ends_the_wait() {
+        let (_d, ctx) = setup(NAME);
+        let cancel = ctx.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let e = call(&ctx, NAME, json!({"seconds": 60})).await.unwrap_err();
+        assert!(e.starts_with("sleep was cancelled after"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+}

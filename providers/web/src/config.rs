@@ -1,0 +1,238 @@
+//! The `[web]` table of `toolbox.toml`.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{Map, Value};
+
+use crate::guard::{parse_hosts, parse_ranges, GuardPolicy};
+
+/// Every key `[web]` understands. Unknown keys are refused: a misspelt `allow_host` must not
+/// silently leave the guard stricter or looser than the operator meant.
+pub const KEYS: &[&str] = &[
+    "connect_timeout_ms",
+    "timeout_ms",
+    "max_redirects",
+    "max_response_bytes",
+    "user_agent",
+    "allow_hosts",
+    "allow_ranges",
+    "search_backend",
+    "searxng_url",
+    "brave_api_key_env",
+    "brave_base_url",
+    "tavily_api_key_env",
+    "tavily_base_url",
+];
+
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// The ceiling: a chain longer than this is a loop or a trap.
+pub const MAX_REDIRECTS: u64 = 5;
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 5 * 1024 * 1024;
+pub const DEFAULT_USER_AGENT: &str = concat!("toolbox/", env!("CARGO_PKG_VERSION"), " (web_fetch)");
+pub const DEFAULT_BRAVE_BASE_URL: &str = "https://api.search.brave.com";
+pub const DEFAULT_TAVILY_BASE_URL: &str = "https://api.tavily.com";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Searxng,
+    Brave,
+    Tavily,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchConfig {
+    pub backend: Option<Backend>,
+    pub searxng_url: Option<String>,
+    pub brave_api_key_env: String,
+    pub brave_base_url: String,
+    pub tavily_api_key_env: String,
+    pub tavily_base_url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebConfig {
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub max_redirects: usize,
+    pub max_response_bytes: u64,
+    pub user_agent: String,
+    pub policy: GuardPolicy,
+    pub search: SearchConfig,
+}
+
+impl WebConfig {
+    /// Reads `[web]`; `None` (no table) gives the defaults.
+    pub fn from_table(table: Option<&Value>) -> Result<Self> {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        let map = match table {
+            None | Some(Value::Null) => EMPTY.get_or_init(Map::new),
+            Some(Value::Object(map)) => map,
+            Some(_) => bail!("[web] in toolbox.toml must be a table"),
+        };
+        for key in map.keys() {
+            if !KEYS.contains(&key.as_str()) {
+                bail!(
+                    "[web] has an unknown key `{key}` (known keys: {})",
+                    KEYS.join(", ")
+                );
+            }
+        }
+        let t = Table(map);
+        let backend = match t.str("search_backend")? {
+            None => None,
+            Some(name) => Some(match name.trim().to_ascii_lowercase().as_str() {
+                "searxng" => Backend::Searxng,
+                "brave" => Backend::Brave,
+                "tavily" => Backend::Tavily,
+                "" | "none" => bail!("[web] search_backend must be one of \"searxng\", \"brave\", \"tavily\" (got {name:?}); leave it out to disable web_search"),
+                _ => bail!("[web] search_backend must be one of \"searxng\", \"brave\", \"tavily\" (got {name:?})"),
+            }),
+        };
+        Ok(WebConfig {
+            connect_timeout: Duration::from_millis(t.u64_in(
+                "connect_timeout_ms",
+                DEFAULT_CONNECT_TIMEOUT_MS,
+                1,
+                u32::MAX.into(),
+            )?),
+            timeout: Duration::from_millis(t.u64_in(
+                "timeout_ms",
+                DEFAULT_TIMEOUT_MS,
+                1,
+                u32::MAX.into(),
+            )?),
+            max_redirects: t.u64_in("max_redirects", MAX_REDIRECTS, 0, MAX_REDIRECTS)? as usize,
+            max_response_bytes: t.u64_in(
+                "max_response_bytes",
+                DEFAULT_MAX_RESPONSE_BYTES,
+                1,
+                1 << 30,
+            )?,
+            user_agent: t
+                .str("user_agent")?
+                .map(str::to_string)
+                .unwrap_or_else(|| DEFAULT_USER_AGENT.to_string()),
+            policy: GuardPolicy {
+                allow_hosts: parse_hosts(&t.list("allow_hosts")?)?,
+                allow_ranges: parse_ranges(&t.list("allow_ranges")?)?,
+            },
+            search: SearchConfig {
+                backend,
+                searxng_url: t.str("searxng_url")?.map(str::to_string),
+                brave_api_key_env: t
+                    .str("brave_api_key_env")?
+                    .unwrap_or("BRAVE_API_KEY")
+                    .into(),
+                brave_base_url: t
+                    .str("brave_base_url")?
+                    .unwrap_or(DEFAULT_BRAVE_BASE_URL)
+                    .into(),
+                tavily_api_key_env: t
+                    .str("tavily_api_key_env")?
+                    .unwrap_or("TAVILY_API_KEY")
+                    .into(),
+                tavily_base_url: t
+                    .str("tavily_base_url")?
+                    .unwrap_or(DEFAULT_TAVILY_BASE_URL)
+                    .into(),
+            },
+        })
+    }
+}
+
+struct Table<'a>(&'a Map<String, Value>);
+
+impl<'a> Table<'a> {
+    fn str(&self, key: &str) -> Result<Option<&'a str>> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => bail!("[web] {key} must be a string, got {other}"),
+        }
+    }
+
+    fn u64_in(&self, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
+        let v = match self.0.get(key) {
+            None | Some(Value::Null) => return Ok(default),
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(s)) => s.trim().parse().ok(),
+            Some(_) => None,
+        }
+        .ok_or_else(|| anyhow!("[web] {key} must be a non-negative integer"))?;
+        if v < min || v > max {
+            bail!("[web] {key} must be between {min} and {max}, got {v}");
+        }
+        Ok(v)
+    }
+
+    fn list(&self, key: &str) -> Result<Vec<String>> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|i| {
+                    i.as_str().map(str::to_string).ok_or_else(|| {
+                        anyhow!("[web] {key} must be a list of strings, got {i} in it")
+                    })
+                })
+                .collect(),
+            Some(Value::String(s)) => Ok(vec![s.clone()]),
+            Some(other) => bail!("[web] {key} must be a list of strings, got {other}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_without_a_table() {
+        let c = WebConfig::from_table(None).unwrap();
+        assert_eq!(c.max_redirects, 5);
+        assert_eq!(c.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
+        assert_eq!(c.search.backend, None);
+        assert_eq!(c.search.brave_api_key_env, "BRAVE_API_KEY");
+        assert!(c.policy.allow_hosts.is_empty());
+    }
+
+    #[test]
+    fn values_are_read_and_checked() {
+        let c = WebConfig::from_table(Some(&json!({
+            "timeout_ms": 1500, "max_redirects": 2, "allow_hosts": ["LocalHost"],
+            "allow_ranges": ["127.0.0.0/8"], "search_backend": "Brave"
+        })))
+        .unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(1500));
+        assert_eq!(c.max_redirects, 2);
+        assert_eq!(c.policy.allow_hosts, vec!["localhost".to_string()]);
+        assert_eq!(c.search.backend, Some(Backend::Brave));
+
+        for (table, want) in [
+            (
+                json!({"max_redirects": 6}),
+                "max_redirects must be between 0 and 5",
+            ),
+            (json!({"allow_host": ["x"]}), "unknown key `allow_host`"),
+            (
+                json!({"search_backend": "bing"}),
+                "search_backend must be one of",
+            ),
+            (json!({"allow_ranges": ["10/8"]}), "allow_ranges"),
+            (
+                json!({"timeout_ms": "soon"}),
+                "timeout_ms must be a non-negative integer",
+            ),
+            (
+                json!({"allow_hosts": [1]}),
+                "allow_hosts must be a list of strings",
+            ),
+        ] {
+            let e = WebConfig::from_table(Some(&table)).unwrap_err().to_string();
+            assert!(e.contains(want), "{table}: {e}");
+        }
+    }
+}

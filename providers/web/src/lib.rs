@@ -1,0 +1,84 @@
+//! toolbox-web is the `web` provider: two tools that let a model read the web.
+//!
+//! | tool | risk | what it does |
+//! |---|---|---|
+//! | `web_fetch` | read | fetch one URL; HTML becomes Markdown (or text), JSON is pretty-printed, PDFs go through a linked extractor |
+//! | `web_search` | read | numbered results (title, URL, snippet) from SearxNG, Brave Search or Tavily |
+//!
+//! Both are in the `web` toolset. `web_fetch` goes through an SSRF guard ([`guard`]): private,
+//! loopback, link-local, metadata and other non-public addresses are refused after DNS
+//! resolution, for IP-literal URLs and on every redirect hop, unless `[web] allow_hosts` /
+//! `allow_ranges` allow them. `web_search` talks only to the endpoint the operator configured,
+//! which is trusted and not guarded (so a SearxNG on localhost works).
+//!
+//! HTTP is reqwest with rustls (ring provider), no proxies. The clients are built once per
+//! provider instance from the `[web]` table and rebuilt only if that table changes. A PDF
+//! response is read with the extractor the pdf provider registers
+//! ([`toolbox_core::find_extractor`]) — this crate does not depend on it.
+//!
+//! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
+//! linking the umbrella crate with the `web` feature.
+
+pub mod config;
+mod convert;
+mod fetch;
+pub mod guard;
+mod http;
+mod search;
+
+use std::sync::Mutex;
+
+use anyhow::{anyhow, Result};
+use async_trait::async_trait;
+use serde_json::Value;
+use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+
+use crate::config::WebConfig;
+use crate::http::Clients;
+
+toolbox_core::register_provider!("web", || std::sync::Arc::new(Web::default()));
+
+/// The `web` provider. It keeps the HTTP clients (and their connection pools) between calls.
+#[derive(Default)]
+pub struct Web {
+    /// The `[web]` table the clients were built from, and the clients.
+    clients: Mutex<Option<(Value, Clients)>>,
+}
+
+impl Web {
+    /// The clients for this call's configuration: built on first use, reused while the
+    /// `[web]` table stays the same.
+    fn clients(&self, ctx: &ToolContext) -> Result<Clients> {
+        let table = ctx.provider_config("web").cloned().unwrap_or(Value::Null);
+        let mut cache = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((built_from, clients)) = cache.as_ref() {
+            if *built_from == table {
+                return Ok(clients.clone());
+            }
+        }
+        let config = WebConfig::from_table(Some(&table))
+            .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))?;
+        let clients = Clients::build(config)?;
+        *cache = Some((table, clients.clone()));
+        Ok(clients)
+    }
+}
+
+#[async_trait]
+impl ToolProvider for Web {
+    fn name(&self) -> &str {
+        "web"
+    }
+
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![fetch::info(), search::info()]
+    }
+
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        match tool {
+            fetch::NAME => fetch::run(self.clients(ctx)?, args, ctx).await,
+            search::NAME => search::run(self.clients(ctx)?, args, ctx).await,
+            other => Err(anyhow!("web has no tool named {other}")),
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! image_gen__generate through the executor, against an OpenAI-compatible images endpoint
+//! played by a small HTTP server on 127.0.0.1 that answers with `b64_json` PNGs.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use toolbox_executor::{
+    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo,
+    ToolExecutor, ToolRequest,
+};
+
+use toolbox as _;
+
+// A tiny HTTP/1.1 server: at most 32 connections or 60 s, then it stops by itself.
+
+#[derive(Debug, Clone)]
+struct Request {
+    method: String,
+    target: String,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+type Handler = Arc<dyn Fn(&Request) -> (u16, String) + Send + Sync>;
+
+struct Server {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+fn serve(handler: impl Fn(&Request) -> (u16, String) + Send + Sync + 'static) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let log = requests.clone();
+    let handler: Handler = Arc::new(handler);
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut served = 0;
+        while served < 32 && started.elapsed() < Duration::from_secs(60) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    served += 1;
+                    let (handler, log) = (handler.clone(), log.clone());
+                    std::thread::spawn(move || handle(stream, &*handler, &log));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    Server { addr, requests }
+}
+
+fn handle(
+    mut stream: TcpStream,
+    handler: &(dyn Fn(&Request) -> (u16, String) + Send + Sync),
+    log: &Mutex<Vec<Request>>,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split(' ');
+    let method = first.next().unwrap_or("").to_string();
+    let target = first.next().unwrap_or("").to_string();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < len {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let request = Request {
+        method,
+        target,
+        headers,
+        body,
+    };
+    log.lock().unwrap().push(request.clone());
+    let (status, body) = handler(&request);
+    let out = format!(
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(out.as_bytes());
+}
+
+/// A valid 1×1 PNG (signature, IHDR, IDAT, IEND with correct CRCs).
+const TINY_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+fn b64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// An OpenAI-compatible images endpoint: checks the key, answers `n` PNGs.
+fn images_endpoint(req: &Request) -> (u16, String) {
+    if req.headers.get("authorization").map(String::as_str) != Some("Bearer sk-test") {
+        return (
+            401,
+            json!({"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error"}}).to_string(),
+        );
+    }
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    if body["prompt"].as_str() == Some("explode") {
+        return (
+            500,
+            json!({"error": {"message": "The server had an error while processing your request."}})
+                .to_string(),
+        );
+    }
+    let n = body["n"].as_u64().unwrap_or(1) as usize;
+    let data: Vec<Value> = (0..n).map(|_| json!({"b64_json": b64(TINY_PNG)})).collect();
+    (200, json!({"created": 1, "data": data}).to_string())
+}
+
+fn executor(image_gen: Value, mode: PermissionMode) -> (tempfile::TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = mode;
+    if !image_gen.is_null() {
+        config.providers.insert("image_gen".into(), image_gen);
+    }
+    (dir, ToolExecutor::new(config).unwrap())
+}
+
+fn config_for(server: &Server) -> Value {
+    // Each test names its own key variable, so parallel tests never share one.
+    std::env::set_var("TOOLBOX_TEST_IMAGE_KEY", "sk-test");
+    json!({
+        "base_url": format!("http://{}/v1", server.addr),
+        "model": "test-image-model",
+        "api_key_env": "TOOLBOX_TEST_IMAGE_KEY",
+    })
+}
+
+async fn call(exec: &ToolExecutor, args: Value) -> ToolCallInfo {
+    exec.run(ToolRequest::new("img-call", "image_gen__generate", args).session("s1"))
+        .await
+}
+
+async fn fails(exec: &ToolExecutor, args: Value, want: &str) -> String {
+    let info = call(exec, args.clone()).await;
+    assert_eq!(info.status, CallStatus::Error, "{args}: {}", info.result);
+    assert_eq!(
+        info.error_kind,
+        Some(ErrorKind::Tool),
+        "{args}: {}",
+        info.result
+    );
+    assert!(
+        info.result.contains(want),
+        "{args}: expected {want:?} in: {}",
+        info.result
+    );
+    info.result
+}
+
+#[tokio::test]
+async fn generated_pngs_are_saved_in_the_session_output_folder() {
+    let server = serve(images_endpoint);
+    let (dir, exec) = executor(config_for(&server), PermissionMode::Full);
+    let info = call(
+        &exec,
+        json!({"prompt": "a red crab on a beach", "size": "512x512", "n": 2}),
+    )
+    .await;
+    assert!(info.is_done(), "{}", info.result);
+    let lines: Vec<&str> = info.result.lines().collect();
+    assert_eq!(
+        lines[0], "Saved 2 images (512x512, model test-image-model):",
+        "{}",
+        info.result
+    );
+    let out_dir = dir.path().join(".toolbox/sessions/s1/output");
+    for path in &lines[1..3] {
+        assert!(
+            path.starts_with("output/image-") && path.ends_with(".png"),
+            "{path}"
+        );
+        let file = out_dir.join(path.trim_start_matches("output/"));
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            TINY_PNG,
+            "{}",
+            file.display()
+        );
+    }
+    assert_ne!(lines[1], lines[2]);
+
+    // The request was an OpenAI images request.
+    let req = server.requests.lock().unwrap()[0].clone();
+    assert_eq!(req.method, "POST");
+    assert_eq!(req.target, "/v1/images/generations");
+    assert_eq!(req.headers["content-type"], "application/json");
+    let body: Value = serde_json::from_slice(&req.body).unwrap();
+    assert_eq!(
+        body,
+        json!({"model": "test-image-model", "prompt": "a red crab on a beach", "n": 2,
+               "size": "512x512", "response_format": "b64_json"})
+    );
+
+    // A second call never overwrites the first call's files.
+    let again = call(&exec, json!({"prompt": "another crab"})).await;
+    assert!(again.is_done(), "{}", again.result);
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 3);
+}
+
+#[tokio::test]
+async fn endpoint_errors_are_reported_with_their_message() {
+    let server = serve(images_endpoint);
+    let (_d, exec) = executor(config_for(&server), PermissionMode::Full);
+    fails(
+        &exec,
+        json!({"prompt": "explode"}),
+        "HTTP 500 Internal Server Error: The server had an error while processing your request.",
+    )
+    .await;
+
+    std::env::set_var("TOOLBOX_TEST_IMAGE_WRONG_KEY", "sk-wrong");
+    let mut config = config_for(&server);
+    config["api_key_env"] = json!("TOOLBOX_TEST_IMAGE_WRONG_KEY");
+    let (_d, exec) = executor(config, PermissionMode::Full);
+    let r = fails(
+        &exec,
+        json!({"prompt": "crab"}),
+        "HTTP 401 Unauthorized: Incorrect API key provided.",
+    )
+    .await;
+    assert!(r.contains("TOOLBOX_TEST_IMAGE_WRONG_KEY"), "{r}");
+}
+
+#[tokio::test]
+async fn non_png_answers_are_refused_and_nothing_is_saved() {
+    let server = serve(|_| {
+        let jpeg = b64(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00");
+        (200, json!({"data": [{"b64_json": jpeg}]}).to_string())
+    });
+    let (dir, exec) = executor(config_for(&server), PermissionMode::Full);
+    fails(&exec, json!({"prompt": "crab"}), "image 1 is not a PNG").await;
+    let out_dir = dir.path().join(".toolbox/sessions/s1/output");
+    let saved = std::fs::read_dir(&out_dir).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(saved, 0);
+}
+
+#[tokio::test]
+async fn arguments_are_checked() {
+    let server = serve(images_endpoint);
+    let (_d, exec) = executor(config_for(&server), PermissionMode::Full);
+    fails(&exec, json!({}), "image_gen__generate requires prompt").await;
+    fails(&exec, json!({"prompt": "  "}), "argument `prompt` is empty").await;
+    fails(
+        &exec,
+        json!({"prompt": "x", "size": "huge"}),
+        "argument `size` must be WIDTHxHEIGHT",
+    )
+    .await;
+    fails(
+        &exec,
+        json!({"prompt": "x", "n": 5}),
+        "argument `n` must be between 1 and 4, got 5",
+    )
+    .await;
+    fails(
+        &exec,
+        json!({"prompt": "x", "count": 2}),
+        "unknown argument `count`",
+    )
+    .await;
+    assert!(
+        server.requests.lock().unwrap().is_empty(),
+        "bad arguments never reach the endpoint"
+    );
+}
+
+#[tokio::test]
+async fn no_endpoint_configured_says_how_to_configure_one() {
+    // Point the key at a variable nobody sets; the base-URL variables must be unset too for
+    // this to be the "nothing configured" case.
+    for var in ["TOOLBOX_IMAGE_BASE_URL", "OPENAI_BASE_URL"] {
+        if std::env::var_os(var).is_some() {
+            eprintln!("{var} is set in this environment; the no-endpoint case cannot be shown");
+            return;
+        }
+    }
+    let (_d, exec) = executor(
+        json!({"api_key_env": "TOOLBOX_TEST_IMAGE_KEY_NEVER_SET"}),
+        PermissionMode::Full,
+    );
+    let r = fails(
+        &exec,
+        json!({"prompt": "crab"}),
+        "no image endpoint configured",
+    )
+    .await;
+    for want in [
+        "[image_gen]",
+        "base_url",
+        "TOOLBOX_IMAGE_BASE_URL",
+        "OPENAI_API_KEY",
+    ] {
+        assert!(r.contains(want), "missing {want:?}: {r}");
+    }
+}
+
+#[tokio::test]
+async fn it_is_a_file_write_tool_in_the_images_toolset() {
+    let server = serve(images_endpoint);
+    let (_d, exec) = executor(config_for(&server), PermissionMode::ReadOnly);
+    let info = call(&exec, json!({"prompt": "crab"})).await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Denied), "{}", info.result);
+    assert!(server.requests.lock().unwrap().is_empty());
+    let hidden = exec
+        .resolve_agent_tool_schemas(
+            Some(&["images"]),
+            PermissionMode::ReadOnly,
+            SchemaFormat::Anthropic,
+        )
+        .unwrap();
+    assert!(hidden.is_empty(), "{hidden:?}");
+    let shown = exec
+        .resolve_agent_tool_schemas(
+            Some(&["images"]),
+            PermissionMode::Full,
+            SchemaFormat::Anthropic,
+        )
+        .unwrap();
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0]["name"], "image_gen__generate");
+    let tool = exec.registry().get("image_gen__generate").unwrap();
+    assert_eq!(tool.info.risk, toolbox_core::ToolRisk::FileWrite);
+}
