@@ -24,8 +24,16 @@ async fn call(exec: &ToolExecutor, sid: &str, name: &str, args: Value) -> ToolCa
         .await
 }
 
+/// The embedded interpreter runs one job at a time for the whole process, so tests that
+/// measure timeouts must not queue behind another test's slow import: run them one by one.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 #[tokio::test]
 async fn a_live_session_through_every_name() {
+    let _serial = serial().await;
     let (_d, exec) = executor(PermissionMode::Full, "");
     let info = call(&exec, "s1", "run_python_code", json!({"code": "x = 1"})).await;
     assert_eq!(
@@ -60,6 +68,7 @@ async fn a_live_session_through_every_name() {
 
 #[tokio::test]
 async fn permissions_gate_python_but_not_lookups() {
+    let _serial = serial().await;
     let (_d, exec) = executor(PermissionMode::ReadOnly, "");
     let info = call(&exec, "s1", "run_python_code", json!({"code": "1"})).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Denied));
@@ -89,6 +98,7 @@ async fn permissions_gate_python_but_not_lookups() {
 
 #[tokio::test]
 async fn the_executor_timeout_interrupts_embedded_code() {
+    let _serial = serial().await;
     let (_d, exec) = executor(PermissionMode::Full, "");
     call(&exec, "s1", "python", json!({"code": "kept = 1"})).await;
     // The executor's limit is shorter than the provider's: the executor drops the call and
@@ -110,6 +120,7 @@ async fn the_executor_timeout_interrupts_embedded_code() {
 
 #[tokio::test]
 async fn configuration_picks_the_isolated_backend() {
+    let _serial = serial().await;
     let (_d, exec) = executor(
         PermissionMode::Full,
         "[python]\nbackend = \"isolated\"\ntimeout_ms = 500\n",
@@ -159,6 +170,7 @@ async fn configuration_picks_the_isolated_backend() {
 
 #[tokio::test]
 async fn integrated_notebook_is_python_notebook_and_registry_tools() {
+    let _serial = serial().await;
     let (_d, exec) = executor(PermissionMode::Full, "");
     let schemas = exec
         .resolve_agent_tool_schemas(

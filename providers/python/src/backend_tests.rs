@@ -41,8 +41,16 @@ pub(crate) fn test_venv() -> PathBuf {
     venv
 }
 
+/// The embedded interpreter runs one job at a time for the whole process, so tests that
+/// measure timeouts must not queue behind another test's slow import: run them one by one.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 #[tokio::test]
 async fn namespaces_persist_per_session_and_stay_apart() {
+    let _serial = serial().await;
     for backend in BACKENDS {
         let (_d, a) = setup(RUN, "alpha", json!({ "backend": backend }));
         let b = other_session(&a, "beta");
@@ -74,6 +82,7 @@ async fn namespaces_persist_per_session_and_stay_apart() {
 
 #[tokio::test]
 async fn output_streams_final_expression_and_display() {
+    let _serial = serial().await;
     for backend in BACKENDS {
         let (_d, ctx) = setup(RUN, "out", json!({ "backend": backend }));
         let text = run(
@@ -109,6 +118,7 @@ async fn output_streams_final_expression_and_display() {
 
 #[tokio::test]
 async fn exceptions_carry_ename_evalue_and_cell_lines() {
+    let _serial = serial().await;
     for backend in BACKENDS {
         let (_d, ctx) = setup(RUN, "err", json!({ "backend": backend }));
         run(&ctx, "def f(n):\n    return 10 / n").await.unwrap();
@@ -154,6 +164,7 @@ async fn exceptions_carry_ename_evalue_and_cell_lines() {
 
 #[tokio::test]
 async fn working_directory_is_the_scratchpad() {
+    let _serial = serial().await;
     for backend in BACKENDS {
         let (_d, ctx) = setup(RUN, "cwd", json!({ "backend": backend }));
         let scratch = ctx.workspace.scratchpad().unwrap();
@@ -191,6 +202,7 @@ async fn working_directory_is_the_scratchpad() {
 
 #[tokio::test]
 async fn scripts_run_as_main_with_args_and_leave_their_names() {
+    let _serial = serial().await;
     for backend in BACKENDS {
         let (_d, ctx) = setup(RUN, "script", json!({ "backend": backend }));
         std::fs::create_dir_all(ctx.workspace.root().join("tools")).unwrap();
@@ -222,6 +234,7 @@ async fn scripts_run_as_main_with_args_and_leave_their_names() {
 
 #[tokio::test]
 async fn figures_are_saved_as_png_under_output() {
+    let _serial = serial().await;
     let venv = test_venv();
     for backend in BACKENDS {
         let (_d, ctx) = setup(
@@ -272,6 +285,7 @@ async fn figures_are_saved_as_png_under_output() {
 
 #[tokio::test]
 async fn embedded_timeouts_interrupt_and_keep_the_session() {
+    let _serial = serial().await;
     let (_d, ctx) = setup(RUN, "timeout", json!({ "backend": "embedded" }));
     run(&ctx, "kept = 'yes'").await.unwrap();
     // A busy pure-Python loop.
@@ -349,6 +363,7 @@ async fn embedded_timeouts_interrupt_and_keep_the_session() {
 
 #[tokio::test]
 async fn cancellation_interrupts_embedded_runs() {
+    let _serial = serial().await;
     let (_d, ctx) = setup(RUN, "cancel", json!({ "backend": "embedded" }));
     let cancel = ctx.cancel.clone();
     tokio::spawn(async move {
@@ -364,6 +379,7 @@ async fn cancellation_interrupts_embedded_runs() {
 
 #[tokio::test]
 async fn isolated_timeouts_kill_and_restart_the_session() {
+    let _serial = serial().await;
     let (_d, ctx) = setup(RUN, "hard", json!({ "backend": "isolated" }));
     run(&ctx, "lost = 1").await.unwrap();
     let started = Instant::now();
@@ -393,6 +409,7 @@ async fn isolated_timeouts_kill_and_restart_the_session() {
 
 #[tokio::test]
 async fn isolated_crashes_do_not_touch_the_host() {
+    let _serial = serial().await;
     let (_d, ctx) = setup(RUN, "crash", json!({ "backend": "isolated" }));
     run(&ctx, "state = 1").await.unwrap();
     let e = run(&ctx, "import os\nos._exit(3)").await.unwrap_err();
@@ -422,6 +439,7 @@ async fn isolated_crashes_do_not_touch_the_host() {
 
 #[tokio::test]
 async fn isolated_captures_output_written_to_file_descriptors() {
+    let _serial = serial().await;
     let (_d, ctx) = setup(RUN, "fd", json!({ "backend": "isolated" }));
     let text = run(
         &ctx,
@@ -434,6 +452,7 @@ async fn isolated_captures_output_written_to_file_descriptors() {
 
 #[tokio::test]
 async fn embedded_interpreter_is_the_build_interpreter() {
+    let _serial = serial().await;
     let info = crate::embedded::info().await.unwrap();
     assert_eq!(info["version"], BUILD_PYTHON_VERSION);
     assert_eq!(info["prefix"], BUILD_PYTHON_PREFIX);
@@ -500,6 +519,7 @@ pub(crate) fn build_wheel(dir: &std::path::Path, name: &str) {
 
 #[tokio::test]
 async fn kernel_install_from_a_local_wheel_imports_without_restart() {
+    let _serial = serial().await;
     for backend in BACKENDS {
         let (dir, mut ctx) = setup(RUN, "pkg", json!({}));
         let wheels = dir.path().join("wheels");

@@ -69,7 +69,8 @@ async fn a_blocking_c_call_cannot_be_interrupted_in_process() {
     // Meanwhile every call is refused at once, with the reason.
     let refused_at = Instant::now();
     let e = run(&ctx, "1 + 1", None).await.unwrap_err();
-    assert!(refused_at.elapsed() < Duration::from_millis(200));
+    // "At once" next to the seconds the C call still needs; loose for shared CI machines.
+    assert!(refused_at.elapsed() < Duration::from_millis(1500));
     assert!(
         e.starts_with("run_python_code: the embedded Python interpreter is still busy with an earlier call (call call-blocked, session s)"),
         "{e}"
