@@ -29,7 +29,7 @@ pub fn safe_file_part(call_id: &str) -> String {
 ///
 /// The executor spools large results through this; a provider whose output is too large to
 /// hold in memory (a shell command printing gigabytes) streams into one itself and hands it
-/// over with [`ToolContext::claim_spool_file`](crate::ToolContext::claim_spool_file).
+/// over with [`ToolContext::create_spool_file`](crate::ToolContext::create_spool_file).
 pub fn create_spool_file(workspace_root: &Path, call_id: &str) -> io::Result<(File, String)> {
     let dir = workspace_root.join(TOOLBOX_DIR).join("tool_outputs");
     std::fs::create_dir_all(&dir)?;

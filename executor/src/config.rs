@@ -129,6 +129,9 @@ pub struct ExecutorConfig {
     pub call_timeout: Duration,
     /// An approval request unanswered after this is denied.
     pub approval_timeout: Duration,
+    /// After a timeout or cancellation, how long a tool may take to stop cleanly and report
+    /// what it gathered before it is dropped.
+    pub cancel_grace: Duration,
     /// Results of this many bytes or more are spooled to disk.
     pub spool_threshold: usize,
     /// Append every call to `.toolbox/trajectories/<session>/`.
@@ -145,8 +148,11 @@ impl ExecutorConfig {
         ExecutorConfig {
             workspace: workspace.into(),
             permissions: Permissions::default(),
-            call_timeout: Duration::from_secs(600),
+            // Above the shell's own cap (600 s) plus its kill grace, so a tool's own timeout
+            // (which keeps the output gathered so far) normally fires first.
+            call_timeout: Duration::from_secs(900),
             approval_timeout: Duration::from_secs(300),
+            cancel_grace: Duration::from_secs(3),
             spool_threshold: crate::spool::SPOOL_THRESHOLD_BYTES,
             trajectory: true,
             providers: Map::new(),
@@ -229,6 +235,9 @@ impl ExecutorConfig {
             "approval_timeout_ms" => {
                 self.approval_timeout = Duration::from_millis(parse_num(key, value, 0)?)
             }
+            "cancel_grace_ms" => {
+                self.cancel_grace = Duration::from_millis(parse_num(key, value, 0)?)
+            }
             "spool_threshold_bytes" => self.spool_threshold = parse_num(key, value, 1)? as usize,
             "trajectory" => self.trajectory = parse_bool(key, value)?,
             other => bail!("unknown setting {other:?} (known: {})", SETTINGS.join(", ")),
@@ -243,6 +252,7 @@ const SETTINGS: &[&str] = &[
     "allow_file_write",
     "call_timeout_ms",
     "approval_timeout_ms",
+    "cancel_grace_ms",
     "spool_threshold_bytes",
     "trajectory",
 ];

@@ -388,22 +388,46 @@ impl ToolExecutor {
         };
         let timeout = request.timeout.unwrap_or(inner.config.call_timeout);
         let call = AssertUnwindSafe(tool.provider.call_tool(name, arguments, &ctx)).catch_unwind();
-        let outcome = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err((ErrorKind::Cancelled, format!("tool {name} was cancelled"))),
-            result = call => match result {
-                Ok(Ok(value)) => Ok(stringify_tool_result(value)),
-                Ok(Err(err)) => Err((ErrorKind::Tool, format!("{err:#}"))),
-                Err(panic) => Err((ErrorKind::Panic, format!("tool {name} panicked: {}", panic_message(&panic)))),
-            },
-            _ = tokio::time::sleep(timeout) => Err((
-                ErrorKind::Timeout,
-                format!("tool {name} timed out after {} ms", timeout.as_millis()),
+        tokio::pin!(call);
+        let finish = |result: std::thread::Result<anyhow::Result<Value>>| match result {
+            Ok(Ok(value)) => Ok(stringify_tool_result(value)),
+            Ok(Err(err)) => Err((ErrorKind::Tool, format!("{err:#}"))),
+            Err(panic) => Err((
+                ErrorKind::Panic,
+                format!("tool {name} panicked: {}", panic_message(&panic)),
             )),
         };
-        // Whatever ended the call, anything the tool left running is told to stop.
+        let stopped = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => (ErrorKind::Cancelled, format!("tool {name} was cancelled")),
+            result = &mut call => {
+                // Whatever the tool left running is told to stop.
+                call_cancel.cancel();
+                return finish(result);
+            }
+            _ = tokio::time::sleep(timeout) => (
+                ErrorKind::Timeout,
+                format!("tool {name} timed out after {} ms", timeout.as_millis()),
+            ),
+        };
+        // Timed out or cancelled: tell the tool through its token and give it a short grace
+        // to stop its work cleanly (a shell command gets SIGTERM before SIGKILL) and return
+        // what it gathered so far; a tool that ignores the token is dropped after the grace.
         call_cancel.cancel();
-        outcome
+        let (kind, message) = stopped;
+        match tokio::time::timeout(inner.config.cancel_grace, &mut call).await {
+            Ok(result) => {
+                let partial = match finish(result) {
+                    Ok(text) | Err((_, text)) => text,
+                };
+                if partial.trim().is_empty() {
+                    Err((kind, message))
+                } else {
+                    Err((kind, format!("{message}\n{partial}")))
+                }
+            }
+            Err(_) => Err((kind, message)),
+        }
     }
 
     async fn await_approval(

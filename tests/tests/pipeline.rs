@@ -30,6 +30,7 @@ impl ToolProvider for TestTools {
                 .toolsets(&["basic"]),
             ToolInfo::new("sleepy", "Sleeps ms.", obj.clone()),
             ToolInfo::new("boom", "Panics.", obj.clone()),
+            ToolInfo::new("stubborn", "Ignores cancellation.", obj.clone()),
             ToolInfo::new("fail", "Fails.", obj.clone()),
             ToolInfo::new("big", "Returns n chars.", obj.clone()),
             ToolInfo::new("streamer", "Spools its own output.", obj.clone()),
@@ -51,6 +52,10 @@ impl ToolProvider for TestTools {
                 }
             }
             "boom" => panic!("provider exploded"),
+            "stubborn" => {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok(Value::Null)
+            }
             "fail" => anyhow::bail!("fail: the disk is on fire"),
             "big" => {
                 let n = a.opt_u64("n", &[])?.unwrap_or(0) as usize;
@@ -322,7 +327,11 @@ async fn timeouts_and_cancellation_say_which() {
         .run(req("t", "sleepy", json!({"ms": 10_000})).timeout(Duration::from_millis(100)))
         .await;
     assert_eq!(info.error_kind, Some(ErrorKind::Timeout));
-    assert_eq!(info.result, "tool sleepy timed out after 100 ms");
+    // The tool saw its token cancelled and reported back within the grace.
+    assert_eq!(
+        info.result,
+        "tool sleepy timed out after 100 ms\ncancelled inside the tool"
+    );
 
     let token = toolbox_core::CancellationToken::new();
     let canceller = token.clone();
@@ -334,8 +343,29 @@ async fn timeouts_and_cancellation_say_which() {
         .run_cancellable(req("c", "sleepy", json!({"ms": 10_000})), token)
         .await;
     assert_eq!(info.error_kind, Some(ErrorKind::Cancelled));
-    assert_eq!(info.result, "tool sleepy was cancelled");
+    assert_eq!(
+        info.result,
+        "tool sleepy was cancelled\ncancelled inside the tool"
+    );
     assert!(info.elapsed_ms < 5_000);
+}
+
+#[tokio::test]
+async fn a_tool_that_ignores_cancellation_is_dropped_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = PermissionMode::Full;
+    config.apply_toml("cancel_grace_ms = 200").unwrap();
+    let registry =
+        Registry::from_providers([Arc::new(TestTools) as Arc<dyn ToolProvider>]).unwrap();
+    let exec = ToolExecutor::with_registry(config, registry, EventSink::none()).unwrap();
+    let info = exec
+        .run(req("s", "stubborn", json!({})).timeout(Duration::from_millis(100)))
+        .await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Timeout));
+    assert_eq!(info.result, "tool stubborn timed out after 100 ms");
+    // 60 s of sleep were cut short: timeout plus grace, with generous slack.
+    assert!(info.elapsed_ms < 20_000, "{}", info.elapsed_ms);
 }
 
 #[tokio::test]

@@ -202,12 +202,23 @@ async fn the_executors_own_timeout_drops_the_call_and_the_group_dies_with_it() {
     let request = ToolRequest::new(
         "t",
         "shell",
-        json!({"command": "sleep 300 & echo $! > pid.txt; wait", "timeout_ms": 600000}),
+        json!({"command": "echo before-the-timeout; sleep 300 & echo $! > pid.txt; wait", "timeout_ms": 600000}),
     )
     .session("s1")
     .timeout(Duration::from_millis(400));
     let info = exec.run(request).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Timeout), "{}", info.result);
+    // The executor let the shell stop gently, so the output so far is kept.
+    assert!(
+        info.result.starts_with("tool shell timed out after 400 ms"),
+        "{}",
+        info.result
+    );
+    assert!(
+        info.result.contains("before-the-timeout"),
+        "{}",
+        info.result
+    );
     wait_gone(read_pid(&scratch(&dir).join("pid.txt")), "the grandchild").await;
 }
 
@@ -227,7 +238,7 @@ async fn cancelling_the_call_kills_the_group() {
             ToolRequest::new(
                 "t",
                 "shell",
-                json!({"command": "sleep 300 & echo $! > pid.txt; wait"}),
+                json!({"command": "echo before-the-cancel; sleep 300 & echo $! > pid.txt; wait"}),
             )
             .session("s1"),
             token,
@@ -239,6 +250,12 @@ async fn cancelling_the_call_kills_the_group() {
         "{}",
         info.result
     );
+    assert!(
+        info.result.starts_with("tool shell was cancelled"),
+        "{}",
+        info.result
+    );
+    assert!(info.result.contains("before-the-cancel"), "{}", info.result);
     wait_gone(read_pid(&pid_file), "the grandchild").await;
 }
 

@@ -208,13 +208,26 @@ pub(crate) fn spawn_error(tool: &str, p: &Prepared, e: std::io::Error) -> anyhow
     }
 }
 
+/// Starts a foreground command. Without a sandbox: `posix_spawn` right here (no fork, no
+/// thread hop; the janitor covers a crash of toolbox). With one: a fork on the provider
+/// thread, because the sandbox must be switched on in the child before exec.
+async fn start_foreground(p: &Prepared) -> std::io::Result<process::Spawned> {
+    #[cfg(target_env = "gnu")]
+    if p.sandbox.is_none() {
+        let spawned = process::spawn_posix(&p.command, &p.cwd, &p.config.command_env())?;
+        host::janitor_send('+', spawned.pid as u32);
+        return Ok(spawned);
+    }
+    host::spawn(build(p)).await
+}
+
 async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
     let started = Instant::now();
-    let child = host::spawn(build(&p))
+    let spawned = start_foreground(&p)
         .await
         .map_err(|e| spawn_error(NAME, &p, e))?;
-    let running =
-        Running::new(child, started).map_err(|e| anyhow!("{NAME}: cannot read the output: {e}"))?;
+    let running = Running::new(spawned, started)
+        .map_err(|e| anyhow!("{NAME}: cannot read the output: {e}"))?;
     let mut sink = ForegroundSink::new(ctx, p.config.max_capture_bytes);
     let cancel = ctx.cancel.clone();
     let stop = async move {
@@ -505,6 +518,33 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("--- stderr (5 bytes) ---\noops\n"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn own_session_no_terminal_and_default_sigpipe() {
+        let (_d, ctx) = setup(NAME);
+        let out = call(
+            &ctx,
+            NAME,
+            json!({"command": "ps -o pid=,pgid=,sid= -p $$; cat /dev/tty 2>/dev/null || echo no-tty; \
+                              yes | head -1 >/dev/null; echo \"yes=${PIPESTATUS[0]}\""}),
+        )
+        .await
+        .unwrap();
+        let ids: Vec<&str> = out
+            .split("---\n")
+            .nth(1)
+            .and_then(|s| s.lines().next())
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert!(
+            ids.len() == 3 && ids[0] == ids[1] && ids[0] == ids[2],
+            "{out}"
+        );
+        assert!(out.contains("no-tty"), "{out}");
+        // Killed by SIGPIPE (128 + 13), as in a terminal; not "Broken pipe" errors.
+        assert!(out.contains("yes=141"), "{out}");
     }
 
     #[tokio::test]

@@ -1,30 +1,34 @@
 //! The provider's own long-lived thread, and the janitor process that outlives us.
 //!
-//! **Why a thread of our own.** Every command is started with `PR_SET_PDEATHSIG(SIGKILL)` so
-//! it dies with toolbox. The kernel ties that signal to the *thread* that forked, not to the
-//! process: if the forking thread exits, the command is killed. tokio's blocking-pool threads
-//! exit after a few idle seconds, and a worker thread can turn into one
-//! (`block_in_place`), so forking from whatever thread runs the call would kill background
-//! jobs (and occasionally long commands) at random. All forks therefore happen on one thread
-//! that lives as long as the process. It runs a small current-thread tokio runtime that also
-//! drives background jobs, so a job does not depend on the runtime of the call that
-//! started it either.
+//! **Why a thread of our own.** Background jobs and sandboxed commands are forked with
+//! `PR_SET_PDEATHSIG(SIGKILL)` so they die with toolbox. The kernel ties that signal to the
+//! *thread* that forked, not to the process: if the forking thread exits, the command is
+//! killed. tokio's blocking-pool threads exit after a few idle seconds, and a worker thread
+//! can turn into one (`block_in_place`), so forking from whatever thread runs the call would
+//! kill background jobs (and occasionally long commands) at random. These forks therefore
+//! happen on one thread that lives as long as the process. It runs a small current-thread
+//! tokio runtime that also drives background jobs, so a job does not depend on the runtime
+//! of the call that started it either. (Plain foreground commands use `posix_spawn` on the
+//! calling thread instead, see `process::spawn_posix`; they have no death signal and rely
+//! on the janitor alone.)
 //!
 //! **Why a janitor.** `PR_SET_PDEATHSIG` reaches only the process we forked (bash), not the
 //! processes bash starts. So the first command also starts a tiny script (bash and awk), the
-//! janitor, in its own process group, that reads "+ID"/"-ID" lines (a session being started / fully
-//! stopped) from a pipe whose write end only toolbox holds. When toolbox dies, however it
-//! dies, the pipe reaches end-of-file and the janitor kills every session still registered,
-//! then exits.
+//! janitor, in its own process group, that reads "+ID"/"-ID" lines (a session being started
+//! / fully stopped) from a pipe whose write end only toolbox holds. When toolbox dies,
+//! however it dies, the pipe reaches end-of-file and the janitor kills the process group and
+//! every process of each session still registered, then exits.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use tokio::runtime::Handle;
+
+use crate::process::{try_reap, Reap, Spawned};
 
 static HOST: OnceLock<Result<Handle, String>> = OnceLock::new();
 
@@ -64,19 +68,18 @@ fn start() -> Result<Handle, String> {
 ///
 /// If the caller stops waiting (its future is dropped), the new process group is killed and
 /// reaped instead of being left running unsupervised.
-pub async fn spawn(mut command: Command) -> Result<Child, std::io::Error> {
+pub async fn spawn(mut command: Command) -> Result<Spawned, std::io::Error> {
     let host = handle().map_err(std::io::Error::other)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     host.spawn(async move {
-        let spawned = command.spawn();
-        if let Ok(child) = &spawned {
-            janitor_send('+', child.id());
+        let spawned = command.spawn().and_then(Spawned::from_child);
+        if let Ok(s) = &spawned {
+            janitor_send('+', s.pid as u32);
         }
-        if let Err(Ok(child)) = tx.send(spawned) {
-            let pid = child.id() as i32;
-            crate::process::signal_group(pid, libc::SIGKILL);
-            janitor_send('-', child.id());
-            reap_later(child);
+        if let Err(Ok(s)) = tx.send(spawned) {
+            crate::process::signal_group(s.pid, libc::SIGKILL);
+            janitor_send('-', s.pid as u32);
+            reap_later(s.pid);
         }
     });
     rx.await
@@ -85,19 +88,16 @@ pub async fn spawn(mut command: Command) -> Result<Child, std::io::Error> {
 
 /// Reaps a child that has been sent SIGKILL but may not have exited yet, without blocking
 /// anyone: the provider thread polls it until it is gone.
-pub fn reap_later(mut child: Child) {
-    if let Ok(Some(_)) = child.try_wait() {
+pub fn reap_later(pid: i32) {
+    if !matches!(try_reap(pid), Reap::StillRunning) {
         return;
     }
     let Ok(host) = handle() else {
         return;
     };
     host.spawn(async move {
-        loop {
-            match child.try_wait() {
-                Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
-                Ok(Some(_)) | Err(_) => return,
-            }
+        while matches!(try_reap(pid), Reap::StillRunning) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
 }
@@ -113,7 +113,11 @@ pub fn janitor_send(op: char, id: u32) {
     // One short line is below PIPE_BUF, so concurrent writes never interleave.
     let line = format!("{op}{id}\n");
     if let Err(e) = (&*writer).write_all(line.as_bytes()) {
-        tracing::warn!(target: "toolbox", error = %e, "cannot reach the shell janitor");
+        // Once is enough: the janitor does not come back.
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(target: "toolbox", error = %e, "cannot reach the shell janitor; commands left running by a crashed toolbox will not be cleaned up");
+        }
     }
 }
 
@@ -121,14 +125,24 @@ pub fn janitor_send(op: char, id: u32) {
 /// not take it down before it has done its job.
 const JANITOR_SCRIPT: &str = r#"
 trap '' INT TERM HUP QUIT PIPE
-# awk keeps the set of live sessions: it reads the pipe in blocks (bash's `read` would make
-# a system call per byte) and prints what is still registered at end-of-file.
-ids=$(awk '/^\+/ { live[substr($0, 2)] = 1 } /^-/ { delete live[substr($0, 2)] } END { for (id in live) print id }')
-[[ -z $ids ]] && exit 0
-# toolbox is gone: kill every process group it left behind ...
 declare -A live=()
-for id in $ids; do
-  live[$id]=1
+if command -v awk >/dev/null; then
+  # awk keeps the set of live sessions: it reads the pipe in blocks (bash's `read` makes a
+  # system call per byte) and prints what is still registered at end-of-file.
+  for id in $(awk '/^\+/ { live[substr($0, 2)] = 1 } /^-/ { delete live[substr($0, 2)] } END { for (id in live) print id }'); do
+    live[$id]=1
+  done
+else
+  while IFS= read -r line; do
+    case $line in
+      +*) live[${line#+}]=1 ;;
+      -*) unset "live[${line#-}]" ;;
+    esac
+  done
+fi
+(( ${#live[@]} )) || exit 0
+# toolbox is gone: kill every process group it left behind ...
+for id in "${!live[@]}"; do
   kill -KILL -- "-$id" 2>/dev/null
 done
 # ... and anything that moved to another process group of the same session.
@@ -136,7 +150,7 @@ for stat in /proc/[0-9]*/stat; do
   s=$(<"$stat") 2>/dev/null || continue
   # After the command name: state ppid pgrp session ...
   read -r _ _ _ sid _ <<< "${s##*) }"
-  true
+  [[ -n ${live[$sid]:-} ]] && kill -KILL "${stat//[!0-9]/}" 2>/dev/null
 done
 exit 0
 "#;

@@ -272,10 +272,10 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
         }
     }
     let started = Instant::now();
-    let child = host::spawn(command::build(&p))
+    let spawned = host::spawn(command::build(&p))
         .await
         .map_err(|e| command::spawn_error(tool, &p, e))?;
-    let group = Group::new(child.id() as i32);
+    let group = Group::new(spawned.pid);
     let id = {
         let mut list = shell.jobs.inner.lock().unwrap_or_else(|e| e.into_inner());
         list.next += 1;
@@ -305,7 +305,7 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
     let supervised = job.clone();
     host.spawn(async move {
         let job = supervised;
-        let end = match Running::with_group(child, group, started) {
+        let end = match Running::with_group(spawned, group, started) {
             Ok(running) => {
                 let token = job.stop.clone();
                 let stop = async move {
@@ -322,7 +322,7 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
                     pipes_left_open: o.pipes_left_open,
                 }
             }
-            // The Running was dropped inside with_group, which killed and reaped the child.
+            // The Running was dropped inside with_group, which killed and reaped the command.
             Err(e) => {
                 let mut state = job.lock();
                 state

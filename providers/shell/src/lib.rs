@@ -15,10 +15,11 @@
 //!   SIGTERM to the process group, SIGKILL after a grace period, reading of the pipes bounded
 //!   in time so a grandchild holding them cannot hang the call. It runs when the command
 //!   exits, too: nothing it left behind survives the call.
-//! - `host` is the provider's own long-lived thread. Every fork happens there, because
-//!   `PR_SET_PDEATHSIG` (which makes commands die with toolbox) is tied to the forking thread.
-//!   Background jobs are supervised there as well. A small janitor process kills whatever a
-//!   crashed toolbox left behind.
+//! - Plain foreground commands start with `posix_spawn` (no copy of toolbox's memory).
+//!   Background jobs and sandboxed commands are forked on `host`, the provider's own
+//!   long-lived thread, because `PR_SET_PDEATHSIG` (which makes them die with toolbox) is tied
+//!   to the forking thread; jobs are supervised there as well. A small janitor process kills
+//!   whatever a crashed toolbox left behind.
 //! - `capture` keeps memory bounded: head and tail of each stream in memory, the full output
 //!   streamed to the call's spool file once it passes `[shell] max_capture_bytes`.
 //! - `sandbox` (opt-in, `[shell] sandbox`) confines commands with Landlock (writes) and

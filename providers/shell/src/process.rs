@@ -1,8 +1,9 @@
 //! Starting a command in a session of its own, watching it, and stopping everything it
 //! started.
 //!
-//! Every command runs as `bash -c COMMAND` in a new session (`setsid` in the child), so its
-//! process id is also its process group id and session id. Stopping a command means:
+//! Every command runs as `bash -c COMMAND` in a new session (`POSIX_SPAWN_SETSID`, or
+//! `setsid()` in a forked child), so its process id is also its process group id and session
+//! id. Stopping a command means:
 //!
 //! 1. SIGTERM to the process group (and, when a process may have moved to another group of
 //!    the session — e.g. coreutils `timeout` does `setpgid` — to every process of the
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{ChildStderr, ChildStdout};
+use tokio::net::unix::pipe;
 use toolbox_core::OutputStream;
 
 use crate::host;
@@ -227,7 +228,8 @@ pub trait OutputSink {
 /// How a supervised command ended.
 #[derive(Debug)]
 pub struct Outcome {
-    /// `None` only if the leader could not be reaped (stuck in the kernel even after SIGKILL).
+    /// `None` if the leader could not be reaped (stuck in the kernel even after SIGKILL, or
+    /// reaped by someone else).
     pub status: Option<ExitStatus>,
     pub stopped: Option<Stop>,
     pub elapsed: Duration,
@@ -236,37 +238,222 @@ pub struct Outcome {
     pub pipes_left_open: bool,
 }
 
+/// A just-started command: the leader's pid (also its process group and session id) and
+/// the read ends of its stdout and stderr pipes. Nothing reaps the leader but [`Running`]
+/// (or [`host::reap_later`]), with `waitpid` on this pid.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: i32,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+impl Spawned {
+    /// Takes over a child started by std (the fork path). The `Child` value is dropped: that
+    /// neither kills nor waits for the process, which is reaped here by pid.
+    pub fn from_child(mut child: Child) -> std::io::Result<Self> {
+        let pid = child.id() as i32;
+        match (child.stdout.take(), child.stderr.take()) {
+            (Some(out), Some(err)) => Ok(Spawned {
+                pid,
+                stdout: out.into(),
+                stderr: err.into(),
+            }),
+            _ => {
+                // Cannot happen with piped stdio; do not leave the command running if it does.
+                signal_group(pid, libc::SIGKILL);
+                host::reap_later(pid);
+                Err(std::io::Error::other(
+                    "the command's output pipes are missing",
+                ))
+            }
+        }
+    }
+}
+
+/// Starts `bash -c SCRIPT` with `posix_spawn` in a new session (`POSIX_SPAWN_SETSID`),
+/// stdin from /dev/null and stdout/stderr into fresh pipes.
+///
+/// This is the fast path for foreground commands without a sandbox: glibc's posix_spawn
+/// uses `clone(CLONE_VM | CLONE_VFORK)`, so toolbox's memory is neither copied nor
+/// write-protected as a `fork` would do (that copy and the page faults after it are most of
+/// the cost of a fork-based spawn). What it cannot do is run code in the child, so there is
+/// no `PR_SET_PDEATHSIG`: if toolbox dies mid-command, the janitor kills the command.
+#[cfg(target_env = "gnu")]
+pub fn spawn_posix(
+    script: &str,
+    cwd: &std::path::Path,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> std::io::Result<Spawned> {
+    use std::ffi::{c_char, CString};
+    use std::mem::MaybeUninit;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn check(rc: i32) -> std::io::Result<()> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(rc))
+        }
+    }
+    struct Actions(MaybeUninit<libc::posix_spawn_file_actions_t>);
+    impl Drop for Actions {
+        fn drop(&mut self) {
+            // SAFETY: only constructed after a successful init.
+            unsafe { libc::posix_spawn_file_actions_destroy(self.0.as_mut_ptr()) };
+        }
+    }
+    struct Attr(MaybeUninit<libc::posix_spawnattr_t>);
+    impl Drop for Attr {
+        fn drop(&mut self) {
+            // SAFETY: only constructed after a successful init.
+            unsafe { libc::posix_spawnattr_destroy(self.0.as_mut_ptr()) };
+        }
+    }
+
+    let argv_owned = [
+        CString::new("bash")?,
+        CString::new("-c")?,
+        CString::new(script)?,
+    ];
+    let mut argv: Vec<*mut c_char> = argv_owned
+        .iter()
+        .map(|a| a.as_ptr() as *mut c_char)
+        .collect();
+    argv.push(std::ptr::null_mut());
+    let env_owned = env
+        .iter()
+        .map(|(k, v)| {
+            let mut entry = Vec::with_capacity(k.len() + v.len() + 1);
+            entry.extend_from_slice(k.as_bytes());
+            entry.push(b'=');
+            entry.extend_from_slice(v.as_bytes());
+            CString::new(entry)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut envp: Vec<*mut c_char> = env_owned
+        .iter()
+        .map(|e| e.as_ptr() as *mut c_char)
+        .collect();
+    envp.push(std::ptr::null_mut());
+    let cwd = CString::new(cwd.as_os_str().as_bytes())?;
+
+    // All close-on-exec: the child gets them only as the dup2'd 0, 1 and 2.
+    let (out_r, out_w) = std::io::pipe()?;
+    let (err_r, err_w) = std::io::pipe()?;
+    let devnull = std::fs::File::open("/dev/null")?;
+
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: every pointer handed to libc points into a value that outlives the call, the
+    // argv and envp arrays are NUL-terminated, and actions/attr are initialised before use
+    // and destroyed by their guards.
+    unsafe {
+        let mut actions = Actions(MaybeUninit::uninit());
+        check(libc::posix_spawn_file_actions_init(actions.0.as_mut_ptr()))?;
+        let a = actions.0.as_mut_ptr();
+        check(libc::posix_spawn_file_actions_adddup2(
+            a,
+            devnull.as_raw_fd(),
+            0,
+        ))?;
+        check(libc::posix_spawn_file_actions_adddup2(
+            a,
+            out_w.as_raw_fd(),
+            1,
+        ))?;
+        check(libc::posix_spawn_file_actions_adddup2(
+            a,
+            err_w.as_raw_fd(),
+            2,
+        ))?;
+        check(libc::posix_spawn_file_actions_addchdir_np(a, cwd.as_ptr()))?;
+
+        let mut attr = Attr(MaybeUninit::uninit());
+        check(libc::posix_spawnattr_init(attr.0.as_mut_ptr()))?;
+        let t = attr.0.as_mut_ptr();
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(libc::posix_spawnattr_setsigmask(t, &empty))?;
+        // Rust ignores SIGPIPE; the command must get the default (die on a broken pipe), as
+        // std's own spawn arranges too.
+        let mut defaults: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut defaults);
+        libc::sigaddset(&mut defaults, libc::SIGPIPE);
+        check(libc::posix_spawnattr_setsigdefault(t, &defaults))?;
+        check(libc::posix_spawnattr_setflags(
+            t,
+            libc::POSIX_SPAWN_SETSID
+                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
+                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
+        ))?;
+        check(libc::posix_spawnp(
+            &mut pid,
+            argv[0],
+            a,
+            t,
+            argv.as_ptr(),
+            envp.as_ptr(),
+        ))?;
+    }
+    Ok(Spawned {
+        pid,
+        stdout: out_r.into(),
+        stderr: err_r.into(),
+    })
+}
+
+/// What `waitpid(WNOHANG)` says about a child.
+pub enum Reap {
+    Exited(ExitStatus),
+    StillRunning,
+    /// Not our child (any more): someone else reaped it.
+    Gone,
+}
+
+pub fn try_reap(pid: i32) -> Reap {
+    let mut status = 0;
+    // SAFETY: plain system call with a valid out pointer.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    if rc == pid {
+        Reap::Exited(ExitStatus::from_raw(status))
+    } else if rc == 0 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+        Reap::StillRunning
+    } else {
+        Reap::Gone
+    }
+}
+
 /// A started command: its pipes, an exit watch and the leader to reap.
 pub struct Running {
     group: Arc<Group>,
-    child: Option<Child>,
+    /// Until the leader is reaped.
+    unreaped: bool,
     exit: ExitWatch,
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    stdout: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
     exited: bool,
     started: Instant,
 }
 
 impl Running {
-    /// Takes over a freshly spawned child. Must be called inside the tokio runtime that will
-    /// drive [`supervise`]: the pipes are registered with its reactor.
-    pub fn new(child: Child, started: Instant) -> std::io::Result<Self> {
-        let group = Group::new(child.id() as i32);
-        Self::with_group(child, group, started)
+    /// Takes over a freshly started command. Must be called inside the tokio runtime that
+    /// will drive [`supervise`]: the pipes are registered with its reactor.
+    pub fn new(spawned: Spawned, started: Instant) -> std::io::Result<Self> {
+        let group = Group::new(spawned.pid);
+        Self::with_group(spawned, group, started)
     }
 
-    /// Like [`new`](Self::new), with a [`Group`] handle made earlier for the same child.
+    /// Like [`new`](Self::new), with a [`Group`] handle made earlier for the same command.
     pub fn with_group(
-        mut child: Child,
+        spawned: Spawned,
         group: Arc<Group>,
         started: Instant,
     ) -> std::io::Result<Self> {
-        let stdout = child.stdout.take().map(ChildStdout::from_std).transpose();
-        let stderr = child.stderr.take().map(ChildStderr::from_std).transpose();
         let exit = ExitWatch::new(group.pid);
         let mut running = Running {
             group,
-            child: Some(child),
+            unreaped: true,
             exit,
             stdout: None,
             stderr: None,
@@ -274,8 +461,8 @@ impl Running {
             started,
         };
         // On error `running` is dropped here, which kills and reaps the command.
-        running.stdout = stdout?;
-        running.stderr = stderr?;
+        running.stdout = Some(pipe::Receiver::from_owned_fd(spawned.stdout)?);
+        running.stderr = Some(pipe::Receiver::from_owned_fd(spawned.stderr)?);
         Ok(running)
     }
 
@@ -286,14 +473,18 @@ impl Running {
     /// Reaps the leader and marks the group as gone. Called once, at the very end.
     fn reap(&mut self) -> Option<ExitStatus> {
         let mut reaped = self.group.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        host::janitor_send('-', self.group.pid as u32);
-        let mut child = self.child.take()?;
+        if !self.unreaped {
+            return None;
+        }
+        self.unreaped = false;
         *reaped = true;
-        match child.try_wait() {
-            Ok(Some(status)) => Some(status),
-            _ => {
+        host::janitor_send('-', self.group.pid as u32);
+        match try_reap(self.group.pid) {
+            Reap::Exited(status) => Some(status),
+            Reap::Gone => None,
+            Reap::StillRunning => {
                 // Not exited even after SIGKILL (blocked in the kernel): reap it later.
-                host::reap_later(child);
+                host::reap_later(self.group.pid);
                 None
             }
         }
@@ -304,7 +495,7 @@ impl Drop for Running {
     /// The call was dropped mid-flight (the executor's own timeout, or its caller went
     /// away): kill everything at once — there is no time for a grace period — and reap.
     fn drop(&mut self) {
-        if self.child.is_some() {
+        if self.unreaped {
             self.group.kill_now();
             let _ = self.reap();
         }
@@ -514,7 +705,7 @@ fn begin_termination(run: &Running, phase: &mut Phase) {
 /// "exit code 3", "killed by signal 15 (SIGTERM)".
 pub fn describe_status(status: Option<ExitStatus>) -> String {
     match status {
-        None => "did not exit even after SIGKILL".to_string(),
+        None => "exit status unknown".to_string(),
         Some(s) => match (s.code(), s.signal()) {
             (Some(code), _) => format!("exit code {code}"),
             (None, Some(sig)) => format!("killed by signal {sig} ({})", signal_name(sig)),
@@ -589,8 +780,8 @@ mod tests {
     async fn run(script: &str, timeout: Option<Duration>, grace: Duration) -> (Outcome, Collect) {
         let dir = std::env::temp_dir();
         let cmd = bash_command(script, &dir, std::env::vars_os().collect(), None);
-        let child = host::spawn(cmd).await.unwrap();
-        let running = Running::new(child, Instant::now()).unwrap();
+        let spawned = host::spawn(cmd).await.unwrap();
+        let running = Running::new(spawned, Instant::now()).unwrap();
         assert!(running.exit.is_pidfd(), "this kernel has pidfd");
         let mut sink = Collect(Vec::new());
         let stop = std::future::pending::<Stop>();
