@@ -15,6 +15,7 @@ mod context;
 mod extract;
 mod provider;
 mod runner;
+pub mod schema;
 mod spool_file;
 mod tool;
 mod workspace;

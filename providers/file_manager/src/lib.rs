@@ -95,24 +95,8 @@ fn cancelled(tool: &str) -> anyhow::Error {
     anyhow!("{tool}: cancelled")
 }
 
-/// A JSON Schema property with a type and a description.
-fn prop(kind: &str, description: &str) -> Value {
-    serde_json::json!({ "type": kind, "description": description })
-}
-
-/// A JSON Schema object of the given properties; `additionalProperties` is false.
-fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
-    let props: serde_json::Map<String, Value> = properties
-        .iter()
-        .map(|(name, schema)| (name.to_string(), schema.clone()))
-        .collect();
-    serde_json::json!({
-        "type": "object",
-        "properties": props,
-        "required": required,
-        "additionalProperties": false,
-    })
-}
+/// Schema builders shared by every provider.
+use toolbox_core::schema::{object_schema, prop};
 
 #[cfg(test)]
 mod test_support {

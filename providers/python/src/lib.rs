@@ -106,24 +106,8 @@ pub(crate) fn add_note(result: &mut Value, note: String) {
     }
 }
 
-/// A JSON Schema property with a type and a description.
-pub(crate) fn prop(kind: &str, description: &str) -> Value {
-    serde_json::json!({ "type": kind, "description": description })
-}
-
-/// A closed JSON Schema object.
-pub(crate) fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
-    let props: serde_json::Map<String, Value> = properties
-        .iter()
-        .map(|(name, schema)| (name.to_string(), schema.clone()))
-        .collect();
-    serde_json::json!({
-        "type": "object",
-        "properties": props,
-        "required": required,
-        "additionalProperties": false,
-    })
-}
+/// Schema builders shared by every provider.
+pub(crate) use toolbox_core::schema::{object_schema, prop};
 
 #[cfg(test)]
 pub(crate) mod test_support {

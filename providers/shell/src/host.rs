@@ -218,7 +218,9 @@ mod tests {
             .args([
                 "bash",
                 "-c",
-                "python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(300)' & echo $!; wait",
+                // With job control on, bash puts the background job in a process group of
+                // its own (no interpreter start-up to wait for, unlike a pyenv shim).
+                "set -m; sleep 300 & echo $!; wait",
             ])
             .stdout(Stdio::piped())
             .spawn()
@@ -230,8 +232,9 @@ mod tests {
         )
         .unwrap();
         let mover: i32 = line.trim().parse().unwrap();
-        // Give python time to move to its own group.
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // The job is in its own group, not the leader's: only the session sweep can reach it.
+        let pgid = unsafe { libc::getpgid(mover) };
+        assert_eq!(pgid, mover, "the job did not get a group of its own");
         writeln!(writer, "+{}", leader.id()).unwrap();
         writeln!(writer, "+{}", victim.id()).unwrap();
         writeln!(writer, "+{}", spared.id()).unwrap();
