@@ -41,7 +41,7 @@ printf 'output printed:   %s bytes\n' "$BYTES"
 printf 'call status:      %s\n' "$STATUS"
 printf 'spool file:       %s bytes\n' "$SPOOL_BYTES"
 printf 'wall time:        %.2f s\n' "$(echo "$END - $START" | bc)"
-printf 'peak RSS:         %s KiB (%.1f MiB); the issue\'s goal is under %s KiB\n' "$PEAK_KIB" "$(echo "$PEAK_KIB / 1024" | bc -l)" "$LIMIT_KIB"
+printf 'peak RSS:         %s KiB (%.1f MiB); goal: under %s KiB\n' "$PEAK_KIB" "$(echo "$PEAK_KIB / 1024" | bc -l)" "$LIMIT_KIB"
 
 # A figure from a failed run would mean nothing: say so instead of printing a verdict on it.
 [[ "$STATUS" == done ]] || { echo "the call did not succeed; the figure above is not valid"; head -c 2000 "$WS/envelope.json"; exit 1; }
