@@ -1,8 +1,7 @@
 //! image_gen__generate through the executor, against an OpenAI-compatible images endpoint
 //! played by a small HTTP server on 127.0.0.1 that answers with `b64_json` PNGs.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,16 +13,9 @@ use toolbox_executor::{
 };
 
 use toolbox as _;
+use toolbox_tests::http::Request;
 
 // A tiny HTTP/1.1 server: at most 32 connections or 60 s, then it stops by itself.
-
-#[derive(Debug, Clone)]
-struct Request {
-    method: String,
-    target: String,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
 
 type Handler = Arc<dyn Fn(&Request) -> (u16, String) + Send + Sync>;
 
@@ -61,44 +53,8 @@ fn handle(
     handler: &(dyn Fn(&Request) -> (u16, String) + Send + Sync),
     log: &Mutex<Vec<Request>>,
 ) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split(' ');
-    let method = first.next().unwrap_or("").to_string();
-    let target = first.next().unwrap_or("").to_string();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let request = Request {
-        method,
-        target,
-        headers,
-        body,
+    let Some(request) = toolbox_tests::http::read_request(&mut stream) else {
+        return;
     };
     log.lock().unwrap().push(request.clone());
     let (status, body) = handler(&request);

@@ -5,8 +5,7 @@
 //! No test sends a packet anywhere but 127.0.0.1: every refused address is refused before a
 //! connection is attempted, and the servers stop by themselves.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use toolbox_executor::{
 };
 
 use toolbox as _;
+use toolbox_tests::http::Request;
 
 // ---------------------------------------------------------------------------------------
 // A tiny HTTP/1.1 server: one thread accepting, one per connection, `Connection: close`.
@@ -25,55 +25,6 @@ use toolbox as _;
 
 const MAX_CONNECTIONS: usize = 64;
 const LIFETIME: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Clone)]
-struct Request {
-    method: String,
-    /// Path and query, as sent.
-    target: String,
-    /// Lower-case names.
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Request {
-    /// The decoded query parameters.
-    fn query(&self) -> HashMap<String, String> {
-        let query = self.target.split_once('?').map(|(_, q)| q).unwrap_or("");
-        query
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (percent_decode(k), percent_decode(v))
-            })
-            .collect()
-    }
-
-    fn path(&self) -> String {
-        self.target.split('?').next().unwrap_or("").to_string()
-    }
-}
-
-/// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 3 <= bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 struct Reply {
     status: u16,
@@ -150,47 +101,8 @@ fn handle(
     handler: &(dyn Fn(&Request, SocketAddr) -> Reply + Send + Sync),
     log: &Mutex<Vec<Request>>,
 ) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if buf.len() > 1 << 20 {
-            return;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split(' ');
-    let method = first.next().unwrap_or("").to_string();
-    let target = first.next().unwrap_or("").to_string();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let request = Request {
-        method,
-        target,
-        headers,
-        body,
+    let Some(request) = toolbox_tests::http::read_request(&mut stream) else {
+        return;
     };
     log.lock().unwrap().push(request.clone());
     let reply = handler(&request, addr);
