@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::{ToolRisk, Workspace};
+use crate::{SessionId, ToolRisk, Workspace};
 
 /// Which stream a chunk of streamed output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,7 +18,7 @@ pub enum OutputStream {
 /// The executor asks whoever listens to approve a risky call (permission mode `auto`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub call_id: String,
     pub tool: String,
     pub arguments: Value,
@@ -85,7 +85,7 @@ impl fmt::Debug for EventSink {
 pub struct ToolContext {
     /// The jail every path goes through, with this call's session routing.
     pub workspace: Workspace,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub call_id: String,
     /// The canonical name of the tool being called.
     pub tool: String,
@@ -114,11 +114,28 @@ impl SpoolClaim {
 }
 
 impl ToolContext {
-    /// A context with no events, no configuration and a fresh cancellation token.
+    /// A context with no events, no configuration and a fresh cancellation token, for tests
+    /// and programs that drive a provider directly with a fixed session id.
+    ///
+    /// # Panics
+    ///
+    /// If `session_id` is not a valid [`SessionId`]; parse untrusted ids with
+    /// [`SessionId::parse`] and use [`Self::for_session`].
     pub fn new(workspace: Workspace, session_id: &str, call_id: &str, tool: &str) -> Self {
+        let sid = SessionId::parse(session_id).unwrap_or_else(|e| panic!("{e}"));
+        Self::for_session(workspace, sid, call_id, tool)
+    }
+
+    /// A context for an already parsed session id; the workspace gets its routing.
+    pub fn for_session(
+        workspace: Workspace,
+        session_id: SessionId,
+        call_id: &str,
+        tool: &str,
+    ) -> Self {
         ToolContext {
-            workspace,
-            session_id: session_id.to_string(),
+            workspace: workspace.with_session_id(session_id.clone()),
+            session_id,
             call_id: call_id.to_string(),
             tool: tool.to_string(),
             cancel: CancellationToken::new(),
@@ -133,7 +150,7 @@ impl ToolContext {
     /// spooling the returned text again) and shows the model a preview of the returned text
     /// with the file's name and size.
     pub fn create_spool_file(&self) -> std::io::Result<(std::fs::File, String)> {
-        let (file, rel) = crate::create_spool_file(self.workspace.root(), &self.call_id)?;
+        let (file, rel) = crate::create_spool_file(&self.workspace, &self.call_id)?;
         self.spool.set(rel.clone());
         Ok((file, rel))
     }

@@ -12,22 +12,31 @@
 
 mod args;
 mod context;
+mod dirfd;
 mod extract;
 mod provider;
 mod runner;
 pub mod schema;
+pub mod session;
 mod spool_file;
 mod tool;
+pub mod trust;
 mod workspace;
 
 pub use args::Args;
 pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
+pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
 pub use runner::{find_code_runner, CodeRunner, RunFuture};
-pub use spool_file::{create_spool_file, safe_file_part};
+pub use session::{InvalidSessionId, SessionId};
+pub use spool_file::{
+    create_spool_file, remove_spool_file, safe_file_part, spool_file_len, SPOOL_DIR,
+};
 pub use tool::{ToolInfo, ToolRisk};
-pub use workspace::{validate_session_id, PathError, Workspace, TOOLBOX_DIR};
+pub use workspace::{
+    validate_session_id, Base, PathError, SessionFolder, Workspace, WsPath, TOOLBOX_DIR,
+};
 
 /// Re-exported so provider crates can call [`register_provider!`] without naming `inventory`.
 pub use inventory;

@@ -1,5 +1,15 @@
-use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::OFlags;
+
+use crate::dirfd::{self, Dir};
+use crate::session::{InvalidSessionId, SessionId};
 
 /// The folder inside the workspace where toolbox keeps its own data.
 pub const TOOLBOX_DIR: &str = ".toolbox";
@@ -13,172 +23,619 @@ pub enum PathError {
     Nul,
     #[error("path {0:?} is outside the workspace")]
     Outside(String),
-    #[error("path {path:?} leads outside the workspace through the symbolic link {link:?}")]
-    SymlinkOutside { path: String, link: String },
-    #[error("path {0:?} goes through a symbolic link whose target does not exist")]
-    DanglingSymlink(String),
-    #[error(
-        "invalid session id {0:?}: use 1-128 characters of A-Z a-z 0-9 . _ - not starting with '.'"
-    )]
-    InvalidSession(String),
-    #[error("path {path:?} goes through {file:?}, which is a file, not a directory")]
-    NotADirectory { path: String, file: String },
-    #[error("cannot resolve path {path:?}: {source}")]
+    #[error("path {0:?} leads outside the workspace (through '..' or a symbolic link)")]
+    LeadsOutside(String),
+    #[error("path {0:?} goes through too many symbolic links (or a link where none may be)")]
+    Loop(String),
+    #[error("{0}")]
+    InvalidSession(#[from] InvalidSessionId),
+    #[error("path {path:?} goes through something that is not a folder")]
+    NotADirectory { path: String },
+    #[error("path {0:?} does not name a file (it ends in '.', '..' or '/')")]
+    NotAFileName(String),
+    #[error("path {path:?}: {source}")]
     Io { path: String, source: io::Error },
+}
+
+impl PathError {
+    /// The error for an I/O failure on `path`, with the errno the kernel gave mapped to words.
+    fn from_io(path: &str, e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(code) if code == rustix::io::Errno::XDEV.raw_os_error() => {
+                PathError::LeadsOutside(path.to_string())
+            }
+            Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => {
+                PathError::Loop(path.to_string())
+            }
+            Some(code) if code == rustix::io::Errno::NOTDIR.raw_os_error() => {
+                PathError::NotADirectory {
+                    path: path.to_string(),
+                }
+            }
+            _ => PathError::Io {
+                path: path.to_string(),
+                source: e,
+            },
+        }
+    }
+
+    /// Whether the path (or a folder on the way) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, PathError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
 }
 
 /// Checks that a session id is safe to use as one folder name.
 pub fn validate_session_id(sid: &str) -> Result<(), PathError> {
-    let ok = !sid.is_empty()
-        && sid.len() <= 128
-        && !sid.starts_with('.')
-        && sid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(PathError::InvalidSession(sid.to_string()))
+    SessionId::parse(sid).map(|_| ()).map_err(Into::into)
+}
+
+/// A session folder a model names by a short logical prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionFolder {
+    Output,
+    Scratchpad,
+    Input,
+}
+
+impl SessionFolder {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionFolder::Output => "output",
+            SessionFolder::Scratchpad => "scratchpad",
+            SessionFolder::Input => "input",
+        }
+    }
+
+    fn from_prefix(name: &[u8]) -> Option<Self> {
+        match name {
+            b"output" | b"outputs" => Some(SessionFolder::Output),
+            b"scratchpad" | b"scratch" => Some(SessionFolder::Scratchpad),
+            b"input" | b"inputs" => Some(SessionFolder::Input),
+            _ => None,
+        }
+    }
+
+    const ALL: [SessionFolder; 3] = [
+        SessionFolder::Output,
+        SessionFolder::Scratchpad,
+        SessionFolder::Input,
+    ];
+}
+
+/// Where a [`WsPath`] starts: the workspace root, or one of the session's folders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Base {
+    Root,
+    Session(SessionFolder),
+}
+
+/// A path a model gave, parsed (not yet opened): a base and the rest, kept as written so the
+/// kernel resolves every `.` and `..` against what is really on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsPath {
+    base: Base,
+    /// Relative to the base, as written (after the routing prefix); empty for the base itself.
+    rel: PathBuf,
+    /// The path as the model gave it, for messages.
+    given: String,
+}
+
+impl WsPath {
+    pub fn base(&self) -> Base {
+        self.base
+    }
+
+    /// The part after the base, as written.
+    pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
+    /// The path as the model gave it.
+    pub fn given(&self) -> &str {
+        &self.given
+    }
+
+    /// Whether this is the base folder itself.
+    pub fn is_base(&self) -> bool {
+        segments(self.rel.as_os_str().as_bytes()).all(|s| s == b".")
+    }
+
+    /// The same base with `name` appended (a name found in a folder listing).
+    pub fn join(&self, name: &OsStr) -> WsPath {
+        let mut rel = self.rel.clone();
+        rel.push(name);
+        WsPath {
+            base: self.base,
+            given: format!(
+                "{}/{}",
+                self.given.trim_end_matches('/'),
+                name.to_string_lossy()
+            ),
+            rel,
+        }
+    }
+
+    /// The parent folder and the final name; refused when the last part is `.`, `..` or empty.
+    fn split_last(&self) -> Result<(PathBuf, OsString), PathError> {
+        let bytes = self.rel.as_os_str().as_bytes();
+        let trimmed = bytes;
+        let (parent, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&trimmed[..0], trimmed),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(PathError::NotAFileName(self.given.clone()));
+        }
+        Ok((
+            PathBuf::from(OsStr::from_bytes(parent)),
+            OsStr::from_bytes(name).to_os_string(),
+        ))
     }
 }
 
-/// The session folders a model can name by a short logical prefix.
-const SESSION_ROUTES: &[(&str, &str)] = &[
-    ("output", "output"),
-    ("outputs", "output"),
-    ("scratchpad", "scratchpad"),
-    ("scratch", "scratchpad"),
-    ("input", "input"),
-    ("inputs", "input"),
-];
+/// The non-empty segments of a `/`-separated path, `.` and `..` included.
+fn segments(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes.split(|&b| b == b'/').filter(|s| !s.is_empty())
+}
+
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    fd: OwnedFd,
+}
 
 /// The jail every tool path goes through.
 ///
-/// A path resolves inside the (canonical) root or is refused: `..` that climbs out, absolute
-/// paths elsewhere, NUL bytes, and symbolic links that lead out. With a session active,
-/// relative paths starting with `output/`, `outputs/`, `scratchpad/`, `scratch/`, `input/` or
-/// `inputs/` go to `.toolbox/sessions/<sid>/{output,scratchpad,input}/`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The root is held open by descriptor, and every path a model gives is opened relative to
+/// it with `openat2(RESOLVE_BENEATH)`: `..` and symbolic links are resolved by the kernel
+/// against what is on disk at that instant, and anything that would leave the root is refused.
+/// Nothing is checked by name and then opened by name, so swapping a folder for a link in
+/// between gains nothing. With a session active, relative paths starting with `output/`,
+/// `outputs/`, `scratchpad/`, `scratch/`, `input/` or `inputs/` go to
+/// `.toolbox/sessions/<sid>/{output,scratchpad,input}/`, which are opened without following
+/// any link at all.
+#[derive(Debug, Clone)]
 pub struct Workspace {
-    root: PathBuf,
-    session: Option<String>,
+    root: Arc<Root>,
+    session: Option<SessionId>,
 }
 
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root.path == other.root.path && self.session == other.session
+    }
+}
+
+impl Eq for Workspace {}
+
 impl Workspace {
-    /// The root must exist; it is canonicalised so every check compares real paths.
+    /// The root must be an existing folder; it is canonicalised and held open.
     pub fn new(root: impl AsRef<Path>) -> io::Result<Self> {
-        let root = std::fs::canonicalize(root.as_ref()).map_err(|e| {
+        let given = root.as_ref();
+        let path = std::fs::canonicalize(given)
+            .map_err(|e| io::Error::new(e.kind(), format!("workspace {}: {e}", given.display())))?;
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| {
             io::Error::new(
-                e.kind(),
-                format!("workspace {}: {e}", root.as_ref().display()),
+                io::Error::from(e).kind(),
+                format!(
+                    "workspace {} is not a folder that can be opened: {e}",
+                    path.display()
+                ),
             )
         })?;
-        if !root.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotADirectory,
-                format!("workspace {} is not a directory", root.display()),
-            ));
-        }
         Ok(Workspace {
-            root,
+            root: Arc::new(Root { path, fd }),
             session: None,
         })
     }
 
-    /// The same workspace with session routing for `sid`.
+    /// The same workspace with session routing for `sid`, parsed here.
     pub fn with_session(&self, sid: &str) -> Result<Self, PathError> {
-        validate_session_id(sid)?;
-        Ok(Workspace {
+        Ok(self.with_session_id(SessionId::parse(sid)?))
+    }
+
+    /// The same workspace with session routing for an already parsed id.
+    pub fn with_session_id(&self, sid: SessionId) -> Self {
+        Workspace {
             root: self.root.clone(),
-            session: Some(sid.to_string()),
-        })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn session(&self) -> Option<&str> {
-        self.session.as_deref()
-    }
-
-    /// `<root>/.toolbox`
-    pub fn toolbox_dir(&self) -> PathBuf {
-        self.root.join(TOOLBOX_DIR)
-    }
-
-    /// `<root>/.toolbox/sessions/<sid>/<kind>` for kind `output`, `scratchpad` or `input`;
-    /// without a session, `<root>/<kind>`.
-    pub fn session_dir(&self, kind: &str) -> PathBuf {
-        match &self.session {
-            Some(sid) => self.toolbox_dir().join("sessions").join(sid).join(kind),
-            None => self.root.join(kind),
+            session: Some(sid),
         }
     }
 
-    /// The session scratchpad, created if missing: the default working directory of code.
+    pub fn root(&self) -> &Path {
+        &self.root.path
+    }
+
+    /// The root folder's descriptor, for opening relative to it.
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root.fd.as_fd()
+    }
+
+    pub fn session(&self) -> Option<&SessionId> {
+        self.session.as_ref()
+    }
+
+    /// `<root>/.toolbox`, as a path for display. To open or create anything in it, use
+    /// [`toolbox_subdir`](Self::toolbox_subdir).
+    pub fn toolbox_dir(&self) -> PathBuf {
+        self.root.path.join(TOOLBOX_DIR)
+    }
+
+    /// Opens (creating as needed) `.toolbox/<parts...>` without following any symbolic link:
+    /// each part must be a real folder. A planted link is an error naming it; nothing is
+    /// created through it. Each part must be a plain name.
+    pub fn toolbox_subdir(&self, parts: &[&OsStr]) -> io::Result<Dir> {
+        self.internal_dir(parts, true)
+    }
+
+    fn internal_dir(&self, parts: &[&OsStr], create: bool) -> io::Result<Dir> {
+        let mut names: Vec<&OsStr> = Vec::with_capacity(parts.len() + 1);
+        names.push(OsStr::new(TOOLBOX_DIR));
+        names.extend_from_slice(parts);
+        let mut current: Option<OwnedFd> = None;
+        let mut shown = PathBuf::new();
+        for name in names {
+            let bytes = name.as_bytes();
+            if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{name:?} is not a plain folder name"),
+                ));
+            }
+            shown.push(name);
+            let parent = match &current {
+                Some(fd) => fd.as_fd(),
+                None => self.root.fd.as_fd(),
+            };
+            let next = if create {
+                dirfd::ensure_child_dir(parent, name)
+            } else {
+                dirfd::open_child(parent, name, OFlags::DIRECTORY | OFlags::RDONLY)
+            }
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", shown.display())))?;
+            current = Some(next);
+        }
+        Ok(Dir::from_fd(current.expect("at least .toolbox")))
+    }
+
+    /// Opens the regular file `name` directly in the root for reading, never through a link
+    /// (a workspace's own `toolbox.toml`, say).
+    pub fn open_root_file(&self, name: &str) -> io::Result<File> {
+        let fd = dirfd::open_child(
+            self.root_fd(),
+            OsStr::new(name),
+            OFlags::RDONLY | OFlags::NONBLOCK,
+        )?;
+        dirfd::regular_file(fd, OsStr::new(name))
+    }
+
+    /// `<root>/.toolbox/sessions/<sid>/<kind>`, as a path; without a session, `<root>/<kind>`.
+    pub fn session_dir(&self, kind: &str) -> PathBuf {
+        match &self.session {
+            Some(sid) => self
+                .toolbox_dir()
+                .join("sessions")
+                .join(sid.as_str())
+                .join(kind),
+            None => self.root.path.join(kind),
+        }
+    }
+
+    /// Opens a session folder (creating it when asked), never through a symbolic link.
+    fn session_folder(&self, kind: SessionFolder, create: bool) -> io::Result<Dir> {
+        let sid = self
+            .session
+            .as_ref()
+            .expect("session folders are only routed with a session");
+        self.internal_dir(
+            &[
+                OsStr::new("sessions"),
+                OsStr::new(sid.as_str()),
+                OsStr::new(kind.as_str()),
+            ],
+            create,
+        )
+    }
+
+    /// The session scratchpad, created if missing (never through a planted link): the default
+    /// working directory of code. Without a session, `<root>/scratchpad`.
     pub fn scratchpad(&self) -> io::Result<PathBuf> {
-        let dir = self.session_dir("scratchpad");
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
+        self.ensure_folder(SessionFolder::Scratchpad)
     }
 
-    /// The session output folder, created if missing.
+    /// The session output folder, created if missing (never through a planted link).
     pub fn output_dir(&self) -> io::Result<PathBuf> {
-        let dir = self.session_dir("output");
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
+        self.ensure_folder(SessionFolder::Output)
     }
 
-    /// Resolves a path a model gave to an absolute path inside the workspace.
-    ///
-    /// The path need not exist (a file about to be written); every part of it that does
-    /// exist is followed through symbolic links and must stay inside the root.
-    pub fn resolve(&self, path: &str) -> Result<PathBuf, PathError> {
+    fn ensure_folder(&self, kind: SessionFolder) -> io::Result<PathBuf> {
+        match &self.session {
+            Some(_) => {
+                self.session_folder(kind, true)?;
+            }
+            None => {
+                dirfd::ensure_child_dir(self.root_fd(), OsStr::new(kind.as_str()))?;
+            }
+        }
+        Ok(self.session_dir(kind.as_str()))
+    }
+
+    /// Parses a path a model gave, without touching the disk: empty, NUL, absolute paths
+    /// outside the root and `..` that climbs above the base are refused here; everything else
+    /// is left for the kernel to resolve when the path is opened.
+    pub fn locate(&self, path: &str) -> Result<WsPath, PathError> {
         if path.is_empty() {
             return Err(PathError::Empty);
         }
         if path.contains('\0') {
             return Err(PathError::Nul);
         }
-        let given = Path::new(path);
-        let relative: PathBuf = if given.is_absolute() {
-            let normal = normalize(given).ok_or_else(|| PathError::Outside(path.into()))?;
-            match normal.strip_prefix(&self.root) {
-                Ok(rest) => rest.to_path_buf(),
-                Err(_) => return Err(PathError::Outside(path.into())),
-            }
+        let bytes = path.as_bytes();
+        let (base, rest): (Base, &[u8]) = if bytes[0] == b'/' {
+            let root = self.root.path.as_os_str().as_bytes();
+            // The literal root, then '/' or the end: no '.', '..' or '//' tricks before it.
+            let rest = bytes
+                .strip_prefix(root)
+                .filter(|r| r.is_empty() || r[0] == b'/' || root == b"/")
+                .ok_or_else(|| PathError::Outside(path.to_string()))?;
+            (Base::Root, trim_leading_slashes(rest))
         } else {
-            let routed = self.route(given);
-            normalize(&routed).ok_or_else(|| PathError::Outside(path.into()))?
+            self.route(bytes)
         };
-        self.follow_links(path, &relative)
+        let mut depth: i64 = 0;
+        for seg in segments(rest) {
+            match seg {
+                b"." => {}
+                b".." => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return Err(PathError::Outside(path.to_string()));
+                    }
+                }
+                _ => depth += 1,
+            }
+        }
+        Ok(WsPath {
+            base,
+            rel: PathBuf::from(OsStr::from_bytes(rest)),
+            given: path.to_string(),
+        })
+    }
+
+    /// Splits off a session prefix (`output/…`) when a session is active.
+    fn route<'a>(&self, bytes: &'a [u8]) -> (Base, &'a [u8]) {
+        if self.session.is_none() {
+            return (Base::Root, bytes);
+        }
+        // Leading "./" segments do not change where the path points.
+        let mut rest = bytes;
+        loop {
+            if let Some(r) = rest.strip_prefix(b"./") {
+                rest = trim_leading_slashes(r);
+            } else {
+                break;
+            }
+        }
+        let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        match SessionFolder::from_prefix(&rest[..end]) {
+            Some(kind) => (Base::Session(kind), trim_leading_slashes(&rest[end..])),
+            None => (Base::Root, bytes),
+        }
+    }
+
+    /// The descriptor a path's base stands for.
+    fn base_dir(&self, p: &WsPath, create: bool) -> Result<BaseFd<'_>, PathError> {
+        match p.base {
+            Base::Root => Ok(BaseFd::Root(self.root_fd())),
+            Base::Session(kind) => self
+                .session_folder(kind, create)
+                .map(BaseFd::Owned)
+                .map_err(|e| PathError::from_io(&p.given, e)),
+        }
+    }
+
+    /// Opens an existing regular file for reading. Links are followed only while they stay
+    /// inside; FIFOs, devices and folders are refused without blocking.
+    pub fn open_read(&self, p: &WsPath) -> Result<File, PathError> {
+        let base = self.base_dir(p, false)?;
+        dirfd::open_beneath(base.fd(), &p.rel, OFlags::RDONLY | OFlags::NONBLOCK)
+            .and_then(|fd| dirfd::regular_file(fd, OsStr::new(&p.given)))
+            .map_err(|e| PathError::from_io(&p.given, e))
+    }
+
+    /// Opens an existing folder.
+    pub fn open_dir(&self, p: &WsPath) -> Result<Dir, PathError> {
+        let base = self.base_dir(p, false)?;
+        dirfd::open_beneath(base.fd(), &p.rel, OFlags::DIRECTORY | OFlags::RDONLY)
+            .map(Dir::from_fd)
+            .map_err(|e| PathError::from_io(&p.given, e))
+    }
+
+    /// Metadata of what the path names (links inside followed).
+    pub fn metadata(&self, p: &WsPath) -> Result<std::fs::Metadata, PathError> {
+        let base = self.base_dir(p, false)?;
+        dirfd::open_beneath(base.fd(), &p.rel, OFlags::PATH)
+            .and_then(|fd| File::from(fd).metadata())
+            .map_err(|e| PathError::from_io(&p.given, e))
+    }
+
+    /// Creates the folder and every missing parent, never through a link that leads out.
+    pub fn create_dir_all(&self, p: &WsPath) -> Result<Dir, PathError> {
+        let base = self.base_dir(p, true)?;
+        let err = |e| PathError::from_io(&p.given, e);
+        match dirfd::open_beneath(base.fd(), &p.rel, OFlags::DIRECTORY | OFlags::RDONLY) {
+            Ok(fd) => return Ok(Dir::from_fd(fd)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err(e)),
+        }
+        // Find the deepest existing prefix, then create the rest one name at a time inside
+        // the folder just opened, so a swap in between cannot redirect the creation.
+        let segs: Vec<&[u8]> = segments(p.rel.as_os_str().as_bytes()).collect();
+        let mut have = 0;
+        let mut dir: OwnedFd =
+            dirfd::open_beneath(base.fd(), Path::new(""), OFlags::DIRECTORY).map_err(err)?;
+        for i in (0..segs.len()).rev() {
+            let prefix = join_segments(&segs[..i]);
+            match dirfd::open_beneath(base.fd(), &prefix, OFlags::DIRECTORY | OFlags::RDONLY) {
+                Ok(fd) => {
+                    dir = fd;
+                    have = i;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        for seg in &segs[have..] {
+            if *seg == b"." || *seg == b".." {
+                // `missing/..` would name something that does not exist yet.
+                return Err(PathError::Io {
+                    path: p.given.clone(),
+                    source: io::Error::new(io::ErrorKind::NotFound, "no such folder"),
+                });
+            }
+            dir = dirfd::ensure_child_dir(dir.as_fd(), OsStr::from_bytes(seg)).map_err(err)?;
+        }
+        Ok(Dir::from_fd(dir))
+    }
+
+    /// The folder a file path lives in (created when `create` is set) and the file's name.
+    pub fn parent_of(&self, p: &WsPath, create: bool) -> Result<(Dir, OsString), PathError> {
+        let (parent, name) = p.split_last()?;
+        let parent = WsPath {
+            base: p.base,
+            rel: parent,
+            given: p.given.clone(),
+        };
+        let dir = if create {
+            self.create_dir_all(&parent)?
+        } else {
+            self.open_dir(&parent)?
+        };
+        Ok((dir, name))
+    }
+
+    /// Replaces (or creates) the file atomically: the bytes go to a temporary file in the same
+    /// folder, opened there by descriptor, which is then renamed over the name. A link at the
+    /// name is replaced, never written through; a hard-linked file is replaced by a new file,
+    /// so its other names keep their content. The file's permission bits are kept.
+    pub fn write_atomic(
+        &self,
+        p: &WsPath,
+        bytes: &[u8],
+        create_dirs: bool,
+    ) -> Result<(), PathError> {
+        let (dir, name) = self.parent_of(p, create_dirs)?;
+        write_atomic_in(&dir, &name, bytes).map_err(|e| PathError::from_io(&p.given, e))
+    }
+
+    /// Opens a file for appending (creating it), never through a link, and refuses a file
+    /// with more than one hard link.
+    pub fn open_append(&self, p: &WsPath, create_dirs: bool) -> Result<File, PathError> {
+        let (dir, name) = self.parent_of(p, create_dirs)?;
+        dirfd::open_append_child(dir.as_fd(), &name).map_err(|e| PathError::from_io(&p.given, e))
+    }
+
+    /// The real absolute path of what `p` names, or, when it does not exist, of its deepest
+    /// existing folder followed by the missing names. Resolved by the kernel, beneath the
+    /// root. For handing a path to another program (a working directory, a script); for
+    /// reading and writing, open through the workspace instead.
+    pub fn real_path(&self, p: &WsPath) -> Result<PathBuf, PathError> {
+        let base = self.base_dir(p, false)?;
+        let err = |e| PathError::from_io(&p.given, e);
+        let segs: Vec<&[u8]> = segments(p.rel.as_os_str().as_bytes()).collect();
+        for i in (0..=segs.len()).rev() {
+            let prefix = join_segments(&segs[..i]);
+            match dirfd::open_beneath(base.fd(), &prefix, OFlags::PATH) {
+                Ok(fd) => {
+                    let mut real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                        .map_err(err)?;
+                    for seg in &segs[i..] {
+                        if *seg == b"." || *seg == b".." {
+                            return Err(err(io::Error::new(
+                                io::ErrorKind::NotFound,
+                                "no such folder",
+                            )));
+                        }
+                        real.push(OsStr::from_bytes(seg));
+                    }
+                    if !real.starts_with(&self.root.path) {
+                        return Err(PathError::LeadsOutside(p.given.clone()));
+                    }
+                    return Ok(real);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound && i > 0 => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(err(io::Error::new(io::ErrorKind::NotFound, "not found")))
+    }
+
+    /// Resolves a path a model gave to the real absolute path inside the workspace (see
+    /// [`real_path`](Self::real_path)). The path need not exist.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, PathError> {
+        let p = self.locate(path)?;
+        if let Base::Session(kind) = p.base {
+            // A session folder that is not there yet is created, never through a link.
+            self.session_folder(kind, true)
+                .map_err(|e| PathError::from_io(path, e))?;
+        }
+        self.real_path(&p)
     }
 
     /// Like [`resolve`](Self::resolve) but the path must exist.
     pub fn resolve_existing(&self, path: &str) -> Result<PathBuf, PathError> {
-        let p = self.resolve(path)?;
-        match std::fs::symlink_metadata(&p) {
-            Ok(_) => Ok(p),
-            Err(source) => Err(PathError::Io {
-                path: path.to_string(),
-                source,
-            }),
+        let p = self.locate(path)?;
+        self.metadata(&p)?;
+        self.real_path(&p)
+    }
+
+    /// How to show a parsed path to the model: relative to the root with `/` separators, the
+    /// session's folders by their short names, `.` for the root itself. Lexical: `a/../b` is
+    /// shown as `b`.
+    pub fn show(&self, p: &WsPath) -> String {
+        let mut parts: Vec<&[u8]> = Vec::new();
+        for seg in segments(p.rel.as_os_str().as_bytes()) {
+            match seg {
+                b"." => {}
+                b".." => {
+                    parts.pop();
+                }
+                s => parts.push(s),
+            }
+        }
+        let rest = parts
+            .iter()
+            .map(|s| String::from_utf8_lossy(s))
+            .collect::<Vec<_>>()
+            .join("/");
+        match p.base {
+            Base::Root if rest.is_empty() => ".".to_string(),
+            Base::Root => rest,
+            Base::Session(kind) if rest.is_empty() => kind.as_str().to_string(),
+            Base::Session(kind) => format!("{}/{rest}", kind.as_str()),
         }
     }
 
-    /// How to show a resolved path to the model: relative to the root with `/` separators
-    /// (`.` for the root itself), and inside the active session's folders by the short name
-    /// the model uses (`output/report.md`, not `.toolbox/sessions/<sid>/output/report.md`).
+    /// How to show an absolute path inside the workspace to the model: relative to the root
+    /// with `/` separators (`.` for the root itself), and inside the active session's folders
+    /// by the short name the model uses (`output/report.md`, not
+    /// `.toolbox/sessions/<sid>/output/report.md`).
     pub fn display(&self, abs: &Path) -> String {
         if self.session.is_some() {
-            for kind in ["output", "scratchpad", "input"] {
-                if let Ok(rest) = abs.strip_prefix(self.session_dir(kind)) {
-                    return join_slash(kind, rest);
+            for kind in SessionFolder::ALL {
+                if let Ok(rest) = abs.strip_prefix(self.session_dir(kind.as_str())) {
+                    return join_slash(kind.as_str(), rest);
                 }
             }
         }
-        match abs.strip_prefix(&self.root) {
+        match abs.strip_prefix(&self.root.path) {
             Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
             Ok(rel) => rel
                 .components()
@@ -188,87 +645,39 @@ impl Workspace {
             Err(_) => abs.display().to_string(),
         }
     }
+}
 
-    fn route(&self, given: &Path) -> PathBuf {
-        let Some(sid) = &self.session else {
-            return given.to_path_buf();
-        };
-        let mut comps = given
-            .components()
-            .skip_while(|c| matches!(c, Component::CurDir));
-        let Some(Component::Normal(first)) = comps.next() else {
-            return given.to_path_buf();
-        };
-        let Some((_, kind)) = SESSION_ROUTES
-            .iter()
-            .find(|(name, _)| first.to_str() == Some(name))
-        else {
-            return given.to_path_buf();
-        };
-        let mut routed = PathBuf::from(TOOLBOX_DIR);
-        routed.push("sessions");
-        routed.push(sid);
-        routed.push(kind);
-        routed.extend(comps);
-        routed
-    }
+/// A base folder's descriptor: the root's (borrowed) or a session folder's (owned).
+enum BaseFd<'a> {
+    Root(BorrowedFd<'a>),
+    Owned(Dir),
+}
 
-    /// Canonicalises the deepest existing ancestor and checks it is still inside the root.
-    fn follow_links(&self, original: &str, relative: &Path) -> Result<PathBuf, PathError> {
-        let full = self.root.join(relative);
-        let mut existing = full.as_path();
-        let mut missing: Vec<&std::ffi::OsStr> = Vec::new();
-        loop {
-            match std::fs::canonicalize(existing) {
-                Ok(real) => {
-                    if !real.starts_with(&self.root) {
-                        return Err(PathError::SymlinkOutside {
-                            path: original.to_string(),
-                            link: self.display(existing),
-                        });
-                    }
-                    let mut out = real;
-                    out.extend(missing.iter().rev());
-                    return Ok(out);
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    if std::fs::symlink_metadata(existing).is_ok() {
-                        return Err(PathError::DanglingSymlink(original.to_string()));
-                    }
-                    match (existing.parent(), existing.file_name()) {
-                        (Some(parent), Some(name)) => {
-                            missing.push(name);
-                            existing = parent;
-                        }
-                        _ => {
-                            return Err(PathError::Io {
-                                path: original.to_string(),
-                                source: e,
-                            })
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
-                    // Some ancestor is a regular file; name it.
-                    let file = existing
-                        .ancestors()
-                        .find(|a| a.is_file())
-                        .map(|a| self.display(a))
-                        .unwrap_or_else(|| self.display(existing));
-                    return Err(PathError::NotADirectory {
-                        path: original.to_string(),
-                        file,
-                    });
-                }
-                Err(source) => {
-                    return Err(PathError::Io {
-                        path: original.to_string(),
-                        source,
-                    })
-                }
-            }
+impl BaseFd<'_> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            BaseFd::Root(fd) => *fd,
+            BaseFd::Owned(dir) => dir.as_fd(),
         }
     }
+}
+
+fn trim_leading_slashes(mut b: &[u8]) -> &[u8] {
+    while let Some(r) = b.strip_prefix(b"/") {
+        b = r;
+    }
+    b
+}
+
+fn join_segments(segs: &[&[u8]]) -> PathBuf {
+    let mut out = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(s);
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
 }
 
 fn join_slash(first: &str, rest: &Path) -> String {
@@ -280,28 +689,57 @@ fn join_slash(first: &str, rest: &Path) -> String {
     out
 }
 
-/// Removes `.` and resolves `..` lexically; `None` when `..` climbs above the start.
-fn normalize(path: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
-    let mut depth = 0usize;
-    for comp in path.components() {
-        match comp {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if depth == 0 {
-                    return None;
-                }
-                out.pop();
-                depth -= 1;
-            }
-            Component::Normal(part) => {
-                out.push(part);
-                depth += 1;
-            }
-            Component::RootDir | Component::Prefix(_) => out.push(comp.as_os_str()),
+/// Writes `bytes` to a fresh temporary file in `dir` and renames it over `name`.
+pub(crate) fn write_atomic_in(dir: &Dir, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    // Keep the mode of a regular file being replaced; anything else gets the default.
+    let mode = dir
+        .symlink_metadata(name)
+        .ok()
+        .filter(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file())
+        .map(|st| st.st_mode & 0o7777);
+    if let Ok(st) = dir.symlink_metadata(name) {
+        if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "it is a folder, not a file",
+            ));
         }
     }
-    Some(out)
+    let pid = std::process::id();
+    let mut tmp_name = None;
+    let mut file = None;
+    for n in 0..100u32 {
+        let candidate = OsString::from(format!(
+            ".{}.toolbox-tmp-{pid}-{n}",
+            name.to_string_lossy().chars().take(64).collect::<String>()
+        ));
+        match dirfd::create_new_child(dir.as_fd(), &candidate) {
+            Ok(f) => {
+                tmp_name = Some(candidate);
+                file = Some(f);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let (Some(tmp_name), Some(mut file)) = (tmp_name, file) else {
+        return Err(io::Error::other("could not create a temporary file"));
+    };
+    let result = (|| {
+        file.write_all(bytes)?;
+        if let Some(mode) = mode {
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        file.sync_data()?;
+        rustix::fs::renameat(dir.as_fd(), &tmp_name, dir.as_fd(), name)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp_name, rustix::fs::AtFlags::empty());
+    }
+    result
 }
 
 #[cfg(test)]
@@ -314,12 +752,22 @@ mod tests {
         (dir, ws)
     }
 
+    fn read(ws: &Workspace, path: &str) -> Result<String, PathError> {
+        let p = ws.locate(path)?;
+        let mut f = ws.open_read(&p)?;
+        let mut s = String::new();
+        io::Read::read_to_string(&mut f, &mut s).unwrap();
+        Ok(s)
+    }
+
     #[test]
     fn plain_and_nested_paths_resolve_inside() {
         let (_d, ws) = ws();
+        std::fs::create_dir(ws.root().join("a")).unwrap();
         assert_eq!(ws.resolve("a/b.txt").unwrap(), ws.root().join("a/b.txt"));
         assert_eq!(ws.resolve("./a/../c").unwrap(), ws.root().join("c"));
         assert_eq!(ws.resolve(".").unwrap(), ws.root());
+        assert_eq!(ws.show(&ws.locate("./a/../c").unwrap()), "c");
     }
 
     #[test]
@@ -339,6 +787,27 @@ mod tests {
     }
 
     #[test]
+    fn paths_are_resolved_on_disk_not_lexically() {
+        let (_d, ws) = ws();
+        std::fs::write(ws.root().join("a.txt"), "A").unwrap();
+        // A file is not a folder, even with a trailing '.' or '/'.
+        read(&ws, "a.txt").unwrap();
+        let e = read(&ws, "a.txt/.").unwrap_err();
+        assert!(matches!(e, PathError::NotADirectory { .. }), "{e}");
+        assert!(read(&ws, "a.txt/").is_err());
+        // A missing folder cannot be climbed out of with '..'.
+        let e = read(&ws, "typo/../a.txt").unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        // An absolute path must spell the root exactly.
+        let root = ws.root().to_str().unwrap().to_string();
+        let parent = ws.root().parent().unwrap().to_str().unwrap().to_string();
+        let name = ws.root().file_name().unwrap().to_str().unwrap().to_string();
+        let typo = format!("{parent}/{name}-typo/../{name}/a.txt");
+        assert!(matches!(read(&ws, &typo), Err(PathError::Outside(_))));
+        assert_eq!(read(&ws, &format!("{root}/a.txt")).unwrap(), "A");
+    }
+
+    #[test]
     fn absolute_inside_is_fine() {
         let (_d, ws) = ws();
         let abs = ws.root().join("x/y");
@@ -350,17 +819,78 @@ mod tests {
     fn symlinks_out_are_refused_and_in_are_followed() {
         let (_d, ws) = ws();
         let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.root().join("out")).unwrap();
         std::fs::create_dir(ws.root().join("real")).unwrap();
-        std::os::unix::fs::symlink(ws.root().join("real"), ws.root().join("in")).unwrap();
+        std::fs::write(ws.root().join("real/f"), "in").unwrap();
+        std::os::unix::fs::symlink("real", ws.root().join("in")).unwrap();
         std::os::unix::fs::symlink("/nonexistent/target", ws.root().join("dangling")).unwrap();
+        let e = read(&ws, "out/secret").unwrap_err();
+        assert!(matches!(e, PathError::LeadsOutside(_)), "{e}");
         let e = ws.resolve("out/secret").unwrap_err();
-        assert!(matches!(e, PathError::SymlinkOutside { .. }), "{e}");
+        assert!(matches!(e, PathError::LeadsOutside(_)), "{e}");
+        assert_eq!(read(&ws, "in/f").unwrap(), "in");
         assert_eq!(ws.resolve("in/f").unwrap(), ws.root().join("real/f"));
-        assert!(matches!(
-            ws.resolve("dangling"),
-            Err(PathError::DanglingSymlink(_))
-        ));
+        assert!(read(&ws, "dangling").is_err());
+    }
+
+    #[test]
+    fn writes_replace_links_and_never_follow_them_out() {
+        let (_d, ws) = ws();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("t");
+        std::fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, ws.root().join("link")).unwrap();
+        ws.write_atomic(&ws.locate("link").unwrap(), b"new", false)
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        assert_eq!(
+            std::fs::read_to_string(ws.root().join("link")).unwrap(),
+            "new"
+        );
+        // Hard links: the atomic replace leaves the other name alone; append refuses.
+        std::fs::write(outside.path().join("h"), "outside").unwrap();
+        std::fs::hard_link(outside.path().join("h"), ws.root().join("hl")).unwrap();
+        let e = ws
+            .open_append(&ws.locate("hl").unwrap(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hard links"), "{e}");
+        ws.write_atomic(&ws.locate("hl").unwrap(), b"mine", false)
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("h")).unwrap(),
+            "outside"
+        );
+        // Folders are created beneath the root only.
+        std::os::unix::fs::symlink(outside.path(), ws.root().join("outdir")).unwrap();
+        assert!(ws
+            .write_atomic(&ws.locate("outdir/new/x").unwrap(), b"x", true)
+            .is_err());
+        assert!(!outside.path().join("new").exists());
+        ws.write_atomic(&ws.locate("deep/er/x").unwrap(), b"x", true)
+            .unwrap();
+        assert_eq!(std::fs::read(ws.root().join("deep/er/x")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn toolbox_folders_refuse_planted_links() {
+        let (_d, ws) = ws();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.root().join(TOOLBOX_DIR)).unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.root().join(".toolbox/tool_outputs"))
+            .unwrap();
+        let e = ws
+            .toolbox_subdir(&[OsStr::new("tool_outputs")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        let s = ws.with_session("s1").unwrap();
+        std::fs::create_dir_all(ws.root().join(".toolbox/sessions")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.root().join(".toolbox/sessions/s1")).unwrap();
+        assert!(s.scratchpad().is_err());
+        assert!(s.resolve("output/x").is_err());
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     }
 
     #[test]
@@ -393,11 +923,16 @@ mod tests {
         assert_eq!(s.display(&base.join("scratchpad")), "scratchpad");
         assert_eq!(s.display(&ws.root().join("src/x.rs")), "src/x.rs");
         assert_eq!(
+            s.show(&s.locate("outputs/./a.png").unwrap()),
+            "output/a.png"
+        );
+        assert_eq!(
             ws.display(&base.join("output/a.png")),
             ".toolbox/sessions/s1/output/a.png"
         );
         // Routing cannot be used to climb out.
         assert!(s.resolve("output/../../../../../x").is_err());
+        assert!(s.resolve("output/../x").is_err());
     }
 
     #[test]

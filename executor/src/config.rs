@@ -118,9 +118,13 @@ impl Permissions {
 
 /// Everything the executor is configured with.
 ///
-/// Precedence, lowest first: built-in defaults, `toolbox.toml` in the workspace (or the file
-/// named by `TOOLBOX_CONFIG`), `TOOLBOX_*` environment variables, then whatever the caller
-/// sets on the struct (the binary's flags).
+/// Layers, lowest first: built-in defaults; the operator's files (the user config file, then
+/// the file named by `TOOLBOX_CONFIG`); `TOOLBOX_*` environment variables; whatever the
+/// caller sets on the struct (the binary's flags); and last the workspace's own
+/// `toolbox.toml`, which is untrusted and may only tighten (see
+/// [`apply_workspace_restrictions`](Self::apply_workspace_restrictions)). A workspace the
+/// operator trusts (`--trust-workspace-config`, or `trusted_workspaces` in an operator file)
+/// has its `toolbox.toml` applied as an ordinary layer just above the operator's files.
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
     pub workspace: PathBuf,
@@ -138,9 +142,38 @@ pub struct ExecutorConfig {
     pub trajectory: bool,
     /// Provider tables (`[shell]`, `[python]`, ...) as JSON, handed to tools as `ToolContext::config`.
     pub providers: Map<String, Value>,
+    /// Whether the workspace's own `toolbox.toml` is trusted like an operator file.
+    pub workspace_trusted: bool,
+    /// Folders whose `toolbox.toml` the operator trusts (`trusted_workspaces`).
+    pub trusted_workspaces: Vec<PathBuf>,
 }
 
 pub const CONFIG_FILE: &str = "toolbox.toml";
+/// Larger config files are refused: a config is a few lines, and a workspace is hostile.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// How [`ExecutorConfig::load_with`] finds the operator's settings.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Trust the workspace's `toolbox.toml` (the binary's `--trust-workspace-config`).
+    pub trust_workspace: bool,
+    /// The user config file; `None` means the default place (see [`user_config_path`]).
+    pub user_config: Option<PathBuf>,
+}
+
+/// The user's config file: `$XDG_CONFIG_HOME/toolbox/config.toml`, else
+/// `~/.config/toolbox/config.toml`.
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".config"))
+        })?;
+    Some(base.join("toolbox").join("config.toml"))
+}
 
 impl ExecutorConfig {
     /// Built-in defaults for a workspace.
@@ -156,26 +189,282 @@ impl ExecutorConfig {
             spool_threshold: crate::spool::SPOOL_THRESHOLD_BYTES,
             trajectory: true,
             providers: Map::new(),
+            workspace_trusted: false,
+            trusted_workspaces: Vec::new(),
         }
     }
 
-    /// Defaults, then the config file, then `TOOLBOX_*` from the process environment.
+    /// Every layer: [`load_operator`](Self::load_operator), then the workspace's
+    /// `toolbox.toml` as restrictions. A program that sets fields of its own (flags) should
+    /// call the two steps itself, setting its fields in between.
     pub fn load(workspace: impl Into<PathBuf>) -> Result<Self> {
+        let mut config = Self::load_operator(workspace, LoadOptions::default())?;
+        config.apply_workspace_restrictions()?;
+        Ok(config)
+    }
+
+    /// Defaults, the operator's files, a trusted workspace's `toolbox.toml`, then `TOOLBOX_*`
+    /// from the process environment. An untrusted workspace's file is not read here.
+    pub fn load_operator(workspace: impl Into<PathBuf>, options: LoadOptions) -> Result<Self> {
         let mut config = Self::new(workspace);
-        let file = match std::env::var_os("TOOLBOX_CONFIG") {
-            Some(path) => Some(PathBuf::from(path)),
-            None => Some(config.workspace.join(CONFIG_FILE)).filter(|p| p.is_file()),
-        };
-        if let Some(file) = file {
+        let user = options.user_config.clone().or_else(user_config_path);
+        if let Some(file) = user.filter(|p| p.is_file()) {
             config.apply_file(&file)?;
+        }
+        if let Some(path) = std::env::var_os("TOOLBOX_CONFIG") {
+            config.apply_file(Path::new(&path))?;
+        }
+        config.workspace_trusted = options.trust_workspace || config.workspace_is_listed();
+        if config.workspace_trusted {
+            if let Some(text) = config.read_workspace_file()? {
+                config.apply_toml(&text).with_context(|| {
+                    format!("{} (trusted workspace)", config.workspace_file_shown())
+                })?;
+            }
         }
         config.apply_env(std::env::vars())?;
         Ok(config)
     }
 
+    /// Applies the workspace's `toolbox.toml` (when it is not trusted) as restrictions on
+    /// what the layers before allowed: it may lower the mode, shorten timeouts, lower limits,
+    /// add to deny lists and pick stricter options. Any key that would widen, or that has no
+    /// tightening rule, is refused with an error naming it, and nothing is applied.
+    pub fn apply_workspace_restrictions(&mut self) -> Result<()> {
+        if self.workspace_trusted {
+            return Ok(());
+        }
+        let Some(text) = self.read_workspace_file()? else {
+            return Ok(());
+        };
+        let shown = self.workspace_file_shown();
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow!("config file {shown}: {e}"))?;
+        let mut next = self.clone();
+        let mut refused = Vec::new();
+        for (key, value) in &table {
+            let outcome = match value {
+                toml::Value::Table(t) => next.tighten_table(key, t),
+                other => next.tighten_scalar(key, other),
+            };
+            if let Err(e) = outcome {
+                refused.push(e.to_string());
+            }
+        }
+        if !refused.is_empty() {
+            let hint = match user_config_path() {
+                Some(p) => format!("trusted_workspaces in {}", p.display()),
+                None => "trusted_workspaces in the user config file".to_string(),
+            };
+            bail!(
+                "config file {shown} comes with the workspace, so it may only tighten the operator's settings:\n  - {}\nRemove those keys, or trust this workspace (--trust-workspace-config, or {hint}).",
+                refused.join("\n  - ")
+            );
+        }
+        *self = next;
+        Ok(())
+    }
+
+    fn workspace_file_shown(&self) -> String {
+        self.workspace.join(CONFIG_FILE).display().to_string()
+    }
+
+    /// The workspace's `toolbox.toml`, read without following a link and capped in size.
+    fn read_workspace_file(&self) -> Result<Option<String>> {
+        let shown = self.workspace_file_shown();
+        let ws = toolbox_core::Workspace::new(&self.workspace)?;
+        let file = match ws.open_root_file(CONFIG_FILE) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => bail!("config file {shown}: {e} (a link is not followed here)"),
+        };
+        read_capped(file, &shown).map(Some)
+    }
+
+    fn workspace_is_listed(&self) -> bool {
+        let Ok(ws) = std::fs::canonicalize(&self.workspace) else {
+            return false;
+        };
+        self.trusted_workspaces
+            .iter()
+            .any(|t| std::fs::canonicalize(t).is_ok_and(|t| t == ws))
+    }
+
+    /// One top-level key of an untrusted file.
+    fn tighten_scalar(&mut self, key: &str, value: &toml::Value) -> Result<()> {
+        let text = value
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| value.to_string());
+        let widen = |now: &dyn std::fmt::Display| {
+            anyhow!("{key} = {value} would widen what the operator allowed ({now})")
+        };
+        match key {
+            "permission_mode" | "mode" => {
+                let mode: PermissionMode = text.parse().with_context(|| key.to_string())?;
+                if rank(mode) > rank(self.permissions.mode) {
+                    return Err(widen(&self.permissions.mode));
+                }
+                self.permissions.mode = mode;
+            }
+            "allow_shell" | "allow_file_write" => {
+                let wanted = parse_bool(key, &text)?;
+                let slot = if key == "allow_shell" {
+                    &mut self.permissions.allow_shell
+                } else {
+                    &mut self.permissions.allow_file_write
+                };
+                if wanted && *slot != Some(true) {
+                    return Err(widen(&"unset, so the permission mode decides"));
+                }
+                *slot = Some(wanted);
+            }
+            "call_timeout_ms" | "approval_timeout_ms" | "cancel_grace_ms" => {
+                let slot = match key {
+                    "call_timeout_ms" => &mut self.call_timeout,
+                    "approval_timeout_ms" => &mut self.approval_timeout,
+                    _ => &mut self.cancel_grace,
+                };
+                let ms = parse_num(key, &text, 0)?;
+                if u128::from(ms) > slot.as_millis() {
+                    return Err(widen(&format!("{} ms", slot.as_millis())));
+                }
+                self.set(key, &text)?;
+            }
+            "spool_threshold_bytes" => {
+                let n = parse_num(key, &text, 1)?;
+                if n as usize > self.spool_threshold {
+                    return Err(widen(&format!("{} bytes", self.spool_threshold)));
+                }
+                self.spool_threshold = n as usize;
+            }
+            "trajectory" => {
+                if !parse_bool(key, &text)? {
+                    return Err(anyhow!(
+                        "trajectory = false would switch off the record of calls, which only the operator may do"
+                    ));
+                }
+                self.trajectory = true;
+            }
+            "trusted_workspaces" => {
+                return Err(anyhow!(
+                    "trusted_workspaces belongs in an operator's config file"
+                ))
+            }
+            other => {
+                // Unknown keys get the usual error naming them.
+                self.set(other, &text)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One `[table]` of an untrusted file, key by key, by the rules its provider declared.
+    fn tighten_table(&mut self, table: &str, keys: &toml::Table) -> Result<()> {
+        use toolbox_core::trust::{table_rules, Tighten};
+        let rules = table_rules(table);
+        let mut current = match self.providers.get(table) {
+            Some(Value::Object(map)) => map.clone(),
+            _ => Map::new(),
+        };
+        let mut refused = Vec::new();
+        for (key, value) in keys {
+            let value = serde_json::to_value(value)?;
+            let shown = format!("[{table}] {key} = {value}");
+            let Some(rule) = rules.and_then(|r| r.rule(key)) else {
+                refused.push(format!(
+                    "{shown}: a workspace may not set this key (only tightening keys are accepted here)"
+                ));
+                continue;
+            };
+            let now = current.get(key).cloned();
+            let merged = match rule {
+                Tighten::AtMost(default) | Tighten::AtLeast(default) => {
+                    let Some(n) = value.as_u64() else {
+                        refused.push(format!("{shown}: must be a whole number"));
+                        continue;
+                    };
+                    let have = match &now {
+                        Some(v) => v.as_u64(),
+                        None => Some(default),
+                    };
+                    let ok = match (rule, have) {
+                        (Tighten::AtMost(_), Some(h)) => n <= h,
+                        (_, Some(h)) => n >= h,
+                        (_, None) => false,
+                    };
+                    if !ok {
+                        refused.push(format!(
+                            "{shown} would widen what the operator allowed ({})",
+                            have.map(|h| h.to_string())
+                                .unwrap_or_else(|| "unknown".into())
+                        ));
+                        continue;
+                    }
+                    value
+                }
+                Tighten::Ranked { order, default } => {
+                    let as_text = |v: &Value| match v {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Bool(b) => Some(b.to_string()),
+                        _ => None,
+                    };
+                    let want = as_text(&value).and_then(|t| order.iter().position(|o| *o == t));
+                    let Some(want) = want else {
+                        refused.push(format!("{shown}: must be one of {}", order.join(", ")));
+                        continue;
+                    };
+                    let have_text = now
+                        .as_ref()
+                        .and_then(as_text)
+                        .unwrap_or_else(|| default.to_string());
+                    match order.iter().position(|o| *o == have_text) {
+                        Some(have) if want >= have => value,
+                        _ => {
+                            refused.push(format!(
+                                "{shown} would widen what the operator allowed ({have_text})"
+                            ));
+                            continue;
+                        }
+                    }
+                }
+                Tighten::AddToList(default) => {
+                    let Some(items) = value.as_array().filter(|a| a.iter().all(Value::is_string))
+                    else {
+                        refused.push(format!("{shown}: must be a list of strings"));
+                        continue;
+                    };
+                    let mut list: Vec<Value> = match &now {
+                        Some(Value::Array(a)) => a.clone(),
+                        _ => default
+                            .iter()
+                            .map(|s| Value::String(s.to_string()))
+                            .collect(),
+                    };
+                    for item in items {
+                        if !list.contains(item) {
+                            list.push(item.clone());
+                        }
+                    }
+                    Value::Array(list)
+                }
+            };
+            current.insert(key.clone(), merged);
+        }
+        if !refused.is_empty() {
+            bail!("{}", refused.join("\n  - "));
+        }
+        self.providers
+            .insert(table.to_string(), Value::Object(current));
+        Ok(())
+    }
+
+    /// Applies an operator's config file (trusted).
     pub fn apply_file(&mut self, path: &Path) -> Result<()> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("cannot read config file {shown}"))?;
+        let text = read_capped(file, &shown)?;
         self.apply_toml(&text)
             .with_context(|| format!("config file {}", path.display()))
     }
@@ -185,6 +474,15 @@ impl ExecutorConfig {
     pub fn apply_toml(&mut self, text: &str) -> Result<()> {
         let table: toml::Table = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
         for (key, value) in table {
+            if key == "trusted_workspaces" {
+                let list = value
+                    .as_array()
+                    .filter(|a| a.iter().all(|v| v.is_str()))
+                    .ok_or_else(|| anyhow!("trusted_workspaces must be a list of folder paths"))?;
+                self.trusted_workspaces
+                    .extend(list.iter().filter_map(|v| v.as_str()).map(PathBuf::from));
+                continue;
+            }
             if let toml::Value::Table(_) = value {
                 let json = serde_json::to_value(&value)?;
                 self.providers.insert(key, json);
@@ -256,6 +554,28 @@ const SETTINGS: &[&str] = &[
     "spool_threshold_bytes",
     "trajectory",
 ];
+
+/// How much a mode allows: read_only < auto < full.
+fn rank(mode: PermissionMode) -> u8 {
+    match mode {
+        PermissionMode::ReadOnly => 0,
+        PermissionMode::Auto => 1,
+        PermissionMode::Full => 2,
+    }
+}
+
+/// A config file's text, refusing more than [`MAX_CONFIG_BYTES`].
+fn read_capped(file: std::fs::File, shown: &str) -> Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read config file {shown}"))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        bail!("config file {shown} is larger than {MAX_CONFIG_BYTES} bytes");
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow!("config file {shown} is not UTF-8"))
+}
 
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value {

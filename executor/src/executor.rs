@@ -8,7 +8,8 @@ use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolbox_core::{
-    ApprovalRequest, CancellationToken, EventSink, ToolContext, ToolEvent, ToolRisk, Workspace,
+    ApprovalRequest, CancellationToken, EventSink, SessionId, ToolContext, ToolEvent, ToolRisk,
+    Workspace,
 };
 
 use crate::approval::ApprovalBroker;
@@ -19,9 +20,6 @@ use crate::spool::{self, SpoolOutcome};
 use crate::trajectory::TrajectoryWriter;
 use crate::{ApprovalDecision, ExecutorConfig, Permissions, Registry};
 
-/// The session used when a request names none.
-pub const DEFAULT_SESSION: &str = "default";
-
 /// One tool call as the model asked for it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ToolRequest {
@@ -29,7 +27,8 @@ pub struct ToolRequest {
     pub name: String,
     /// An object, or a string holding a JSON object (as Chat Completions sends it).
     pub arguments: Value,
-    /// `None` means the session `default`.
+    /// `None` means the session `default`. Parsed into a [`SessionId`] before anything else
+    /// happens: an invalid id is refused and nothing is written anywhere.
     pub session_id: Option<String>,
     /// Overrides the configured per-call timeout for this call.
     #[serde(skip)]
@@ -157,7 +156,7 @@ impl ToolExecutor {
         let workspace = Workspace::new(&config.workspace)?;
         let trajectory = config
             .trajectory
-            .then(|| TrajectoryWriter::new(workspace.root().to_path_buf()));
+            .then(|| TrajectoryWriter::new(workspace.clone()));
         let provider_config = Arc::new(Value::Object(config.providers.clone()));
         Ok(ToolExecutor {
             inner: Arc::new(Inner {
@@ -240,15 +239,20 @@ impl ToolExecutor {
     ) -> ToolCallInfo {
         let started = Instant::now();
         let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
-        let session_id = request
-            .session_id
-            .clone()
-            .unwrap_or_else(|| DEFAULT_SESSION.to_string());
+        // The id names folders: parse it before anything else, and on failure write nothing.
+        let session = match &request.session_id {
+            None => SessionId::default_session(),
+            Some(raw) => match SessionId::parse(raw) {
+                Ok(sid) => sid,
+                Err(e) => return refused_session(request, e, started_at, started),
+            },
+        };
+        let session_id = session.to_string();
         tracing::debug!(target: "toolbox", tool_id = %request.id, tool_name = %request.name, session = %session_id, "tool execution started");
 
         let claim = toolbox_core::SpoolClaim::default();
         let (tool_name, outcome) = self
-            .dispatch(&request, &session_id, cancel, claim.clone())
+            .dispatch(&request, &session, cancel, claim.clone())
             .await;
         let (status, text, error_kind) = match outcome {
             Ok(text) => (CallStatus::Done, text, None),
@@ -258,13 +262,11 @@ impl ToolExecutor {
         let (result, spool_path) = match claim.get() {
             // The tool streamed its full output to its own spool file already.
             Some(path) => {
-                let bytes = std::fs::metadata(inner_root(self).join(&path))
-                    .map(|m| m.len())
-                    .unwrap_or(0);
+                let bytes = toolbox_core::spool_file_len(&self.inner.workspace, &path).unwrap_or(0);
                 (spool::preview(&text, &path, bytes), Some(path))
             }
             None => match spool::offload_if_large(
-                inner_root(self),
+                &self.inner.workspace,
                 &request.id,
                 text,
                 self.inner.config.spool_threshold,
@@ -287,7 +289,7 @@ impl ToolExecutor {
             elapsed_ms,
         };
         if let Some(writer) = &self.inner.trajectory {
-            if let Err(e) = writer.append(&info) {
+            if let Err(e) = writer.append(&session, &info) {
                 tracing::warn!(target: "toolbox", tool_id = %info.id, error = %e, "could not append to the trajectory");
             }
         }
@@ -307,7 +309,7 @@ impl ToolExecutor {
     async fn dispatch(
         &self,
         request: &ToolRequest,
-        session_id: &str,
+        session_id: &SessionId,
         cancel: CancellationToken,
         claim: toolbox_core::SpoolClaim,
     ) -> (String, Result<String, (ErrorKind, String)>) {
@@ -322,12 +324,10 @@ impl ToolExecutor {
             );
         }
         let Some(tool) = inner.registry.get(&request.name) else {
+            let shown = shorten(&request.name, 200);
             return (
-                request.name.clone(),
-                Err((
-                    ErrorKind::UnknownTool,
-                    format!("unknown tool: {}", request.name),
-                )),
+                shown.clone(),
+                Err((ErrorKind::UnknownTool, format!("unknown tool: {shown}"))),
             );
         };
         let name = tool.info.name.clone();
@@ -341,7 +341,7 @@ impl ToolExecutor {
         &self,
         tool: &RegisteredTool,
         request: &ToolRequest,
-        session_id: &str,
+        session_id: &SessionId,
         cancel: CancellationToken,
         claim: toolbox_core::SpoolClaim,
     ) -> Result<String, (ErrorKind, String)> {
@@ -349,10 +349,7 @@ impl ToolExecutor {
         let name = tool.info.name.as_str();
         let arguments = normalize_arguments(name, &request.arguments)
             .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
-        let workspace = inner
-            .workspace
-            .with_session(session_id)
-            .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
+        let workspace = inner.workspace.with_session_id(session_id.clone());
 
         match inner.config.permissions.decide(tool.info.risk) {
             Decision::Allow => {}
@@ -378,7 +375,7 @@ impl ToolExecutor {
         let call_cancel = cancel.child_token();
         let ctx = ToolContext {
             workspace,
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             call_id: request.id.clone(),
             tool: name.to_string(),
             cancel: call_cancel.clone(),
@@ -436,7 +433,7 @@ impl ToolExecutor {
         risk: ToolRisk,
         request: &ToolRequest,
         arguments: &Value,
-        session_id: &str,
+        session_id: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<(), (ErrorKind, String)> {
         let inner = &*self.inner;
@@ -447,7 +444,7 @@ impl ToolExecutor {
         inner
             .events
             .emit(ToolEvent::ApprovalRequested(ApprovalRequest {
-                session_id: session_id.to_string(),
+                session_id: session_id.clone(),
                 call_id: request.id.clone(),
                 tool: name.to_string(),
                 arguments: arguments.clone(),
@@ -484,8 +481,38 @@ impl ToolExecutor {
     }
 }
 
-fn inner_root(executor: &ToolExecutor) -> &std::path::Path {
-    executor.inner.workspace.root()
+/// The record of a call refused for its session id. Nothing is written: the id cannot name a
+/// folder, so there is no trajectory to append to.
+fn refused_session(
+    request: ToolRequest,
+    error: toolbox_core::InvalidSessionId,
+    started_at: String,
+    started: Instant,
+) -> ToolCallInfo {
+    tracing::debug!(target: "toolbox", tool_id = %request.id, "refused: invalid session id");
+    ToolCallInfo {
+        id: request.id,
+        tool: shorten(&request.name, 200),
+        session_id: String::new(),
+        arguments: Value::Null,
+        status: CallStatus::Error,
+        result: error.to_string(),
+        spool_path: None,
+        error_kind: Some(ErrorKind::InvalidRequest),
+        started_at,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    }
+}
+
+/// At most `max` characters, with an ellipsis when cut (a hostile name can be megabytes).
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let mut out: String = text.chars().take(max).collect();
+        out.push('…');
+        out
+    }
 }
 
 /// Arguments may come as an object, as null, or as a string holding a JSON object.

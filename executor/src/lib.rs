@@ -22,7 +22,7 @@ pub mod spool;
 pub mod trajectory;
 
 pub use approval::ApprovalDecision;
-pub use config::{ExecutorConfig, PermissionMode, Permissions};
+pub use config::{user_config_path, ExecutorConfig, LoadOptions, PermissionMode, Permissions};
 pub use executor::{CallStatus, ErrorKind, ToolCallInfo, ToolExecutor, ToolRequest};
 pub use registry::{RegisteredTool, Registry};
 pub use schema::SchemaFormat;

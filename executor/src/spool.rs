@@ -1,7 +1,8 @@
 //! Large results go to disk; the model gets a head, a tail and the file's name.
 
 use std::io::Write;
-use std::path::Path;
+
+use toolbox_core::Workspace;
 
 /// Results of this many bytes or more are spooled by default.
 pub const SPOOL_THRESHOLD_BYTES: usize = 16_384;
@@ -25,7 +26,7 @@ pub enum SpoolOutcome {
 /// If the file cannot be written the full content is returned inline: losing output is worse
 /// than a long message.
 pub fn offload_if_large(
-    workspace_root: &Path,
+    workspace: &Workspace,
     call_id: &str,
     content: String,
     threshold: usize,
@@ -33,7 +34,7 @@ pub fn offload_if_large(
     if content.len() < threshold {
         return SpoolOutcome::Inline(content);
     }
-    match write_spool_file(workspace_root, call_id, content.as_bytes()) {
+    match write_spool_file(workspace, call_id, content.as_bytes()) {
         Ok(rel) => SpoolOutcome::Spooled {
             preview: preview(&content, &rel, content.len() as u64),
             path: rel,
@@ -47,10 +48,10 @@ pub fn offload_if_large(
 
 pub use toolbox_core::safe_file_part;
 
-fn write_spool_file(root: &Path, call_id: &str, bytes: &[u8]) -> std::io::Result<String> {
-    let (mut file, rel) = toolbox_core::create_spool_file(root, call_id)?;
+fn write_spool_file(workspace: &Workspace, call_id: &str, bytes: &[u8]) -> std::io::Result<String> {
+    let (mut file, rel) = toolbox_core::create_spool_file(workspace, call_id)?;
     if let Err(e) = file.write_all(bytes).and_then(|_| file.flush()) {
-        let _ = std::fs::remove_file(root.join(&rel));
+        toolbox_core::remove_spool_file(workspace, &rel);
         return Err(e);
     }
     Ok(rel)
@@ -91,7 +92,8 @@ mod tests {
     #[test]
     fn small_results_stay_inline() {
         let dir = tempfile::tempdir().unwrap();
-        let out = offload_if_large(dir.path(), "c1", "hello".into(), 16);
+        let ws = Workspace::new(dir.path()).unwrap();
+        let out = offload_if_large(&ws, "c1", "hello".into(), 16);
         assert_eq!(out, SpoolOutcome::Inline("hello".into()));
         assert!(!dir.path().join(".toolbox").exists());
     }
@@ -103,7 +105,8 @@ mod tests {
         let content: String = (0..10_000)
             .map(|i| if i % 2 == 0 { 'é' } else { '语' })
             .collect();
-        let out = offload_if_large(dir.path(), "call/../x:1", content.clone(), 16_384);
+        let ws = Workspace::new(dir.path()).unwrap();
+        let out = offload_if_large(&ws, "call/../x:1", content.clone(), 16_384);
         let SpoolOutcome::Spooled { preview, path } = out else {
             panic!("not spooled")
         };
@@ -122,8 +125,9 @@ mod tests {
     #[test]
     fn same_id_same_millisecond_does_not_overwrite() {
         let dir = tempfile::tempdir().unwrap();
-        let a = write_spool_file(dir.path(), "x", b"a").unwrap();
-        let b = write_spool_file(dir.path(), "x", b"b").unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let a = write_spool_file(&ws, "x", b"a").unwrap();
+        let b = write_spool_file(&ws, "x", b"b").unwrap();
         assert_ne!(a, b);
     }
 }

@@ -1,23 +1,38 @@
 //! One JSON line per call under `.toolbox/trajectories/<session>/tool_calls.jsonl`.
+//!
+//! The folders are created and opened without following links and the file is opened with
+//! `O_NOFOLLOW`, refusing a file with other hard links: a link planted in `.toolbox/` is an
+//! error, never a way to append to a file elsewhere. A last line torn by a crash is ended
+//! before the next record, so records never glue together. Arguments larger than
+//! [`MAX_RECORDED_ARGUMENT_BYTES`] are recorded as a capped preview, as results are.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
-use toolbox_core::TOOLBOX_DIR;
+use serde_json::Value;
+use toolbox_core::{SessionId, Workspace, TOOLBOX_DIR};
 
 use crate::ToolCallInfo;
 
 pub const FILE_NAME: &str = "tool_calls.jsonl";
+/// The folder under `.toolbox/` holding one folder per session.
+pub const DIR_NAME: &str = "trajectories";
+/// Arguments whose JSON is this long or longer are recorded as a preview.
+pub const MAX_RECORDED_ARGUMENT_BYTES: usize = 16_384;
+/// Characters of oversized arguments kept in the record.
+const ARGUMENT_PREVIEW_CHARS: usize = 2000;
 
-/// The trajectory file of a session.
+/// The trajectory file of a session, as a path (for reading it back).
 pub fn trajectory_path(workspace_root: &Path, session: &str) -> PathBuf {
     workspace_root
         .join(TOOLBOX_DIR)
-        .join("trajectories")
+        .join(DIR_NAME)
         .join(session)
         .join(FILE_NAME)
 }
@@ -27,41 +42,68 @@ pub fn trajectory_path(workspace_root: &Path, session: &str) -> PathBuf {
 /// Each record is written with one `write_all` of a whole line under a lock, so concurrent
 /// calls never interleave inside a line.
 pub(crate) struct TrajectoryWriter {
-    root: PathBuf,
-    files: Mutex<HashMap<String, File>>,
+    workspace: Workspace,
+    files: Mutex<HashMap<SessionId, File>>,
 }
 
 impl TrajectoryWriter {
-    pub fn new(root: PathBuf) -> Self {
+    pub fn new(workspace: Workspace) -> Self {
         TrajectoryWriter {
-            root,
+            workspace,
             files: Mutex::new(HashMap::new()),
         }
     }
 
-    pub fn append(&self, info: &ToolCallInfo) -> Result<()> {
-        let mut line = serde_json::to_vec(info)?;
-        line.push(b'\n');
+    pub fn append(&self, session: &SessionId, info: &ToolCallInfo) -> Result<()> {
+        let mut line = record_line(info)?;
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if !files.contains_key(&info.session_id) {
-            let path = trajectory_path(&self.root, &info.session_id);
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
+        if !files.contains_key(session) {
+            let file = self.open(session)?;
+            // A record torn by a crash has no newline; end it so ours starts on a fresh line.
+            let len = file.metadata()?.len();
+            let mut last = [0u8; 1];
+            if len > 0 && file.read_at(&mut last, len - 1).is_ok() && last[0] != b'\n' {
+                line.insert(0, b'\n');
             }
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .with_context(|| format!("cannot open {}", path.display()))?;
-            files.insert(info.session_id.clone(), file);
+            files.insert(session.clone(), file);
         }
-        let file = files
-            .get_mut(&info.session_id)
-            .expect("inserted just above");
+        let file = files.get_mut(session).expect("inserted just above");
         file.write_all(&line)?;
         Ok(())
     }
+
+    fn open(&self, session: &SessionId) -> Result<File> {
+        let shown = format!("{TOOLBOX_DIR}/{DIR_NAME}/{session}/{FILE_NAME}");
+        let dir = self
+            .workspace
+            .toolbox_subdir(&[OsStr::new(DIR_NAME), OsStr::new(session.as_str())])
+            .with_context(|| format!("cannot open the trajectory folder for {shown}"))?;
+        dir.open_append(OsStr::new(FILE_NAME))
+            .with_context(|| format!("cannot open {shown}"))
+    }
+}
+
+/// The record as one JSON line, with oversized arguments replaced by a preview.
+fn record_line(info: &ToolCallInfo) -> Result<Vec<u8>> {
+    let arguments = serde_json::to_string(&info.arguments)?;
+    let mut line = if arguments.len() >= MAX_RECORDED_ARGUMENT_BYTES {
+        let mut capped = info.clone();
+        capped.arguments = serde_json::json!({
+            "_toolbox_truncated": true,
+            "bytes": arguments.len(),
+            "preview": arguments.chars().take(ARGUMENT_PREVIEW_CHARS).collect::<String>(),
+        });
+        serde_json::to_vec(&capped)?
+    } else {
+        serde_json::to_vec(info)?
+    };
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// Whether a recorded `arguments` value is a preview of oversized arguments.
+pub fn arguments_truncated(arguments: &Value) -> bool {
+    arguments.get("_toolbox_truncated") == Some(&Value::Bool(true))
 }
 
 /// Reads a trajectory file back.

@@ -37,8 +37,8 @@ use toolbox_web as _;
 pub use toolbox_core as core;
 pub use toolbox_executor as executor;
 pub use toolbox_executor::{
-    ApprovalDecision, CallStatus, ExecutorConfig, PermissionMode, Permissions, SchemaFormat,
-    ToolCallInfo, ToolExecutor, ToolRequest,
+    ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,
+    SchemaFormat, ToolCallInfo, ToolExecutor, ToolRequest,
 };
 
 /// The providers compiled into this build, by registration name.

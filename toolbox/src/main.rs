@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use toolbox::core::{ApprovalRequest, EventSink, ToolEvent};
+use toolbox::core::{ApprovalRequest, EventSink, SessionId, ToolEvent};
 use toolbox::{
-    ApprovalDecision, ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor, ToolRequest,
+    ApprovalDecision, ExecutorConfig, LoadOptions, PermissionMode, SchemaFormat, ToolExecutor,
+    ToolRequest,
 };
 
 #[derive(Parser)]
@@ -35,6 +36,10 @@ struct Common {
     /// OS sandbox for shell commands: off, read-only or workspace-write [default: from config, else off].
     #[arg(long, value_parser = ["off", "read-only", "workspace-write"])]
     sandbox: Option<String>,
+    /// Trust the workspace's own toolbox.toml like an operator's file. Without this it may
+    /// only tighten the settings (a lower mode, shorter timeouts, smaller limits).
+    #[arg(long)]
+    trust_workspace_config: bool,
 }
 
 #[derive(Subcommand)]
@@ -69,8 +74,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// Session id: routes output/, scratchpad/, input/ and names the trajectory.
-        #[arg(long, short = 's', default_value = "default")]
-        session: String,
+        #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
+        session: SessionId,
         /// In auto mode: ask on the terminal, or answer yes / no without asking.
         #[arg(long, value_enum, default_value_t = Approve::Ask)]
         approve: Approve,
@@ -82,8 +87,9 @@ enum Command {
     Mcp {
         #[command(flatten)]
         common: Common,
-        #[arg(long, short = 's', default_value = "default")]
-        session: String,
+        /// Session id for every call on this connection.
+        #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
+        session: SessionId,
         /// In auto mode: yes trusts the MCP client's own confirmation, no refuses risky calls.
         #[arg(long, value_enum, default_value_t = Approve::Yes)]
         approve: Approve,
@@ -99,6 +105,10 @@ enum Approve {
 
 fn parse_mode(s: &str) -> Result<PermissionMode, String> {
     s.parse().map_err(|e: anyhow::Error| e.to_string())
+}
+
+fn parse_session(s: &str) -> Result<SessionId, String> {
+    SessionId::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_format(s: &str) -> Result<SchemaFormat, String> {
@@ -147,7 +157,12 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
         None => std::env::current_dir()
             .map_err(|e| UsageError(format!("cannot read the current directory: {e}")))?,
     };
-    let mut config = ExecutorConfig::load(&workspace).map_err(|e| UsageError(format!("{e:#}")))?;
+    let options = LoadOptions {
+        trust_workspace: common.trust_workspace_config,
+        ..LoadOptions::default()
+    };
+    let mut config = ExecutorConfig::load_operator(&workspace, options)
+        .map_err(|e| UsageError(format!("{e:#}")))?;
     if let Some(mode) = common.mode {
         config.permissions.mode = mode;
     }
@@ -157,6 +172,10 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
             table.insert("sandbox".into(), Value::String(sandbox.clone()));
         }
     }
+    // Last: the workspace's own toolbox.toml, which may only tighten all of the above.
+    config
+        .apply_workspace_restrictions()
+        .map_err(|e| UsageError(format!("{e:#}")))?;
     Ok(config)
 }
 
@@ -241,7 +260,8 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             let events = cli_events(slot.clone(), approve);
             let executor = build(load_config(&common)?, events)?;
             let _ = slot.set(executor.clone());
-            let mut request = ToolRequest::new(new_call_id(), tool, arguments).session(session);
+            let mut request =
+                ToolRequest::new(new_call_id(), tool, arguments).session(session.to_string());
             if let Some(ms) = timeout_ms {
                 request = request.timeout(Duration::from_millis(ms.max(1)));
             }
@@ -275,8 +295,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             let events = cli_events(slot.clone(), approve);
             let executor = build(load_config(&common)?, events)?;
             let _ = slot.set(executor.clone());
-            toolbox::core::validate_session_id(&session).map_err(|e| UsageError(e.to_string()))?;
-            toolbox::mcp::McpServer::new(executor, session)
+            toolbox::mcp::McpServer::new(executor, session.to_string())
                 .serve_stdio()
                 .await
                 .map_err(|e| UsageError(format!("mcp: {e:#}")))?;

@@ -40,6 +40,23 @@ const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
 const DEFAULT_TIMEOUT_MS: u64 = 180_000;
 /// Four base64 PNGs at 1024² are ~10–20 MB; the cap only stops a runaway response.
 const DEFAULT_MAX_RESPONSE_BYTES: u64 = 100 * 1024 * 1024;
+// An untrusted workspace's toolbox.toml may only shorten [image_gen] limits; the endpoint,
+// model and key variable are the operator's alone (a repository must not be able to send a
+// key to a server of its choosing).
+toolbox_core::workspace_config_rules!(
+    "image_gen",
+    [
+        (
+            "timeout_ms",
+            toolbox_core::trust::Tighten::AtMost(DEFAULT_TIMEOUT_MS)
+        ),
+        (
+            "max_response_bytes",
+            toolbox_core::trust::Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES)
+        ),
+    ]
+);
+
 const KEYS: &[&str] = &[
     "base_url",
     "model",

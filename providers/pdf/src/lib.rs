@@ -42,6 +42,15 @@ const CONTEXT_CHARS: usize = 80;
 /// file is parsed in memory.
 const DEFAULT_MAX_FILE_BYTES: u64 = 200 * 1024 * 1024;
 
+// An untrusted workspace's toolbox.toml may only lower [pdf] max_file_bytes.
+toolbox_core::workspace_config_rules!(
+    "pdf",
+    [(
+        "max_file_bytes",
+        toolbox_core::trust::Tighten::AtMost(DEFAULT_MAX_FILE_BYTES)
+    )]
+);
+
 /// The `pdf` provider. It holds no state: every call reads its file afresh.
 #[derive(Debug, Default, Clone)]
 pub struct PdfProvider {

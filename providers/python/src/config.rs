@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
+use toolbox_core::trust::Tighten;
 use toolbox_core::ToolContext;
 
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};
@@ -28,6 +29,23 @@ const KEYS: &[&str] = &[
     "install_timeout_ms",
     "pip_args",
 ];
+
+// What an untrusted workspace's toolbox.toml may set in [python]: a stricter backend and
+// shorter timeouts. `venv` and `pip_args` are the operator's alone.
+toolbox_core::workspace_config_rules!(
+    "python",
+    [
+        (
+            "backend",
+            Tighten::Ranked {
+                order: &["embedded", "isolated"],
+                default: "embedded"
+            }
+        ),
+        ("timeout_ms", Tighten::AtMost(300_000)),
+        ("install_timeout_ms", Tighten::AtMost(600_000)),
+    ]
+);
 
 /// The default limit of one run when neither the call nor the config gives one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);

@@ -431,7 +431,7 @@ pub async fn request(
             *stuck = Some(Stuck {
                 job: id,
                 call_id: ctx.call_id.clone(),
-                session: ctx.session_id.clone(),
+                session: ctx.session_id.to_string(),
                 since: Instant::now(),
             });
             bail!(

@@ -133,7 +133,7 @@ pub(crate) mod test_support {
     pub fn other_session(ctx: &ToolContext, sid: &str) -> ToolContext {
         let mut other = ctx.clone();
         other.workspace = ctx.workspace.with_session(sid).unwrap();
-        other.session_id = sid.to_string();
+        other.session_id = toolbox_core::SessionId::parse(sid).unwrap();
         other
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
+use toolbox_core::trust::Tighten;
 
 /// Environment variables removed from every command unless `[shell] deny_env` says otherwise.
 ///
@@ -96,6 +97,36 @@ impl Default for ShellConfig {
         }
     }
 }
+
+// What an untrusted workspace's toolbox.toml may set in [shell]: only tightenings. The
+// defaults here must match `ShellConfig::default()`.
+toolbox_core::workspace_config_rules!(
+    "shell",
+    [
+        ("default_timeout_ms", Tighten::AtMost(120_000)),
+        ("max_timeout_ms", Tighten::AtMost(600_000)),
+        ("kill_grace_ms", Tighten::AtMost(2_000)),
+        ("max_capture_bytes", Tighten::AtMost(1024 * 1024)),
+        ("deny_env", Tighten::AddToList(DEFAULT_DENY_ENV)),
+        ("max_sleep_seconds", Tighten::AtMost(300)),
+        (
+            "sandbox",
+            Tighten::Ranked {
+                order: &["off", "workspace-write", "read-only"],
+                default: "off"
+            }
+        ),
+        (
+            "sandbox_network",
+            Tighten::Ranked {
+                order: &["true", "false"],
+                default: "false"
+            }
+        ),
+        ("job_buffer_bytes", Tighten::AtMost(1024 * 1024)),
+        ("max_jobs", Tighten::AtMost(16)),
+    ]
+);
 
 const KEYS: &[&str] = &[
     "default_timeout_ms",

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{Map, Value};
+use toolbox_core::trust::Tighten;
 
 use crate::guard::{parse_hosts, parse_ranges, GuardPolicy};
 
@@ -24,6 +25,24 @@ pub const KEYS: &[&str] = &[
     "tavily_api_key_env",
     "tavily_base_url",
 ];
+
+// What an untrusted workspace's toolbox.toml may set in [web]: shorter timeouts and smaller
+// limits. Hosts, ranges, search endpoints and key variables are the operator's alone.
+toolbox_core::workspace_config_rules!(
+    "web",
+    [
+        (
+            "connect_timeout_ms",
+            Tighten::AtMost(DEFAULT_CONNECT_TIMEOUT_MS)
+        ),
+        ("timeout_ms", Tighten::AtMost(DEFAULT_TIMEOUT_MS)),
+        ("max_redirects", Tighten::AtMost(MAX_REDIRECTS)),
+        (
+            "max_response_bytes",
+            Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES)
+        ),
+    ]
+);
 
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;

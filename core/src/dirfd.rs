@@ -1,0 +1,314 @@
+//! Race-free filesystem primitives: everything is opened relative to a directory descriptor.
+//!
+//! A workspace is hostile: any folder in it may be swapped for a symbolic link to `/` between
+//! a check and a use. So no path is ever checked and then opened by name. Paths a model gives
+//! are opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to the
+//! workspace root's descriptor: the kernel resolves every component, `..` and symbolic links
+//! included, and refuses (EXDEV) anything that would leave the root at any moment. Single
+//! names inside a folder already held open are opened with `O_NOFOLLOW`.
+//!
+//! Linux 5.6 or later is needed for `openat2`.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+
+/// The resolution rules for every path a model gives.
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
+
+/// `openat2` may fail with EAGAIN when a rename raced the lookup; it is safe to retry.
+const EAGAIN_RETRIES: usize = 32;
+
+/// Opens `rel` (relative, `""` or `.` for `dir` itself) beneath `dir`.
+pub(crate) fn open_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+    let rel: &Path = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    // openat2 is strict: O_PATH takes no other access flags.
+    let flags = if flags.contains(OFlags::PATH) {
+        flags | OFlags::CLOEXEC
+    } else {
+        flags | OFlags::CLOEXEC | OFlags::NOCTTY
+    };
+    // openat2 refuses a mode without O_CREAT.
+    let mode = if flags.contains(OFlags::CREATE) {
+        Mode::from_raw_mode(0o666)
+    } else {
+        Mode::empty()
+    };
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(dir, rel, flags, mode, BENEATH) {
+            Err(rustix::io::Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
+            Err(rustix::io::Errno::NOSYS) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "this kernel has no openat2 (Linux 5.6 or later is needed to open workspace files safely)",
+                ))
+            }
+            other => return other.map_err(io::Error::from),
+        }
+    }
+}
+
+/// Opens the single name `name` inside `dir` without following a symbolic link there.
+pub(crate) fn open_child(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::from_raw_mode(0o666),
+    )
+    .map_err(io::Error::from)
+}
+
+/// Opens or creates the folder `name` inside `dir`, refusing a symbolic link or a file there.
+///
+/// This is how toolbox creates its own folders under `.toolbox/`: a planted link is an error
+/// that says what was found, and nothing is ever created through it.
+pub(crate) fn ensure_child_dir(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match open_child(dir, name, OFlags::DIRECTORY | OFlags::RDONLY) {
+        Ok(fd) => Ok(fd),
+        Err(e) => Err(explain_not_dir(dir, name, e)),
+    }
+}
+
+/// Turns ELOOP/ENOTDIR on a single name into a message saying what is really there.
+fn explain_not_dir(dir: BorrowedFd<'_>, name: &OsStr, e: io::Error) -> io::Error {
+    match file_type_at(dir, name) {
+        Ok(FileType::Symlink) => io::Error::new(
+            io::ErrorKind::Other,
+            format!(
+                "{} is a symbolic link, not a folder; toolbox does not follow links in its own folders (remove it)",
+                name.to_string_lossy()
+            ),
+        ),
+        Ok(t) if t != FileType::Directory => io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a folder", name.to_string_lossy()),
+        ),
+        _ => e,
+    }
+}
+
+/// The type of `name` inside `dir`, without following a link.
+pub(crate) fn file_type_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<FileType> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(FileType::from_raw_mode(st.st_mode))
+}
+
+/// Opens or creates a regular file `name` in `dir` for appending, never through a link, and
+/// refuses a file with more than one hard link (appending would change the other names too).
+pub(crate) fn open_append_child(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
+    let fd = open_child(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NONBLOCK,
+    )
+    .map_err(|e| explain_link(dir, name, e))?;
+    let file = File::from(fd);
+    check_plain_file(&file, name)?;
+    Ok(file)
+}
+
+/// Creates a new regular file `name` in `dir`; fails if anything is there already.
+pub(crate) fn create_new_child(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
+    let fd = open_child(dir, name, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL)?;
+    Ok(File::from(fd))
+}
+
+/// ELOOP from `O_NOFOLLOW` means a link was found where a file was expected; say so.
+fn explain_link(dir: BorrowedFd<'_>, name: &OsStr, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc_eloop()) {
+        if let Ok(FileType::Symlink) = file_type_at(dir, name) {
+            return io::Error::new(
+                io::ErrorKind::Other,
+                format!(
+                    "{} is a symbolic link; toolbox does not write through links here",
+                    name.to_string_lossy()
+                ),
+            );
+        }
+    }
+    e
+}
+
+fn libc_eloop() -> i32 {
+    rustix::io::Errno::LOOP.raw_os_error()
+}
+
+/// A regular file with exactly one name.
+pub(crate) fn check_plain_file(file: &File, name: &OsStr) -> io::Result<()> {
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::Other,
+            format!("{} is not a regular file", name.to_string_lossy()),
+        ));
+    }
+    let links = std::os::unix::fs::MetadataExt::nlink(&meta);
+    if links > 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::Other,
+            format!(
+                "{} has {links} hard links; writing to it would also change the other names, so toolbox refuses",
+                name.to_string_lossy()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One entry of a folder read through its descriptor.
+#[derive(Debug, Clone)]
+pub struct DirEntryInfo {
+    pub name: OsString,
+    /// The entry's own type (a link is a link; it is never followed).
+    pub kind: EntryKind,
+}
+
+/// What a folder entry is, without following links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+impl EntryKind {
+    fn from_file_type(t: FileType) -> Self {
+        match t {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => EntryKind::Symlink,
+            _ => EntryKind::Other,
+        }
+    }
+}
+
+/// A folder held open by descriptor: its entries, and its children opened without following
+/// links. Whatever is renamed or swapped meanwhile, a `Dir` keeps meaning the folder that was
+/// opened, so a walk built on it never strays out of the workspace.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+impl Dir {
+    pub(crate) fn from_fd(fd: OwnedFd) -> Self {
+        Dir { fd }
+    }
+
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The entries, sorted by name, without `.` and `..`.
+    pub fn entries(&self) -> io::Result<Vec<DirEntryInfo>> {
+        let mut dir = rustix::fs::Dir::read_from(&self.fd)?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsStr::from_bytes(name).to_os_string();
+            let mut t = entry.file_type();
+            if t == FileType::Unknown {
+                t = file_type_at(self.fd.as_fd(), &name).unwrap_or(FileType::Unknown);
+            }
+            out.push(DirEntryInfo {
+                name,
+                kind: EntryKind::from_file_type(t),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Opens the child folder `name`; a link there is refused (ELOOP or ENOTDIR).
+    pub fn open_dir(&self, name: &OsStr) -> io::Result<Dir> {
+        open_child(self.as_fd(), name, OFlags::DIRECTORY | OFlags::RDONLY).map(Dir::from_fd)
+    }
+
+    /// Opens the child `name` for reading if it is a regular file; a link is refused, and a
+    /// FIFO or device is refused without blocking.
+    pub fn open_file(&self, name: &OsStr) -> io::Result<File> {
+        let fd = open_child(self.as_fd(), name, OFlags::RDONLY | OFlags::NONBLOCK)?;
+        regular_file(fd, name)
+    }
+
+    /// Opens (creating) the child `name` for appending: never through a link, and a file
+    /// with other hard links is refused.
+    pub fn open_append(&self, name: &OsStr) -> io::Result<File> {
+        open_append_child(self.as_fd(), name)
+    }
+
+    /// Creates the new regular file `name` (fails if anything is there), never through a link.
+    pub fn create_new(&self, name: &OsStr) -> io::Result<File> {
+        create_new_child(self.as_fd(), name)
+    }
+
+    /// Replaces `name` atomically with `bytes` (temporary file, then rename).
+    pub fn write_atomic(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+        crate::workspace::write_atomic_in(self, name, bytes)
+    }
+
+    /// Opens `rel` beneath this folder, following links only while they stay beneath it, for
+    /// reading if it is a regular file.
+    pub fn open_file_beneath(&self, rel: &Path) -> io::Result<File> {
+        let fd = open_beneath(self.as_fd(), rel, OFlags::RDONLY | OFlags::NONBLOCK)?;
+        regular_file(fd, rel.as_os_str())
+    }
+
+    /// Metadata of the child `name`, not following a link.
+    pub fn symlink_metadata(&self, name: &OsStr) -> io::Result<rustix::fs::Stat> {
+        rustix::fs::statat(self.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).map_err(Into::into)
+    }
+
+    /// The size and modification time of the child `name` (not following links).
+    pub fn size_and_mtime(&self, name: &OsStr) -> io::Result<(u64, i64)> {
+        let st = self.symlink_metadata(name)?;
+        Ok((st.st_size as u64, st.st_mtime))
+    }
+}
+
+/// Turns a read descriptor into a `File`, refusing anything but a regular file, and clears
+/// the `O_NONBLOCK` used to open it (harmless for regular files, but tidy for readers).
+pub(crate) fn regular_file(fd: OwnedFd, name: &OsStr) -> io::Result<File> {
+    let st = rustix::fs::fstat(&fd)?;
+    let t = FileType::from_raw_mode(st.st_mode);
+    if t != FileType::RegularFile {
+        let what = match t {
+            FileType::Directory => "a folder",
+            FileType::Fifo => "a FIFO",
+            FileType::Socket => "a socket",
+            FileType::CharacterDevice | FileType::BlockDevice => "a device",
+            _ => "not a regular file",
+        };
+        return Err(io::Error::new(
+            if t == FileType::Directory {
+                io::ErrorKind::IsADirectory
+            } else {
+                io::ErrorKind::Other
+            },
+            format!("{} is {what}", Path::new(name).display()),
+        ));
+    }
+    let flags = rustix::fs::fcntl_getfl(&fd)?;
+    rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK)?;
+    Ok(File::from(fd))
+}

@@ -1,0 +1,64 @@
+//! What a workspace's own `toolbox.toml` may change: only tightenings.
+//!
+//! The operator's settings (flags, `TOOLBOX_*`, the `TOOLBOX_CONFIG` file, the user's config
+//! file) are trusted. The workspace's `toolbox.toml` arrives with the repository, so it is
+//! not: it may lower a limit, shorten a timeout or pick a stricter option, and nothing else.
+//! Each provider declares, next to its own config parsing, which keys of its table a
+//! workspace may set and in which direction, with [`workspace_config_rules!`]. A key with no
+//! rule is refused when an untrusted workspace sets it.
+
+/// How a workspace may change one key.
+#[derive(Debug, Clone, Copy)]
+pub enum Tighten {
+    /// A whole number that may only go down from the operator's value (or this default).
+    AtMost(u64),
+    /// A whole number that may only go up from the operator's value (or this default).
+    AtLeast(u64),
+    /// One of `order`, least strict first; it may only move towards the end. The default is
+    /// the value in force when the operator set none. Booleans are compared as `true`/`false`.
+    Ranked {
+        order: &'static [&'static str],
+        default: &'static str,
+    },
+    /// A list of strings the workspace may only add to (a deny list); the default is the list
+    /// in force when the operator set none.
+    AddToList(&'static [&'static str]),
+}
+
+/// The rules for one `[table]` of the configuration.
+pub struct TableRules {
+    pub table: &'static str,
+    pub rules: &'static [(&'static str, Tighten)],
+}
+
+inventory::collect!(TableRules);
+
+impl TableRules {
+    pub fn rule(&self, key: &str) -> Option<Tighten> {
+        self.rules.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
+    }
+}
+
+/// The rules registered for `table`, if any crate linked in declared them.
+pub fn table_rules(table: &str) -> Option<&'static TableRules> {
+    inventory::iter::<TableRules>
+        .into_iter()
+        .find(|r| r.table == table)
+}
+
+/// Declares which keys of a config table an untrusted workspace may set, and how.
+///
+/// ```ignore
+/// toolbox_core::workspace_config_rules!("shell", [
+///     ("default_timeout_ms", Tighten::AtMost(120_000)),
+///     ("sandbox", Tighten::Ranked { order: &["off", "workspace-write", "read-only"], default: "off" }),
+/// ]);
+/// ```
+#[macro_export]
+macro_rules! workspace_config_rules {
+    ($table:expr, [$(($key:expr, $rule:expr)),* $(,)?]) => {
+        $crate::inventory::submit! {
+            $crate::trust::TableRules { table: $table, rules: &[$(($key, $rule)),*] }
+        }
+    };
+}
