@@ -188,6 +188,11 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    /// The kind of a raw `st_mode`.
+    pub fn of_mode(mode: u32) -> Self {
+        Self::from_file_type(FileType::from_raw_mode(mode))
+    }
+
     fn from_file_type(t: FileType) -> Self {
         match t {
             FileType::RegularFile => EntryKind::File,
@@ -264,7 +269,18 @@ impl Dir {
 
     /// Replaces `name` atomically with `bytes` (temporary file, then rename).
     pub fn write_atomic(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
-        crate::workspace::write_atomic_in(self, name, bytes)
+        use std::io::Write;
+        crate::workspace::replace_in(self, name, |f| f.write_all(bytes))
+    }
+
+    /// Replaces `name` atomically with what `fill` writes into the temporary file; see
+    /// [`Workspace::write_atomic`](crate::Workspace::write_atomic).
+    pub fn replace_with(
+        &self,
+        name: &OsStr,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> io::Result<()> {
+        crate::workspace::replace_in(self, name, fill)
     }
 
     /// Opens `rel` beneath this folder, following links only while they stay beneath it, for

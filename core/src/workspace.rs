@@ -523,7 +523,7 @@ impl Workspace {
 
     /// Replaces (or creates) the file atomically: the bytes go to a temporary file in the same
     /// folder, opened there by descriptor, which is then renamed over the name. A link at the
-    /// name is replaced, never written through; a hard-linked file is replaced by a new file,
+    /// name is refused, never written through; a hard-linked file is replaced by a new file,
     /// so its other names keep their content. The file's permission bits are kept.
     pub fn write_atomic(
         &self,
@@ -532,7 +532,7 @@ impl Workspace {
         create_dirs: bool,
     ) -> Result<(), PathError> {
         let (dir, name) = self.parent_of(p, create_dirs)?;
-        write_atomic_in(&dir, &name, bytes).map_err(|e| PathError::from_io(&p.given, e))
+        replace_in(&dir, &name, |f| f.write_all(bytes)).map_err(|e| PathError::from_io(&p.given, e))
     }
 
     /// Opens a file for appending (creating it), never through a link, and refuses a file
@@ -689,57 +689,90 @@ fn join_slash(first: &str, rest: &Path) -> String {
     out
 }
 
-/// Writes `bytes` to a fresh temporary file in `dir` and renames it over `name`.
-pub(crate) fn write_atomic_in(dir: &Dir, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+/// Replaces `name` in `dir` atomically with what `fill` writes: the content goes to a fresh
+/// temporary file created in the same folder by descriptor, is flushed to disk, takes over the
+/// old file's permission bits and is renamed over the name in one step. If anything fails
+/// before the rename, the old file is untouched and the temporary file is removed. A
+/// read-only file is refused (a rename would replace it regardless of the user's intent); a
+/// folder is refused; a link at the name is replaced, never written through.
+pub(crate) fn replace_in(
+    dir: &Dir,
+    name: &OsStr,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    // Keep the mode of a regular file being replaced; anything else gets the default.
-    let mode = dir
-        .symlink_metadata(name)
-        .ok()
-        .filter(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file())
-        .map(|st| st.st_mode & 0o7777);
-    if let Ok(st) = dir.symlink_metadata(name) {
-        if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::IsADirectory,
-                "it is a folder, not a file",
-            ));
-        }
-    }
-    let pid = std::process::id();
-    let mut tmp_name = None;
-    let mut file = None;
-    for n in 0..100u32 {
-        let candidate = OsString::from(format!(
-            ".{}.toolbox-tmp-{pid}-{n}",
-            name.to_string_lossy().chars().take(64).collect::<String>()
-        ));
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mode = match dir.symlink_metadata(name) {
+        Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::Directory => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    "it is a folder, not a file",
+                ))
+            }
+            rustix::fs::FileType::RegularFile if st.st_mode & 0o222 == 0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the file is read-only",
+                ))
+            }
+            rustix::fs::FileType::RegularFile => Some(st.st_mode & 0o7777),
+            rustix::fs::FileType::Symlink => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Other,
+                    "it is a symbolic link; toolbox does not replace or write through links (write to the file it points to)",
+                ))
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Other,
+                    "it is not a regular file",
+                ))
+            }
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    // Keep the name well under the usual 255-byte limit.
+    let base: String = name.to_string_lossy().chars().take(80).collect();
+    let mut created = None;
+    for _ in 0..64 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let candidate = OsString::from(format!(".{base}.{}.{n}.toolbox-tmp", std::process::id()));
         match dirfd::create_new_child(dir.as_fd(), &candidate) {
             Ok(f) => {
-                tmp_name = Some(candidate);
-                file = Some(f);
+                created = Some((candidate, f));
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
     }
-    let (Some(tmp_name), Some(mut file)) = (tmp_name, file) else {
-        return Err(io::Error::other("could not create a temporary file"));
+    let Some((tmp_name, mut file)) = created else {
+        return Err(io::Error::other("no free temporary file name"));
     };
     let result = (|| {
-        file.write_all(bytes)?;
+        fill(&mut file)?;
         if let Some(mode) = mode {
             file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         }
-        file.sync_data()?;
+        file.sync_all()?;
+        drop(file);
         rustix::fs::renameat(dir.as_fd(), &tmp_name, dir.as_fd(), name)?;
         Ok(())
     })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp_name, rustix::fs::AtFlags::empty());
+    match result {
+        Ok(()) => {
+            // Make the rename itself durable; failure here does not undo a completed replace.
+            let _ = rustix::fs::fsync(dir.as_fd());
+            Ok(())
+        }
+        Err(e) => {
+            let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp_name, rustix::fs::AtFlags::empty());
+            Err(e)
+        }
     }
-    result
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ fn toolbox(ws: &Path) -> Command {
             cmd.env_remove(key);
         }
     }
+    // A developer's own ~/.config/toolbox/config.toml must not change what tests see.
+    cmd.env("XDG_CONFIG_HOME", ws.join(".no-user-config"));
     cmd.stdin(Stdio::null());
     cmd
 }
@@ -89,7 +91,8 @@ fn usage_errors_exit_2() {
     assert!(err.contains("read_only, auto, full"), "{err}");
     let (code, _, err) =
         run(toolbox(ws.path()).args(["call", "read_file", "{}", "--session", "../x"]));
-    assert_eq!(code, 1, "an invalid session is a pipeline error: {err}");
+    assert_eq!(code, 2, "an invalid session is a usage error: {err}");
+    assert!(err.contains("invalid session id"), "{err}");
     std::fs::write(ws.path().join("toolbox.toml"), "permission_mode = 3").unwrap();
     let (code, _, err) = run(toolbox(ws.path()).args(["tools"]));
     assert_eq!(code, 2);
@@ -201,22 +204,39 @@ fn auto_mode_approvals_from_the_command_line() {
 #[test]
 fn config_file_then_environment_then_flags() {
     let ws = tempfile::tempdir().unwrap();
+    let operator = tempfile::tempdir().unwrap();
+    let operator_file = operator.path().join("operator.toml");
+    std::fs::write(&operator_file, "permission_mode = \"read_only\"\n").unwrap();
+    let listed = |cmd: &mut Command| String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+
+    // The operator's file says read_only.
+    assert!(!listed(
+        toolbox(ws.path())
+            .args(["tools"])
+            .env("TOOLBOX_CONFIG", &operator_file)
+    )
+    .contains("file_manager__write"));
+    // Environment beats the file.
+    assert!(listed(
+        toolbox(ws.path())
+            .args(["tools"])
+            .env("TOOLBOX_CONFIG", &operator_file)
+            .env("TOOLBOX_MODE", "full")
+    )
+    .contains("file_manager__write"));
+    // The workspace's own file tightens whatever the operator allowed.
     std::fs::write(
         ws.path().join("toolbox.toml"),
         "permission_mode = \"read_only\"\n",
     )
     .unwrap();
-    let listed = |cmd: &mut Command| String::from_utf8(cmd.output().unwrap().stdout).unwrap();
-
-    // File says read_only.
-    assert!(!listed(toolbox(ws.path()).args(["tools"])).contains("file_manager__write"));
-    // Environment beats the file.
-    assert!(listed(
+    assert!(!listed(
         toolbox(ws.path())
-            .args(["tools"])
+            .args(["tools", "--mode", "full"])
             .env("TOOLBOX_MODE", "full")
     )
     .contains("file_manager__write"));
+    std::fs::remove_file(ws.path().join("toolbox.toml")).unwrap();
     // The flag beats the environment.
     assert!(!listed(
         toolbox(ws.path())

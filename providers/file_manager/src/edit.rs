@@ -4,7 +4,7 @@
 //! set), so a model cannot change the wrong occurrence by accident. Files with Windows line
 //! endings are matched even when the model (which sees lines without `\r`) writes `\n`.
 
-use std::io;
+use std::io::Read;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
@@ -98,28 +98,35 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 
 fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) -> Result<String> {
     let ws = &ctx.workspace;
-    let abs = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ws.display(&abs);
-    let meta = std::fs::metadata(&abs).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => {
+    let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&p);
+    // One folder descriptor for the read and the replace: both see the same file.
+    let (dir, name) = ws.parent_of(&p, false).map_err(|e| match e {
+        _ if e.is_not_found() => {
             anyhow!("{NAME}: {shown} does not exist; use file_manager__write to create it")
         }
-        _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
+        other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
-    if meta.is_dir() {
-        return Err(anyhow!("{NAME}: {shown} is a directory, not a file"));
-    }
-    if !meta.is_file() {
-        return Err(anyhow!("{NAME}: {shown} is not a regular file"));
-    }
-    if meta.len() > MAX_EDIT_BYTES {
+    let size = match write::existing_size(&dir, &name, &shown) {
+        Ok(Some(size)) => size,
+        Ok(None) => {
+            return Err(anyhow!(
+                "{NAME}: {shown} does not exist; use file_manager__write to create it"
+            ))
+        }
+        Err(e) => return Err(anyhow!(e.to_string().replace(write::NAME, NAME))),
+    };
+    if size > MAX_EDIT_BYTES {
         return Err(anyhow!(
             "{NAME}: {shown} is {}; files over 10 MiB are edited from Python \
              (run_python_code) instead",
-            text::bytes(meta.len())
+            text::bytes(size)
         ));
     }
-    let bytes = std::fs::read(&abs).map_err(|e| anyhow!("{NAME}: cannot read {shown}: {e}"))?;
+    let mut bytes = Vec::new();
+    dir.open_file(&name)
+        .and_then(|f| f.take(MAX_EDIT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| anyhow!("{NAME}: cannot read {shown}: {e}"))?;
     let head = &bytes[..bytes.len().min(text::SNIFF_BYTES)];
     let content = match std::str::from_utf8(&bytes) {
         Ok(s) if !head.contains(&0) => s,
@@ -160,7 +167,7 @@ fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) 
     } else {
         content.replacen(old.as_str(), &new, 1)
     };
-    write::atomic_replace(&abs, updated.as_bytes())
+    dir.write_atomic(&name, updated.as_bytes())
         .map_err(|e| anyhow!("{NAME}: cannot write {shown}: {e}; the file was not changed"))?;
     Ok(if count == 1 {
         format!("Replaced 1 occurrence in {shown} (at line {first_line})")

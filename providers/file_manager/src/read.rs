@@ -4,12 +4,11 @@
 //! first characters. The rest of the file is scanned to count its lines, so the model knows
 //! how much there is left to read.
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, PathError, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
 
@@ -82,25 +81,20 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 }
 
 fn read(ctx: &ToolContext, path: &str, offset: u64, limit: u64) -> Result<String> {
-    let abs = ctx
-        .workspace
-        .resolve(path)
-        .map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ctx.workspace.display(&abs);
-    let meta = std::fs::metadata(&abs).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => anyhow!("{NAME}: {shown} does not exist"),
-        _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
+    let ws = &ctx.workspace;
+    let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&p);
+    // Opened beneath the root by descriptor: what is read is what was checked.
+    let file = ws.open_read(&p).map_err(|e| match e {
+        _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
+        PathError::Io { ref source, .. } if source.kind() == io::ErrorKind::IsADirectory => {
+            anyhow!(
+                "{NAME}: {shown} is a directory; use file_manager__list to see what it contains"
+            )
+        }
+        other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
-    if meta.is_dir() {
-        return Err(anyhow!(
-            "{NAME}: {shown} is a directory; use file_manager__list to see what it contains"
-        ));
-    }
-    if !meta.is_file() {
-        // A FIFO or device would block or never end.
-        return Err(anyhow!("{NAME}: {shown} is not a regular file"));
-    }
-    let size = meta.len();
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let binary = || {
         anyhow!(
             "{NAME}: {shown} looks like a binary file ({}); it cannot be shown as text",
@@ -109,7 +103,7 @@ fn read(ctx: &ToolContext, path: &str, offset: u64, limit: u64) -> Result<String
     };
     let io_err = |e: io::Error| anyhow!("{NAME}: cannot read {shown}: {e}");
 
-    let mut file = File::open(&abs).map_err(io_err)?;
+    let mut file = file;
     let mut head = Vec::with_capacity(text::SNIFF_BYTES);
     (&mut file)
         .take(text::SNIFF_BYTES as u64)

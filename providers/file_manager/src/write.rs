@@ -7,14 +7,11 @@
 //! file is untouched and the temporary file is removed.
 
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Dir, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, object_schema, prop, text, TOOLSET};
 
@@ -89,35 +86,18 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 
 fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<String> {
     let ws = &ctx.workspace;
-    let abs = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ws.display(&abs);
-    let before = match fs::metadata(&abs) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(anyhow!(
-                "{NAME}: {shown} is a directory; give the path of a file"
-            ))
-        }
-        Ok(meta) if !meta.is_file() => {
-            return Err(anyhow!("{NAME}: {shown} is not a regular file"))
-        }
-        Ok(meta) => Some(meta.len()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(anyhow!("{NAME}: cannot write {shown}: {e}")),
-    };
-    if let Some(parent) = abs.parent() {
-        fs::create_dir_all(parent).map_err(|e| {
-            anyhow!(
-                "{NAME}: cannot create the folder {} for {shown}: {e}",
-                ws.display(parent)
-            )
-        })?;
-    }
+    let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&p);
+    // The folder is created and held by descriptor; the name is then used only inside it.
+    let (dir, name) = ws.parent_of(&p, true).map_err(|e| match e {
+        PathError::NotAFileName(_) => anyhow!("{NAME}: {e}"),
+        other => anyhow!("{NAME}: cannot create the folder for {shown}: {other}"),
+    })?;
+    let before = existing_size(&dir, &name, &shown)?;
     let written = text::bytes(content.len() as u64);
     if append {
-        let mut file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&abs)
+        let mut file = dir
+            .open_append(&name)
             .map_err(|e| anyhow!("{NAME}: cannot open {shown} for appending: {e}"))?;
         file.write_all(content.as_bytes())
             .and_then(|()| file.sync_data())
@@ -130,7 +110,7 @@ fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<S
             ),
         });
     }
-    atomic_replace(&abs, content.as_bytes())
+    dir.write_atomic(&name, content.as_bytes())
         .map_err(|e| anyhow!("{NAME}: cannot write {shown}: {e}; the file was not changed"))?;
     Ok(match before {
         None => format!("Wrote {written} to {shown} (created a new file)"),
@@ -141,88 +121,23 @@ fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<S
     })
 }
 
-/// Replaces `target` with `data` atomically; see the module docs.
-pub(crate) fn atomic_replace(target: &Path, data: &[u8]) -> io::Result<()> {
-    atomic_replace_with(target, |file| file.write_all(data))
-}
-
-/// [`atomic_replace`] with the content produced by `fill`, which writes into the temporary
-/// file. Separate so tests can make the write fail half-way.
-pub(crate) fn atomic_replace_with(
-    target: &Path,
-    fill: impl FnOnce(&mut File) -> io::Result<()>,
-) -> io::Result<()> {
-    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the path has no file name",
-        ));
-    };
-    let permissions = match fs::metadata(target) {
-        Ok(meta) if meta.permissions().readonly() => {
-            // A rename would replace it regardless; respect the user's intent instead.
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "the file is read-only",
-            ));
-        }
-        Ok(meta) => Some(meta.permissions()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
-    let (tmp_path, mut file) = create_temp_beside(dir, name)?;
-    let guard = RemoveOnDrop(Some(tmp_path.clone()));
-    fill(&mut file)?;
-    if let Some(permissions) = permissions {
-        file.set_permissions(permissions)?;
-    }
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp_path, target)?;
-    guard.disarm();
-    // Make the rename itself durable; failure here does not undo a completed replace.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-/// Creates a new, uniquely named hidden file next to the target.
-fn create_temp_beside(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    // Keep the name well under the usual 255-byte limit.
-    let base: String = name.to_string_lossy().chars().take(80).collect();
-    let mut last_err = None;
-    for _ in 0..64 {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let candidate = dir.join(format!(".{base}.{}.{n}.toolbox-tmp", std::process::id()));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&candidate)
-        {
-            Ok(file) => return Ok((candidate, file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_err.unwrap_or_else(|| io::Error::other("no free temporary file name")))
-}
-
-/// Deletes a temporary file unless the replace went through.
-struct RemoveOnDrop(Option<PathBuf>);
-
-impl RemoveOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Some(path) = self.0.take() {
-            let _ = fs::remove_file(path);
-        }
+/// The size of the regular file `name` in `dir`, `None` if nothing is there; anything but a
+/// regular file is refused with a message for the model.
+pub(crate) fn existing_size(dir: &Dir, name: &OsStr, shown: &str) -> Result<Option<u64>> {
+    match dir.symlink_metadata(name) {
+        Ok(st) => match EntryKind::of_mode(st.st_mode) {
+            EntryKind::File => Ok(Some(st.st_size as u64)),
+            EntryKind::Dir => Err(anyhow!(
+                "{NAME}: {shown} is a directory; give the path of a file"
+            )),
+            EntryKind::Symlink => Err(anyhow!(
+                "{NAME}: {shown} is a symbolic link; toolbox does not write through links \
+                 (write to the file it points to)"
+            )),
+            EntryKind::Other => Err(anyhow!("{NAME}: {shown} is not a regular file")),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow!("{NAME}: cannot write {shown}: {e}")),
     }
 }
 
@@ -231,6 +146,23 @@ mod tests {
     use super::*;
     use crate::test_support::*;
     use serde_json::json;
+    use std::fs::{self, File};
+    use std::path::Path;
+    use toolbox_core::Workspace;
+
+    /// The atomic replace of a file in a real folder, as write and edit use it.
+    fn atomic_replace_with(
+        target: &Path,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let ws = Workspace::new(target.parent().unwrap()).unwrap();
+        let dir = ws.open_dir(&ws.locate(".").unwrap()).unwrap();
+        dir.replace_with(target.file_name().unwrap(), fill)
+    }
+
+    fn atomic_replace(target: &Path, data: &[u8]) -> io::Result<()> {
+        atomic_replace_with(target, |f| f.write_all(data))
+    }
 
     fn names_in(dir: &Path) -> Vec<String> {
         let mut v: Vec<_> = fs::read_dir(dir)
