@@ -147,3 +147,52 @@ async fn edit_then_grep_then_glob() {
     let info = call(&exec, "glob_search", json!({"pattern": "**/*.rs"})).await;
     assert!(info.result.contains("src/main.rs"), "{}", info.result);
 }
+
+#[tokio::test]
+async fn a_huge_glob_is_a_clear_error_not_a_panic() {
+    let (dir, exec) = executor(PermissionMode::ReadOnly);
+    std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
+    let huge = "a".repeat(500_000);
+    let cases = [
+        (
+            "file_manager__glob",
+            json!({"pattern": huge}),
+            "file_manager__glob: pattern is 500000 characters; the limit is 4096",
+        ),
+        (
+            "file_manager__grep",
+            json!({"pattern": "needle", "glob": huge}),
+            "file_manager__grep: glob is 500000 characters; the limit is 4096",
+        ),
+        (
+            "file_manager__grep",
+            json!({"pattern": "needle", "glob": format!("dir/{huge}")}),
+            "file_manager__grep: glob is 500004 characters; the limit is 4096",
+        ),
+    ];
+    for (tool, args, message) in cases {
+        let info = call(&exec, tool, args).await;
+        assert_eq!(info.status, CallStatus::Error, "{tool}");
+        assert_eq!(info.error_kind, Some(ErrorKind::Tool), "{tool}");
+        assert_eq!(info.result, message);
+    }
+    // At the limit the glob is accepted, and the executor keeps serving.
+    let info = call(
+        &exec,
+        "file_manager__glob",
+        json!({"pattern": "?".repeat(4096)}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    let info = call(&exec, "file_manager__glob", json!({"pattern": "*.txt"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(info.result.contains("a.txt"), "{}", info.result);
+    let info = call(
+        &exec,
+        "file_manager__grep",
+        json!({"pattern": "needle", "glob": "*.txt"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(info.result.contains("a.txt"), "{}", info.result);
+}

@@ -210,3 +210,204 @@ async fn integrated_notebook_is_python_notebook_and_registry_tools() {
     names.sort();
     assert_eq!(names, ["notebook__inspect", "registry_lookup"]);
 }
+
+/// A module that, when imported, writes `marker` (an absolute path outside the workspace).
+fn evil_module(marker: &std::path::Path) -> String {
+    format!(
+        "import pathlib\npathlib.Path({:?}).write_text('ran')\ndef pwned():\n    pass\n",
+        marker.to_str().unwrap()
+    )
+}
+
+/// registry_lookup is a Read tool, so it must never import workspace code: a planted
+/// `evil.py` in the scratchpad, the workspace root or the output folder is not found.
+#[tokio::test]
+async fn registry_lookup_never_imports_workspace_code() {
+    let _serial = serial().await;
+    let markers = tempfile::tempdir().unwrap();
+    let places = [
+        ".toolbox/sessions/s1/scratchpad",
+        "",
+        ".toolbox/sessions/s1/output",
+    ];
+    for (i, place) in places.iter().enumerate() {
+        let (dir, exec) = executor(PermissionMode::ReadOnly, "");
+        let marker = markers.path().join(format!("ran-{i}"));
+        let folder = dir.path().join(place);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("evil.py"), evil_module(&marker)).unwrap();
+        let info = call(
+            &exec,
+            "s1",
+            "registry_lookup",
+            json!({"query": "pwned", "package": "evil"}),
+        )
+        .await;
+        assert!(!marker.exists(), "evil.py in {place:?} was imported");
+        assert_eq!(info.status, CallStatus::Error, "{place:?}: {}", info.result);
+        assert!(
+            info.result.contains("cannot import evil")
+                && info.result.contains("No module named 'evil'"),
+            "{place:?}: {}",
+            info.result
+        );
+        // A dotted query does not import it either, nor does the module-name search.
+        for args in [json!({"query": "evil.pwned"}), json!({"query": "evil"})] {
+            let info = call(&exec, "s1", "registry_lookup", args).await;
+            assert!(!marker.exists(), "evil.py in {place:?} was imported");
+            assert!(!info.result.contains("1. evil"), "{}", info.result);
+        }
+    }
+    // The standard library is still searched, in read_only mode.
+    let (_d, exec) = executor(PermissionMode::ReadOnly, "");
+    let info = call(
+        &exec,
+        "s1",
+        "registry_lookup",
+        json!({"query": "dumps", "package": "json"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(
+        info.result.contains("1. json.dumps [function]"),
+        "{}",
+        info.result
+    );
+    // A name that is not a dotted identifier is refused before anything runs.
+    let info = call(
+        &exec,
+        "s1",
+        "registry_lookup",
+        json!({"query": "x", "package": "evil; import os"}),
+    )
+    .await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Tool));
+    assert!(
+        info.result.contains("argument `package`")
+            && info.result.contains("not an importable module name"),
+        "{}",
+        info.result
+    );
+}
+
+/// A venv configured inside the workspace is workspace data (any file write can plant a
+/// module or a `.pth` file in its site-packages), so lookups do not use it.
+#[tokio::test]
+async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
+    let _serial = serial().await;
+    // The build interpreter, as the embedded session reports it, makes a real venv.
+    let (_d, full) = executor(PermissionMode::Full, "");
+    let info = call(
+        &full,
+        "s1",
+        "python",
+        json!({"code": "import sys\nprint(sys.executable)\nprint('python%d.%d' % sys.version_info[:2])"}),
+    )
+    .await;
+    let mut lines = info.result.lines().skip_while(|l| *l == "[stdout]");
+    let (python, version) = (lines.next().unwrap(), lines.next().unwrap());
+    let (dir, exec) = executor(PermissionMode::ReadOnly, "[python]\nvenv = \"venv\"\n");
+    let venv = dir.path().join("venv");
+    let made = std::process::Command::new(python)
+        .args([
+            "-I",
+            "-m",
+            "venv",
+            "--without-pip",
+            "--system-site-packages",
+        ])
+        .arg(&venv)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let markers = tempfile::tempdir().unwrap();
+    let marker = markers.path().join("ran");
+    let site = venv.join("lib").join(version).join("site-packages");
+    std::fs::write(site.join("evil.py"), evil_module(&marker)).unwrap();
+    // A .pth line starting with `import` runs at every start of the venv's python.
+    std::fs::write(site.join("evil.pth"), "import evil\n").unwrap();
+    let info = call(
+        &exec,
+        "s1",
+        "registry_lookup",
+        json!({"query": "pwned", "package": "evil"}),
+    )
+    .await;
+    assert!(
+        !marker.exists(),
+        "the workspace venv was used: {}",
+        info.result
+    );
+    assert!(
+        info.result.contains("No module named 'evil'"),
+        "{}",
+        info.result
+    );
+    let info = call(
+        &exec,
+        "s1",
+        "registry_lookup",
+        json!({"query": "dumps", "package": "json"}),
+    )
+    .await;
+    assert!(
+        !marker.exists(),
+        "the workspace venv was used: {}",
+        info.result
+    );
+    assert!(
+        info.result.contains("1. json.dumps [function]"),
+        "{}",
+        info.result
+    );
+}
+
+/// `PYTHONPATH` pointing into the workspace is ignored. The variable is set only in a child
+/// process running this same test binary (setting it here would race the other tests).
+#[test]
+fn registry_lookup_ignores_pythonpath() {
+    const CHILD: &str = "TOOLBOX_TEST_LOOKUP_CHILD_WORKSPACE";
+    if let Some(workspace) = std::env::var_os(CHILD) {
+        // The child: PYTHONPATH names the workspace, which holds evil.py.
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let mut config = ExecutorConfig::new(&workspace);
+        config.permissions.mode = PermissionMode::ReadOnly;
+        let exec = ToolExecutor::new(config).unwrap();
+        let info = runtime.block_on(call(
+            &exec,
+            "s1",
+            "registry_lookup",
+            json!({"query": "pwned", "package": "evil"}),
+        ));
+        assert!(
+            info.result.contains("No module named 'evil'"),
+            "{}",
+            info.result
+        );
+        return;
+    }
+    let workspace = tempfile::tempdir().unwrap();
+    let markers = tempfile::tempdir().unwrap();
+    let marker = markers.path().join("ran");
+    std::fs::write(workspace.path().join("evil.py"), evil_module(&marker)).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "registry_lookup_ignores_pythonpath",
+            "--nocapture",
+        ])
+        .env(CHILD, workspace.path())
+        .env("PYTHONPATH", workspace.path())
+        .env("PYTHONSTARTUP", workspace.path().join("evil.py"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the child ran the test: {text}");
+    assert!(!marker.exists(), "PYTHONPATH was honoured: {text}");
+}

@@ -66,7 +66,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         .unwrap_or(".")
         .to_string();
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
-    let matcher = compile(NAME, &pattern)?;
+    let matcher = compile(NAME, "pattern", &pattern)?;
     let ctx = ctx.clone();
     blocking(NAME, move || {
         glob(&ctx, &pattern, &matcher, &path, limit).map(Value::String)
@@ -74,18 +74,34 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     .await
 }
 
-/// Compiles a glob with `*` confined to one path component; errors name the pattern.
-pub(crate) fn compile(tool: &str, pattern: &str) -> Result<GlobMatcher> {
+/// The longest glob accepted, in characters. Real patterns are far shorter; globset's
+/// compiled regex has a size limit, and it panics instead of failing when a huge pattern
+/// (hundreds of thousands of characters) exceeds it.
+pub(crate) const MAX_GLOB_CHARS: usize = 4096;
+
+/// Compiles a glob with `*` confined to one path component; errors name the argument
+/// (`pattern` of glob, `glob` of grep) and the pattern.
+pub(crate) fn compile(tool: &str, argument: &str, pattern: &str) -> Result<GlobMatcher> {
     if pattern.is_empty() {
         return Err(anyhow!("{tool}: the glob pattern is empty"));
     }
+    let chars = pattern.chars().count();
+    if chars > MAX_GLOB_CHARS {
+        return Err(anyhow!(
+            "{tool}: {argument} is {chars} characters; the limit is {MAX_GLOB_CHARS}"
+        ));
+    }
     // "./x" means "x" relative to the search folder.
     let trimmed = pattern.strip_prefix("./").unwrap_or(pattern);
-    GlobBuilder::new(trimmed)
+    let glob = GlobBuilder::new(trimmed)
         .literal_separator(true)
         .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| anyhow!("{tool}: invalid glob pattern `{pattern}`: {}", e.kind()))
+        .map_err(|e| anyhow!("{tool}: invalid glob pattern `{pattern}`: {}", e.kind()))?;
+    // compile_matcher panics when the regex cannot be built (it exceeds globset's size
+    // limit); within MAX_GLOB_CHARS that should not happen, but it must never end a call.
+    std::panic::catch_unwind(|| glob.compile_matcher()).map_err(|_| {
+        anyhow!("{tool}: the glob pattern in {argument} is too complex to compile; simplify it")
+    })
 }
 
 fn glob(

@@ -135,8 +135,8 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         .map_err(|e| anyhow!("{NAME}: invalid regex `{pattern}`: {e}"))?;
     let filter = match glob {
         None | Some("") => FileFilter::All,
-        Some(g) if g.contains('/') => FileFilter::Path(glob::compile(NAME, g)?),
-        Some(g) => FileFilter::Name(glob::compile(NAME, g)?),
+        Some(g) if g.contains('/') => FileFilter::Path(glob::compile(NAME, "glob", g)?),
+        Some(g) => FileFilter::Name(glob::compile(NAME, "glob", g)?),
     };
     let query = Query {
         pattern,

@@ -298,37 +298,3 @@ pub async fn request(
     }
     Ok(result)
 }
-
-/// Runs one request in a fresh, short-lived worker (registry_lookup), killed afterwards.
-pub async fn one_shot(
-    request: &Value,
-    ctx: &ToolContext,
-    timeout: Duration,
-    tool: &str,
-    interpreter: &Path,
-    cwd: &Path,
-) -> Result<Value> {
-    let mut worker = Worker::spawn(interpreter, cwd).await?;
-    let outcome = tokio::select! {
-        line = worker.call(request) => Ok(line),
-        _ = tokio::time::sleep(timeout) => Err(format!("timed out after {} ms", timeout.as_millis())),
-        _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
-    };
-    let text = match outcome {
-        Ok(Ok(Some(text))) => text,
-        Ok(Ok(None)) => {
-            let how = worker.describe_exit().await;
-            bail!("{tool}: the Python process {how}")
-        }
-        Ok(Err(e)) => {
-            worker.kill();
-            bail!("{tool}: cannot talk to the Python process: {e}")
-        }
-        Err(why) => {
-            worker.kill();
-            bail!("{tool} {why}")
-        }
-    };
-    worker.kill();
-    crate::parse_driver_response(&text, tool)
-}
