@@ -1,42 +1,67 @@
-//! `toolbox mcp`: every visible tool over the Model Context Protocol on stdio (rmcp).
+//! `toolbox mcp`: every visible tool over the Model Context Protocol on stdio.
+//!
+//! A small JSON-RPC 2.0 server of our own, not rmcp's stdio transport: rmcp drops a line it
+//! cannot read (not JSON, not UTF-8, too long, a lone surrogate) without a reply, and a client
+//! then waits forever. Here every request gets an answer: -32700 for a line that does not
+//! parse, -32600 for JSON that is no request (or whose id is already in flight), -32601 for an
+//! unknown method, -32602 for bad params. Malformed notifications are dropped silently, as
+//! JSON-RPC asks, and the connection stays usable after any of these.
 //!
 //! Tool failures of any kind (errors, denials, timeouts, panics) are tool results with
 //! `isError: true`; only a name that is no tool at all is a protocol error, as MCP asks.
+//!
+//! Threads: one reader thread frames and parses stdin, the async runtime dispatches, each
+//! `tools/call` is its own task (a slow call never delays a later fast one), and one writer
+//! thread owns the protocol's stdout. No blocking pool is involved.
 
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
-};
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
-use serde_json::Value;
-use toolbox_core::{ToolInfo, ToolRisk};
-use toolbox_executor::{ToolExecutor, ToolRequest};
+use serde_json::{json, Value};
+use tokio::task::JoinSet;
+use toolbox_core::CancellationToken;
+use toolbox_executor::{schema, CallStatus, SchemaFormat, ToolExecutor, ToolRequest};
+
+/// The longest line (one JSON-RPC message, newline excluded) the server reads. Longer lines
+/// are skipped up to their newline without being buffered, so a client cannot make the server
+/// hold more than this much memory for one message.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Protocol versions with an `initialize` handshake that this server speaks, newest first.
+/// A client asking for one of them gets it echoed; any other request gets the first.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+const INSTRUCTIONS: &str =
+    "toolbox tools run inside one workspace folder; paths are relative to it.";
 
 /// The MCP face of one executor.
 #[derive(Clone)]
 pub struct McpServer {
     executor: ToolExecutor,
     session: String,
-    tools: Arc<Vec<Tool>>,
+    /// The `tools/list` result, serialised once: the visible tools never change.
+    tools_list: Arc<str>,
     calls: Arc<AtomicU64>,
 }
 
 impl McpServer {
     pub fn new(executor: ToolExecutor, session: impl Into<String>) -> Self {
-        let tools = executor
-            .visible_tools()
-            .into_iter()
-            .map(|t| to_mcp_tool(&t.info))
-            .collect();
+        let tools = schema::render(
+            executor.visible_tools().into_iter().map(|t| &t.info),
+            SchemaFormat::Mcp,
+        );
+        let tools_list = json!({ "tools": tools }).to_string();
         McpServer {
             executor,
             session: session.into(),
-            tools: Arc::new(tools),
+            tools_list: tools_list.into(),
             calls: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -48,14 +73,51 @@ impl McpServer {
     /// Python, a C library) would otherwise corrupt the JSON-RPC stream.
     pub async fn serve_stdio(self) -> anyhow::Result<()> {
         let protocol_out = private_stdout()?;
-        let service = self.serve((tokio::io::stdin(), protocol_out)).await?;
-        service.waiting().await?;
+        self.serve(std::io::stdin(), protocol_out).await
+    }
+
+    /// Serves newline-delimited JSON-RPC read from `input`, answering on `output`, until
+    /// `input` ends. Calls still running then finish and are answered before this returns.
+    pub async fn serve(
+        self,
+        input: impl Read + Send + 'static,
+        output: impl Write + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let (outbox, written) = spawn_writer(output)?;
+        // Bounded, so a client that sends faster than calls start is slowed down at the pipe
+        // rather than queued in memory without limit.
+        let (inbound_tx, mut inbound) = tokio::sync::mpsc::channel(64);
+        spawn_reader(input, outbox.clone(), inbound_tx)?;
+
+        let mut dispatcher = Dispatcher {
+            server: self,
+            outbox,
+            in_flight: Arc::default(),
+            tasks: JoinSet::new(),
+        };
+        while let Some(message) = inbound.recv().await {
+            dispatcher.reap_finished();
+            match message {
+                Inbound::Request { id, method, params } => dispatcher.request(id, &method, params),
+                Inbound::Notification { method, params } => {
+                    dispatcher.notification(&method, params)
+                }
+            }
+        }
+        // End of input means no more requests, not that the client is gone: let the calls
+        // already started finish and answer (a client that left is not hurt by the replies).
+        while let Some(joined) = dispatcher.tasks.join_next().await {
+            log_task_failure(joined);
+        }
+        // The writer stops once every Outbox clone is gone; wait so no reply is lost at exit.
+        drop(dispatcher);
+        let _ = written.await;
         Ok(())
     }
 }
 
 /// Duplicates fd 1 for the protocol and redirects fd 1 to stderr.
-fn private_stdout() -> anyhow::Result<tokio::fs::File> {
+fn private_stdout() -> anyhow::Result<std::fs::File> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain descriptor syscalls; the duplicate is owned by the File below and
     // nothing else closes it.
@@ -73,79 +135,694 @@ fn private_stdout() -> anyhow::Result<tokio::fs::File> {
                 std::io::Error::last_os_error()
             );
         }
-        Ok(tokio::fs::File::from_std(std::fs::File::from_raw_fd(fd)))
+        Ok(std::fs::File::from_raw_fd(fd))
     }
 }
 
-fn to_mcp_tool(info: &ToolInfo) -> Tool {
-    let schema = match &info.input_schema {
-        Value::Object(map) => map.clone(),
-        _ => Default::default(),
-    };
-    let read_only = info.risk == ToolRisk::Read;
-    Tool::new(
-        info.name.clone(),
-        info.description.clone(),
-        Arc::new(schema),
-    )
-    .with_annotations(
-        ToolAnnotations::new()
-            .read_only(read_only)
-            .destructive(!read_only)
-            .open_world(matches!(info.risk, ToolRisk::Python | ToolRisk::Shell)),
-    )
+// ---------------------------------------------------------------------------------------
+// Output: one thread writes whole lines, so replies from concurrent calls never interleave
+// and a client that stops reading blocks that thread, not the runtime.
+
+/// Where replies go: a queue drained by the writer thread.
+#[derive(Clone)]
+struct Outbox(mpsc::Sender<String>);
+
+impl Outbox {
+    /// `result` is already serialised JSON.
+    fn result(&self, id: &Value, result: &str) {
+        self.send(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#
+        ));
+    }
+
+    fn error(&self, id: &Value, code: i64, message: &str) {
+        let reply = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": { "code": code, "message": message },
+        });
+        self.send(reply.to_string());
+    }
+
+    fn send(&self, mut line: String) {
+        line.push('\n');
+        // The writer only stops when stdout is closed: the client is gone and nobody is
+        // left to tell.
+        let _ = self.0.send(line);
+    }
 }
 
-impl ServerHandler for McpServer {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("toolbox", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "toolbox tools run inside one workspace folder; paths are relative to it.",
-            )
-    }
+/// Starts the writer thread; the receiver fires when it has written everything and stopped.
+fn spawn_writer(
+    mut output: impl Write + Send + 'static,
+) -> anyhow::Result<(Outbox, tokio::sync::oneshot::Receiver<()>)> {
+    let (tx, rx) = mpsc::channel::<String>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("mcp-writer".into())
+        .spawn(move || {
+            for line in rx {
+                if let Err(e) = output
+                    .write_all(line.as_bytes())
+                    .and_then(|_| output.flush())
+                {
+                    tracing::debug!("mcp: stdout closed: {e}");
+                    break;
+                }
+            }
+            let _ = done_tx.send(());
+        })?;
+    Ok((Outbox(tx), done_rx))
+}
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
-    }
+// ---------------------------------------------------------------------------------------
+// Input: framing and JSON-RPC validation on the reader thread, so a 16 MiB parse never
+// occupies a runtime worker. Invalid messages are answered from here; valid ones go on to
+// the dispatcher.
 
-    fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.tools.iter().find(|t| t.name == name).cloned()
-    }
+/// A well-formed JSON-RPC message for the dispatcher. `params` is `Null` when absent.
+#[derive(Debug)]
+enum Inbound {
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+}
 
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let name = request.name.to_string();
-        if self.executor.registry().get(&name).is_none() {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool: {name}"),
-                None,
-            ));
-        }
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let arguments = request
-            .arguments
-            .map(Value::Object)
-            .unwrap_or(Value::Object(Default::default()));
-        let call =
-            ToolRequest::new(format!("mcp-{n}"), name, arguments).session(self.session.clone());
-        let info = self
-            .executor
-            .run_cancellable(call, context.ct.clone())
-            .await;
-        let content = vec![ContentBlock::text(info.result)];
-        let result = if info.status == toolbox_executor::CallStatus::Done {
-            CallToolResult::success(content)
-        } else {
-            CallToolResult::error(content)
+/// What one line turned out to be.
+#[derive(Debug)]
+enum Parsed {
+    Message(Inbound),
+    /// Answer with this error and do nothing else.
+    Reject {
+        id: Value,
+        code: i64,
+        message: String,
+    },
+    /// Needs no answer: a blank line, a response from the client (this server sends no
+    /// requests), a malformed notification.
+    Ignore,
+}
+
+fn spawn_reader(
+    input: impl Read + Send + 'static,
+    outbox: Outbox,
+    inbound: tokio::sync::mpsc::Sender<Inbound>,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("mcp-reader".into())
+        .spawn(move || {
+            let mut input = BufReader::with_capacity(64 * 1024, input);
+            let mut line = Vec::new();
+            loop {
+                let parsed = match read_frame(&mut input, &mut line, MAX_LINE_BYTES) {
+                    Ok(Frame::Line) => parse_line(&line),
+                    Ok(Frame::TooLong) => Parsed::Reject {
+                        id: Value::Null,
+                        code: PARSE_ERROR,
+                        message: format!(
+                            "Parse error: line longer than the limit of {MAX_LINE_BYTES} bytes \
+                             (16 MiB); it was skipped"
+                        ),
+                    },
+                    Ok(Frame::Eof) => break,
+                    Err(e) => {
+                        tracing::warn!("mcp: cannot read stdin: {e}");
+                        break;
+                    }
+                };
+                match parsed {
+                    Parsed::Message(message) => {
+                        if inbound.blocking_send(message).is_err() {
+                            break;
+                        }
+                    }
+                    Parsed::Reject { id, code, message } => {
+                        tracing::debug!("mcp: rejected a message: {message}");
+                        outbox.error(&id, code, &message);
+                    }
+                    Parsed::Ignore => {}
+                }
+            }
+        })?;
+    Ok(())
+}
+
+#[derive(Debug, PartialEq)]
+enum Frame {
+    /// `line` holds one line, without its newline.
+    Line,
+    /// A line over the limit was skipped; `line` is empty.
+    TooLong,
+    Eof,
+}
+
+/// Reads one newline-terminated line into `line`. A line over `limit` bytes is consumed up to
+/// its newline but not kept. A last line without a newline still counts.
+fn read_frame(
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<Frame> {
+    // Do not keep a huge buffer alive because of one big message long ago.
+    if line.capacity() > 1024 * 1024 {
+        *line = Vec::new();
+    }
+    line.clear();
+    let mut too_long = false;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         };
-        Ok(result.into())
+        if available.is_empty() {
+            return Ok(if too_long {
+                Frame::TooLong
+            } else if line.is_empty() {
+                Frame::Eof
+            } else {
+                Frame::Line
+            });
+        }
+        let newline = available.iter().position(|&b| b == b'\n');
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        if !too_long {
+            if line.len() + chunk.len() > limit {
+                too_long = true;
+                *line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = newline.map_or(available.len(), |i| i + 1);
+        input.consume(used);
+        if newline.is_some() {
+            return Ok(if too_long {
+                Frame::TooLong
+            } else {
+                Frame::Line
+            });
+        }
+    }
+}
+
+fn parse_line(bytes: &[u8]) -> Parsed {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Parsed::Reject {
+            id: Value::Null,
+            code: PARSE_ERROR,
+            message: "Parse error: the line is not valid UTF-8".into(),
+        };
+    };
+    if text.trim().is_empty() {
+        return Parsed::Ignore;
+    }
+    let error = match serde_json::from_str::<Value>(text) {
+        Ok(value) => return classify(value),
+        Err(error) => error,
+    };
+    // serde_json refuses a lone surrogate escape such as "\ud800". The line is otherwise a
+    // fine request, so parse it once more with the escapes neutralised, only to learn the id
+    // and method the refusal must carry.
+    if let Some(repaired) = replace_lone_surrogates(text) {
+        if let Ok(value) = serde_json::from_str::<Value>(&repaired) {
+            return match classify(value) {
+                Parsed::Message(Inbound::Request { id, method, .. }) => {
+                    let holder = if method == "tools/call" {
+                        "the arguments hold"
+                    } else {
+                        "the params hold"
+                    };
+                    Parsed::Reject {
+                        id,
+                        code: INVALID_PARAMS,
+                        message: format!(
+                            "Invalid params: {holder} an invalid \\u escape (a lone surrogate, \
+                             which is no character)"
+                        ),
+                    }
+                }
+                Parsed::Message(Inbound::Notification { .. }) => Parsed::Ignore,
+                other => other,
+            };
+        }
+    }
+    Parsed::Reject {
+        id: Value::Null,
+        code: PARSE_ERROR,
+        message: format!("Parse error: {error}"),
+    }
+}
+
+/// `text` with every `\u` escape of an unpaired UTF-16 surrogate replaced by `\ufffd`, or
+/// `None` when there is none. Backslashes only occur inside strings in valid JSON, so
+/// walking escape by escape over the whole text is enough.
+fn replace_lone_surrogates(text: &str) -> Option<String> {
+    fn surrogate_at(bytes: &[u8], i: usize) -> Option<u16> {
+        let digits = bytes.get(i..i + 6)?;
+        if digits[0] != b'\\' || digits[1] != b'u' {
+            return None;
+        }
+        let hex = std::str::from_utf8(&digits[2..]).ok()?;
+        u16::from_str_radix(hex, 16)
+            .ok()
+            .filter(|n| (0xD800..=0xDFFF).contains(n))
+    }
+
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut replaced = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match surrogate_at(bytes, i) {
+            Some(0xD800..=0xDBFF)
+                if surrogate_at(bytes, i + 6).is_some_and(|low| low >= 0xDC00) =>
+            {
+                i += 12
+            }
+            Some(_) => {
+                out.push_str(&text[copied..i]);
+                out.push_str("\\ufffd");
+                i += 6;
+                copied = i;
+                replaced = true;
+            }
+            // Any other escape is two characters as far as finding the next one goes.
+            None => i += 2,
+        }
+    }
+    if !replaced {
+        return None;
+    }
+    out.push_str(&text[copied..]);
+    Some(out)
+}
+
+/// Checks the JSON-RPC envelope of a parsed line.
+fn classify(value: Value) -> Parsed {
+    let reject = |id: Value, code: i64, message: String| Parsed::Reject { id, code, message };
+    let mut message = match value {
+        Value::Object(message) => message,
+        Value::Array(_) => {
+            return reject(
+                Value::Null,
+                INVALID_REQUEST,
+                "Invalid Request: batches (JSON arrays) are not supported; send one request \
+                 per line"
+                    .into(),
+            )
+        }
+        other => {
+            return reject(
+                Value::Null,
+                INVALID_REQUEST,
+                format!(
+                    "Invalid Request: expected a JSON-RPC request object, got {}",
+                    json_kind(&other)
+                ),
+            )
+        }
+    };
+    if !message.contains_key("method")
+        && (message.contains_key("result") || message.contains_key("error"))
+    {
+        return Parsed::Ignore;
+    }
+    let id = match message.remove("id") {
+        None => None,
+        Some(id @ Value::String(_)) => Some(id),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
+        Some(other) => {
+            return reject(
+                Value::Null,
+                INVALID_REQUEST,
+                format!(
+                    "Invalid Request: id must be a string or an integer, not {}",
+                    json_kind(&other)
+                ),
+            )
+        }
+    };
+    // Past this point a notification (no id) that is malformed gets no answer: JSON-RPC
+    // never answers notifications.
+    let refuse = |code: i64, message: String| match &id {
+        Some(id) => reject(id.clone(), code, message),
+        None => Parsed::Ignore,
+    };
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return refuse(
+            INVALID_REQUEST,
+            r#"Invalid Request: "jsonrpc" must be "2.0""#.into(),
+        );
+    }
+    let method = match message.remove("method") {
+        Some(Value::String(method)) => method,
+        Some(other) => {
+            return refuse(
+                INVALID_REQUEST,
+                format!(
+                    "Invalid Request: method must be a string, not {}",
+                    json_kind(&other)
+                ),
+            )
+        }
+        None => return refuse(INVALID_REQUEST, "Invalid Request: method is missing".into()),
+    };
+    let params = match message.remove("params") {
+        None => Value::Null,
+        Some(params @ (Value::Object(_) | Value::Null)) => params,
+        Some(other) => {
+            return refuse(
+                INVALID_PARAMS,
+                format!(
+                    "Invalid params: params must be an object, not {}",
+                    json_kind(&other)
+                ),
+            )
+        }
+    };
+    Parsed::Message(match id {
+        Some(id) => Inbound::Request { id, method, params },
+        None => Inbound::Notification { method, params },
+    })
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dispatch: cheap methods are answered inline, tools/call runs as its own task.
+
+/// A `tools/call` still running, by the JSON text of its id (so 7 and "7" differ, as in
+/// JSON-RPC). `serial` tells a finished call from a later one that reused its id.
+struct InFlight {
+    serial: u64,
+    cancel: CancellationToken,
+}
+
+type InFlightCalls = Arc<Mutex<HashMap<String, InFlight>>>;
+
+struct Dispatcher {
+    server: McpServer,
+    outbox: Outbox,
+    in_flight: InFlightCalls,
+    tasks: JoinSet<()>,
+}
+
+impl Dispatcher {
+    fn request(&mut self, id: Value, method: &str, params: Value) {
+        let key = id.to_string();
+        if lock(&self.in_flight).contains_key(&key) {
+            // The client could not tell two replies with one id apart; the first call keeps
+            // running and still gets its own reply.
+            return self.outbox.error(
+                &id,
+                INVALID_REQUEST,
+                &format!("Invalid Request: request id {key} is already in flight"),
+            );
+        }
+        match method {
+            "initialize" => match initialize_result(&params) {
+                Ok(result) => self.outbox.result(&id, &result),
+                Err(message) => self.outbox.error(&id, INVALID_PARAMS, &message),
+            },
+            "ping" => self.outbox.result(&id, "{}"),
+            "tools/list" => self.outbox.result(&id, &self.server.tools_list),
+            "tools/call" => self.start_call(id, key, params),
+            _ => self.outbox.error(
+                &id,
+                METHOD_NOT_FOUND,
+                &format!("Method not found: {method}"),
+            ),
+        }
+    }
+
+    fn notification(&mut self, method: &str, params: Value) {
+        // notifications/initialized and anything else carry nothing this server acts on.
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let Some(request_id) = params.get("requestId") else {
+            return;
+        };
+        // Forget the id at once: MCP says a cancelled request gets no reply, so the client may
+        // reuse its id before the tool has finished stopping.
+        if let Some(call) = lock(&self.in_flight).remove(&request_id.to_string()) {
+            call.cancel.cancel();
+        }
+    }
+
+    fn start_call(&mut self, id: Value, key: String, params: Value) {
+        let (name, arguments) = match call_params(params) {
+            Ok(call) => call,
+            Err(message) => return self.outbox.error(&id, INVALID_PARAMS, &message),
+        };
+        if self.server.executor.registry().get(&name).is_none() {
+            return self
+                .outbox
+                .error(&id, INVALID_PARAMS, &format!("unknown tool: {name}"));
+        }
+        let serial = self.server.calls.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        lock(&self.in_flight).insert(
+            key.clone(),
+            InFlight {
+                serial,
+                cancel: cancel.clone(),
+            },
+        );
+        let request = ToolRequest::new(format!("mcp-{serial}"), name, arguments)
+            .session(self.server.session.clone());
+        let executor = self.server.executor.clone();
+        let outbox = self.outbox.clone();
+        let in_flight = self.in_flight.clone();
+        self.tasks.spawn(async move {
+            let info = executor.run_cancellable(request, cancel.clone()).await;
+            // Leave the in-flight set before replying: the client may reuse the id as soon as
+            // it has read the reply.
+            {
+                let mut calls = lock(&in_flight);
+                if calls.get(&key).is_some_and(|call| call.serial == serial) {
+                    calls.remove(&key);
+                }
+            }
+            if cancel.is_cancelled() {
+                return;
+            }
+            let result = json!({
+                "content": [{ "type": "text", "text": info.result }],
+                "isError": info.status != CallStatus::Done,
+            });
+            outbox.result(&id, &result.to_string());
+        });
+    }
+
+    fn reap_finished(&mut self) {
+        while let Some(joined) = self.tasks.try_join_next() {
+            log_task_failure(joined);
+        }
+    }
+}
+
+fn log_task_failure(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        tracing::error!("mcp: a tools/call task failed: {e}");
+    }
+}
+
+/// The in-flight map stays consistent even if a holder panicked: every update is one
+/// insert or remove.
+fn lock(calls: &InFlightCalls) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+    calls.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The serialised `initialize` result, or the message of an Invalid params error.
+fn initialize_result(params: &Value) -> Result<String, String> {
+    let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
+        return Err("Invalid params: initialize needs protocolVersion (a string)".into());
+    };
+    let version = PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .unwrap_or(&PROTOCOL_VERSIONS[0]);
+    Ok(json!({
+        "protocolVersion": version,
+        "capabilities": { "tools": { "listChanged": false } },
+        "serverInfo": { "name": "toolbox", "version": env!("CARGO_PKG_VERSION") },
+        "instructions": INSTRUCTIONS,
+    })
+    .to_string())
+}
+
+/// The tool name and arguments of `tools/call`, or the message of an Invalid params error.
+fn call_params(params: Value) -> Result<(String, Value), String> {
+    let Value::Object(mut params) = params else {
+        return Err("Invalid params: tools/call needs params with the tool's name".into());
+    };
+    let name = match params.remove("name") {
+        Some(Value::String(name)) => name,
+        Some(other) => {
+            return Err(format!(
+                "Invalid params: name must be a string, not {}",
+                json_kind(&other)
+            ))
+        }
+        None => return Err("Invalid params: tools/call needs name".into()),
+    };
+    let arguments = match params.remove("arguments") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(arguments @ Value::Object(_)) => arguments,
+        Some(other) => {
+            return Err(format!(
+                "Invalid params: arguments must be an object, not {}",
+                json_kind(&other)
+            ))
+        }
+    };
+    Ok((name, arguments))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(input: &[u8], limit: usize) -> Vec<(Frame, Vec<u8>)> {
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut line = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let frame = read_frame(&mut reader, &mut line, limit).unwrap();
+            if frame == Frame::Eof {
+                return out;
+            }
+            out.push((frame, line.clone()));
+        }
+    }
+
+    #[test]
+    fn frames_skip_long_lines_and_keep_a_last_line_without_newline() {
+        let got = frames(b"abc\n0123456789\n\nxy", 5);
+        assert_eq!(
+            got,
+            [
+                (Frame::Line, b"abc".to_vec()),
+                (Frame::TooLong, vec![]),
+                (Frame::Line, vec![]),
+                (Frame::Line, b"xy".to_vec()),
+            ]
+        );
+        assert_eq!(frames(b"0123456789", 5), [(Frame::TooLong, vec![])]);
+        assert_eq!(frames(b"12345\n", 5), [(Frame::Line, b"12345".to_vec())]);
+    }
+
+    #[test]
+    fn only_lone_surrogates_are_replaced() {
+        assert_eq!(
+            replace_lone_surrogates(r#""\ud83d\ude00 \n \\ud800""#),
+            None
+        );
+        assert_eq!(
+            replace_lone_surrogates(r#""\ud800x\udc00\ud800\u0041""#).as_deref(),
+            Some(r#""\ufffdx\ufffd\ufffd\u0041""#)
+        );
+        // A high surrogate followed by another high one: the first is lone, the pair after
+        // it is fine.
+        assert_eq!(
+            replace_lone_surrogates(r#""\uD800\uD83D\uDE00""#).as_deref(),
+            Some(r#""\ufffd\uD83D\uDE00""#)
+        );
+    }
+
+    #[test]
+    fn lone_surrogate_in_arguments_is_invalid_params_with_the_id() {
+        let line = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x","arguments":{"s":"\ud800"}}}"#;
+        match parse_line(line) {
+            Parsed::Reject { id, code, message } => {
+                assert_eq!(id, json!("a"));
+                assert_eq!(code, INVALID_PARAMS);
+                assert!(message.contains("lone surrogate"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn envelope_errors() {
+        let code = |line: &str| match parse_line(line.as_bytes()) {
+            Parsed::Reject { id, code, .. } => Some((id, code)),
+            _ => None,
+        };
+        assert_eq!(code("nope"), Some((Value::Null, PARSE_ERROR)));
+        assert_eq!(code("[]"), Some((Value::Null, INVALID_REQUEST)));
+        assert_eq!(code("3"), Some((Value::Null, INVALID_REQUEST)));
+        assert_eq!(
+            code(r#"{"id":1,"method":"ping"}"#),
+            Some((json!(1), INVALID_REQUEST))
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#),
+            Some((Value::Null, INVALID_REQUEST))
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#),
+            Some((Value::Null, INVALID_REQUEST))
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":2}"#),
+            Some((json!(1), INVALID_REQUEST))
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
+            Some((json!(1), INVALID_PARAMS))
+        );
+        // Malformed notifications and client responses get no answer.
+        assert_eq!(code(r#"{"method":"notifications/x"}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","method":7}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+        assert_eq!(code("   "), None);
+    }
+
+    #[test]
+    fn call_params_are_checked() {
+        assert!(call_params(json!({"name": "x", "arguments": "x"}))
+            .unwrap_err()
+            .contains("arguments must be an object"));
+        assert!(call_params(json!({"arguments": {}})).is_err());
+        assert!(call_params(json!({"name": 3})).is_err());
+        assert_eq!(
+            call_params(json!({"name": "x"})).unwrap(),
+            ("x".to_string(), json!({}))
+        );
+    }
+
+    #[test]
+    fn protocol_version_is_echoed_when_supported() {
+        let version = |requested: &str| {
+            let result = initialize_result(&json!({ "protocolVersion": requested })).unwrap();
+            serde_json::from_str::<Value>(&result).unwrap()["protocolVersion"].clone()
+        };
+        assert_eq!(version("2025-06-18"), "2025-06-18");
+        assert_eq!(version("2024-11-05"), "2024-11-05");
+        assert_eq!(version("1999-01-01"), PROTOCOL_VERSIONS[0]);
+        assert!(initialize_result(&Value::Null).is_err());
     }
 }

@@ -1,0 +1,345 @@
+//! `toolbox mcp` answers every request, however broken, and stays usable afterwards: raw
+//! lines on the real binary's stdin, replies read from its stdout, every read bounded so a
+//! regression fails instead of hanging.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+/// Generous for a debug build on a busy machine; only a regression waits this long.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    replies: mpsc::Receiver<String>,
+    next_id: i64,
+    _ws: tempfile::TempDir,
+}
+
+impl Server {
+    /// A `toolbox mcp` after the initialize handshake.
+    fn start() -> Server {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("notes.txt"), "still here\n").unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+                cmd.env_remove(key);
+            }
+        }
+        let mut child = cmd
+            .args(["mcp", "--mode", "full", "--workspace"])
+            .arg(ws.path())
+            .current_dir(ws.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut server = Server {
+            stdin: child.stdin.take(),
+            child,
+            replies,
+            next_id: 1000,
+            _ws: ws,
+        };
+        server.send_json(json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "framing-test", "version": "0" },
+            },
+        }));
+        let init = server.reply();
+        assert_eq!(init["id"], 0, "{init}");
+        assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+        assert_eq!(init["result"]["serverInfo"]["name"], "toolbox", "{init}");
+        server.send_json(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin is with a writer thread");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send_line(&mut self, line: &str) {
+        self.send(format!("{line}\n").as_bytes());
+    }
+
+    fn send_json(&mut self, message: Value) {
+        self.send_line(&message.to_string());
+    }
+
+    fn reply(&self) -> Value {
+        self.reply_within(REPLY_TIMEOUT)
+    }
+
+    fn reply_within(&self, timeout: Duration) -> Value {
+        let line = self
+            .replies
+            .recv_timeout(timeout)
+            .unwrap_or_else(|e| panic!("no reply within {timeout:?}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
+    }
+
+    /// The error of the next reply, checked for its id and code; returns its message.
+    fn expect_error(&self, id: Value, code: i64) -> String {
+        let reply = self.reply();
+        assert_eq!(reply["jsonrpc"], "2.0", "{reply}");
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["error"]["code"], code, "{reply}");
+        assert!(reply.get("result").is_none(), "{reply}");
+        reply["error"]["message"].as_str().unwrap().to_string()
+    }
+
+    /// A valid tool call right after gets its normal answer: the connection survived. Being
+    /// the very next reply also proves nothing unanswered was left behind.
+    fn assert_usable(&mut self) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send_json(json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "file_manager__read", "arguments": { "path": "notes.txt" } },
+        }));
+        let reply = self.reply();
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("still here"), "{reply}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_line_over_16_mib_is_skipped_unbuffered_and_answered() {
+    let mut server = Server::start();
+    let mut stdin = server.stdin.take().unwrap();
+    // In a thread: the server answers as soon as the newline arrives, and a blocked pipe must
+    // not deadlock the test.
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'a'; 1024 * 1024];
+        for _ in 0..17 {
+            stdin.write_all(&chunk).unwrap();
+        }
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        stdin
+    });
+    let reply = server.reply();
+    assert_eq!(reply["id"], Value::Null, "{reply}");
+    let code = reply["error"]["code"].as_i64().unwrap();
+    assert!(code == PARSE_ERROR || code == INVALID_REQUEST, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("16 MiB") || message.contains("16777216"),
+        "{message}"
+    );
+    server.stdin = Some(writer.join().unwrap());
+    server.assert_usable();
+}
+
+#[test]
+fn garbage_is_a_parse_error() {
+    let mut server = Server::start();
+    server.send_line("this is not json {");
+    server.expect_error(Value::Null, PARSE_ERROR);
+    // A truncated request too.
+    server.send_line(r#"{"jsonrpc":"2.0","id":3,"method":"#);
+    server.expect_error(Value::Null, PARSE_ERROR);
+    server.assert_usable();
+}
+
+#[test]
+fn bytes_that_are_not_utf8_are_a_parse_error() {
+    let mut server = Server::start();
+    server.send(b"\xff\xfe\n");
+    server.expect_error(Value::Null, PARSE_ERROR);
+    // Invalid UTF-8 inside an otherwise fine request.
+    server.send(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"x\":\"\xc3\x28\"}\n");
+    server.expect_error(Value::Null, PARSE_ERROR);
+    server.assert_usable();
+}
+
+#[test]
+fn a_lone_surrogate_in_arguments_is_invalid_params_with_the_id() {
+    let mut server = Server::start();
+    server.send_line(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"file_manager__read","arguments":{"path":"\ud800"}}}"#,
+    );
+    let message = server.expect_error(json!(5), INVALID_PARAMS);
+    assert!(message.contains("lone surrogate"), "{message}");
+    assert!(message.contains("arguments"), "{message}");
+    // A trailing surrogate alone, and a string id.
+    server.send_line(
+        r#"{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"file_manager__read","arguments":{"path":"a\udc00b"}}}"#,
+    );
+    server.expect_error(json!("s"), INVALID_PARAMS);
+    // A proper pair is a character, not an error: the call runs (and fails as a tool result).
+    server.send_line(
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"file_manager__read","arguments":{"path":"\ud83d\ude00.txt"}}}"#,
+    );
+    let reply = server.reply();
+    assert_eq!(reply["id"], 6, "{reply}");
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    server.assert_usable();
+}
+
+#[test]
+fn a_duplicate_in_flight_id_is_refused_and_the_original_still_answered() {
+    let mut server = Server::start();
+    let started = Instant::now();
+    server.send_json(json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": { "name": "sleep", "arguments": { "seconds": 2 } },
+    }));
+    server.send_json(json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": { "name": "file_manager__read", "arguments": { "path": "notes.txt" } },
+    }));
+    let message = server.expect_error(json!(7), INVALID_REQUEST);
+    assert!(message.contains("already in flight"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the refusal waited for the slow call"
+    );
+    // The same number as a string is another id.
+    server.send_json(json!({"jsonrpc": "2.0", "id": "7", "method": "ping"}));
+    let pong = server.reply();
+    assert_eq!(pong["id"], "7", "{pong}");
+    assert_eq!(pong["result"], json!({}), "{pong}");
+
+    let slept = server.reply();
+    assert_eq!(slept["id"], 7, "{slept}");
+    assert_eq!(slept["result"]["isError"], false, "{slept}");
+    assert!(started.elapsed() >= Duration::from_secs(2), "{slept}");
+    // Once answered, the id is free again.
+    server.send_json(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}));
+    assert_eq!(server.reply()["result"], json!({}));
+    server.assert_usable();
+}
+
+#[test]
+fn bad_tools_call_params_are_invalid_params() {
+    let mut server = Server::start();
+    let cases = [
+        json!({ "name": "file_manager__read", "arguments": "x" }),
+        json!({ "name": "file_manager__read", "arguments": [1] }),
+        json!({ "arguments": {} }),
+        json!({ "name": 3, "arguments": {} }),
+        json!({ "name": "no_such_tool", "arguments": {} }),
+    ];
+    for (id, params) in cases.into_iter().enumerate() {
+        server.send_json(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}),
+        );
+        server.expect_error(json!(id), INVALID_PARAMS);
+    }
+    server.send_line(r#"{"jsonrpc":"2.0","id":"p","method":"tools/call","params":"x"}"#);
+    server.expect_error(json!("p"), INVALID_PARAMS);
+    server.assert_usable();
+}
+
+#[test]
+fn json_that_is_no_request_is_an_invalid_request() {
+    let mut server = Server::start();
+    server.send_line(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
+    server.expect_error(Value::Null, INVALID_REQUEST);
+    server.send_line("42");
+    server.expect_error(Value::Null, INVALID_REQUEST);
+    server.send_line(r#"{"id":2,"method":"ping"}"#);
+    server.expect_error(json!(2), INVALID_REQUEST);
+    server.send_line(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#);
+    server.expect_error(json!(3), INVALID_REQUEST);
+    server.send_line(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#);
+    server.expect_error(Value::Null, INVALID_REQUEST);
+    server.send_line(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#);
+    server.expect_error(Value::Null, INVALID_REQUEST);
+    server.send_line(r#"{"jsonrpc":"2.0","id":4,"method":["ping"]}"#);
+    server.expect_error(json!(4), INVALID_REQUEST);
+    server.send_line(r#"{"jsonrpc":"2.0","id":5}"#);
+    server.expect_error(json!(5), INVALID_REQUEST);
+    server.send_line(r#"{"jsonrpc":"2.0","id":6,"method":"no/such/method"}"#);
+    server.expect_error(json!(6), METHOD_NOT_FOUND);
+    server.assert_usable();
+}
+
+#[test]
+fn malformed_notifications_get_no_reply_and_break_nothing() {
+    let mut server = Server::start();
+    server.send_line(r#"{"method":"notifications/initialized"}"#);
+    server.send_line(r#"{"jsonrpc":"2.0","method":7}"#);
+    server.send_line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#);
+    server.send_line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#);
+    server.send_line(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"arguments":"\ud800"}}"#);
+    server.send_line(r#"{"jsonrpc":"2.0","method":"no/such/notification"}"#);
+    server.send_line(r#"{"jsonrpc":"2.0","result":{},"id":99}"#);
+    server.send_line("");
+    // assert_usable checks that its reply is the next line: none of the above was answered.
+    server.assert_usable();
+}
+
+#[test]
+fn a_cancelled_call_stops_unanswered_and_frees_its_id() {
+    let mut server = Server::start();
+    server.send_json(json!({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": { "name": "sleep", "arguments": { "seconds": 60 } },
+    }));
+    // Proves the call is in flight before it is cancelled.
+    server.send_json(json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}));
+    server.expect_error(json!(9), INVALID_REQUEST);
+    server.send_json(json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": { "requestId": 9, "reason": "test" },
+    }));
+    server.send_json(json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}));
+    let pong = server.reply();
+    assert_eq!(pong["id"], 9, "{pong}");
+    assert_eq!(pong["result"], json!({}), "{pong}");
+    server.assert_usable();
+    // MCP: a cancelled request gets no response.
+    if let Ok(line) = server.replies.recv_timeout(Duration::from_secs(1)) {
+        panic!("unexpected reply after cancellation: {line}");
+    }
+}
+
+#[test]
+fn calls_in_flight_at_end_of_input_are_still_answered() {
+    let mut server = Server::start();
+    server.send_json(json!({
+        "jsonrpc": "2.0", "id": 11, "method": "tools/call",
+        "params": { "name": "sleep", "arguments": { "seconds": 0.5 } },
+    }));
+    drop(server.stdin.take());
+    let reply = server.reply();
+    assert_eq!(reply["id"], 11, "{reply}");
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+}
