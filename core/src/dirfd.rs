@@ -290,6 +290,14 @@ impl Dir {
         regular_file(fd, rel.as_os_str())
     }
 
+    /// Where the link `name` points (its text, not followed).
+    pub fn read_link(&self, name: &OsStr) -> io::Result<std::path::PathBuf> {
+        let target = rustix::fs::readlinkat(self.as_fd(), name, Vec::new())?;
+        Ok(std::path::PathBuf::from(OsStr::from_bytes(
+            target.as_bytes(),
+        )))
+    }
+
     /// Metadata of the child `name`, not following a link.
     pub fn symlink_metadata(&self, name: &OsStr) -> io::Result<rustix::fs::Stat> {
         rustix::fs::statat(self.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).map_err(Into::into)

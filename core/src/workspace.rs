@@ -29,8 +29,12 @@ pub enum PathError {
     Loop(String),
     #[error("{0}")]
     InvalidSession(#[from] InvalidSessionId),
-    #[error("path {path:?} goes through something that is not a folder")]
-    NotADirectory { path: String },
+    #[error("{}", not_a_directory_message(path, file.as_deref()))]
+    NotADirectory {
+        path: String,
+        /// The part of the path that is a file, when it could be found.
+        file: Option<String>,
+    },
     #[error("path {0:?} does not name a file (it ends in '.', '..' or '/')")]
     NotAFileName(String),
     #[error("path {path:?}: {source}")]
@@ -50,6 +54,7 @@ impl PathError {
             Some(code) if code == rustix::io::Errno::NOTDIR.raw_os_error() => {
                 PathError::NotADirectory {
                     path: path.to_string(),
+                    file: None,
                 }
             }
             _ => PathError::Io {
@@ -62,6 +67,15 @@ impl PathError {
     /// Whether the path (or a folder on the way) does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, PathError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+fn not_a_directory_message(path: &str, file: Option<&str>) -> String {
+    match file {
+        Some(file) => {
+            format!("path {path:?} goes through {file:?}, which is a file, not a directory")
+        }
+        None => format!("path {path:?} goes through something that is not a directory"),
     }
 }
 
@@ -440,13 +454,36 @@ impl Workspace {
         }
     }
 
+    /// Names the first part of `p` that exists but is not a folder, for a clearer error.
+    fn name_non_folder(&self, p: &WsPath, e: PathError) -> PathError {
+        let PathError::NotADirectory { path, file: None } = e else {
+            return e;
+        };
+        let segs: Vec<&[u8]> = segments(p.rel.as_os_str().as_bytes()).collect();
+        let file = self.base_dir(p, false).ok().and_then(|base| {
+            (1..segs.len()).find_map(|i| {
+                let prefix = join_segments(&segs[..i]);
+                let fd = dirfd::open_beneath(base.fd(), &prefix, OFlags::PATH).ok()?;
+                let st = rustix::fs::fstat(&fd).ok()?;
+                (!rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()).then(|| {
+                    self.show(&WsPath {
+                        base: p.base,
+                        rel: prefix,
+                        given: String::new(),
+                    })
+                })
+            })
+        });
+        PathError::NotADirectory { path, file }
+    }
+
     /// Opens an existing regular file for reading. Links are followed only while they stay
     /// inside; FIFOs, devices and folders are refused without blocking.
     pub fn open_read(&self, p: &WsPath) -> Result<File, PathError> {
         let base = self.base_dir(p, false)?;
         dirfd::open_beneath(base.fd(), &p.rel, OFlags::RDONLY | OFlags::NONBLOCK)
             .and_then(|fd| dirfd::regular_file(fd, OsStr::new(&p.given)))
-            .map_err(|e| PathError::from_io(&p.given, e))
+            .map_err(|e| self.name_non_folder(p, PathError::from_io(&p.given, e)))
     }
 
     /// Opens an existing folder.
@@ -514,10 +551,11 @@ impl Workspace {
             given: p.given.clone(),
         };
         let dir = if create {
-            self.create_dir_all(&parent)?
+            self.create_dir_all(&parent)
         } else {
-            self.open_dir(&parent)?
-        };
+            self.open_dir(&parent)
+        }
+        .map_err(|e| self.name_non_folder(p, e))?;
         Ok((dir, name))
     }
 
@@ -868,19 +906,19 @@ mod tests {
     }
 
     #[test]
-    fn writes_replace_links_and_never_follow_them_out() {
+    fn writes_never_follow_links() {
         let (_d, ws) = ws();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("t");
         std::fs::write(&target, "keep").unwrap();
         std::os::unix::fs::symlink(&target, ws.root().join("link")).unwrap();
-        ws.write_atomic(&ws.locate("link").unwrap(), b"new", false)
-            .unwrap();
+        let e = ws
+            .write_atomic(&ws.locate("link").unwrap(), b"new", false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(ws.open_append(&ws.locate("link").unwrap(), false).is_err());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
-        assert_eq!(
-            std::fs::read_to_string(ws.root().join("link")).unwrap(),
-            "new"
-        );
         // Hard links: the atomic replace leaves the other name alone; append refuses.
         std::fs::write(outside.path().join("h"), "outside").unwrap();
         std::fs::hard_link(outside.path().join("h"), ws.root().join("hl")).unwrap();

@@ -295,7 +295,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             let events = cli_events(slot.clone(), approve);
             let executor = build(load_config(&common)?, events)?;
             let _ = slot.set(executor.clone());
-            toolbox::mcp::McpServer::new(executor, session.to_string())
+            toolbox::mcp::McpServer::new(executor, session)
                 .serve_stdio()
                 .await
                 .map_err(|e| UsageError(format!("mcp: {e:#}")))?;

@@ -21,7 +21,7 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
-use toolbox_core::CancellationToken;
+use toolbox_core::{CancellationToken, SessionId};
 use toolbox_executor::{schema, CallStatus, SchemaFormat, ToolExecutor, ToolRequest};
 
 /// The longest line (one JSON-RPC message, newline excluded) the server reads. Longer lines
@@ -45,14 +45,15 @@ const INSTRUCTIONS: &str =
 #[derive(Clone)]
 pub struct McpServer {
     executor: ToolExecutor,
-    session: String,
+    /// Parsed once, at start-up: every call on this connection uses it.
+    session: SessionId,
     /// The `tools/list` result, serialised once: the visible tools never change.
     tools_list: Arc<str>,
     calls: Arc<AtomicU64>,
 }
 
 impl McpServer {
-    pub fn new(executor: ToolExecutor, session: impl Into<String>) -> Self {
+    pub fn new(executor: ToolExecutor, session: SessionId) -> Self {
         let tools = schema::render(
             executor.visible_tools().into_iter().map(|t| &t.info),
             SchemaFormat::Mcp,
@@ -60,7 +61,7 @@ impl McpServer {
         let tools_list = json!({ "tools": tools }).to_string();
         McpServer {
             executor,
-            session: session.into(),
+            session,
             tools_list: tools_list.into(),
             calls: Arc::new(AtomicU64::new(0)),
         }
@@ -611,7 +612,7 @@ impl Dispatcher {
             },
         );
         let request = ToolRequest::new(format!("mcp-{serial}"), name, arguments)
-            .session(self.server.session.clone());
+            .session(self.server.session.to_string());
         let executor = self.server.executor.clone();
         let outbox = self.outbox.clone();
         let in_flight = self.in_flight.clone();

@@ -302,7 +302,10 @@ mod tests {
         assert_eq!(e, "file_manager__edit requires new_string");
         std::fs::create_dir(ctx.workspace.root().join("d")).unwrap();
         let e = call(&ctx, NAME, edit("d", "a", "b")).await.unwrap_err();
-        assert_eq!(e, "file_manager__edit: d is a directory, not a file");
+        assert_eq!(
+            e,
+            "file_manager__edit: d is a directory; give the path of a file"
+        );
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 use anyhow::{anyhow, Result};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, PathError, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, cancelled, object_schema, prop, walk, TOOLSET};
 
@@ -112,47 +112,30 @@ fn glob(
     limit: usize,
 ) -> Result<String> {
     let ws = &ctx.workspace;
-    let base = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ws.display(&base);
-    match std::fs::metadata(&base) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            return Err(anyhow!(
-                "{NAME}: {shown} is a file, not a folder; give the folder to search in `path`"
-            ))
+    let base = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&base);
+    let walk = walk::gitignore_walk(ws, &base).map_err(|e| match e {
+        _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
+        PathError::NotADirectory { .. } => {
+            anyhow!("{NAME}: {shown} is a file, not a folder; give the folder to search in `path`")
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(anyhow!("{NAME}: {shown} does not exist"))
-        }
-        Err(e) => return Err(anyhow!("{NAME}: cannot read {shown}: {e}")),
-    }
+        other => anyhow!("{NAME}: cannot read {shown}: {other}"),
+    })?;
 
     let mut found = Vec::new();
     let mut capped = false;
-    for entry in walk::gitignore_walk(ws.root(), &base) {
+    for entry in walk {
         if ctx.cancel.is_cancelled() {
             return Err(cancelled(NAME));
         }
-        // Unreadable entries are skipped, like ripgrep does without --debug.
-        let Ok(entry) = entry else { continue };
-        let Some(kind) = entry.file_type() else {
-            continue;
-        };
-        let is_file = kind.is_file()
-            || (kind.is_symlink() && walk::linked_file_inside(ws.root(), entry.path()).is_some());
-        if !is_file || entry.depth() == 0 {
+        if !matcher.is_match(&entry.rel) || !entry.is_file_inside(ws, &base) {
             continue;
         }
-        let Ok(rel) = entry.path().strip_prefix(&base) else {
-            continue;
-        };
-        if matcher.is_match(rel) {
-            if found.len() == limit {
-                capped = true;
-                break;
-            }
-            found.push(ws.display(entry.path()));
+        if found.len() == limit {
+            capped = true;
+            break;
         }
+        found.push(entry.shown(&shown));
     }
     if found.is_empty() {
         return Ok(if shown == "." {

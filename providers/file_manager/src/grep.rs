@@ -12,7 +12,7 @@ use globset::GlobMatcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, cancelled, glob, object_schema, prop, text, walk, TOOLSET};
 
@@ -151,43 +151,63 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 
 fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
     let ws = &ctx.workspace;
-    let base = ws.resolve(&q.path).map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ws.display(&base);
-    if let Err(e) = std::fs::metadata(&base) {
-        return Err(match e.kind() {
-            std::io::ErrorKind::NotFound => anyhow!("{NAME}: {shown} does not exist"),
-            _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
-        });
-    }
+    let base = ws.locate(&q.path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&base);
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(b'\x00'))
         .line_number(true)
         .build();
-
     let mut lines: Vec<String> = Vec::new();
     let mut capped = false;
-    for entry in walk::gitignore_walk(ws.root(), &base) {
+    let not_found = || anyhow!("{NAME}: {shown} does not exist");
+
+    // A single file: searched as it is, opened beneath the root.
+    let walk = match walk::gitignore_walk(ws, &base) {
+        Ok(walk) => Some(walk),
+        Err(PathError::NotADirectory { .. }) => None,
+        Err(e) if e.is_not_found() => return Err(not_found()),
+        Err(e) => return Err(anyhow!("{NAME}: cannot read {shown}: {e}")),
+    };
+    let Some(walk) = walk else {
+        let file = ws.open_read(&base).map_err(|e| match e {
+            _ if e.is_not_found() => not_found(),
+            other => anyhow!("{NAME}: cannot read {shown}: {other}"),
+        })?;
+        let name = Path::new(&shown)
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        if wanted(&q.filter, Path::new(&name)) {
+            let mut sink = FileMatches {
+                want: q.max_results + 1,
+                found: Vec::new(),
+                binary: false,
+            };
+            if searcher.search_file(&q.matcher, &file, &mut sink).is_ok() && !sink.binary {
+                let display = text::escape_name(&shown);
+                capped = sink.found.len() > q.max_results;
+                for (line_no, text) in sink.found.iter().take(q.max_results) {
+                    lines.push(format!("{display}:{line_no}:{text}"));
+                }
+            }
+        }
+        return Ok(finish(q, &shown, lines, capped));
+    };
+
+    for entry in walk {
         if ctx.cancel.is_cancelled() {
             return Err(cancelled(NAME));
         }
-        let Ok(entry) = entry else { continue };
-        let Some(kind) = entry.file_type() else {
-            continue;
-        };
-        // A symlink is searched only if it points at a file inside the workspace.
-        let real = if kind.is_file() {
-            entry.path().to_path_buf()
-        } else if kind.is_symlink() {
-            match walk::linked_file_inside(ws.root(), entry.path()) {
-                Some(real) => real,
-                None => continue,
-            }
-        } else {
-            continue;
-        };
-        if !wanted(&q.filter, &base, entry.path()) {
+        if !matches!(entry.kind, EntryKind::File | EntryKind::Symlink)
+            || !wanted(&q.filter, &entry.rel)
+        {
             continue;
         }
+        // Opened through the held folder (a file) or beneath the root (a link): what is
+        // read is inside the workspace, whatever was swapped meanwhile.
+        let Ok(file) = entry.open(ws, &base) else {
+            continue;
+        };
         let remaining = q.max_results - lines.len();
         let mut sink = FileMatches {
             want: remaining + 1,
@@ -195,10 +215,10 @@ fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
             binary: false,
         };
         // Unreadable files are skipped rather than failing the whole search.
-        if searcher.search_path(&q.matcher, &real, &mut sink).is_err() || sink.binary {
+        if searcher.search_file(&q.matcher, &file, &mut sink).is_err() || sink.binary {
             continue;
         }
-        let display = ws.display(entry.path());
+        let display = entry.shown(&shown);
         for (line_no, text) in sink.found.iter().take(remaining) {
             lines.push(format!("{display}:{line_no}:{text}"));
         }
@@ -207,12 +227,17 @@ fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
             break;
         }
     }
+    Ok(finish(q, &shown, lines, capped))
+}
+
+/// The result text: the match lines, or a sentence saying there were none.
+fn finish(q: &Query, shown: &str, lines: Vec<String>, capped: bool) -> String {
     if lines.is_empty() {
-        return Ok(if shown == "." {
+        return if shown == "." {
             format!("No matches for {}", q.pattern)
         } else {
             format!("No matches for {} in {shown}", q.pattern)
-        });
+        };
     }
     let mut out = lines.join("\n");
     if capped {
@@ -221,21 +246,16 @@ fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
             q.max_results
         ));
     }
-    Ok(out)
+    out
 }
 
-fn wanted(filter: &FileFilter, base: &Path, path: &Path) -> bool {
+/// Whether a file passes the `glob` filter; `rel` is its path relative to the searched
+/// folder (its name alone when a single file is searched).
+fn wanted(filter: &FileFilter, rel: &Path) -> bool {
     match filter {
         FileFilter::All => true,
-        FileFilter::Name(g) => path.file_name().is_some_and(|n| g.is_match(n)),
-        FileFilter::Path(g) => {
-            // When `path` names a single file, match the glob against its name's path.
-            let rel = match path.strip_prefix(base) {
-                Ok(rel) if !rel.as_os_str().is_empty() => rel,
-                _ => path.file_name().map_or(path, Path::new),
-            };
-            g.is_match(rel)
-        }
+        FileFilter::Name(g) => rel.file_name().is_some_and(|n| g.is_match(n)),
+        FileFilter::Path(g) => g.is_match(rel),
     }
 }
 
@@ -426,7 +446,10 @@ mod tests {
             .unwrap();
         std::os::unix::fs::symlink(outside.path(), root.join("leakdir")).unwrap();
         put(&ctx, "real.txt", "needle\n");
-        std::os::unix::fs::symlink(root.join("real.txt"), root.join("alias.txt")).unwrap();
+        std::os::unix::fs::symlink("real.txt", root.join("alias.txt")).unwrap();
+        // An absolute link is not followed, even into the workspace: the kernel resolves
+        // links beneath the root only, and an absolute target starts outside it.
+        std::os::unix::fs::symlink(root.join("real.txt"), root.join("abs.txt")).unwrap();
         let out = call(&ctx, NAME, json!({"pattern": "needle"}))
             .await
             .unwrap();

@@ -5,11 +5,11 @@
 //! followed, so a link cannot lead the listing out of the workspace. Unlike glob and grep,
 //! list shows git-ignored entries: it answers "what is on disk", like `ls`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Dir, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
 
@@ -96,7 +96,8 @@ enum Kind {
 }
 
 struct Entry {
-    path: PathBuf,
+    /// Relative to the listed folder.
+    rel: PathBuf,
     kind: Kind,
 }
 
@@ -108,32 +109,32 @@ fn list(
     limit: usize,
 ) -> Result<String> {
     let ws = &ctx.workspace;
-    let dir = ws.resolve(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ws.display(&dir);
-    let meta = std::fs::metadata(&dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => anyhow!("{NAME}: {shown} does not exist"),
-        _ => anyhow!("{NAME}: cannot read {shown}: {e}"),
+    let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&p);
+    // Every folder is held by descriptor and children are opened without following links,
+    // so a folder swapped for a link mid-listing is not entered.
+    let top = ws.open_dir(&p).map_err(|e| match e {
+        _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
+        PathError::NotADirectory { .. } => {
+            anyhow!("{NAME}: {shown} is a file, not a directory; use file_manager__read to read it")
+        }
+        other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
-    if !meta.is_dir() {
-        return Err(anyhow!(
-            "{NAME}: {shown} is a file, not a directory; use file_manager__read to read it"
-        ));
-    }
 
     let mut entries: Vec<Entry> = Vec::new();
     let mut hidden = 0usize;
     let mut unreadable = 0usize;
     let mut cut = false;
-    let mut level = vec![dir.clone()];
+    let mut level: Vec<(Dir, PathBuf)> = vec![(top, PathBuf::new())];
     'levels: for current_depth in 1..=depth {
         let mut next_level = Vec::new();
-        for folder in &level {
+        for (folder, rel) in &level {
             if ctx.cancel.is_cancelled() {
                 return Err(cancelled(NAME));
             }
-            let children = match read_sorted(folder) {
+            let children = match folder.entries() {
                 Ok(children) => children,
-                Err(e) if folder == &dir => {
+                Err(e) if rel.as_os_str().is_empty() => {
                     return Err(anyhow!("{NAME}: cannot read {shown}: {e}"));
                 }
                 Err(_) => {
@@ -142,8 +143,7 @@ fn list(
                 }
             };
             for child in children {
-                let name = child.file_name();
-                if !show_hidden && name.to_string_lossy().starts_with('.') {
+                if !show_hidden && child.name.as_encoded_bytes().starts_with(b".") {
                     hidden += 1;
                     continue;
                 }
@@ -151,40 +151,43 @@ fn list(
                     cut = true;
                     break 'levels;
                 }
-                let path = child.path();
-                let kind = match child.file_type() {
-                    Ok(t) if t.is_symlink() => {
-                        Kind::Link(std::fs::read_link(&path).unwrap_or_else(|_| PathBuf::from("?")))
-                    }
-                    Ok(t) if t.is_dir() => {
+                let child_rel = rel.join(&child.name);
+                let kind = match child.kind {
+                    EntryKind::Symlink => Kind::Link(
+                        folder
+                            .read_link(&child.name)
+                            .unwrap_or_else(|_| PathBuf::from("?")),
+                    ),
+                    EntryKind::Dir => {
                         if current_depth < depth {
-                            next_level.push(path.clone());
+                            match folder.open_dir(&child.name) {
+                                Ok(d) => next_level.push((d, child_rel.clone())),
+                                Err(_) => unreadable += 1,
+                            }
                         }
                         Kind::Dir
                     }
-                    Ok(t) if t.is_file() => Kind::File(child.metadata().map_or(0, |m| m.len())),
-                    _ => Kind::Other,
+                    EntryKind::File => {
+                        Kind::File(folder.size_and_mtime(&child.name).map_or(0, |(len, _)| len))
+                    }
+                    EntryKind::Other => Kind::Other,
                 };
-                entries.push(Entry { path, kind });
+                entries.push(Entry {
+                    rel: child_rel,
+                    kind,
+                });
             }
         }
         level = next_level;
     }
-    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    entries.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(render(
-        ctx, &shown, &entries, depth, cut, limit, hidden, unreadable,
+        &shown, &entries, depth, cut, limit, hidden, unreadable,
     ))
-}
-
-fn read_sorted(dir: &Path) -> std::io::Result<Vec<std::fs::DirEntry>> {
-    let mut children = std::fs::read_dir(dir)?.collect::<std::io::Result<Vec<_>>>()?;
-    children.sort_by_key(|c| c.file_name());
-    Ok(children)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn render(
-    ctx: &ToolContext,
     shown: &str,
     entries: &[Entry],
     depth: usize,
@@ -193,7 +196,6 @@ fn render(
     hidden: usize,
     unreadable: usize,
 ) -> String {
-    let ws = &ctx.workspace;
     let label = if shown == "." {
         "the workspace root".to_string()
     } else {
@@ -202,7 +204,13 @@ fn render(
     let mut out = String::new();
     let (mut dirs, mut files, mut others) = (0usize, 0usize, 0usize);
     for e in entries {
-        let p = ws.display(&e.path);
+        let rel = e.rel.to_string_lossy();
+        let joined = if shown == "." {
+            rel.into_owned()
+        } else {
+            format!("{shown}/{rel}")
+        };
+        let p = text::escape_name(&joined);
         match &e.kind {
             Kind::Dir => {
                 dirs += 1;
@@ -216,7 +224,7 @@ fn render(
                 others += 1;
                 out.push_str(&format!(
                     "{p} -> {}  (symbolic link, not followed)\n",
-                    target.display()
+                    text::escape_name(&target.to_string_lossy())
                 ));
             }
             Kind::Other => {

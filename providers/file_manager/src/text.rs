@@ -32,6 +32,29 @@ pub(crate) fn count_chars(bytes: &[u8]) -> usize {
     bytes.iter().filter(|&&b| (b as i8) >= -0x40).count()
 }
 
+/// A file name or path as one safe line of output: control characters (a newline, a
+/// carriage return, a terminal escape) are shown as escapes like `\n` and `\x1b`, so a
+/// file's name can neither forge extra result lines nor drive the reader's terminal.
+pub(crate) fn escape_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `1` → `"1 byte"`, `1234` → `"1234 bytes"`.
 pub(crate) fn bytes(n: u64) -> String {
     format!("{n} {}", if n == 1 { "byte" } else { "bytes" })
@@ -55,6 +78,15 @@ pub(crate) fn size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_with_control_characters_are_escaped() {
+        assert_eq!(escape_name("plain name.txt"), "plain name.txt");
+        assert_eq!(escape_name("a\nb:1:forged"), "a\\nb:1:forged");
+        assert_eq!(escape_name("\x1b[31mred"), "\\x1b[31mred");
+        assert_eq!(escape_name("tab\there\r"), "tab\\there\\r");
+        assert_eq!(escape_name("nel\u{85}"), "nel\\x85");
+    }
 
     #[test]
     fn binary_sniffing() {

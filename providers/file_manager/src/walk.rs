@@ -1,91 +1,178 @@
-//! The directory walk behind glob and grep: ripgrep's rules, bounded by the workspace.
+//! The directory walk behind glob and grep: ripgrep's rules, bounded by the workspace, and
+//! held by descriptors so nothing can steer it out.
 //!
-//! - `.gitignore` (and `.ignore`) files are honoured even outside a git repository
-//!   (`require_git(false)`); hidden files and folders are skipped; symbolic links are listed
-//!   but never followed, so a link cannot lead the walk out of the jail.
-//! - The ignore crate would read ignore files from *every* ancestor of the starting folder,
-//!   up to `/`. Rules above the workspace root are none of the model's business (and make
-//!   results depend on where the workspace happens to live), so that is switched off and the
-//!   ancestors between the workspace root and the starting folder are applied here instead.
-//! - The user's global git excludes file is not read, for the same reason.
-//! - Entries come out sorted by name within each folder, so results are stable.
+//! - Every folder is opened by descriptor from its parent's descriptor with `O_NOFOLLOW`: a
+//!   folder swapped for a symbolic link mid-walk is refused, never followed, and the walk
+//!   cannot wander out of the jail however the tree changes underneath it.
+//! - `.gitignore` and `.ignore` files are honoured even outside a git repository (like
+//!   ripgrep's `require_git(false)`), and `.git/info/exclude` where there is a `.git` folder;
+//!   hidden files and folders are skipped; symbolic links are reported, never descended into.
+//! - Ignore files above the workspace root are none of the model's business (and would make
+//!   results depend on where the workspace lives): only folders from the root down are read.
+//!   The user's global git excludes file is not read, for the same reason.
+//! - Entries come out depth first, sorted by name within each folder, so results are stable.
 
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use ignore::{DirEntry, Match, WalkBuilder};
+use ignore::Match;
+use toolbox_core::{Dir, EntryKind, PathError, Workspace, WsPath};
 
 /// Ignore-file names read in every folder, lowest precedence first.
 const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];
+/// An ignore file larger than this is skipped (a real one is a few KiB).
+const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
 
-/// A sorted, gitignore-aware walk of `base` (a file or folder inside `root`).
-pub(crate) fn gitignore_walk(root: &Path, base: &Path) -> ignore::Walk {
-    let ancestors = ancestor_ignores(root, base);
-    let mut builder = WalkBuilder::new(base);
-    builder
-        .standard_filters(true)
-        .require_git(false)
-        .parents(false)
-        .git_global(false)
-        .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b));
-    if !ancestors.is_empty() {
-        builder.filter_entry(move |entry| !ignored_by_ancestors(&ancestors, entry));
-    }
-    builder.build()
+/// One thing the walk found.
+pub(crate) struct WalkEntry {
+    /// The path relative to the walk's base, `/`-separated pieces (for glob matching).
+    pub rel: PathBuf,
+    /// The entry's own type: a link is a link.
+    pub kind: EntryKind,
+    /// The folder it is in, held open, and its name there.
+    pub dir: Arc<Dir>,
+    pub name: OsString,
 }
 
-/// Whether a symlink found by the walk points at a regular file inside the workspace.
-///
-/// Returns the real path to read; links that lead out of the jail or to folders are skipped.
-pub(crate) fn linked_file_inside(root: &Path, link: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(link).ok()?;
-    (real.starts_with(root) && real.is_file()).then_some(real)
-}
-
-/// Matchers for the folders strictly above `base`, up to and including `root`, deepest
-/// first. Like git, a folder holding `.git` is the last one consulted.
-fn ancestor_ignores(root: &Path, base: &Path) -> Vec<Gitignore> {
-    let mut out = Vec::new();
-    if base == root || !base.starts_with(root) {
-        return out;
-    }
-    let mut dir = base.parent();
-    while let Some(d) = dir {
-        if !d.starts_with(root) {
-            break;
+impl WalkEntry {
+    /// Whether this is a regular file, or a link that leads to a regular file without
+    /// leaving the workspace (checked by opening it beneath the root, not by name).
+    pub fn is_file_inside(&self, ws: &Workspace, base: &WsPath) -> bool {
+        match self.kind {
+            EntryKind::File => true,
+            EntryKind::Symlink => ws.open_read(&base.join(self.rel.as_os_str())).is_ok(),
+            _ => false,
         }
-        let mut builder = GitignoreBuilder::new(d);
-        let mut any = false;
-        for name in IGNORE_FILES {
-            let file = d.join(name);
-            if file.is_file() {
-                // A bad line is skipped; the remaining rules still apply, as in git.
-                let _ = builder.add(file);
-                any = true;
+    }
+
+    /// Opens the file for reading: a regular file by name in its held folder (no link
+    /// followed), a link beneath the workspace root.
+    pub fn open(&self, ws: &Workspace, base: &WsPath) -> std::io::Result<std::fs::File> {
+        match self.kind {
+            EntryKind::Symlink => ws
+                .open_read(&base.join(self.rel.as_os_str()))
+                .map_err(std::io::Error::other),
+            _ => self.dir.open_file(&self.name),
+        }
+    }
+
+    /// The path to show the model: relative to the workspace (session folders by their
+    /// short names), with control characters escaped.
+    pub fn shown(&self, base_shown: &str) -> String {
+        let rel = self.rel.to_string_lossy();
+        let full = if base_shown == "." {
+            rel.into_owned()
+        } else {
+            format!("{base_shown}/{rel}")
+        };
+        crate::text::escape_name(&full).into_owned()
+    }
+}
+
+struct Frame {
+    dir: Arc<Dir>,
+    rel: PathBuf,
+    entries: std::vec::IntoIter<toolbox_core::DirEntryInfo>,
+    /// The ignore rules in force here, deepest first.
+    ignores: Arc<Vec<Gitignore>>,
+}
+
+/// A sorted, gitignore-aware, descriptor-held walk of a folder inside the workspace.
+pub(crate) struct Walk {
+    stack: Vec<Frame>,
+    /// A made-up absolute path for the base, so ignore rules can be matched by path.
+    virtual_base: PathBuf,
+    /// Folders that could not be opened or read (skipped, like ripgrep without --debug).
+    pub unreadable: usize,
+}
+
+/// Opens `base` (which must be a folder) and prepares the walk.
+pub(crate) fn gitignore_walk(ws: &Workspace, base: &WsPath) -> Result<Walk, PathError> {
+    let dir = Arc::new(ws.open_dir(base)?);
+    let virtual_base = Path::new("/").join(ws.show(base));
+    let mut ignores = ancestor_ignores(ws, base);
+    let own = read_ignores(&dir, &virtual_base);
+    if let Some(own) = own {
+        ignores.insert(0, own);
+    }
+    let entries = dir.entries().map_err(|e| PathError::Io {
+        path: base.given().to_string(),
+        source: e,
+    })?;
+    Ok(Walk {
+        stack: vec![Frame {
+            dir,
+            rel: PathBuf::new(),
+            entries: entries.into_iter(),
+            ignores: Arc::new(ignores),
+        }],
+        virtual_base,
+        unreadable: 0,
+    })
+}
+
+impl Iterator for Walk {
+    type Item = WalkEntry;
+
+    fn next(&mut self) -> Option<WalkEntry> {
+        loop {
+            let frame = self.stack.last_mut()?;
+            let Some(info) = frame.entries.next() else {
+                self.stack.pop();
+                continue;
+            };
+            if info.name.as_encoded_bytes().starts_with(b".") {
+                continue;
             }
-        }
-        if any {
-            if let Ok(gi) = builder.build() {
-                out.push(gi);
+            let rel = frame.rel.join(&info.name);
+            let is_dir = info.kind == EntryKind::Dir;
+            if ignored(&frame.ignores, &self.virtual_base.join(&rel), is_dir) {
+                continue;
             }
+            let dir = frame.dir.clone();
+            if is_dir {
+                // O_NOFOLLOW: if it became a link since it was listed, it is not entered.
+                match frame.dir.open_dir(&info.name).and_then(|d| {
+                    let entries = d.entries()?;
+                    Ok((d, entries))
+                }) {
+                    Ok((child, entries)) => {
+                        let child = Arc::new(child);
+                        let ignores = match read_ignores(&child, &self.virtual_base.join(&rel)) {
+                            Some(own) => {
+                                let mut v = Vec::with_capacity(frame.ignores.len() + 1);
+                                v.push(own);
+                                v.extend(frame.ignores.iter().cloned());
+                                Arc::new(v)
+                            }
+                            None => frame.ignores.clone(),
+                        };
+                        self.stack.push(Frame {
+                            dir: child,
+                            rel: rel.clone(),
+                            entries: entries.into_iter(),
+                            ignores,
+                        });
+                    }
+                    Err(_) => self.unreadable += 1,
+                }
+            }
+            return Some(WalkEntry {
+                rel,
+                kind: info.kind,
+                dir,
+                name: info.name,
+            });
         }
-        if d == root || d.join(".git").exists() {
-            break;
-        }
-        dir = d.parent();
     }
-    out
 }
 
-fn ignored_by_ancestors(ancestors: &[Gitignore], entry: &DirEntry) -> bool {
-    if entry.depth() == 0 {
-        // The folder the model asked for is searched even if it is ignored, like ripgrep.
-        return false;
-    }
-    let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-    for gi in ancestors {
-        match gi.matched(entry.path(), is_dir) {
+fn ignored(ignores: &[Gitignore], path: &Path, is_dir: bool) -> bool {
+    for gi in ignores {
+        match gi.matched(path, is_dir) {
             Match::Ignore(_) => return true,
             Match::Whitelist(_) => return false,
             Match::None => {}
@@ -94,20 +181,95 @@ fn ignored_by_ancestors(ancestors: &[Gitignore], entry: &DirEntry) -> bool {
     false
 }
 
+/// The rules of one folder's `.gitignore` and `.ignore` (and `.git/info/exclude`), read
+/// through its descriptor without following links. `None` when it has none.
+fn read_ignores(dir: &Dir, virtual_path: &Path) -> Option<Gitignore> {
+    let mut builder = GitignoreBuilder::new(virtual_path);
+    let mut any = false;
+    let mut add = |text: String| {
+        for line in text.lines() {
+            // A bad line is skipped; the remaining rules still apply, as in git.
+            let _ = builder.add_line(None, line);
+        }
+    };
+    if let Ok(git) = dir.open_dir(OsStr::new(".git")) {
+        if let Some(text) = git
+            .open_dir(OsStr::new("info"))
+            .ok()
+            .and_then(|info| read_small(&info, "exclude"))
+        {
+            add(text);
+            any = true;
+        }
+    }
+    for name in IGNORE_FILES {
+        if let Some(text) = read_small(dir, name) {
+            add(text);
+            any = true;
+        }
+    }
+    if !any {
+        return None;
+    }
+    builder.build().ok()
+}
+
+fn read_small(dir: &Dir, name: &str) -> Option<String> {
+    let file = dir.open_file(OsStr::new(name)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_IGNORE_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Rules of the folders strictly above `base`, from its parent up to the workspace root,
+/// deepest first. Like git, a folder holding `.git` is the last one consulted. A session
+/// folder has no ancestors worth reading (they are toolbox's own).
+fn ancestor_ignores(ws: &Workspace, base: &WsPath) -> Vec<Gitignore> {
+    let mut out = Vec::new();
+    if base.base() != toolbox_core::Base::Root {
+        return out;
+    }
+    let shown = ws.show(base);
+    if shown == "." {
+        return out;
+    }
+    let parts: Vec<&str> = shown.split('/').collect();
+    for depth in (0..parts.len()).rev() {
+        let rel = if depth == 0 {
+            ".".to_string()
+        } else {
+            parts[..depth].join("/")
+        };
+        let Ok(p) = ws.locate(&rel) else { break };
+        let Ok(dir) = ws.open_dir(&p) else { break };
+        let virtual_path = Path::new("/").join(ws.show(&p));
+        if let Some(gi) = read_ignores(&dir, &virtual_path) {
+            out.push(gi);
+        }
+        if dir.open_dir(OsStr::new(".git")).is_ok() {
+            break;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn names(root: &Path, base: &Path) -> Vec<String> {
-        gitignore_walk(root, base)
-            .filter_map(Result::ok)
-            .filter(|e| e.depth() > 0)
+    fn names(ws: &Workspace, base: &str) -> Vec<String> {
+        let p = ws.locate(base).unwrap();
+        gitignore_walk(ws, &p)
+            .unwrap()
             .map(|e| {
-                e.path()
-                    .strip_prefix(root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
+                let shown = ws.show(&p);
+                if shown == "." {
+                    e.rel.to_string_lossy().into_owned()
+                } else {
+                    format!("{shown}/{}", e.rel.to_string_lossy())
+                }
             })
             .collect()
     }
@@ -119,7 +281,6 @@ mod tests {
         std::fs::write(outer.path().join(".gitignore"), "*.txt\n").unwrap();
         let root = outer.path().join("ws");
         std::fs::create_dir_all(root.join("sub/deep")).unwrap();
-        let root = std::fs::canonicalize(root).unwrap();
         std::fs::write(root.join(".gitignore"), "*.log\n").unwrap();
         std::fs::write(root.join("sub/.gitignore"), "skip/\n").unwrap();
         std::fs::write(root.join("sub/deep/a.txt"), "").unwrap();
@@ -127,7 +288,38 @@ mod tests {
         std::fs::create_dir_all(root.join("sub/deep/skip")).unwrap();
         std::fs::write(root.join("sub/deep/skip/c.txt"), "").unwrap();
         std::fs::write(root.join("sub/deep/.hidden"), "").unwrap();
-        assert_eq!(names(&root, &root.join("sub/deep")), ["sub/deep/a.txt"]);
-        assert_eq!(names(&root, &root), ["sub", "sub/deep", "sub/deep/a.txt"]);
+        let ws = Workspace::new(&root).unwrap();
+        assert_eq!(names(&ws, "sub/deep"), ["sub/deep/a.txt"]);
+        assert_eq!(names(&ws, "."), ["sub", "sub/deep", "sub/deep/a.txt"]);
+    }
+
+    #[test]
+    fn negations_and_ignore_files_and_git_exclude() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(".gitignore"), "*.gen\n!keep.gen\n").unwrap();
+        std::fs::write(root.join(".ignore"), "secret.txt\n").unwrap();
+        std::fs::create_dir_all(root.join(".git/info")).unwrap();
+        std::fs::write(root.join(".git/info/exclude"), "local/\n").unwrap();
+        for f in ["a.gen", "keep.gen", "secret.txt", "x.rs", "local/y.rs"] {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        }
+        let ws = Workspace::new(root).unwrap();
+        assert_eq!(names(&ws, "."), ["keep.gen", "x.rs"]);
+    }
+
+    #[test]
+    fn links_are_reported_not_entered() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let p = ws.locate(".").unwrap();
+        let all: Vec<_> = gitignore_walk(&ws, &p).unwrap().collect();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].kind, EntryKind::Symlink);
     }
 }

@@ -90,7 +90,9 @@ fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<S
     let shown = ws.show(&p);
     // The folder is created and held by descriptor; the name is then used only inside it.
     let (dir, name) = ws.parent_of(&p, true).map_err(|e| match e {
-        PathError::NotAFileName(_) => anyhow!("{NAME}: {e}"),
+        PathError::NotAFileName(_) | PathError::NotADirectory { file: Some(_), .. } => {
+            anyhow!("{NAME}: {e}")
+        }
         other => anyhow!("{NAME}: cannot create the folder for {shown}: {other}"),
     })?;
     let before = existing_size(&dir, &name, &shown)?;
