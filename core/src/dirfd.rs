@@ -87,9 +87,7 @@ pub(crate) fn ensure_child_dir(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<
 /// Turns ELOOP/ENOTDIR on a single name into a message saying what is really there.
 fn explain_not_dir(dir: BorrowedFd<'_>, name: &OsStr, e: io::Error) -> io::Error {
     match file_type_at(dir, name) {
-        Ok(FileType::Symlink) => io::Error::new(
-            io::ErrorKind::Other,
-            format!(
+        Ok(FileType::Symlink) => io::Error::other(format!(
                 "{} is a symbolic link, not a folder; toolbox does not follow links in its own folders (remove it)",
                 name.to_string_lossy()
             ),
@@ -132,13 +130,10 @@ pub(crate) fn create_new_child(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<
 fn explain_link(dir: BorrowedFd<'_>, name: &OsStr, e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(libc_eloop()) {
         if let Ok(FileType::Symlink) = file_type_at(dir, name) {
-            return io::Error::new(
-                io::ErrorKind::Other,
-                format!(
-                    "{} is a symbolic link; toolbox does not write through links here",
-                    name.to_string_lossy()
-                ),
-            );
+            return io::Error::other(format!(
+                "{} is a symbolic link; toolbox does not write through links here",
+                name.to_string_lossy()
+            ));
         }
     }
     e
@@ -152,16 +147,14 @@ fn libc_eloop() -> i32 {
 pub(crate) fn check_plain_file(file: &File, name: &OsStr) -> io::Result<()> {
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::Other,
-            format!("{} is not a regular file", name.to_string_lossy()),
-        ));
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            name.to_string_lossy()
+        )));
     }
     let links = std::os::unix::fs::MetadataExt::nlink(&meta);
     if links > 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::Other,
-            format!(
+        return Err(io::Error::other(format!(
                 "{} has {links} hard links; writing to it would also change the other names, so toolbox refuses",
                 name.to_string_lossy()
             ),

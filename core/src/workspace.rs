@@ -429,12 +429,8 @@ impl Workspace {
         }
         // Leading "./" segments do not change where the path points.
         let mut rest = bytes;
-        loop {
-            if let Some(r) = rest.strip_prefix(b"./") {
-                rest = trim_leading_slashes(r);
-            } else {
-                break;
-            }
+        while let Some(r) = rest.strip_prefix(b"./") {
+            rest = trim_leading_slashes(r);
         }
         let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
         match SessionFolder::from_prefix(&rest[..end]) {
@@ -757,15 +753,11 @@ pub(crate) fn replace_in(
             }
             rustix::fs::FileType::RegularFile => Some(st.st_mode & 0o7777),
             rustix::fs::FileType::Symlink => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Other,
-                    "it is a symbolic link; toolbox does not replace or write through links (write to the file it points to)",
+                return Err(io::Error::other("it is a symbolic link; toolbox does not replace or write through links (write to the file it points to)",
                 ))
             }
             _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Other,
-                    "it is not a regular file",
+                return Err(io::Error::other("it is not a regular file",
                 ))
             }
         },

@@ -23,7 +23,7 @@ mod run_cell;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolProvider, Workspace, WsPath};
 
 use crate::nb::Notebook;
 
@@ -60,47 +60,69 @@ impl ToolProvider for NotebookProvider {
     }
 }
 
-/// A notebook path resolved through the workspace jail; it must end in `.ipynb`.
-pub(crate) fn notebook_path(
-    tool: &str,
-    ctx: &ToolContext,
-    path: &str,
-) -> Result<(std::path::PathBuf, String)> {
-    let abs = ctx
+/// A notebook the model named: parsed (not yet opened) against the call's workspace.
+#[derive(Clone)]
+pub(crate) struct NbPath {
+    ws: Workspace,
+    path: WsPath,
+}
+
+impl NbPath {
+    /// Whether something is at the path (checked beneath the root; links inside followed).
+    pub(crate) fn exists(&self) -> bool {
+        self.ws.metadata(&self.path).is_ok()
+    }
+}
+
+/// A notebook path parsed through the workspace jail; it must end in `.ipynb`.
+pub(crate) fn notebook_path(tool: &str, ctx: &ToolContext, path: &str) -> Result<(NbPath, String)> {
+    let p = ctx
         .workspace
-        .resolve(path)
+        .locate(path)
         .map_err(|e| anyhow!("{tool}: {e}"))?;
-    if abs.extension().and_then(|e| e.to_str()) != Some("ipynb") {
+    let shown = ctx.workspace.show(&p);
+    if !shown.ends_with(".ipynb") {
         bail!("{tool}: {path:?} is not a .ipynb notebook");
     }
-    let shown = ctx.workspace.display(&abs);
-    Ok((abs, shown))
+    Ok((
+        NbPath {
+            ws: ctx.workspace.clone(),
+            path: p,
+        },
+        shown,
+    ))
 }
 
-/// Loads a notebook on the blocking pool, with errors prefixed by the tool name.
-pub(crate) async fn load(
-    tool: &'static str,
-    abs: std::path::PathBuf,
-    shown: String,
-) -> Result<Notebook> {
-    tokio::task::spawn_blocking(move || Notebook::load(&abs, &shown))
-        .await
-        .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
-        .map_err(|e| anyhow!("{tool}: {e}"))
+/// Loads a notebook on the blocking pool, opened beneath the workspace root, with errors
+/// prefixed by the tool name.
+pub(crate) async fn load(tool: &'static str, nb: NbPath, shown: String) -> Result<Notebook> {
+    tokio::task::spawn_blocking(move || {
+        let file = nb.ws.open_read(&nb.path).map_err(|e| match e {
+            _ if e.is_not_found() => anyhow!("cannot read {shown}: it does not exist"),
+            other => anyhow!("cannot read {shown}: {other}"),
+        })?;
+        Notebook::load(file, &shown)
+    })
+    .await
+    .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
+    .map_err(|e| anyhow!("{tool}: {e}"))
 }
 
-/// Saves a notebook on the blocking pool.
+/// Saves a notebook on the blocking pool: atomically, through the workspace, never through a
+/// link, keeping the old file's permissions.
 pub(crate) async fn save(
     tool: &'static str,
     mut notebook: Notebook,
-    abs: std::path::PathBuf,
+    nb: NbPath,
     shown: String,
 ) -> Result<Notebook> {
     tokio::task::spawn_blocking(move || {
-        notebook
-            .save(&abs)
-            .map(|_| notebook)
-            .map_err(|e| anyhow!("{tool}: cannot write {shown}: {e}"))
+        let failed = |e: &dyn std::fmt::Display| anyhow!("{tool}: cannot write {shown}: {e}");
+        let bytes = notebook.to_bytes().map_err(|e| failed(&e))?;
+        nb.ws
+            .write_atomic(&nb.path, &bytes, true)
+            .map_err(|e| failed(&e))?;
+        Ok(notebook)
     })
     .await
     .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?

@@ -12,10 +12,9 @@
 //! Jupyter's layout (one-space indent, trailing newline).
 
 use std::collections::HashSet;
-use std::fs::{self, File};
+use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, bail, Result};
@@ -48,19 +47,22 @@ impl Notebook {
         }
     }
 
-    /// Reads and checks `abs`; `shown` is the path as the model knows it.
-    pub fn load(abs: &Path, shown: &str) -> Result<Self> {
-        let meta = fs::metadata(abs).map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
-        if !meta.is_file() {
-            bail!("{shown} is not a file");
-        }
+    /// Reads and checks a notebook already opened (through the workspace, beneath its root);
+    /// `shown` is the path as the model knows it.
+    pub fn load(file: File, shown: &str) -> Result<Self> {
+        let meta = file
+            .metadata()
+            .map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
         if meta.len() > MAX_NOTEBOOK_BYTES {
             bail!(
                 "{shown} is {} bytes; notebooks over {MAX_NOTEBOOK_BYTES} bytes are not handled",
                 meta.len()
             );
         }
-        let bytes = fs::read(abs).map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_NOTEBOOK_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
         Self::parse(&bytes, shown)
     }
 
@@ -145,12 +147,13 @@ impl Notebook {
         }
     }
 
-    /// Writes the notebook atomically, keeping the old file's permissions.
-    pub fn save(&mut self, abs: &Path) -> std::io::Result<()> {
+    /// The notebook as the bytes to write: nbformat 4.5 with cell ids, in Jupyter's layout.
+    /// Written atomically through the workspace (`Workspace::write_atomic`).
+    pub fn to_bytes(&mut self) -> std::io::Result<Vec<u8>> {
         self.prepare_for_write();
         let mut text = to_jupyter_json(&self.doc)?;
         text.push('\n');
-        write_atomic(abs, text.as_bytes())
+        Ok(text.into_bytes())
     }
 }
 
@@ -418,39 +421,6 @@ fn sort_keys(v: &Value) -> Value {
     }
 }
 
-/// Replaces `path` with `bytes` in one step: temporary file in the same folder, flushed to
-/// disk, the old file's permissions, then a rename. On failure the old file is untouched.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
-    fs::create_dir_all(&dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "notebook".into());
-    let tmp = dir.join(format!(
-        ".{name}.toolbox-{}-{}.tmp",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        if let Ok(meta) = fs::metadata(path) {
-            fs::set_permissions(&tmp, meta.permissions())?;
-        }
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,19 +499,17 @@ mod tests {
 
     #[test]
     fn writing_upgrades_to_4_5_with_ids_and_jupyter_layout() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("nb.ipynb");
         let bytes = minimal(
             json!([{"cell_type": "markdown", "source": ["# T\n", "x"], "metadata": {}},
                    {"cell_type": "code", "source": "1", "metadata": {}, "execution_count": null, "outputs": []}]),
             4,
         );
         let mut nb = Notebook::parse(&bytes, "nb.ipynb").unwrap();
-        nb.save(&path).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
+        let written = nb.to_bytes().unwrap();
+        let text = String::from_utf8(written.clone()).unwrap();
         assert!(text.ends_with("}\n"));
         assert!(text.starts_with("{\n \"cells\": [\n  {\n"), "{text}");
-        let again = Notebook::load(&path, "nb.ipynb").unwrap();
+        let again = Notebook::parse(&written, "nb.ipynb").unwrap();
         assert_eq!(again.version(), "4.5");
         let ids: Vec<&str> = again
             .cells()

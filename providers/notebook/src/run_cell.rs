@@ -195,12 +195,17 @@ fn to_outputs(result: &Value, ctx: &ToolContext) -> Vec<Value> {
 }
 
 fn embed_file(ctx: &ToolContext, path: &str) -> Result<String, String> {
-    let abs = ctx.workspace.resolve(path).map_err(|e| e.to_string())?;
-    let size = std::fs::metadata(&abs).map_err(|e| e.to_string())?.len();
+    use std::io::Read;
+    let p = ctx.workspace.locate(path).map_err(|e| e.to_string())?;
+    let file = ctx.workspace.open_read(&p).map_err(|e| e.to_string())?;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
     if size > MAX_EMBEDDED_IMAGE_BYTES {
         return Err(format!("{size} bytes, too large to embed"));
     }
-    let bytes = std::fs::read(&abs).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_EMBEDDED_IMAGE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
     let mut b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
     b64.push('\n');
     Ok(b64)

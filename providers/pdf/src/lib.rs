@@ -18,8 +18,6 @@
 mod doc;
 mod pages;
 
-use std::path::Path;
-
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -121,26 +119,35 @@ impl ToolProvider for PdfProvider {
 /// Returns the parsed document and the path as the model should see it.
 async fn open(tool: &'static str, args: &Args<'_>, ctx: &ToolContext) -> Result<(Pdf, String)> {
     let given = args.str("path", &["file_path"])?;
-    let abs = ctx
-        .workspace
-        .resolve_existing(given)
-        .map_err(|e| anyhow!("{tool}: {e}"))?;
-    let shown = ctx.workspace.display(&abs);
+    let ws = ctx.workspace.clone();
+    let p = ws.locate(given).map_err(|e| anyhow!("{tool}: {e}"))?;
+    let shown = ws.show(&p);
     let max_bytes = max_file_bytes(ctx)?;
     let name = shown.clone();
     let pdf = tokio::task::spawn_blocking(move || -> Result<Pdf> {
-        let meta = std::fs::metadata(&abs).map_err(|e| anyhow!("cannot read {name}: {e}"))?;
-        if meta.is_dir() {
-            bail!("{name} is a directory, not a PDF file");
-        }
+        use std::io::Read;
+        // Opened beneath the workspace root by descriptor; what is parsed is what was checked.
+        let file = ws.open_read(&p).map_err(|e| match e {
+            toolbox_core::PathError::Io { ref source, .. }
+                if source.kind() == std::io::ErrorKind::IsADirectory =>
+            {
+                anyhow!("{name} is a directory, not a PDF file")
+            }
+            other => anyhow!("{other}"),
+        })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| anyhow!("cannot read {name}: {e}"))?;
         if meta.len() > max_bytes {
             bail!(
                 "{name} is {} bytes, more than the {max_bytes}-byte limit ([pdf] max_file_bytes)",
                 meta.len()
             );
         }
-        let bytes =
-            std::fs::read(Path::new(&abs)).map_err(|e| anyhow!("cannot read {name}: {e}"))?;
+        let mut bytes = Vec::new();
+        file.take(max_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| anyhow!("cannot read {name}: {e}"))?;
         doc::load(&bytes, &name)
     })
     .await
