@@ -108,8 +108,9 @@ pub fn arguments_truncated(arguments: &Value) -> bool {
 
 /// Reads a trajectory file back.
 ///
-/// A last line that does not parse (a write torn by a crash) is skipped; a bad line anywhere
-/// else is an error naming its line number, since that is corruption rather than a crash.
+/// A line that stops in the middle of a record (a write torn by a crash) is skipped wherever
+/// it is; a line that is not a record at all is an error naming its line number, since that
+/// is corruption rather than a crash.
 pub fn read_trajectory(path: &Path) -> Result<Vec<ToolCallInfo>> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut lines: Vec<String> = Vec::new();
@@ -117,7 +118,6 @@ pub fn read_trajectory(path: &Path) -> Result<Vec<ToolCallInfo>> {
         let line = line?;
         lines.push(String::from_utf8_lossy(&line).into_owned());
     }
-    let last = lines.iter().rposition(|l| !l.trim().is_empty());
     let mut calls = Vec::with_capacity(lines.len());
     for (i, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
@@ -125,7 +125,9 @@ pub fn read_trajectory(path: &Path) -> Result<Vec<ToolCallInfo>> {
         }
         match serde_json::from_str::<ToolCallInfo>(line) {
             Ok(info) => calls.push(info),
-            Err(_) if Some(i) == last => break,
+            // A record cut short by a crash: the JSON simply stops. The writer starts the
+            // next record on a fresh line, so such a line may sit anywhere; skip it.
+            Err(e) if e.is_eof() => continue,
             Err(e) => {
                 return Err(e).with_context(|| format!("{} line {}", path.display(), i + 1));
             }

@@ -81,13 +81,22 @@ impl ToolProvider for TestTools {
 
 fn setup(mode: PermissionMode, events: EventSink) -> (tempfile::TempDir, ToolExecutor) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
+    let exec = executor_in(dir.path(), mode, events);
+    (dir, exec)
+}
+
+/// Another executor over an existing workspace (toolbox started again).
+fn setup_in(root: &std::path::Path, mode: PermissionMode) -> ((), ToolExecutor) {
+    ((), executor_in(root, mode, EventSink::none()))
+}
+
+fn executor_in(root: &std::path::Path, mode: PermissionMode, events: EventSink) -> ToolExecutor {
+    let mut config = ExecutorConfig::new(root);
     config.permissions.mode = mode;
     config.approval_timeout = Duration::from_millis(300);
     let registry =
         Registry::from_providers([Arc::new(TestTools) as Arc<dyn ToolProvider>]).unwrap();
-    let exec = ToolExecutor::with_registry(config, registry, events).unwrap();
-    (dir, exec)
+    ToolExecutor::with_registry(config, registry, events).unwrap()
 }
 
 fn req(id: &str, name: &str, args: Value) -> ToolRequest {
@@ -442,7 +451,7 @@ async fn a_tool_can_hand_over_its_own_spool_file() {
 }
 
 #[tokio::test]
-async fn trajectory_reader_skips_a_torn_last_line_only() {
+async fn trajectory_reader_skips_torn_lines_and_the_writer_starts_fresh_lines() {
     let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
     for i in 0..3 {
         exec.run(req(
@@ -461,6 +470,18 @@ async fn trajectory_reader_skips_a_torn_last_line_only() {
         calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         ["c0", "c1", "c2"]
     );
+    // A new executor (toolbox started again after the crash) appends on a fresh line: the
+    // next record is not glued onto the torn one.
+    let (_, exec2) = setup_in(dir.path(), PermissionMode::Full);
+    exec2.run(req("c3", "echo", json!({"text": "3"}))).await;
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert!(after.contains("\"tool\":\"ec\n{"), "{after}");
+    let calls = read_trajectory(&path).unwrap();
+    assert_eq!(
+        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["c0", "c1", "c2", "c3"]
+    );
+    std::fs::write(&path, &text).unwrap();
 
     // Corruption in the middle is reported, not skipped.
     let broken = text.replacen("{\"id\":\"c1\"", "garbage{", 1);
