@@ -112,7 +112,8 @@ pub(crate) fn open_append_child(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result
     let fd = open_child(
         dir,
         name,
-        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NONBLOCK,
+        // Readable too, so a caller can look at the last byte (a torn record) first.
+        OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::NONBLOCK,
     )
     .map_err(|e| explain_link(dir, name, e))?;
     let file = File::from(fd);

@@ -204,7 +204,7 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
         run_quietly(
             BUILD_PYTHON_EXECUTABLE.as_ref(),
             &[
-                "-E",
+                "-I",
                 "-m",
                 "venv",
                 "--system-site-packages",
@@ -215,11 +215,11 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
         .await
         .with_context(|| format!("could not create the venv {}", venv.display()))?;
         let python = venv.join("bin").join("python");
-        if run_quietly(&python, &["-E", "-m", "pip", "--version"], None)
+        if run_quietly(&python, &["-I", "-m", "pip", "--version"], None)
             .await
             .is_err()
         {
-            run_quietly(&python, &["-E", "-m", "ensurepip", "--default-pip"], None)
+            run_quietly(&python, &["-I", "-m", "ensurepip", "--default-pip"], None)
                 .await
                 .with_context(|| format!("could not add pip to the venv {}", venv.display()))?;
         }
@@ -251,9 +251,12 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
 }
 
 /// Runs `program args [extra]` and fails with its stderr when it fails.
+///
+/// Callers pass `-I` and this runs in `/`: with `-m`, Python would otherwise put the current
+/// folder first on `sys.path`, and a planted `venv.py` or `pip.py` would run instead.
 async fn run_quietly(program: &Path, args: &[&str], extra: Option<&Path>) -> Result<()> {
     let mut command = crate::isolated::python_command(program);
-    command.args(args);
+    command.current_dir("/").args(args);
     if let Some(extra) = extra {
         command.arg(extra);
     }

@@ -105,8 +105,10 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let interpreter = config.interpreter();
 
     let mut command = crate::isolated::python_command(&interpreter);
+    // -I: isolated mode, so the working folder (the scratchpad) is not on sys.path and a
+    // planted pip.py cannot run in place of pip; PYTHON* variables are ignored too.
     command.args([
-        "-E",
+        "-I",
         "-m",
         "pip",
         "install",
