@@ -495,6 +495,148 @@ async fn read_only_mode_hides_and_refuses_the_shell_but_not_its_readers() {
     assert!(visible.contains(&"sleep".to_string()));
 }
 
+// ---- [limits] ----
+
+/// An executor in mode full with a `[limits]` table (and no `[shell]` table).
+fn executor_with_limits(limits: Value) -> (tempfile::TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = PermissionMode::Full;
+    config.providers.insert("limits".into(), limits);
+    (dir, ToolExecutor::new(config).unwrap())
+}
+
+/// Whether containment here runs in cgroup mode with `controller` available for limits.
+fn cgroup_offers(controller: &str) -> bool {
+    let c = toolbox_core::containment::ensure();
+    c.mode() == toolbox_core::containment::Mode::Cgroup
+        && c.cgroups().iter().any(|g| g.has(controller))
+}
+
+#[tokio::test]
+async fn a_command_over_the_memory_limit_is_stopped_and_says_so() {
+    let (_dir, exec) = executor_with_limits(json!({"memory_mb": 200}));
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "python3 -c 'x = bytearray(1024**3); print(len(x))'"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result
+            .starts_with("the command exceeded the memory limit of 200 MiB ([limits] memory_mb)\n"),
+        "{}",
+        info.result
+    );
+    assert!(info.result.contains("MemoryError"), "{}", info.result);
+    // The same for a background job, in its status.
+    let started = call(
+        &exec,
+        "shell",
+        json!({"command": "python3 -c 'x = bytearray(1024**3)'", "run_in_background": true}),
+    )
+    .await;
+    assert_eq!(started.status, CallStatus::Done, "{}", started.result);
+    let mut report = String::new();
+    for _ in 0..20 {
+        let out = call(
+            &exec,
+            "shell_output",
+            json!({"job_id": "job-1", "wait_ms": 2000}),
+        )
+        .await;
+        report.push_str(&out.result);
+        if report.contains(" after ") {
+            break;
+        }
+    }
+    assert!(
+        report.contains("the job exceeded the memory limit of 200 MiB ([limits] memory_mb)"),
+        "{report}"
+    );
+    // The executor is fine, and a command within the limits runs as usual.
+    let info = call(&exec, "shell", json!({"command": "echo still here"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(info.result.contains("still here"), "{}", info.result);
+}
+
+#[tokio::test]
+async fn the_memory_limit_binds_a_command_as_a_whole_where_cgroups_allow() {
+    if !cgroup_offers("memory") {
+        eprintln!("no memory cgroup for limits here; skipped");
+        return;
+    }
+    // Three processes of 120 MiB each: every one is within RLIMIT_AS, together they are not.
+    let (_dir, exec) = executor_with_limits(json!({"memory_mb": 200}));
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "for i in 1 2 3; do python3 -c 'import time; x = b\"x\" * (120 * 1024**2); time.sleep(3)' & done; wait; echo done"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result
+            .starts_with("the command exceeded the memory limit of 200 MiB ([limits] memory_mb)\n"),
+        "{}",
+        info.result
+    );
+}
+
+#[tokio::test]
+async fn a_command_over_the_process_limit_is_stopped_and_says_so() {
+    let (_dir, exec) = executor_with_limits(json!({"processes": 20}));
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "python3 -c \"import subprocess\nfor _ in range(60): subprocess.Popen(['sleep', '30'])\""}),
+    )
+    .await;
+    if !cgroup_offers("pids") && unsafe { libc::geteuid() } == 0 {
+        // RLIMIT_NPROC does not bind root: nothing to check without a pids cgroup.
+        eprintln!("root without a pids cgroup: the process limit cannot apply; skipped");
+        return;
+    }
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result
+            .starts_with("the command hit the process limit of 20 ([limits] processes)"),
+        "{}",
+        info.result
+    );
+    let info = call(&exec, "shell", json!({"command": "echo fine"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+}
+
+#[tokio::test]
+async fn a_command_over_the_cpu_limit_is_stopped_and_says_so() {
+    let (_dir, exec) = executor_with_limits(json!({"cpu_seconds": 1}));
+    let info = call(&exec, "shell", json!({"command": "while :; do :; done"})).await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result.starts_with(
+            "the command exceeded the CPU time limit of 1 s ([limits] cpu_seconds) and was stopped\n"
+        ),
+        "{}",
+        info.result
+    );
+    assert!(info.result.contains("SIGXCPU"), "{}", info.result);
+}
+
+#[tokio::test]
+async fn bad_limits_are_refused_naming_the_key() {
+    let (_dir, exec) = executor_with_limits(json!({"memory_mb": "lots"}));
+    let info = call(&exec, "shell", json!({"command": "true"})).await;
+    assert_eq!(info.status, CallStatus::Error);
+    assert!(
+        info.result
+            .contains("[limits] memory_mb must be a whole number, got \"lots\""),
+        "{}",
+        info.result
+    );
+}
+
 // ---- the OS sandbox ----
 
 /// A folder outside both the workspace and the temp dir (both are writable in

@@ -104,6 +104,8 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     ensure_venv(&config, ctx).await?;
     let interpreter = config.interpreter();
 
+    // pip and its build steps run inside toolbox's containment.
+    toolbox_core::containment::ensure();
     let mut command = crate::isolated::python_command(&interpreter);
     command.args([
         "-E",

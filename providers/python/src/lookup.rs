@@ -76,7 +76,10 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     }
     let limit = a.u64_in("limit", &[], 10, 1, 50)?;
     let config = PythonConfig::from_ctx(ctx)?;
+    let limits = toolbox_core::limits::Limits::from_config(&ctx.config)
+        .map_err(|e| anyhow!("{NAME}: invalid configuration: {e:#}"))?;
     ensure_venv(&config, ctx).await?;
+    toolbox_core::containment::ensure();
     let cwd = ctx
         .workspace
         .scratchpad()
@@ -89,8 +92,16 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         "budget_s": WALK_BUDGET_S,
         "max_modules": MAX_MODULES,
     });
-    let found =
-        isolated::one_shot(&request, ctx, TIMEOUT, NAME, &config.interpreter(), &cwd).await?;
+    let found = isolated::one_shot(
+        &request,
+        ctx,
+        TIMEOUT,
+        NAME,
+        &config.interpreter(),
+        &cwd,
+        limits,
+    )
+    .await?;
     Ok(Value::String(render(query, &found)))
 }
 
