@@ -733,6 +733,67 @@ async fn workspace_write_allows_the_workspace_and_temp_and_refuses_elsewhere() {
 }
 
 #[tokio::test]
+async fn workspace_write_keeps_toolboxs_own_files_read_only() {
+    let (dir, exec) = executor_with(json!({"sandbox": "workspace-write"}), EventSink::none());
+    let root = dir.path();
+    std::fs::write(root.join("toolbox.toml"), "# operator settings\n").unwrap();
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "echo '[shell]' >> toolbox.toml || echo refused-toml; \
+                           touch .toolbox/planted || echo refused-toolbox; \
+                           touch .git/planted || echo refused-git; \
+                           mv .git .git-moved || echo refused-move; \
+                           mount -o remount,rw,bind .git 2>/dev/null || echo refused-remount; \
+                           echo fine > normal.txt && echo wrote-normal; \
+                           echo note > .toolbox/sessions/s1/scratchpad/note && echo wrote-scratch; \
+                           echo out > .toolbox/sessions/s1/output/result.txt && echo wrote-output",
+               "cwd": "."}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    let r = &info.result;
+    for word in [
+        "refused-toml",
+        "refused-toolbox",
+        "refused-git",
+        "refused-move",
+        "refused-remount",
+        "wrote-normal",
+        "wrote-scratch",
+        "wrote-output",
+    ] {
+        assert!(r.contains(word), "{word}: {r}");
+    }
+    assert!(r.contains("Read-only file system"), "{r}");
+    assert!(
+        r.contains("except read-only toolbox.toml, .toolbox/, .git/"),
+        "{r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("toolbox.toml")).unwrap(),
+        "# operator settings\n"
+    );
+    assert!(!root.join(".toolbox/planted").exists());
+    assert!(!root.join(".git/planted").exists());
+    assert!(root.join(".git").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(root.join("normal.txt")).unwrap(),
+        "fine\n"
+    );
+    // A working directory inside a protected folder is read-only as well.
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "touch planted-from-inside || echo refused-inside", "cwd": ".git/hooks"}),
+    )
+    .await;
+    assert!(info.result.contains("refused-inside"), "{}", info.result);
+    assert!(!root.join(".git/hooks/planted-from-inside").exists());
+}
+
+#[tokio::test]
 async fn read_only_refuses_writes_even_inside_the_workspace() {
     let (dir, exec) = executor_with(json!({"sandbox": "read-only"}), EventSink::none());
     std::fs::write(dir.path().join("existing.txt"), "keep").unwrap();

@@ -17,7 +17,7 @@ use toolbox_core::{Args, OutputStream, ToolContext, ToolInfo, ToolRisk};
 use crate::capture::{HeadTail, Utf8Stream};
 use crate::config::{SandboxMode, ShellConfig};
 use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
-use crate::sandbox::PreparedSandbox;
+use crate::sandbox::{PreparedSandbox, ProtectSpec};
 use crate::{host, jobs, object_schema, prop, Shell, TOOLSET};
 
 pub(crate) const NAME: &str = "shell";
@@ -143,8 +143,24 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
         SandboxMode::Off => None,
         mode => {
             let writable = [ctx.workspace.root().to_path_buf(), temp_dir()];
-            let prepared = PreparedSandbox::prepare(mode, config.sandbox_network, &writable)
-                .map_err(|e| {
+            // The session's scratchpad and output folders must exist before the command
+            // starts: the rest of .toolbox/ is read-only inside the sandbox, so they could
+            // not be created there.
+            ctx.workspace
+                .scratchpad()
+                .and_then(|_| ctx.workspace.output_dir())
+                .map_err(|e| anyhow!("{NAME}: cannot create the session folders: {e}"))?;
+            let protect = ProtectSpec {
+                root: ctx.workspace.root().to_path_buf(),
+                keep_writable: ["scratchpad", "output", "input"]
+                    .iter()
+                    .map(|kind| ctx.workspace.session_dir(kind))
+                    .collect(),
+                cwd: cwd.clone(),
+            };
+            let prepared =
+                PreparedSandbox::prepare(mode, config.sandbox_network, &writable, Some(&protect))
+                    .map_err(|e| {
                     anyhow!(
                         "{NAME}: the OS sandbox ([shell] sandbox = \"{}\") cannot be enforced \
                          here, so the command was not run: {e:#}",
