@@ -336,26 +336,34 @@ impl Containment {
                         remove_cgroup(&g.dir);
                     }
                 }
+                // A thread that forked after toolbox stepped out put its child in the old
+                // cgroup, out of reach of the kill above: it is still toolbox's child.
+                self.kill_descendants(me, deadline);
             }
-            Mode::Subreaper | Mode::None => loop {
-                let table = processes();
-                let targets: Vec<i32> = descendants(me, &table)
-                    .into_iter()
-                    .filter(|p| p.state != 'Z' && Some(p.pid) != self.janitor_pid)
-                    .map(|p| p.pid)
-                    .collect();
-                if targets.is_empty() || Instant::now() >= deadline {
-                    break;
+            Mode::Subreaper | Mode::None => self.kill_descendants(me, deadline),
+        }
+    }
+
+    /// Kills toolbox's process tree, but the janitor, until it is empty or `deadline`.
+    fn kill_descendants(&self, me: i32, deadline: Instant) {
+        loop {
+            let table = processes();
+            let targets: Vec<i32> = descendants(me, &table)
+                .into_iter()
+                .filter(|p| p.state != 'Z' && Some(p.pid) != self.janitor_pid)
+                .map(|p| p.pid)
+                .collect();
+            if targets.is_empty() || Instant::now() >= deadline {
+                return;
+            }
+            for pid in targets {
+                // SAFETY: kill has no memory-safety preconditions; these are our
+                // descendants, alive (not reaped), so the pids are not reused.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
                 }
-                for pid in targets {
-                    // SAFETY: kill has no memory-safety preconditions; these are our
-                    // descendants, alive (not reaped), so the pids are not reused.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            },
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
