@@ -3,14 +3,13 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use std::os::unix::process::ExitStatusExt;
-
 use toolbox_core::limits::{Counters, Limits, PreparedLimits};
 use toolbox_core::{Args, OutputStream, ToolContext, ToolInfo, ToolRisk};
 
