@@ -7,13 +7,18 @@
 //!   routing, the session and call ids, a cancellation token, an [`EventSink`] for streamed
 //!   output and the configuration.
 //! - [`Args`] parses untrusted model arguments with errors that name the tool and the argument.
+//! - [`containment`] keeps every process a tool starts inside toolbox's reach (a cgroup or a
+//!   subreaper, and a janitor process), so none outlives toolbox; [`limits`] is the
+//!   `[limits]` table (memory, processes, CPU time) applied to them.
 //!
 //! Providers depend on this crate only; they never see the executor.
 
 mod args;
+pub mod containment;
 mod context;
 mod dirfd;
 mod extract;
+pub mod limits;
 mod provider;
 mod runner;
 pub mod schema;

@@ -20,6 +20,9 @@ pub enum Tighten {
         order: &'static [&'static str],
         default: &'static str,
     },
+    /// A limit where absent or 0 means "no limit": the workspace may set a positive value no
+    /// larger than the operator's (any positive value when the operator set none), never 0.
+    Limit,
     /// A list of strings the workspace may only add to (a deny list); the default is the list
     /// in force when the operator set none.
     AddToList(&'static [&'static str]),

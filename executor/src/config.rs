@@ -428,6 +428,23 @@ impl ExecutorConfig {
                         }
                     }
                 }
+                Tighten::Limit => {
+                    let Some(n) = value.as_u64() else {
+                        refused.push(format!("{shown}: must be a whole number"));
+                        continue;
+                    };
+                    // Absent or 0 is no limit at all.
+                    let have = now.as_ref().and_then(Value::as_u64).filter(|h| *h > 0);
+                    let ok = n > 0 && have.is_none_or(|h| n <= h);
+                    if !ok {
+                        refused.push(format!(
+                            "{shown} would lift or raise a limit the operator set ({})",
+                            have.map(|h| h.to_string()).unwrap_or_else(|| "none".into())
+                        ));
+                        continue;
+                    }
+                    value
+                }
                 Tighten::AddToList(default) => {
                     let Some(items) = value.as_array().filter(|a| a.iter().all(Value::is_string))
                     else {
@@ -641,6 +658,66 @@ mod tests {
         .unwrap();
         assert_eq!(c.permissions.mode, PermissionMode::ReadOnly);
         assert_eq!(c.spool_threshold, 200);
+    }
+
+    /// The workspace file is applied last and may only tighten.
+    #[test]
+    fn a_workspace_file_only_tightens() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let apply = |operator: &str, workspace: &str| -> Result<ExecutorConfig> {
+            let mut c = ExecutorConfig::new(ws);
+            c.apply_toml(operator).unwrap();
+            std::fs::write(ws.join(CONFIG_FILE), workspace).unwrap();
+            c.apply_workspace_restrictions().map(|_| c)
+        };
+        let c = apply(
+            "permission_mode = \"full\"\n[limits]\nmemory_mb = 512\n",
+            "permission_mode = \"auto\"\ncall_timeout_ms = 1000\n[limits]\nmemory_mb = 256\ncpu_seconds = 5\n",
+        )
+        .unwrap();
+        assert_eq!(c.permissions.mode, PermissionMode::Auto);
+        assert_eq!(c.call_timeout, Duration::from_millis(1000));
+        assert_eq!(c.providers["limits"]["memory_mb"], 256);
+        assert_eq!(c.providers["limits"]["cpu_seconds"], 5);
+        for (operator, workspace, key) in [
+            ("", "permission_mode = \"full\"", "permission_mode"),
+            ("", "allow_file_write = true", "allow_file_write"),
+            ("", "trajectory = false", "trajectory"),
+            (
+                "",
+                "spool_threshold_bytes = 99999999",
+                "spool_threshold_bytes",
+            ),
+            (
+                "[limits]\nmemory_mb = 512\n",
+                "[limits]\nmemory_mb = 0",
+                "memory_mb",
+            ),
+            (
+                "[limits]\nmemory_mb = 512\n",
+                "[limits]\nmemory_mb = 1024",
+                "memory_mb",
+            ),
+            ("", "[nosuchtable]\nx = 1", "[nosuchtable] x"),
+        ] {
+            let e = format!("{:#}", apply(operator, workspace).unwrap_err());
+            assert!(
+                e.contains(key) && e.contains("only tighten"),
+                "{workspace}: {e}"
+            );
+        }
+        // Trusted: the same widening file is accepted.
+        std::fs::write(ws.join(CONFIG_FILE), "permission_mode = \"full\"").unwrap();
+        let c = ExecutorConfig::load_operator(
+            ws,
+            LoadOptions {
+                trust_workspace: true,
+                user_config: Some(ws.join("no-such-user-config.toml")),
+            },
+        )
+        .unwrap();
+        assert_eq!(c.permissions.mode, PermissionMode::Full);
     }
 
     #[test]

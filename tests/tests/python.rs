@@ -363,6 +363,93 @@ async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
     );
 }
 
+#[tokio::test]
+async fn the_isolated_worker_runs_under_the_memory_limit_and_survives_it() {
+    let _serial = serial().await;
+    let (_d, exec) = executor(
+        PermissionMode::Full,
+        "[python]\nbackend = \"isolated\"\n[limits]\nmemory_mb = 200\n",
+    );
+    call(&exec, "s1", "python", json!({"code": "kept = 1"})).await;
+    let info = call(
+        &exec,
+        "s1",
+        "python",
+        json!({"code": "x = bytearray(1024**3)"}),
+    )
+    .await;
+    assert!(
+        info.result.starts_with(
+            "note: the code exceeded the memory limit of 200 MiB ([limits] memory_mb)\n"
+        ),
+        "{}",
+        info.result
+    );
+    assert!(
+        info.result.contains("[error] MemoryError"),
+        "{}",
+        info.result
+    );
+    // The worker, and the session's state, survived; the executor too.
+    let info = call(&exec, "s1", "python", json!({"code": "kept + 1"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert_eq!(info.result, "[result]\n2\n");
+}
+
+#[tokio::test]
+async fn the_isolated_worker_is_stopped_by_the_cpu_limit_and_restarts() {
+    let _serial = serial().await;
+    let (_d, exec) = executor(
+        PermissionMode::Full,
+        "[python]\nbackend = \"isolated\"\n[limits]\ncpu_seconds = 1\n",
+    );
+    // The budget is per call: a first call's CPU time does not count against the next.
+    let info = call(
+        &exec,
+        "s1",
+        "python",
+        json!({"code": "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    let info = call(
+        &exec,
+        "s1",
+        "python",
+        json!({"code": "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    let info = call(&exec, "s1", "python", json!({"code": "while True: pass"})).await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result.starts_with(
+            "the code exceeded the CPU time limit of 1 s ([limits] cpu_seconds) and was stopped.\n"
+        ),
+        "{}",
+        info.result
+    );
+    let info = call(&exec, "s1", "python", json!({"code": "1 + 1"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(info.result.ends_with("[result]\n2\n"), "{}", info.result);
+    // Code that ignores SIGXCPU (and could raise its own soft limit) meets the watchdog.
+    let info = call(
+        &exec,
+        "s1",
+        "python",
+        json!({"code": "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result.starts_with(
+            "the code exceeded the CPU time limit of 1 s ([limits] cpu_seconds) and was stopped.\n"
+        ),
+        "{}",
+        info.result
+    );
+}
+
 /// `PYTHONPATH` pointing into the workspace is ignored. The variable is set only in a child
 /// process running this same test binary (setting it here would race the other tests).
 #[test]
@@ -410,4 +497,18 @@ fn registry_lookup_ignores_pythonpath() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "the child ran the test: {text}");
     assert!(!marker.exists(), "PYTHONPATH was honoured: {text}");
+}
+
+#[tokio::test]
+async fn bad_limits_are_refused_naming_the_key() {
+    let _serial = serial().await;
+    let (_d, exec) = executor(PermissionMode::Full, "[limits]\nprocesses = \"many\"\n");
+    let info = call(&exec, "s1", "python", json!({"code": "1"})).await;
+    assert_eq!(info.status, CallStatus::Error);
+    assert!(
+        info.result
+            .contains("[limits] processes must be a whole number, got \"many\""),
+        "{}",
+        info.result
+    );
 }

@@ -495,6 +495,149 @@ async fn read_only_mode_hides_and_refuses_the_shell_but_not_its_readers() {
     assert!(visible.contains(&"sleep".to_string()));
 }
 
+// ---- [limits] ----
+
+/// An executor in mode full with a `[limits]` table (and no `[shell]` table).
+fn executor_with_limits(limits: Value) -> (tempfile::TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = PermissionMode::Full;
+    config.providers.insert("limits".into(), limits);
+    (dir, ToolExecutor::new(config).unwrap())
+}
+
+/// Whether containment here runs in cgroup mode with `controller` available for limits.
+fn cgroup_offers(controller: &str) -> bool {
+    let c = toolbox_core::containment::ensure();
+    c.mode() == toolbox_core::containment::Mode::Cgroup
+        && c.cgroups().iter().any(|g| g.has(controller))
+}
+
+#[tokio::test]
+async fn a_command_over_the_memory_limit_is_stopped_and_says_so() {
+    let (_dir, exec) = executor_with_limits(json!({"memory_mb": 200}));
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "python3 -c 'x = bytearray(1024**3); print(len(x))'"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result
+            .starts_with("the command exceeded the memory limit of 200 MiB ([limits] memory_mb)\n"),
+        "{}",
+        info.result
+    );
+    assert!(info.result.contains("MemoryError"), "{}", info.result);
+    // The same for a background job, in its status.
+    let started = call(
+        &exec,
+        "shell",
+        json!({"command": "python3 -c 'x = bytearray(1024**3)'", "run_in_background": true}),
+    )
+    .await;
+    assert_eq!(started.status, CallStatus::Done, "{}", started.result);
+    let mut report = String::new();
+    for _ in 0..20 {
+        let out = call(
+            &exec,
+            "shell_output",
+            json!({"job_id": "job-1", "wait_ms": 2000}),
+        )
+        .await;
+        report.push_str(&out.result);
+        if report.contains(" after ") {
+            break;
+        }
+    }
+    assert!(
+        report.contains("the job exceeded the memory limit of 200 MiB ([limits] memory_mb)"),
+        "{report}"
+    );
+    // The executor is fine, and a command within the limits runs as usual.
+    let info = call(&exec, "shell", json!({"command": "echo still here"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(info.result.contains("still here"), "{}", info.result);
+}
+
+#[tokio::test]
+async fn the_memory_limit_binds_a_command_as_a_whole_where_cgroups_allow() {
+    if !cgroup_offers("memory") {
+        eprintln!("no memory cgroup for limits here; skipped");
+        return;
+    }
+    // Three processes of 120 MiB each: every one is within RLIMIT_AS, together they are not.
+    let (_dir, exec) = executor_with_limits(json!({"memory_mb": 200}));
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "for i in 1 2 3; do python3 -c 'import time; x = b\"x\" * (120 * 1024**2); time.sleep(3)' & done; wait; echo done"}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result
+            .starts_with("the command exceeded the memory limit of 200 MiB ([limits] memory_mb)\n"),
+        "{}",
+        info.result
+    );
+}
+
+#[tokio::test]
+async fn a_command_over_the_process_limit_is_stopped_and_says_so() {
+    if !cgroup_offers("pids") {
+        // RLIMIT_NPROC alone does not bind root and counts every process of any other
+        // user: nothing dependable to check without a pids cgroup.
+        eprintln!("no pids cgroup for limits here; skipped");
+        return;
+    }
+    let (_dir, exec) = executor_with_limits(json!({"processes": 20}));
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "python3 -c \"import subprocess\nfor _ in range(60): subprocess.Popen(['sleep', '30'])\""}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result
+            .starts_with("the command hit the process limit of 20 ([limits] processes)"),
+        "{}",
+        info.result
+    );
+    let info = call(&exec, "shell", json!({"command": "echo fine"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+}
+
+#[tokio::test]
+async fn a_command_over_the_cpu_limit_is_stopped_and_says_so() {
+    let (_dir, exec) = executor_with_limits(json!({"cpu_seconds": 1}));
+    let info = call(&exec, "shell", json!({"command": "while :; do :; done"})).await;
+    assert_eq!(info.status, CallStatus::Error, "{}", info.result);
+    assert!(
+        info.result.starts_with(
+            "the command exceeded the CPU time limit of 1 s ([limits] cpu_seconds) and was stopped\n"
+        ),
+        "{}",
+        info.result
+    );
+    assert!(info.result.contains("SIGXCPU"), "{}", info.result);
+}
+
+#[tokio::test]
+async fn bad_limits_are_refused_naming_the_key() {
+    let (_dir, exec) = executor_with_limits(json!({"memory_mb": "lots"}));
+    let info = call(&exec, "shell", json!({"command": "true"})).await;
+    assert_eq!(info.status, CallStatus::Error);
+    assert!(
+        info.result
+            .contains("[limits] memory_mb must be a whole number, got \"lots\""),
+        "{}",
+        info.result
+    );
+}
+
 // ---- the OS sandbox ----
 
 /// A folder outside both the workspace and the temp dir (both are writable in
@@ -588,6 +731,67 @@ async fn workspace_write_allows_the_workspace_and_temp_and_refuses_elsewhere() {
         "{out}"
     );
     assert!(!outside.path().join("job.txt").exists());
+}
+
+#[tokio::test]
+async fn workspace_write_keeps_toolboxs_own_files_read_only() {
+    let (dir, exec) = executor_with(json!({"sandbox": "workspace-write"}), EventSink::none());
+    let root = dir.path();
+    std::fs::write(root.join("toolbox.toml"), "# operator settings\n").unwrap();
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "echo '[shell]' >> toolbox.toml || echo refused-toml; \
+                           touch .toolbox/planted || echo refused-toolbox; \
+                           touch .git/planted || echo refused-git; \
+                           mv .git .git-moved || echo refused-move; \
+                           mount -o remount,rw,bind .git 2>/dev/null || echo refused-remount; \
+                           echo fine > normal.txt && echo wrote-normal; \
+                           echo note > .toolbox/sessions/s1/scratchpad/note && echo wrote-scratch; \
+                           echo out > .toolbox/sessions/s1/output/result.txt && echo wrote-output",
+               "cwd": "."}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    let r = &info.result;
+    for word in [
+        "refused-toml",
+        "refused-toolbox",
+        "refused-git",
+        "refused-move",
+        "refused-remount",
+        "wrote-normal",
+        "wrote-scratch",
+        "wrote-output",
+    ] {
+        assert!(r.contains(word), "{word}: {r}");
+    }
+    assert!(r.contains("Read-only file system"), "{r}");
+    assert!(
+        r.contains("except read-only toolbox.toml, .toolbox/, .git/"),
+        "{r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("toolbox.toml")).unwrap(),
+        "# operator settings\n"
+    );
+    assert!(!root.join(".toolbox/planted").exists());
+    assert!(!root.join(".git/planted").exists());
+    assert!(root.join(".git").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(root.join("normal.txt")).unwrap(),
+        "fine\n"
+    );
+    // A working directory inside a protected folder is read-only as well.
+    let info = call(
+        &exec,
+        "shell",
+        json!({"command": "touch planted-from-inside || echo refused-inside", "cwd": ".git/hooks"}),
+    )
+    .await;
+    assert!(info.result.contains("refused-inside"), "{}", info.result);
+    assert!(!root.join(".git/hooks/planted-from-inside").exists());
 }
 
 #[tokio::test]

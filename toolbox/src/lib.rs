@@ -19,6 +19,26 @@
 
 pub mod mcp;
 
+/// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C), with the signal's name.
+/// Never resolves if the handlers cannot be installed.
+///
+/// Installing it replaces the default action of both signals (die at once), so the caller
+/// can stop cleanly: end its work, then call [`core::containment::shutdown`] so nothing a
+/// tool started outlives the process.
+pub async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
 #[cfg(feature = "file_manager")]
 use toolbox_file_manager as _;
 #[cfg(feature = "image_gen")]

@@ -131,7 +131,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let outcome = runtime.block_on(run(cli));
+    // Nothing a tool started outlives toolbox: kill what is left (processes started by
+    // embedded Python, say) before exiting. The janitor covers a toolbox that dies instead.
+    toolbox::core::containment::shutdown();
+    // Do not wait for blocking threads: one may be stuck reading stdin forever.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match outcome {
         Ok(code) => code,
         Err(UsageError(message)) => {
             eprintln!("toolbox: {message}");
@@ -266,11 +272,12 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                 request = request.timeout(Duration::from_millis(ms.max(1)));
             }
             let cancel = toolbox::core::CancellationToken::new();
-            let on_ctrl_c = cancel.clone();
+            let on_signal = cancel.clone();
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    on_ctrl_c.cancel();
-                }
+                // SIGTERM or Ctrl-C cancels the call, which stops what it started and still
+                // prints its envelope.
+                toolbox::stop_signal().await;
+                on_signal.cancel();
             });
             let info = executor.run_cancellable(request, cancel).await;
             println!("{}", info.envelope());
@@ -295,10 +302,15 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             let events = cli_events(slot.clone(), approve);
             let executor = build(load_config(&common)?, events)?;
             let _ = slot.set(executor.clone());
-            toolbox::mcp::McpServer::new(executor, session)
-                .serve_stdio()
-                .await
-                .map_err(|e| UsageError(format!("mcp: {e:#}")))?;
+            let serve = toolbox::mcp::McpServer::new(executor, session).serve_stdio();
+            tokio::select! {
+                served = serve => served.map_err(|e| UsageError(format!("mcp: {e:#}")))?,
+                // A clean stop: calls in flight are dropped (which stops their processes)
+                // and main() kills whatever else the tools started.
+                signal = toolbox::stop_signal() => {
+                    tracing::debug!(target: "toolbox", signal, "stopping the MCP server");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::OwnedMutexGuard;
+use toolbox_core::limits::{Counters, Limits, PreparedLimits};
 use toolbox_core::ToolContext;
 
 use crate::DRIVER_SOURCE;
@@ -76,11 +77,22 @@ pub struct Worker {
     stdout: BufReader<ChildStdout>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     interpreter: PathBuf,
+    /// The `[limits]` it was started under; the prepared form holds its limit cgroup, which
+    /// is killed and removed when the worker goes.
+    limits: Limits,
+    prepared: Option<Arc<PreparedLimits>>,
 }
 
 impl Worker {
-    /// Starts `python -E -u -c <driver> --serve` in `cwd`, in a new process group.
-    pub async fn spawn(interpreter: &Path, cwd: &Path) -> Result<Worker> {
+    /// Starts `python -E -u -c <driver> --serve` in `cwd`, in a new process group, under
+    /// `limits` (`renewable`: the CPU limit is renewed before each call, for a worker that
+    /// serves many).
+    pub async fn spawn(
+        interpreter: &Path,
+        cwd: &Path,
+        limits: Limits,
+        renewable: bool,
+    ) -> Result<Worker> {
         let mut command = python_command(interpreter);
         command
             .args(["-E", "-u", "-c", DRIVER_SOURCE, "--serve"])
@@ -91,6 +103,20 @@ impl Worker {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        let prepared = (!limits.is_none()).then(|| {
+            Arc::new(if renewable {
+                limits.prepare_renewable()
+            } else {
+                limits.prepare()
+            })
+        });
+        if let Some(prepared) = &prepared {
+            let hook = prepared.clone();
+            // SAFETY: apply_in_child only makes system calls on data built before the fork.
+            unsafe {
+                command.pre_exec(move || hook.apply_in_child());
+            }
+        }
         let mut child = command
             .spawn()
             .with_context(|| format!("cannot start the Python worker {}", interpreter.display()))?;
@@ -119,7 +145,42 @@ impl Worker {
             stdout: BufReader::new(stdout),
             stderr_tail,
             interpreter: interpreter.to_path_buf(),
+            limits,
+            prepared,
         })
+    }
+
+    /// Before a call: the CPU limit applies per call (see `renew_cpu_budget`), and the limit
+    /// cgroup's counters now, to tell afterwards whether this call hit a limit. Also returns
+    /// the worker's pid and the CPU time at which the watchdog stops it (in case the code
+    /// raised its own soft limit or ignores SIGXCPU).
+    fn arm_limits(&self) -> (Counters, Option<(i32, Duration)>) {
+        let Some(prepared) = &self.prepared else {
+            return (Counters::default(), None);
+        };
+        let mut watch = None;
+        if let (Some(seconds), Some(pid)) = (self.limits.cpu_seconds, self.pid) {
+            let pid = pid as i32;
+            if let Some(used) = toolbox_core::limits::renew_cpu_budget(pid, seconds) {
+                let extra = seconds + 1 + toolbox_core::limits::CPU_HARD_EXTRA;
+                watch = Some((pid, used + Duration::from_secs(extra)));
+            }
+        }
+        (prepared.counters(), watch)
+    }
+
+    /// The limit this call ran into, if any, in words.
+    fn limit_message(
+        &self,
+        since: Counters,
+        signal: Option<i32>,
+        failed: bool,
+        output: &str,
+    ) -> Option<String> {
+        let prepared = self.prepared.as_ref()?;
+        prepared
+            .diagnose(since, signal, failed, output)
+            .map(|e| self.limits.message(e, "the code"))
     }
 
     /// Sends one request line and reads one response line; `None` when the worker ended.
@@ -152,14 +213,16 @@ impl Worker {
         let _ = self.child.start_kill();
     }
 
-    /// How the worker ended, with the last lines it wrote to its own stderr.
-    pub async fn describe_exit(&mut self) -> String {
+    /// How the worker ended, with the last lines it wrote to its own stderr, and the signal
+    /// that ended it.
+    pub async fn describe_exit(&mut self) -> (String, Option<i32>) {
+        use std::os::unix::process::ExitStatusExt;
         let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
-        let how = match status {
-            Ok(Ok(status)) => describe_status(status),
+        let (how, signal) = match status {
+            Ok(Ok(status)) => (describe_status(status), status.signal()),
             _ => {
                 self.kill();
-                "stopped answering".to_string()
+                ("stopped answering".to_string(), None)
             }
         };
         // Give the stderr reader a moment to drain what the process wrote before it died.
@@ -172,9 +235,26 @@ impl Worker {
             .cloned()
             .collect();
         if tail.is_empty() {
-            how
+            (how, signal)
         } else {
-            format!("{how}; its last words:\n{}", tail.join("\n"))
+            (
+                format!("{how}; its last words:\n{}", tail.join("\n")),
+                signal,
+            )
+        }
+    }
+}
+
+/// Resolves when the process `watch` names has used the given CPU time (polled: a few reads
+/// of /proc per second). Never resolves without a watch.
+async fn cpu_watchdog(watch: Option<(i32, Duration)>) {
+    let Some((pid, limit)) = watch else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if toolbox_core::limits::cpu_time(pid).is_some_and(|used| used >= limit) {
+            return;
         }
     }
 }
@@ -225,6 +305,7 @@ pub async fn request(
     tool: &str,
     interpreter: &Path,
     cwd: &Path,
+    limits: Limits,
 ) -> Result<Value> {
     let deadline = tokio::time::Instant::now() + timeout;
     let slot = slot_for(&crate::run::session_key(ctx));
@@ -240,34 +321,47 @@ pub async fn request(
     let note = call.slot.restarted.take();
     if let Some(worker) = call.slot.worker.as_mut() {
         let exited = matches!(worker.child.try_wait(), Ok(Some(_)));
-        if exited || worker.interpreter != interpreter {
+        if exited || worker.interpreter != interpreter || worker.limits != limits {
             worker.kill();
             call.slot.worker = None;
         }
     }
     if call.slot.worker.is_none() {
-        call.slot.worker = Some(Worker::spawn(interpreter, cwd).await?);
+        call.slot.worker = Some(Worker::spawn(interpreter, cwd, limits, true).await?);
     }
     let Some(worker) = call.slot.worker.as_mut() else {
         bail!("{tool}: no Python worker");
     };
+    let (since, cpu_watch) = worker.arm_limits();
     call.armed = true;
     let outcome = tokio::select! {
         line = worker.call(request) => Ok(line),
         _ = tokio::time::sleep_until(deadline) => Err(format!("timed out after {} ms", timeout.as_millis())),
         _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
+        _ = cpu_watchdog(cpu_watch) => {
+            let message = limits.message(toolbox_core::limits::Exceeded::Cpu, "the code");
+            worker.kill();
+            call.slot.worker = None;
+            call.slot.restarted = Some("ran out of CPU time and was killed".into());
+            call.armed = false;
+            bail!("{message}.\n{tool}: the worker process was killed; the session was restarted and its state (variables, imports) is lost; the next call starts a fresh worker.");
+        }
     };
     let lost = "the session was restarted and its state (variables, imports) is lost; \
                 the next call starts a fresh worker";
     let text = match outcome {
         Ok(Ok(Some(text))) => text,
         Ok(Ok(None)) => {
-            let how = worker.describe_exit().await;
+            let (how, signal) = worker.describe_exit().await;
+            let limit = worker
+                .limit_message(since, signal, true, &how)
+                .map(|m| format!("{m}.\n"))
+                .unwrap_or_default();
             worker.kill();
             call.slot.worker = None;
             call.slot.restarted = Some("crashed".into());
             call.armed = false;
-            bail!("{tool}: the Python worker process {how}\n\nThe worker crashed; {lost}.");
+            bail!("{limit}{tool}: the Python worker process {how}\n\nThe worker crashed; {lost}.");
         }
         Ok(Err(e)) => {
             worker.kill();
@@ -287,6 +381,12 @@ pub async fn request(
     };
     call.armed = false;
     let mut result = crate::parse_driver_response(&text, tool)?;
+    // A MemoryError the code raised (and survived) under the memory limit.
+    if let Some(ename) = result["error"]["ename"].as_str() {
+        if let Some(message) = worker.limit_message(since, None, true, ename) {
+            crate::add_note(&mut result, message);
+        }
+    }
     if let Some(why) = note {
         crate::add_note(
             &mut result,

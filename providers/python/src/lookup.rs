@@ -141,6 +141,8 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let limit = a.u64_in("limit", &[], 10, 1, 50)?;
     let config = PythonConfig::from_ctx(ctx)?;
     let root = ctx.workspace.root();
+    // The lookup's interpreter runs inside toolbox's containment like every tool process.
+    toolbox_core::containment::ensure();
     let request = json!({
         "op": "lookup",
         "query": query,

@@ -157,7 +157,11 @@ pub async fn execute(
     timeout: Duration,
     tool: &str,
 ) -> Result<Value> {
+    let limits = toolbox_core::limits::Limits::from_config(&ctx.config)
+        .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))?;
     ensure_venv(config, ctx).await?;
+    // Before the code runs: whatever it starts is inside toolbox's containment.
+    let containment = toolbox_core::containment::ensure();
     let cwd = ctx
         .workspace
         .scratchpad()
@@ -172,17 +176,21 @@ pub async fn execute(
     request["output_dir"] = json!(output_dir.to_string_lossy());
     request["root"] = json!(ctx.workspace.root().to_string_lossy());
     request["generation"] = json!(install::generation());
-    let mut result = match config.backend {
+    let outcome = match config.backend {
         Backend::Embedded => {
             if let Some(site) = config.site_packages() {
                 request["site_dirs"] = json!([site.to_string_lossy()]);
             }
-            embedded::request(&request, ctx, timeout, tool).await?
+            embedded::request(&request, ctx, timeout, tool).await
         }
         Backend::Isolated => {
-            isolated::request(&request, ctx, timeout, tool, &config.interpreter(), &cwd).await?
+            let interpreter = config.interpreter();
+            isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd, limits).await
         }
     };
+    // Without cgroups, the janitor learns what the code left running (see containment).
+    containment.note_descendants();
+    let mut result = outcome?;
     show_paths(&mut result, ctx);
     if result["interrupted"] == Value::Bool(true) {
         let why = result["stopped"]

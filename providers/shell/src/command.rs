@@ -3,18 +3,20 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
+use toolbox_core::limits::{Counters, Limits, PreparedLimits};
 use toolbox_core::{Args, OutputStream, ToolContext, ToolInfo, ToolRisk};
 
 use crate::capture::{HeadTail, Utf8Stream};
 use crate::config::{SandboxMode, ShellConfig};
 use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
-use crate::sandbox::PreparedSandbox;
+use crate::sandbox::{PreparedSandbox, ProtectSpec};
 use crate::{host, jobs, object_schema, prop, Shell, TOOLSET};
 
 pub(crate) const NAME: &str = "shell";
@@ -103,6 +105,8 @@ pub(crate) struct Prepared {
     pub capped_from: Option<u64>,
     pub timeout_given: bool,
     pub sandbox: Option<Arc<PreparedSandbox>>,
+    /// `[limits]`, when any is set; holds the command's limit cgroup until the call ends.
+    pub limits: Option<Arc<PreparedLimits>>,
     pub config: Arc<ShellConfig>,
 }
 
@@ -123,6 +127,10 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     let _ = a.opt_str("description", &[])?;
 
     let config = shell.config(ctx)?;
+    let limits = Limits::from_config(&ctx.config)
+        .map_err(|e| anyhow!("{NAME}: invalid configuration: {e:#}"))?;
+    // Before anything is started: what starts afterwards is inside toolbox's containment.
+    toolbox_core::containment::ensure();
     let (timeout, capped_from) = match timeout_arg {
         Some(0) => bail!("{NAME}: argument `timeout_ms` must be at least 1"),
         Some(ms) if ms > config.max_timeout.as_millis() as u64 => (config.max_timeout, Some(ms)),
@@ -134,8 +142,24 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
         SandboxMode::Off => None,
         mode => {
             let writable = [ctx.workspace.root().to_path_buf(), temp_dir()];
-            let prepared = PreparedSandbox::prepare(mode, config.sandbox_network, &writable)
-                .map_err(|e| {
+            // The session's scratchpad and output folders must exist before the command
+            // starts: the rest of .toolbox/ is read-only inside the sandbox, so they could
+            // not be created there.
+            ctx.workspace
+                .scratchpad()
+                .and_then(|_| ctx.workspace.output_dir())
+                .map_err(|e| anyhow!("{NAME}: cannot create the session folders: {e}"))?;
+            let protect = ProtectSpec {
+                root: ctx.workspace.root().to_path_buf(),
+                keep_writable: ["scratchpad", "output", "input"]
+                    .iter()
+                    .map(|kind| ctx.workspace.session_dir(kind))
+                    .collect(),
+                cwd: cwd.clone(),
+            };
+            let prepared =
+                PreparedSandbox::prepare(mode, config.sandbox_network, &writable, Some(&protect))
+                    .map_err(|e| {
                     anyhow!(
                         "{NAME}: the OS sandbox ([shell] sandbox = \"{}\") cannot be enforced \
                          here, so the command was not run: {e:#}",
@@ -153,6 +177,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
         capped_from,
         timeout_given: timeout_arg.is_some(),
         sandbox,
+        limits: (!limits.is_none()).then(|| Arc::new(limits.prepare())),
         config,
     };
     if background {
@@ -192,6 +217,7 @@ pub(crate) fn build(p: &Prepared) -> std::process::Command {
         &p.command,
         &p.cwd,
         p.config.command_env(),
+        p.limits.clone(),
         p.sandbox.clone(),
     )
 }
@@ -208,12 +234,12 @@ pub(crate) fn spawn_error(tool: &str, p: &Prepared, e: std::io::Error) -> anyhow
     }
 }
 
-/// Starts a foreground command. Without a sandbox: `posix_spawn` right here (no fork, no
-/// thread hop; the janitor covers a crash of toolbox). With one: a fork on the provider
-/// thread, because the sandbox must be switched on in the child before exec.
+/// Starts a foreground command. Without a sandbox or limits: `posix_spawn` right here (no
+/// fork, no thread hop; the janitor covers a crash of toolbox). With either: a fork on the
+/// provider thread, because they must be switched on in the child before exec.
 async fn start_foreground(p: &Prepared) -> std::io::Result<process::Spawned> {
     #[cfg(target_env = "gnu")]
-    if p.sandbox.is_none() {
+    if p.sandbox.is_none() && p.limits.is_none() {
         let spawned = process::spawn_posix(&p.command, &p.cwd, &p.config.command_env())?;
         host::janitor_send('+', spawned.pid as u32);
         return Ok(spawned);
@@ -244,6 +270,11 @@ async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
     )
     .await;
     let captured = sink.finish();
+    let exceeded = p.limits.as_ref().and_then(|limits| {
+        let signal = outcome.status.and_then(|s| s.signal());
+        let failed = !outcome.status.is_some_and(|s| s.success());
+        limits.diagnose(Counters::default(), signal, failed, &captured.stderr)
+    });
 
     let headline = match outcome.stopped {
         None => format!(
@@ -288,12 +319,20 @@ async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
         );
     }
     notes.extend(captured.notes());
-    let text = render(
+    let mut text = render(
         &headline,
         &notes,
         &captured,
         &describe_status(outcome.status),
     );
+    if let (Some(exceeded), Some(limits)) = (exceeded, &p.limits) {
+        // First, so it is what the model reads before the output that shows the symptom.
+        text.insert_str(
+            0,
+            &format!("{}\n", limits.limits().message(exceeded, "the command")),
+        );
+        return Err(anyhow!(text));
+    }
     match outcome.stopped {
         None => Ok(Value::String(text)),
         Some(_) => Err(anyhow!(text)),

@@ -13,15 +13,12 @@
 //! on the janitor alone.)
 //!
 //! **Why a janitor.** `PR_SET_PDEATHSIG` reaches only the process we forked (bash), not the
-//! processes bash starts. So the first command also starts a tiny script (bash and awk), the
-//! janitor, in its own process group, that reads "+ID"/"-ID" lines (a session being started
-//! / fully stopped) from a pipe whose write end only toolbox holds. When toolbox dies,
-//! however it dies, the pipe reaches end-of-file and the janitor kills the process group and
-//! every process of each session still registered, then exits.
+//! processes bash starts. Every command's session is therefore registered with toolbox's
+//! janitor (`toolbox_core::containment`), a small process that kills the process group and
+//! every process of each session still registered when toolbox dies, however it dies. In
+//! cgroup mode the janitor also kills toolbox's whole cgroup, which holds every command.
 
-use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -102,164 +99,13 @@ pub fn reap_later(pid: i32) {
     });
 }
 
-/// The write end of the janitor's pipe; `None` if the janitor could not be started.
-static JANITOR: OnceLock<Option<std::io::PipeWriter>> = OnceLock::new();
-
-/// Tells the janitor a session started (`+`) or is fully stopped (`-`).
+/// Tells toolbox's janitor (see `toolbox_core::containment`) that a command's session
+/// started (`+`) or is fully stopped (`-`): if toolbox dies in between, the janitor kills the
+/// process group and every process of the session.
 pub fn janitor_send(op: char, id: u32) {
-    let Some(writer) = JANITOR.get_or_init(start_janitor) else {
-        return;
-    };
-    // One short line is below PIPE_BUF, so concurrent writes never interleave.
-    let line = format!("{op}{id}\n");
-    if let Err(e) = (&*writer).write_all(line.as_bytes()) {
-        // Once is enough: the janitor does not come back.
-        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::warn!(target: "toolbox", error = %e, "cannot reach the shell janitor; commands left running by a crashed toolbox will not be cleaned up");
-        }
-    }
-}
-
-/// The janitor script. It ignores the signals a terminal sends, so Ctrl-C on toolbox does
-/// not take it down before it has done its job.
-const JANITOR_SCRIPT: &str = r#"
-trap '' INT TERM HUP QUIT PIPE
-declare -A live=()
-if command -v awk >/dev/null; then
-  # awk keeps the set of live sessions: it reads the pipe in blocks (bash's `read` makes a
-  # system call per byte) and prints what is still registered at end-of-file.
-  for id in $(awk '/^\+/ { live[substr($0, 2)] = 1 } /^-/ { delete live[substr($0, 2)] } END { for (id in live) print id }'); do
-    live[$id]=1
-  done
-else
-  while IFS= read -r line; do
-    case $line in
-      +*) live[${line#+}]=1 ;;
-      -*) unset "live[${line#-}]" ;;
-    esac
-  done
-fi
-(( ${#live[@]} )) || exit 0
-# toolbox is gone: kill every process group it left behind ...
-for id in "${!live[@]}"; do
-  kill -KILL -- "-$id" 2>/dev/null
-done
-# ... and anything that moved to another process group of the same session.
-for stat in /proc/[0-9]*/stat; do
-  s=$(<"$stat") 2>/dev/null || continue
-  # After the command name: state ppid pgrp session ...
-  read -r _ _ _ sid _ <<< "${s##*) }"
-  [[ -n ${live[$sid]:-} ]] && kill -KILL "${stat//[!0-9]/}" 2>/dev/null
-done
-exit 0
-"#;
-
-fn start_janitor() -> Option<std::io::PipeWriter> {
-    let started = (|| -> std::io::Result<std::io::PipeWriter> {
-        // Both ends are close-on-exec: no command we start inherits the write end, so only
-        // this process keeps the janitor waiting.
-        let (reader, writer) = std::io::pipe()?;
-        let mut janitor = Command::new("bash");
-        janitor
-            .args(["--noprofile", "--norc", "-c", JANITOR_SCRIPT])
-            .env_clear()
-            .stdin(Stdio::from(reader))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
-        // The janitor is never waited for: it exits when toolbox does.
-        let _child = janitor.spawn()?;
-        Ok(writer)
-    })();
-    match started {
-        Ok(writer) => Some(writer),
-        Err(e) => {
-            tracing::warn!(target: "toolbox", error = %e, "cannot start the shell janitor; commands left running by a crashed toolbox will not be cleaned up");
-            None
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_janitor_script_is_valid_bash() {
-        let out = Command::new("bash")
-            .args(["-n", "-c", JANITOR_SCRIPT])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    #[test]
-    fn the_janitor_kills_registered_sessions_when_its_pipe_closes() {
-        // Run a private janitor (not the process-wide one) and close its pipe ourselves.
-        let (reader, mut writer) = std::io::pipe().unwrap();
-        let mut janitor = Command::new("bash")
-            .args(["-c", JANITOR_SCRIPT])
-            .stdin(Stdio::from(reader))
-            .spawn()
-            .unwrap();
-        let mut victim = Command::new("sleep");
-        victim.arg("300").process_group(0);
-        let mut victim = victim.spawn().unwrap();
-        let mut spared = Command::new("sleep");
-        spared.arg("300").process_group(0);
-        let mut spared = spared.spawn().unwrap();
-        // A session whose member moved to a process group of its own.
-        let mut leader = Command::new("setsid")
-            .args([
-                "bash",
-                "-c",
-                // With job control on, bash puts the background job in a process group of
-                // its own (no interpreter start-up to wait for, unlike a pyenv shim).
-                "set -m; sleep 300 & echo $!; wait",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let mover: i32 = line.trim().parse().unwrap();
-        // The job is in its own group, not the leader's: only the session sweep can reach it.
-        let pgid = unsafe { libc::getpgid(mover) };
-        assert_eq!(pgid, mover, "the job did not get a group of its own");
-        writeln!(writer, "+{}", leader.id()).unwrap();
-        writeln!(writer, "+{}", victim.id()).unwrap();
-        writeln!(writer, "+{}", spared.id()).unwrap();
-        writeln!(writer, "-{}", spared.id()).unwrap();
-        drop(writer);
-        janitor.wait().unwrap();
-        let status = victim.wait().unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(9)
-        );
-        leader.wait().unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while crate::process::process_alive(mover) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the session sweep missed {mover}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert!(
-            spared.try_wait().unwrap().is_none(),
-            "an unregistered group was killed"
-        );
-        spared.kill().unwrap();
-        spared.wait().unwrap();
+    let containment = toolbox_core::containment::ensure();
+    match op {
+        '+' => containment.register_group(id as i32),
+        _ => containment.unregister_group(id as i32),
     }
 }

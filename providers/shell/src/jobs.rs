@@ -8,6 +8,7 @@
 //! every job's process group (and session), and a dying toolbox takes them along through
 //! `PR_SET_PDEATHSIG` and the janitor.
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use tokio::sync::Notify;
+use toolbox_core::limits::Counters;
 use toolbox_core::{Args, CancellationToken, OutputStream, ToolContext, ToolInfo, ToolRisk};
 
 use crate::capture::Unread;
@@ -153,6 +155,8 @@ struct End {
     stopped: Option<Stop>,
     elapsed: Duration,
     pipes_left_open: bool,
+    /// The `[limits]` message, when the job ran into a limit.
+    limit: Option<String>,
 }
 
 impl Job {
@@ -191,6 +195,10 @@ impl Job {
         };
         // The command itself is in the start message; repeating it on every poll is noise.
         let mut out = format!("{status}\n");
+        if let Some(limit) = state.end.as_ref().and_then(|e| e.limit.as_ref()) {
+            out.push_str(limit);
+            out.push('\n');
+        }
         if let Some(end) = &state.end {
             if end.pipes_left_open {
                 out.push_str(
@@ -242,10 +250,20 @@ impl Job {
     }
 }
 
-struct JobSink(Arc<Job>);
+/// The job's output goes to its unread buffers; the last bytes of stderr are also kept
+/// here, to tell afterwards whether the job ran into a `[limits]` limit.
+struct JobSink(Arc<Job>, Vec<u8>);
+
+/// Bytes of stderr kept for that.
+const STDERR_TAIL: usize = 4096;
 
 impl OutputSink for JobSink {
     fn push(&mut self, stream: OutputStream, bytes: &[u8]) {
+        if stream == OutputStream::Stderr {
+            self.1.extend_from_slice(bytes);
+            let excess = self.1.len().saturating_sub(STDERR_TAIL);
+            self.1.drain(..excess);
+        }
         {
             let mut state = self.0.lock();
             match stream {
@@ -301,6 +319,8 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
     }
     let deadline = p.timeout_given.then(|| started + p.timeout);
     let grace = p.config.kill_grace;
+    // Held until the job ends: dropping it removes the job's limit cgroup.
+    let limits = p.limits.clone();
     let host = host::handle()?;
     let supervised = job.clone();
     host.spawn(async move {
@@ -313,13 +333,21 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
                     Stop::Killed
                 };
                 tokio::pin!(stop);
-                let mut sink = JobSink(job.clone());
+                let mut sink = JobSink(job.clone(), Vec::new());
                 let o = process::supervise(running, &mut sink, deadline, stop, grace).await;
+                let limit = limits.as_ref().and_then(|l| {
+                    let signal = o.status.and_then(|s| s.signal());
+                    let failed = !o.status.is_some_and(|s| s.success());
+                    let stderr = String::from_utf8_lossy(&sink.1);
+                    l.diagnose(Counters::default(), signal, failed, &stderr)
+                        .map(|e| l.limits().message(e, "the job"))
+                });
                 End {
                     status: o.status,
                     stopped: o.stopped,
                     elapsed: o.elapsed,
                     pipes_left_open: o.pipes_left_open,
+                    limit,
                 }
             }
             // The Running was dropped inside with_group, which killed and reaped the command.
@@ -333,6 +361,7 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
                     stopped: Some(Stop::Killed),
                     elapsed: started.elapsed(),
                     pipes_left_open: false,
+                    limit: None,
                 }
             }
         };

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::unix::pipe;
+use toolbox_core::limits::PreparedLimits;
 use toolbox_core::OutputStream;
 
 use crate::host;
@@ -44,15 +45,17 @@ const SWEEP_AFTER: Duration = Duration::from_millis(100);
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Builds `bash -c COMMAND` with its own session, stdin from /dev/null, piped stdout and
-/// stderr, the given environment, death with toolbox, and the sandbox if one is given.
+/// stderr, the given environment, death with toolbox, the `[limits]` if given and the sandbox
+/// if one is given.
 ///
-/// Everything that allocates (the environment, the sandbox's ruleset and filters) is built
-/// here, before the fork; the `pre_exec` hook only makes system calls, which is all that is
-/// safe in the child of a multi-threaded process.
+/// Everything that allocates (the environment, the limit cgroup, the sandbox's ruleset and
+/// filters) is built here or earlier, before the fork; the `pre_exec` hook only makes system
+/// calls, which is all that is safe in the child of a multi-threaded process.
 pub fn bash_command(
     script: &str,
     cwd: &std::path::Path,
     env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    limits: Option<Arc<PreparedLimits>>,
     sandbox: Option<Arc<PreparedSandbox>>,
 ) -> Command {
     let mut cmd = Command::new("bash");
@@ -84,6 +87,11 @@ pub fn bash_command(
             // toolbox may have died between fork and prctl; then nobody will ever send it.
             if libc::getppid() != parent {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            // Limits before the sandbox: joining the limit cgroup writes to a descriptor
+            // opened before the fork, which must happen before a new user namespace.
+            if let Some(limits) = &limits {
+                limits.apply_in_child()?;
             }
             if let Some(sandbox) = &sandbox {
                 sandbox.apply_in_child()?;
@@ -685,6 +693,11 @@ pub async fn supervise(
     run.stderr = None;
     let status = run.reap();
     wait_until_gone(run.group.pid, swept_session).await;
+    // Under a subreaper, what the command left behind was re-parented to toolbox; reap the
+    // zombies so a long-running server does not collect them.
+    if let Some(containment) = toolbox_core::containment::current() {
+        containment.reap_orphans(run.group.pid);
+    }
     Outcome {
         status,
         stopped,
@@ -779,7 +792,7 @@ mod tests {
 
     async fn run(script: &str, timeout: Option<Duration>, grace: Duration) -> (Outcome, Collect) {
         let dir = std::env::temp_dir();
-        let cmd = bash_command(script, &dir, std::env::vars_os().collect(), None);
+        let cmd = bash_command(script, &dir, std::env::vars_os().collect(), None, None);
         let spawned = host::spawn(cmd).await.unwrap();
         let running = Running::new(spawned, Instant::now()).unwrap();
         assert!(running.exit.is_pidfd(), "this kernel has pidfd");

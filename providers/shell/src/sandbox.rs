@@ -8,9 +8,21 @@
 //!
 //! If the kernel cannot enforce what the mode promises, [`PreparedSandbox::prepare`] fails
 //! and the command does not run. It never runs unsandboxed by surprise.
+//!
+//! Under `workspace-write`, toolbox's own files in the workspace — `toolbox.toml`, `.toolbox/`
+//! (except this session's scratchpad, output and input folders) and `.git/` — stay read-only,
+//! as Codex protects its own folders. Landlock cannot deny a sub-path of a tree it allows, so
+//! the child first enters a private mount namespace (as root `unshare(CLONE_NEWNS)`; otherwise
+//! with a user namespace that maps the user to itself) and bind-mounts each of them onto
+//! itself read-only. Mounting is then impossible for the command: Landlock refuses mount
+//! changes to a sandboxed process, and the seccomp filter refuses every mount system call
+//! (including `mount_setattr`, which no Landlock hook covers).
 
 use std::collections::BTreeMap;
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -41,6 +53,22 @@ pub const WRITABLE_DEVICES: &[&str] = &[
 /// controls truncation, without which `truncate -s 0 /etc/x` would still work.
 const REQUIRED_ABI: i64 = 3;
 
+/// What `workspace-write` keeps read-only in the workspace root, when it exists.
+pub const PROTECTED: &[&str] = &["toolbox.toml", ".toolbox", ".git"];
+
+/// Where a command runs, for the read-only protection of toolbox's own files.
+#[derive(Debug, Clone)]
+pub struct ProtectSpec {
+    /// The workspace root, which holds the [`PROTECTED`] names.
+    pub root: PathBuf,
+    /// Folders inside a protected one that stay writable (this session's scratchpad,
+    /// output and input folders), when they exist.
+    pub keep_writable: Vec<PathBuf>,
+    /// The command's working directory: entered again once the mounts are in place, so
+    /// that it, too, is seen through them.
+    pub cwd: PathBuf,
+}
+
 /// A sandbox ready to be switched on in a child process.
 #[derive(Debug)]
 pub struct PreparedSandbox {
@@ -48,14 +76,22 @@ pub struct PreparedSandbox {
     ruleset: OwnedFd,
     /// seccomp programs, installed in order.
     filters: Vec<BpfProgram>,
+    /// The read-only mounts of toolbox's own files (workspace-write only).
+    protection: Option<Protection>,
     summary: String,
 }
 
 impl PreparedSandbox {
     /// Builds the sandbox for `mode`. Under `workspace-write`, `writable` are the folders
     /// commands may write in (the workspace root, the scratchpad, the temp dir); missing
-    /// optional ones are skipped, a missing first one (the workspace) is an error.
-    pub fn prepare(mode: SandboxMode, network: bool, writable: &[PathBuf]) -> Result<Self> {
+    /// optional ones are skipped, a missing first one (the workspace) is an error; and
+    /// `protect` says which of toolbox's files to keep read-only.
+    pub fn prepare(
+        mode: SandboxMode,
+        network: bool,
+        writable: &[PathBuf],
+        protect: Option<&ProtectSpec>,
+    ) -> Result<Self> {
         if mode == SandboxMode::Off {
             bail!("internal error: no sandbox to prepare for mode off");
         }
@@ -66,9 +102,17 @@ impl PreparedSandbox {
         if !network {
             filters.push(network_filter()?);
         }
+        let protection = match (mode, protect) {
+            (SandboxMode::WorkspaceWrite, Some(spec)) => Some(Protection::prepare(spec)?),
+            _ => None,
+        };
         let places = if mode == SandboxMode::WorkspaceWrite {
             let shown: Vec<String> = writable.iter().map(|p| p.display().to_string()).collect();
-            format!("writes allowed only in {}", shown.join(", "))
+            let mut places = format!("writes allowed only in {}", shown.join(", "));
+            if let Some(p) = protection.as_ref().filter(|p| !p.shown.is_empty()) {
+                places.push_str(&format!(", except read-only {}", p.shown.join(", ")));
+            }
+            places
         } else {
             "no writes allowed".to_string()
         };
@@ -80,6 +124,7 @@ impl PreparedSandbox {
         Ok(PreparedSandbox {
             ruleset,
             filters,
+            protection,
             summary,
         })
     }
@@ -92,6 +137,10 @@ impl PreparedSandbox {
     /// Switches the sandbox on for the calling process. Runs in the forked child before
     /// exec, so it makes system calls only: no allocation, no locks.
     pub fn apply_in_child(&self) -> std::io::Result<()> {
+        // The mounts first: once Landlock and seccomp are on, nothing can mount any more.
+        if let Some(protection) = &self.protection {
+            protection.apply()?;
+        }
         // SAFETY: plain system calls on data that lives in this (copied) address space.
         unsafe {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -254,12 +303,275 @@ fn network_filter() -> Result<BpfProgram> {
 
 /// No escape from the process group: `setsid` and `setpgid` fail with EPERM, so stopping
 /// the group really stops everything the command started. (Our own `setsid` runs before the
-/// filter is installed.)
+/// filter is installed.) No mount changes either, so the read-only mounts of toolbox's own
+/// files stay: every mount system call fails with EPERM too.
 fn session_filter() -> Result<BpfProgram> {
     let mut rules = BTreeMap::new();
-    rules.insert(libc::SYS_setsid, vec![]);
-    rules.insert(libc::SYS_setpgid, vec![]);
+    for call in [
+        libc::SYS_setsid,
+        libc::SYS_setpgid,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+    ] {
+        rules.insert(call, vec![]);
+    }
     compile(rules, libc::EPERM)
+}
+
+/// The private mount namespace that keeps toolbox's own files read-only, prepared in the
+/// parent: every path and map is built here, [`Protection::apply`] only makes system calls.
+#[derive(Debug)]
+struct Protection {
+    /// `Some((uid_map, gid_map))`: also enter a user namespace (not root), mapping the user
+    /// and group to themselves.
+    user_ns: Option<(Vec<u8>, Vec<u8>)>,
+    keep_writable: Vec<CString>,
+    /// Paths to make read-only, with the mount flags they already have (a read-only remount
+    /// must keep nosuid, nodev, noexec and the atime flags, or a user namespace refuses it).
+    read_only: Vec<(CString, libc::c_ulong)>,
+    cwd: CString,
+    /// For the summary: `.git/`, `.toolbox/`, `toolbox.toml`.
+    shown: Vec<String>,
+}
+
+impl Protection {
+    fn prepare(spec: &ProtectSpec) -> Result<Self> {
+        let user_ns = namespace_support().map_err(|e| {
+            anyhow!(
+                "toolbox.toml, .toolbox/ and .git/ cannot be kept read-only: a private mount                  namespace is not available here ({e})"
+            )
+        })?;
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| anyhow!("{} contains a NUL byte", p.display()))
+        };
+        let mut read_only = Vec::new();
+        let mut shown = Vec::new();
+        for name in PROTECTED {
+            let path = spec.root.join(name);
+            // Follows symlinks: a link makes its target read-only (only ever stricter).
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            shown.push(if meta.is_dir() {
+                format!("{name}/")
+            } else {
+                name.to_string()
+            });
+            let path = c(&path)?;
+            let flags = mount_flags(&path);
+            read_only.push((path, flags));
+        }
+        let keep_writable = spec
+            .keep_writable
+            .iter()
+            .filter(|p| p.is_dir())
+            .map(|p| c(p))
+            .collect::<Result<Vec<_>>>()?;
+        let user_ns = user_ns.then(|| {
+            // SAFETY: getuid/getgid have no preconditions.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            (
+                format!("{uid} {uid} 1\n").into_bytes(),
+                format!("{gid} {gid} 1\n").into_bytes(),
+            )
+        });
+        Ok(Protection {
+            user_ns,
+            keep_writable,
+            read_only,
+            cwd: c(&spec.cwd)?,
+            shown,
+        })
+    }
+
+    /// In the forked child: a private mount namespace with the protected paths read-only.
+    fn apply(&self) -> std::io::Result<()> {
+        enter_namespace(self.user_ns.as_ref())?;
+        let none = std::ptr::null::<libc::c_char>();
+        // SAFETY: mount and chdir with NUL-terminated strings built before the fork.
+        unsafe {
+            // This namespace's own mounts must not propagate back to the parent's.
+            check(libc::mount(
+                none,
+                c"/".as_ptr(),
+                none,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            // Writable folders inside a protected one become mounts of their own first, so
+            // the recursive bind below carries them along, still writable.
+            for dir in &self.keep_writable {
+                check(libc::mount(
+                    dir.as_ptr(),
+                    dir.as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+            }
+            for (path, flags) in &self.read_only {
+                check(libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    none,
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    none,
+                    path.as_ptr(),
+                    none,
+                    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+                    std::ptr::null(),
+                ))?;
+            }
+            // The working directory was entered before the mounts existed, so it still
+            // points below them (a cwd inside .git/ would stay writable): enter it again.
+            check(libc::chdir(self.cwd.as_ptr()))?;
+        }
+        Ok(())
+    }
+}
+
+fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `unshare` into a new mount namespace, with a user namespace when `maps` are given (the
+/// uid and gid maps to write). System calls only: runs in a forked child.
+fn enter_namespace(maps: Option<&(Vec<u8>, Vec<u8>)>) -> std::io::Result<()> {
+    let flags = if maps.is_some() {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    } else {
+        libc::CLONE_NEWNS
+    };
+    // SAFETY: unshare with flags only.
+    check(unsafe { libc::unshare(flags) })?;
+    if let Some((uid_map, gid_map)) = maps {
+        // An unprivileged process may map only its own ids, and the gid map only after
+        // giving up setgroups.
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", uid_map)?;
+        write_proc(c"/proc/self/gid_map", gid_map)?;
+    }
+    Ok(())
+}
+
+/// Writes `data` to a /proc file with raw system calls.
+fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
+    // SAFETY: open/write/close on a NUL-terminated path and a live buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let written = libc::write(fd, data.as_ptr().cast(), data.len());
+        let error = std::io::Error::last_os_error();
+        libc::close(fd);
+        if written != data.len() as isize {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// The per-mount flags a path's mount already has, as `mount(2)` flags.
+fn mount_flags(path: &std::ffi::CStr) -> libc::c_ulong {
+    // SAFETY: statvfs fills a plain struct from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ]
+    .iter()
+    .filter(|(st_flag, _)| st.f_flag & st_flag != 0)
+    .fold(0, |acc, (_, ms)| acc | ms)
+}
+
+/// Whether a private mount namespace can be made here, asked once by trying it in a
+/// throw-away child: `Ok(false)` plainly (root), `Ok(true)` inside a user namespace, or why
+/// not.
+fn namespace_support() -> Result<bool, String> {
+    static SUPPORT: OnceLock<Result<bool, String>> = OnceLock::new();
+    SUPPORT
+        .get_or_init(|| {
+            // SAFETY: geteuid has no preconditions.
+            let root = unsafe { libc::geteuid() } == 0;
+            let mut errors = Vec::new();
+            for user_ns in [false, true] {
+                if !user_ns && !root {
+                    continue;
+                }
+                match probe_namespace(user_ns) {
+                    Ok(()) => return Ok(user_ns),
+                    Err(e) if user_ns => errors.push(format!("user namespace: {e}")),
+                    Err(e) => errors.push(format!("unshare(CLONE_NEWNS): {e}")),
+                }
+            }
+            Err(format!(
+                "{}; unprivileged user namespaces may be disabled                  (sysctl user.max_user_namespaces, kernel.apparmor_restrict_unprivileged_userns)",
+                errors.join("; ")
+            ))
+        })
+        .clone()
+}
+
+fn probe_namespace(user_ns: bool) -> std::io::Result<()> {
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let maps = user_ns.then(|| {
+        (
+            format!("{uid} {uid} 1\n").into_bytes(),
+            format!("{gid} {gid} 1\n").into_bytes(),
+        )
+    });
+    let mut probe = std::process::Command::new("bash");
+    probe
+        .args(["--noprofile", "--norc", "-c", ":"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: the hook only makes system calls on data built before the fork.
+    unsafe {
+        probe.pre_exec(move || {
+            enter_namespace(maps.as_ref())?;
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))
+        });
+    }
+    let status = probe.status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "the probe ended with {status}"
+        )))
+    }
 }
 
 /// The Landlock ABI this kernel offers (`None` when unavailable).
@@ -283,8 +595,73 @@ mod tests {
     fn filters_compile_and_off_is_refused() {
         assert!(!network_filter().unwrap().is_empty());
         assert!(!session_filter().unwrap().is_empty());
-        let e = PreparedSandbox::prepare(SandboxMode::Off, false, &[]).unwrap_err();
+        let e = PreparedSandbox::prepare(SandboxMode::Off, false, &[], None).unwrap_err();
         assert!(e.to_string().contains("mode off"));
+    }
+
+    /// Runs `script` in bash after `protection` is applied; returns stdout and stderr.
+    fn run_protected(protection: Protection, script: &str) -> (String, String) {
+        let protection = std::sync::Arc::new(protection);
+        let mut cmd = std::process::Command::new("bash");
+        cmd.args(["-c", script]);
+        let hook = protection.clone();
+        // SAFETY: apply only makes system calls on data built before the fork.
+        unsafe {
+            cmd.pre_exec(move || hook.apply());
+        }
+        let out = cmd.output().unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn protected_workspace() -> (tempfile::TempDir, ProtectSpec) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::write(root.join("toolbox.toml"), "").unwrap();
+        std::fs::create_dir_all(root.join(".toolbox/sessions/s1/scratchpad")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        let spec = ProtectSpec {
+            keep_writable: vec![root.join(".toolbox/sessions/s1/scratchpad")],
+            cwd: root.join(".git"),
+            root,
+        };
+        (dir, spec)
+    }
+
+    const PROBE_WRITES: &str = "touch x 2>/dev/null && echo cwd-writable; \
+        cd ..; echo a 2>/dev/null >> toolbox.toml && echo toml-writable; \
+        touch .toolbox/y 2>/dev/null && echo toolbox-writable; \
+        touch .toolbox/sessions/s1/scratchpad/z && echo scratch-ok; \
+        touch plain && echo plain-ok";
+
+    #[test]
+    fn protected_paths_are_read_only_and_kept_folders_writable() {
+        let (_dir, spec) = protected_workspace();
+        let protection = Protection::prepare(&spec).expect("a mount namespace here");
+        assert_eq!(protection.shown, ["toolbox.toml", ".toolbox/", ".git/"]);
+        let (out, err) = run_protected(protection, PROBE_WRITES);
+        assert_eq!(out, "scratch-ok\nplain-ok\n", "{err}");
+    }
+
+    #[test]
+    fn the_user_namespace_variant_protects_the_same() {
+        // What a non-root user gets; root can take the same path (it maps itself to itself).
+        if probe_namespace(true).is_err() {
+            eprintln!("no user namespaces here; skipped");
+            return;
+        }
+        let (_dir, spec) = protected_workspace();
+        let mut protection = Protection::prepare(&spec).expect("a mount namespace here");
+        // SAFETY: getuid/getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        protection.user_ns = Some((
+            format!("{uid} {uid} 1\n").into_bytes(),
+            format!("{gid} {gid} 1\n").into_bytes(),
+        ));
+        let (out, err) = run_protected(protection, &format!("{PROBE_WRITES}; id -u"));
+        assert_eq!(out, format!("scratch-ok\nplain-ok\n{uid}\n"), "{err}");
     }
 
     #[test]
@@ -293,6 +670,7 @@ mod tests {
             SandboxMode::WorkspaceWrite,
             false,
             &[PathBuf::from("/nonexistent/workspace")],
+            None,
         )
         .unwrap_err();
         assert!(
