@@ -2,16 +2,20 @@
 //!
 //! The listing is breadth-first so that, when it is cut at the limit, the shallow levels are
 //! complete and only the deepest one is partial. Symbolic links are shown but never
-//! followed, so a link cannot lead the listing out of the workspace. Unlike glob and grep,
-//! list shows git-ignored entries: it answers "what is on disk", like `ls`.
+//! followed, so a link cannot lead the listing out of the workspace. Like glob and grep, list
+//! honours `.gitignore` and `.ignore` (a Rust repository's `target/` is not walked); the
+//! footer counts what was left out, and `show_ignored` lists it too.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use ignore::gitignore::Gitignore;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 use toolbox_core::{Args, Dir, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
 
-use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
+use crate::{blocking, cancelled, object_schema, prop, text, walk, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__list";
 const DEFAULT_LIMIT: u64 = 1000;
@@ -26,8 +30,8 @@ pub(crate) fn info() -> ToolInfo {
          symbolic links show their target (they are not followed). depth=1 (default) lists \
          only the directory itself; up to depth=10 lists sub-folders too, one workspace-relative \
          path per line. Hidden entries (names starting with '.') are skipped unless \
-         show_hidden=true. Git-ignored files are listed (use file_manager__glob to find files \
-         while honouring .gitignore). At most `limit` entries are returned (default 1000, max \
+         show_hidden=true. Entries excluded by .gitignore or .ignore files are left out (and \
+         counted in the footer) unless show_ignored=true. At most `limit` entries are returned (default 1000, max \
          10000); the last line says how many entries were shown and whether the listing was cut.",
         object_schema(
             &[
@@ -56,6 +60,14 @@ pub(crate) fn info() -> ToolInfo {
                     ),
                 ),
                 (
+                    "show_ignored",
+                    prop(
+                        "boolean",
+                        "Also list entries excluded by .gitignore or .ignore files (default \
+                         false).",
+                    ),
+                ),
+                (
                     "limit",
                     prop(
                         "integer",
@@ -73,17 +85,29 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["path", "file_path", "depth", "show_hidden", "limit"])?;
+    a.reject_unknown(&[
+        "path",
+        "file_path",
+        "depth",
+        "show_hidden",
+        "show_ignored",
+        "limit",
+    ])?;
     let path = a
         .opt_str("path", &["file_path"])?
         .unwrap_or(".")
         .to_string();
     let depth = a.u64_in("depth", &[], 1, 1, MAX_DEPTH)? as usize;
     let show_hidden = a.bool_or("show_hidden", &[], false)?;
+    let show_ignored = a.bool_or("show_ignored", &[], false)?;
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
     let ctx = ctx.clone();
     blocking(NAME, move || {
-        list(&ctx, &path, depth, show_hidden, limit).map(Value::String)
+        let show = Show {
+            hidden: show_hidden,
+            ignored: show_ignored,
+        };
+        list(&ctx, &path, depth, show, limit).map(Value::String)
     })
     .await
 }
@@ -101,13 +125,22 @@ struct Entry {
     kind: Kind,
 }
 
-fn list(
-    ctx: &ToolContext,
-    path: &str,
-    depth: usize,
-    show_hidden: bool,
-    limit: usize,
-) -> Result<String> {
+/// Which entries a listing includes besides the ordinary ones.
+#[derive(Clone, Copy)]
+struct Show {
+    hidden: bool,
+    ignored: bool,
+}
+
+/// What a listing left out, for the footer.
+#[derive(Default)]
+struct Skipped {
+    hidden: usize,
+    ignored: usize,
+    unreadable: usize,
+}
+
+fn list(ctx: &ToolContext, path: &str, depth: usize, show: Show, limit: usize) -> Result<String> {
     let ws = &ctx.workspace;
     let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let shown = ws.show(&p);
@@ -121,14 +154,15 @@ fn list(
         other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
 
+    let (virtual_base, ignores) = walk::base_ignores(ws, &p, &top);
     let mut entries: Vec<Entry> = Vec::new();
-    let mut hidden = 0usize;
-    let mut unreadable = 0usize;
+    let mut skipped = Skipped::default();
     let mut cut = false;
-    let mut level: Vec<(Dir, PathBuf)> = vec![(top, PathBuf::new())];
+    let mut level: Vec<(Dir, PathBuf, Arc<Vec<Gitignore>>)> =
+        vec![(top, PathBuf::new(), Arc::new(ignores))];
     'levels: for current_depth in 1..=depth {
         let mut next_level = Vec::new();
-        for (folder, rel) in &level {
+        for (folder, rel, rules) in &level {
             if ctx.cancel.is_cancelled() {
                 return Err(cancelled(NAME));
             }
@@ -138,20 +172,25 @@ fn list(
                     return Err(anyhow!("{NAME}: cannot read {shown}: {e}"));
                 }
                 Err(_) => {
-                    unreadable += 1;
+                    skipped.unreadable += 1;
                     continue;
                 }
             };
             for child in children {
-                if !show_hidden && child.name.as_encoded_bytes().starts_with(b".") {
-                    hidden += 1;
+                if !show.hidden && child.name.as_encoded_bytes().starts_with(b".") {
+                    skipped.hidden += 1;
+                    continue;
+                }
+                let child_rel = rel.join(&child.name);
+                let is_dir = child.kind == EntryKind::Dir;
+                if !show.ignored && walk::ignored(rules, &virtual_base.join(&child_rel), is_dir) {
+                    skipped.ignored += 1;
                     continue;
                 }
                 if entries.len() == limit {
                     cut = true;
                     break 'levels;
                 }
-                let child_rel = rel.join(&child.name);
                 let kind = match child.kind {
                     EntryKind::Symlink => Kind::Link(
                         folder
@@ -161,8 +200,15 @@ fn list(
                     EntryKind::Dir => {
                         if current_depth < depth {
                             match folder.open_dir(&child.name) {
-                                Ok(d) => next_level.push((d, child_rel.clone())),
-                                Err(_) => unreadable += 1,
+                                Ok(d) => {
+                                    let rules = walk::child_ignores(
+                                        rules,
+                                        &d,
+                                        &virtual_base.join(&child_rel),
+                                    );
+                                    next_level.push((d, child_rel.clone(), rules));
+                                }
+                                Err(_) => skipped.unreadable += 1,
                             }
                         }
                         Kind::Dir
@@ -181,9 +227,7 @@ fn list(
         level = next_level;
     }
     entries.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(render(
-        &shown, &entries, depth, cut, limit, hidden, unreadable,
-    ))
+    Ok(render(&shown, &entries, depth, cut, limit, &skipped))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -193,9 +237,13 @@ fn render(
     depth: usize,
     cut: bool,
     limit: usize,
-    hidden: usize,
-    unreadable: usize,
+    skipped: &Skipped,
 ) -> String {
+    let Skipped {
+        hidden,
+        ignored,
+        unreadable,
+    } = *skipped;
     let label = if shown == "." {
         "the workspace root".to_string()
     } else {
@@ -262,6 +310,12 @@ fn render(
         }
         out.push(']');
     }
+    if ignored > 0 {
+        out.push_str(&format!(
+            "\n[{ignored} {} excluded by .gitignore/.ignore not shown; set show_ignored=true to see them]",
+            if ignored == 1 { "entry" } else { "entries" }
+        ));
+    }
     if hidden > 0 {
         out.push_str(&format!(
             "\n[{hidden} hidden {} not shown; set show_hidden=true to see them]",
@@ -280,6 +334,49 @@ fn render(
 mod tests {
     use crate::test_support::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn ignored_entries_are_left_out_and_counted() {
+        let (_d, ctx) = setup(super::NAME);
+        put(&ctx, ".gitignore", "target/\n*.log\n");
+        put(&ctx, "Cargo.toml", "");
+        put(&ctx, "src/main.rs", "");
+        put(&ctx, "src/debug.log", "");
+        put(&ctx, "target/debug/app", "");
+        put(&ctx, "src/gen/.gitignore", "*.rs\n");
+        put(&ctx, "src/gen/out.rs", "");
+        let out = call(&ctx, super::NAME, json!({"path": ".", "depth": 3}))
+            .await
+            .unwrap();
+        assert!(!out.contains("target"), "{out}");
+        assert!(!out.contains("debug.log"), "{out}");
+        assert!(
+            !out.contains("out.rs"),
+            "a nested .gitignore applies: {out}"
+        );
+        assert!(out.contains("src/main.rs"), "{out}");
+        assert!(
+            out.contains(
+                "[3 entries excluded by .gitignore/.ignore not shown; set show_ignored=true to see them]"
+            ),
+            "{out}"
+        );
+        let out = call(
+            &ctx,
+            super::NAME,
+            json!({"path": ".", "depth": 3, "show_ignored": true}),
+        )
+        .await
+        .unwrap();
+        assert!(out.contains("target/debug/app"), "{out}");
+        assert!(out.contains("src/gen/out.rs"), "{out}");
+        assert!(!out.contains("excluded by"), "{out}");
+        // Listing inside an ignored folder by name shows it, like ripgrep searching it.
+        let out = call(&ctx, super::NAME, json!({"path": "target"}))
+            .await
+            .unwrap();
+        assert!(out.contains("target/debug/"), "{out}");
+    }
 
     #[tokio::test]
     async fn depth_one_lists_sorted_entries_with_sizes() {

@@ -92,12 +92,7 @@ pub(crate) struct Walk {
 /// Opens `base` (which must be a folder) and prepares the walk.
 pub(crate) fn gitignore_walk(ws: &Workspace, base: &WsPath) -> Result<Walk, PathError> {
     let dir = Arc::new(ws.open_dir(base)?);
-    let virtual_base = Path::new("/").join(ws.show(base));
-    let mut ignores = ancestor_ignores(ws, base);
-    let own = read_ignores(&dir, &virtual_base);
-    if let Some(own) = own {
-        ignores.insert(0, own);
-    }
+    let (virtual_base, ignores) = base_ignores(ws, base, &dir);
     let entries = dir.entries().map_err(|e| PathError::Io {
         path: base.given().to_string(),
         source: e,
@@ -141,15 +136,8 @@ impl Iterator for Walk {
                 }) {
                     Ok((child, entries)) => {
                         let child = Arc::new(child);
-                        let ignores = match read_ignores(&child, &self.virtual_base.join(&rel)) {
-                            Some(own) => {
-                                let mut v = Vec::with_capacity(frame.ignores.len() + 1);
-                                v.push(own);
-                                v.extend(frame.ignores.iter().cloned());
-                                Arc::new(v)
-                            }
-                            None => frame.ignores.clone(),
-                        };
+                        let ignores =
+                            child_ignores(&frame.ignores, &child, &self.virtual_base.join(&rel));
                         self.stack.push(Frame {
                             dir: child,
                             rel: rel.clone(),
@@ -170,7 +158,37 @@ impl Iterator for Walk {
     }
 }
 
-fn ignored(ignores: &[Gitignore], path: &Path, is_dir: bool) -> bool {
+/// The ignore rules in force in the folder `base` (held open as `dir`): its own and those of
+/// the folders above it up to the workspace root, deepest first; and the made-up absolute
+/// path the rules match against.
+pub(crate) fn base_ignores(ws: &Workspace, base: &WsPath, dir: &Dir) -> (PathBuf, Vec<Gitignore>) {
+    let virtual_base = Path::new("/").join(ws.show(base));
+    let mut ignores = ancestor_ignores(ws, base);
+    if let Some(own) = read_ignores(dir, &virtual_base) {
+        ignores.insert(0, own);
+    }
+    (virtual_base, ignores)
+}
+
+/// The rules of a child folder prepended to its parent's (`None` when it has none of its own).
+pub(crate) fn child_ignores(
+    parent: &Arc<Vec<Gitignore>>,
+    child: &Dir,
+    virtual_path: &Path,
+) -> Arc<Vec<Gitignore>> {
+    match read_ignores(child, virtual_path) {
+        Some(own) => {
+            let mut v = Vec::with_capacity(parent.len() + 1);
+            v.push(own);
+            v.extend(parent.iter().cloned());
+            Arc::new(v)
+        }
+        None => parent.clone(),
+    }
+}
+
+/// Whether the rules (deepest first) ignore `path`.
+pub(crate) fn ignored(ignores: &[Gitignore], path: &Path, is_dir: bool) -> bool {
     for gi in ignores {
         match gi.matched(path, is_dir) {
             Match::Ignore(_) => return true,
