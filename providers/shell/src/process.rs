@@ -113,38 +113,10 @@ pub fn signal_group(pgid: i32, signal: i32) {
     }
 }
 
-/// One line of `/proc/<pid>/stat`, the fields that matter here.
-struct ProcStat {
-    pid: i32,
-    /// `Z` for a zombie: dead, waiting to be reaped.
-    state: char,
-    pgrp: i32,
-    session: i32,
-}
-
-/// Every process on the system, as far as `/proc` shows it at this moment.
-fn processes() -> impl Iterator<Item = ProcStat> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the command name, which may itself contain spaces and parentheses:
-            // state ppid pgrp session ...
-            let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
-            let state = rest.next()?.chars().next()?;
-            let _ppid = rest.next()?;
-            let pgrp = rest.next()?.parse().ok()?;
-            let session = rest.next()?.parse().ok()?;
-            Some(ProcStat {
-                pid,
-                state,
-                pgrp,
-                session,
-            })
-        })
+/// Every process on the system, as far as `/proc` shows it at this moment (core's one
+/// `/proc` reader).
+fn processes() -> impl Iterator<Item = toolbox_core::containment::ProcStat> {
+    toolbox_core::containment::processes().into_iter()
 }
 
 /// Sends `signal` to every process whose session is `sid` (found by reading `/proc`), to
