@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "system packages the tests use"
+# ripgrep: a test checks that file_manager__grep searches exactly the files rg searches.
+if ! command -v rg >/dev/null; then
+  if ! apt-get install -y -q ripgrep >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q ripgrep >/dev/null
+  fi
+fi
+rg --version | head -n 1
+
 step "python test environment (target/test-venv)"
 PY=${PYTHON:-python3}
 VENV=target/test-venv

@@ -196,3 +196,91 @@ async fn a_huge_glob_is_a_clear_error_not_a_panic() {
     assert_eq!(info.status, CallStatus::Done, "{}", info.result);
     assert!(info.result.contains("a.txt"), "{}", info.result);
 }
+
+/// grep searches exactly the files ripgrep searches (with `--no-require-git`, since toolbox
+/// honours .gitignore outside git repositories), in path order, over a tree with nested
+/// ignore files, negations, hidden folders and binary files: the parallel walk changes speed,
+/// not semantics. Needs `rg` (scripts/test.sh installs ripgrep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_searches_the_files_ripgrep_searches() {
+    let (dir, exec) = executor(PermissionMode::ReadOnly);
+    let root = dir.path();
+    let files: &[(&str, &[u8])] = &[
+        (".gitignore", b"*.log\nbuild/\n!keep.log\n"),
+        ("src/.ignore", b"generated.rs\n"),
+        ("src/lib.rs", b"fn needle() {}\n"),
+        ("src/generated.rs", b"needle\n"),
+        ("src/deep/a/b/c.rs", b"// needle\n"),
+        ("src/deep/.hidden.rs", b"needle\n"),
+        (".secret/x.rs", b"needle\n"),
+        ("build/out.rs", b"needle\n"),
+        ("app.log", b"needle\n"),
+        ("keep.log", b"needle\n"),
+        ("data.bin", b"needle\0binary\n"),
+        ("docs/guide.md", b"a needle in docs\nand another needle\n"),
+        ("docs/nested/.gitignore", b"*.md\n!README.md\n"),
+        ("docs/nested/x.md", b"needle\n"),
+        ("docs/nested/README.md", b"needle\n"),
+        ("z/last.txt", b"needle\n"),
+    ];
+    for (path, content) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    for i in 0..200 {
+        std::fs::write(root.join(format!("z/many-{i:03}.txt")), "needle\n").unwrap();
+    }
+    let rg = std::process::Command::new("rg")
+        .args(["-l", "--no-require-git", "--no-config", "needle", "."])
+        .current_dir(root)
+        .output()
+        .expect("rg (ripgrep) must be installed: scripts/test.sh installs it");
+    let mut want: Vec<String> = String::from_utf8(rg.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim_start_matches("./").to_string())
+        .collect();
+    want.sort();
+    assert!(want.len() > 200, "{want:?}");
+    let info = call(
+        &exec,
+        "file_manager__grep",
+        json!({"pattern": "needle", "max_results": 5000}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    let paths: Vec<String> = info
+        .result
+        .lines()
+        .map(|l| l.split(':').next().unwrap().to_string())
+        .collect();
+    let mut got = paths.clone();
+    got.dedup();
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(got, sorted, "results are in path order");
+    assert_eq!(got, want, "toolbox and rg searched different files");
+    // Capped: the first lines in path order, the same on every run.
+    for _ in 0..3 {
+        let info = call(
+            &exec,
+            "file_manager__grep",
+            json!({"pattern": "needle", "max_results": 7}),
+        )
+        .await;
+        let lines: Vec<&str> = info.result.lines().collect();
+        assert_eq!(lines.len(), 8, "{}", info.result);
+        let first: Vec<String> = paths.iter().take(7).cloned().collect();
+        let shown: Vec<String> = lines[..7]
+            .iter()
+            .map(|l| l.split(':').next().unwrap().to_string())
+            .collect();
+        assert_eq!(shown, first);
+        assert!(
+            lines[7].starts_with("[results capped at 7"),
+            "{}",
+            info.result
+        );
+    }
+}

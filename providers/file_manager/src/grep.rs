@@ -5,14 +5,15 @@
 //! [`crate::walk`]). A file with a NUL byte is treated as binary and skipped entirely, even if
 //! a match was seen before the NUL.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 use globset::GlobMatcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde_json::Value;
-use toolbox_core::{Args, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk, WsPath};
 
 use crate::{blocking, cancelled, glob, object_schema, prop, text, walk, TOOLSET};
 
@@ -153,10 +154,7 @@ fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
     let ws = &ctx.workspace;
     let base = ws.locate(&q.path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let shown = ws.show(&base);
-    let mut searcher = SearcherBuilder::new()
-        .binary_detection(BinaryDetection::quit(b'\x00'))
-        .line_number(true)
-        .build();
+    let mut searcher = new_searcher();
     let mut lines: Vec<String> = Vec::new();
     let mut capped = false;
     let not_found = || anyhow!("{NAME}: {shown} does not exist");
@@ -194,40 +192,135 @@ fn grep(ctx: &ToolContext, q: &Query) -> Result<String> {
         return Ok(finish(q, &shown, lines, capped));
     };
 
-    for entry in walk {
-        if ctx.cancel.is_cancelled() {
-            return Err(cancelled(NAME));
-        }
-        if !matches!(entry.kind, EntryKind::File | EntryKind::Symlink)
-            || !wanted(&q.filter, &entry.rel)
-        {
-            continue;
-        }
-        // Opened through the held folder (a file) or beneath the root (a link): what is
-        // read is inside the workspace, whatever was swapped meanwhile.
-        let Ok(file) = entry.open(ws, &base) else {
-            continue;
-        };
-        let remaining = q.max_results - lines.len();
-        let mut sink = FileMatches {
-            want: remaining + 1,
-            found: Vec::new(),
-            binary: false,
-        };
-        // Unreadable files are skipped rather than failing the whole search.
-        if searcher.search_file(&q.matcher, &file, &mut sink).is_err() || sink.binary {
-            continue;
-        }
-        let display = entry.shown(&shown);
-        for (line_no, text) in sink.found.iter().take(remaining) {
-            lines.push(format!("{display}:{line_no}:{text}"));
-        }
-        if sink.found.len() > remaining {
-            capped = true;
-            break;
+    let (lines, capped) = search_tree(ctx, q, &base, &shown, walk)?;
+    Ok(finish(q, &shown, lines, capped))
+}
+
+/// How many threads walk and search at once: the machine's cores, at most 8.
+fn search_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+}
+
+/// The matches found so far, by file path in walk order, pruned to the first ones: only as
+/// many files are kept as it takes to hold `cap` matches.
+struct Collected {
+    files: BTreeMap<PathBuf, Vec<(u64, String)>>,
+    matches: usize,
+    cap: usize,
+}
+
+impl Collected {
+    /// Whether a file at `rel` could still contribute (it sorts before the last file kept,
+    /// or fewer than `cap` matches are known).
+    fn wants(&self, rel: &Path) -> bool {
+        self.matches < self.cap || self.files.keys().next_back().is_some_and(|last| rel < last)
+    }
+
+    fn add(&mut self, rel: PathBuf, found: Vec<(u64, String)>) {
+        self.matches += found.len();
+        self.files.insert(rel, found);
+        // Drop files at the end that are not needed to reach `cap` matches.
+        while let Some(last) = self.files.last_key_value().map(|(_, v)| v.len()) {
+            if self.matches - last >= self.cap {
+                self.files.pop_last();
+                self.matches -= last;
+            } else {
+                break;
+            }
         }
     }
-    Ok(finish(q, &shown, lines, capped))
+}
+
+/// Searches every file below the base on several threads, like ripgrep: the walk itself is
+/// parallel (every folder still opened by descriptor without following links) and each file
+/// is searched by the thread that found it, through the folder descriptor that listed it.
+/// Results are put back in path order and cut at `max_results`, so the output is exactly
+/// what a sequential search gives; a file that sorts after enough matches is not searched.
+fn search_tree(
+    ctx: &ToolContext,
+    q: &Query,
+    base: &WsPath,
+    shown: &str,
+    walk: walk::Walk,
+) -> Result<(Vec<String>, bool)> {
+    use std::cell::RefCell;
+    use std::sync::Mutex;
+
+    thread_local! {
+        static SEARCHER: RefCell<Searcher> = RefCell::new(new_searcher());
+    }
+    let ws = &ctx.workspace;
+    // One match more than shown tells whether the result was capped.
+    let collected = Mutex::new(Collected {
+        files: BTreeMap::new(),
+        matches: 0,
+        cap: q.max_results + 1,
+    });
+    let lock = || collected.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = || ctx.cancel.is_cancelled();
+    walk.run_parallel(search_threads(), &stop, |entry| {
+        if !matches!(entry.kind, EntryKind::File | EntryKind::Symlink)
+            || !wanted(&q.filter, &entry.rel)
+            || !lock().wants(&entry.rel)
+        {
+            return;
+        }
+        let found = SEARCHER.with(|s| search_entry(&mut s.borrow_mut(), q, ws, base, &entry));
+        if let Some(found) = found {
+            lock().add(entry.rel, found);
+        }
+    });
+    if ctx.cancel.is_cancelled() {
+        return Err(cancelled(NAME));
+    }
+    let collected = collected.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut lines: Vec<String> = Vec::new();
+    for (rel, found) in &collected.files {
+        let entry_shown = walk::shown_path(shown, rel);
+        let remaining = q.max_results - lines.len();
+        for (line_no, text) in found.iter().take(remaining) {
+            lines.push(format!("{entry_shown}:{line_no}:{text}"));
+        }
+        if found.len() > remaining {
+            return Ok((lines, true));
+        }
+    }
+    Ok((lines, false))
+}
+
+/// The searcher every file goes through: line numbers, and a NUL byte means binary.
+fn new_searcher() -> Searcher {
+    SearcherBuilder::new()
+        .binary_detection(BinaryDetection::quit(b'\x00'))
+        .line_number(true)
+        .build()
+}
+
+/// Searches one file the walk found: its matches (at most `max_results + 1`), or `None`
+/// when it has none or is not a readable text file.
+fn search_entry(
+    searcher: &mut Searcher,
+    q: &Query,
+    ws: &toolbox_core::Workspace,
+    base: &WsPath,
+    entry: &walk::WalkEntry,
+) -> Option<Vec<(u64, String)>> {
+    // Opened through the held folder (a file) or beneath the root (a link): what is read is
+    // inside the workspace, whatever was swapped meanwhile.
+    let file = entry.open(ws, base).ok()?;
+    let mut sink = FileMatches {
+        want: q.max_results + 1,
+        found: Vec::new(),
+        binary: false,
+    };
+    // Unreadable files are skipped rather than failing the whole search.
+    if searcher.search_file(&q.matcher, &file, &mut sink).is_err() || sink.binary {
+        return None;
+    }
+    (!sink.found.is_empty()).then_some(sink.found)
 }
 
 /// The result text: the match lines, or a sentence saying there were none.

@@ -62,14 +62,19 @@ impl WalkEntry {
     /// The path to show the model: relative to the workspace (session folders by their
     /// short names), with control characters escaped.
     pub fn shown(&self, base_shown: &str) -> String {
-        let rel = self.rel.to_string_lossy();
-        let full = if base_shown == "." {
-            rel.into_owned()
-        } else {
-            format!("{base_shown}/{rel}")
-        };
-        crate::text::escape_name(&full).into_owned()
+        shown_path(base_shown, &self.rel)
     }
+}
+
+/// A path below the walk's base as the model sees it (see [`WalkEntry::shown`]).
+pub(crate) fn shown_path(base_shown: &str, rel: &Path) -> String {
+    let rel = rel.to_string_lossy();
+    let full = if base_shown == "." {
+        rel.into_owned()
+    } else {
+        format!("{base_shown}/{rel}")
+    };
+    crate::text::escape_name(&full).into_owned()
 }
 
 struct Frame {
@@ -107,6 +112,95 @@ pub(crate) fn gitignore_walk(ws: &Workspace, base: &WsPath) -> Result<Walk, Path
         virtual_base,
         unreadable: 0,
     })
+}
+
+impl Walk {
+    /// Walks the same tree on `threads` threads, calling `visit` on every entry (in no
+    /// particular order) from whichever thread found it. Folders are still opened by
+    /// descriptor without following links, and ignore rules apply as in the sequential walk.
+    /// Stops early when `stop` returns true.
+    pub fn run_parallel<F>(self, threads: usize, stop: &(dyn Fn() -> bool + Sync), visit: F)
+    where
+        F: Fn(WalkEntry) + Sync,
+    {
+        use std::sync::{Condvar, Mutex};
+
+        /// Folders waiting to be read, and how many threads are reading one right now.
+        struct Queue {
+            jobs: Vec<Frame>,
+            busy: usize,
+        }
+        let virtual_base = self.virtual_base;
+        let queue = Mutex::new(Queue {
+            jobs: self.stack,
+            busy: 0,
+        });
+        let ready = Condvar::new();
+        let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
+        let work = || loop {
+            // Take a folder, or wait while others may still add some.
+            let frame = {
+                let mut q = lock();
+                loop {
+                    if stop() {
+                        q.jobs.clear();
+                    }
+                    if let Some(frame) = q.jobs.pop() {
+                        q.busy += 1;
+                        break frame;
+                    }
+                    if q.busy == 0 {
+                        ready.notify_all();
+                        return;
+                    }
+                    q = ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let mut found = Vec::new();
+            for info in frame.entries {
+                if info.name.as_encoded_bytes().starts_with(b".") {
+                    continue;
+                }
+                let rel = frame.rel.join(&info.name);
+                let is_dir = info.kind == EntryKind::Dir;
+                if ignored(&frame.ignores, &virtual_base.join(&rel), is_dir) {
+                    continue;
+                }
+                if is_dir {
+                    if let Ok((child, entries)) = frame.dir.open_dir(&info.name).and_then(|d| {
+                        let entries = d.entries()?;
+                        Ok((d, entries))
+                    }) {
+                        let child = Arc::new(child);
+                        let ignores =
+                            child_ignores(&frame.ignores, &child, &virtual_base.join(&rel));
+                        found.push(Frame {
+                            dir: child,
+                            rel: rel.clone(),
+                            entries: entries.into_iter(),
+                            ignores,
+                        });
+                    }
+                }
+                visit(WalkEntry {
+                    rel,
+                    kind: info.kind,
+                    dir: frame.dir.clone(),
+                    name: info.name,
+                });
+            }
+            let mut q = lock();
+            q.busy -= 1;
+            q.jobs.extend(found);
+            ready.notify_all();
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads.max(1) {
+                scope.spawn(work);
+            }
+            work();
+        });
+    }
 }
 
 impl Iterator for Walk {
