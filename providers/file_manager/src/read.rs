@@ -4,6 +4,7 @@
 //! first characters. The rest of the file is scanned to count its lines, so the model knows
 //! how much there is left to read.
 
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 
 use anyhow::{anyhow, Result};
@@ -73,19 +74,29 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     // Models sometimes say offset 0 for "the start"; read it as line 1.
     let offset = a.opt_u64("offset", &[])?.unwrap_or(1).max(1);
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    let ws = &ctx.workspace;
+    let p = ws.locate(&path).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let shown = ws.show(&p);
+    // Opened beneath the root by descriptor: what is read is what was checked. Opening is
+    // a couple of system calls; a small file is then read right here, because a trip to the
+    // blocking pool (two thread hand-offs) would cost more than the read itself.
+    let file = open(ws, &p, &shown)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size <= INLINE_READ_BYTES {
+        return read(ctx, file, &shown, offset, limit).map(Value::String);
+    }
     let ctx = ctx.clone();
     blocking(NAME, move || {
-        read(&ctx, &path, offset, limit).map(Value::String)
+        read(&ctx, file, &shown, offset, limit).map(Value::String)
     })
     .await
 }
 
-fn read(ctx: &ToolContext, path: &str, offset: u64, limit: u64) -> Result<String> {
-    let ws = &ctx.workspace;
-    let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
-    let shown = ws.show(&p);
-    // Opened beneath the root by descriptor: what is read is what was checked.
-    let file = ws.open_read(&p).map_err(|e| match e {
+/// Files up to this size are read on the calling task instead of the blocking pool.
+const INLINE_READ_BYTES: u64 = 64 * 1024;
+
+fn open(ws: &toolbox_core::Workspace, p: &toolbox_core::WsPath, shown: &str) -> Result<File> {
+    ws.open_read(p).map_err(|e| match e {
         _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
         PathError::Io { ref source, .. } if source.kind() == io::ErrorKind::IsADirectory => {
             anyhow!(
@@ -93,7 +104,10 @@ fn read(ctx: &ToolContext, path: &str, offset: u64, limit: u64) -> Result<String
             )
         }
         other => anyhow!("{NAME}: cannot read {shown}: {other}"),
-    })?;
+    })
+}
+
+fn read(ctx: &ToolContext, file: File, shown: &str, offset: u64, limit: u64) -> Result<String> {
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let binary = || {
         anyhow!(
