@@ -6,8 +6,10 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 /// Untrusted tool arguments with errors that name the tool and the argument.
 ///
 /// Every accessor takes the canonical argument name and the documented aliases, e.g.
-/// `args.str("code", &["content"])`. A JSON `null` counts as absent. Models often quote
-/// numbers and booleans, so `"10"` is accepted for an integer and `"true"` for a boolean.
+/// `args.str("code", &["content"])`. A JSON `null` counts as absent in every accessor, so a
+/// strict-mode client (which must send every property, `null` for the ones it leaves out)
+/// gets the same call as one that omits them. Models often quote numbers and booleans, so
+/// `"10"` is accepted for an integer and `"true"` for a boolean.
 #[derive(Debug, Clone, Copy)]
 pub struct Args<'a> {
     tool: &'a str,
@@ -79,6 +81,15 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// An optional string where an empty or blank string also means absent: paths, ids and
+    /// choices, for which `""` can only mean "not given". Clients that make every property
+    /// required without allowing `null` send `""` for the ones they leave out.
+    pub fn opt_nonempty_str(&self, name: &str, aliases: &[&str]) -> Result<Option<&'a str>> {
+        Ok(self
+            .opt_str(name, aliases)?
+            .filter(|s| !s.trim().is_empty()))
+    }
+
     pub fn opt_bool(&self, name: &str, aliases: &[&str]) -> Result<Option<bool>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
@@ -111,6 +122,24 @@ impl<'a> Args<'a> {
                 parsed
                     .map(Some)
                     .ok_or_else(|| self.wrong(key, "a non-negative integer", value))
+            }
+        }
+    }
+
+    /// A finite number (an integer, a fraction, or either quoted).
+    pub fn opt_f64(&self, name: &str, aliases: &[&str]) -> Result<Option<f64>> {
+        match self.lookup(name, aliases) {
+            None => Ok(None),
+            Some((key, value)) => {
+                let parsed = match value {
+                    Value::Number(n) => n.as_f64(),
+                    Value::String(s) => s.trim().parse::<f64>().ok(),
+                    _ => None,
+                };
+                parsed
+                    .filter(|f| f.is_finite())
+                    .map(Some)
+                    .ok_or_else(|| self.wrong(key, "a number", value))
             }
         }
     }
@@ -194,6 +223,55 @@ mod tests {
         let v = json!({"path": null, "file_path": "a.txt"});
         let args = Args::new("t", &v).unwrap();
         assert_eq!(args.str("path", &["file_path"]).unwrap(), "a.txt");
+    }
+
+    #[test]
+    fn null_is_absent_in_every_accessor() {
+        let v = json!({"s": null, "b": null, "n": null, "f": null, "l": null, "p": null});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(args.opt_str("s", &[]).unwrap(), None);
+        assert_eq!(args.opt_nonempty_str("p", &[]).unwrap(), None);
+        assert_eq!(args.opt_bool("b", &[]).unwrap(), None);
+        assert!(args.bool_or("b", &[], true).unwrap());
+        assert_eq!(args.opt_u64("n", &[]).unwrap(), None);
+        assert_eq!(args.u64_in("n", &[], 7, 1, 10).unwrap(), 7);
+        assert_eq!(args.opt_f64("f", &[]).unwrap(), None);
+        assert_eq!(args.opt_str_list("l", &[]).unwrap(), None);
+        assert_eq!(args.str("s", &[]).unwrap_err().to_string(), "t requires s");
+        // A null canonical name falls through to an alias that has a value.
+        let v = json!({"cwd": null, "workdir": "sub"});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(
+            args.opt_nonempty_str("cwd", &["workdir"]).unwrap(),
+            Some("sub")
+        );
+    }
+
+    #[test]
+    fn blank_strings_are_absent_where_they_can_only_mean_absent() {
+        let v = json!({"a": "", "b": "  ", "c": "x", "d": 3});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(args.opt_nonempty_str("a", &[]).unwrap(), None);
+        assert_eq!(args.opt_nonempty_str("b", &[]).unwrap(), None);
+        assert_eq!(args.opt_nonempty_str("c", &[]).unwrap(), Some("x"));
+        assert!(args.opt_nonempty_str("d", &[]).is_err());
+        // Plain strings keep the empty string: empty content is content.
+        assert_eq!(args.opt_str("a", &[]).unwrap(), Some(""));
+    }
+
+    #[test]
+    fn numbers_with_fractions() {
+        let v = json!({"a": 0.5, "b": "2.25", "c": 3, "d": "soon", "e": true});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(args.opt_f64("a", &[]).unwrap(), Some(0.5));
+        assert_eq!(args.opt_f64("b", &[]).unwrap(), Some(2.25));
+        assert_eq!(args.opt_f64("c", &[]).unwrap(), Some(3.0));
+        let e = args.opt_f64("d", &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`d` must be a number, got a string \"soon\""),
+            "{e}"
+        );
+        assert!(args.opt_f64("e", &[]).is_err());
     }
 
     #[test]

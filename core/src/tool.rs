@@ -61,6 +61,11 @@ pub struct ToolInfo {
     pub aliases: Vec<String>,
     /// Coarse groups an agent can ask for, e.g. `files`.
     pub toolsets: Vec<String>,
+    /// Whether the tool reaches beyond the workspace and this machine (the web, a remote
+    /// service): MCP's `openWorldHint`. `None` derives it from the risk, see
+    /// [`ToolInfo::open_world_hint`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
 }
 
 impl ToolInfo {
@@ -77,6 +82,7 @@ impl ToolInfo {
             risk: ToolRisk::Read,
             aliases: Vec::new(),
             toolsets: Vec::new(),
+            open_world: None,
         }
     }
 
@@ -93,5 +99,34 @@ impl ToolInfo {
     pub fn toolsets(mut self, toolsets: &[&str]) -> Self {
         self.toolsets = toolsets.iter().map(|t| t.to_string()).collect();
         self
+    }
+
+    /// Says explicitly whether the tool reaches the open world (see [`ToolInfo::open_world`]).
+    pub fn open_world(mut self, open_world: bool) -> Self {
+        self.open_world = Some(open_world);
+        self
+    }
+
+    /// The explicit hint, else one derived from the risk: code and commands can reach
+    /// anything the host can; reading and writing workspace files cannot.
+    pub fn open_world_hint(&self) -> bool {
+        self.open_world
+            .unwrap_or(matches!(self.risk, ToolRisk::Python | ToolRisk::Shell))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_world_is_derived_from_risk_unless_given() {
+        let info = |risk| ToolInfo::new("t", "d", serde_json::json!({})).risk(risk);
+        assert!(!info(ToolRisk::Read).open_world_hint());
+        assert!(!info(ToolRisk::FileWrite).open_world_hint());
+        assert!(info(ToolRisk::Python).open_world_hint());
+        assert!(info(ToolRisk::Shell).open_world_hint());
+        assert!(info(ToolRisk::Read).open_world(true).open_world_hint());
+        assert!(!info(ToolRisk::Python).open_world(false).open_world_hint());
     }
 }

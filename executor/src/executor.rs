@@ -15,7 +15,7 @@ use toolbox_core::{
 use crate::approval::ApprovalBroker;
 use crate::config::Decision;
 use crate::registry::RegisteredTool;
-use crate::schema::{self, SchemaFormat};
+use crate::schema::{self, SchemaRendering};
 use crate::spool::{self, SpoolOutcome};
 use crate::trajectory::TrajectoryWriter;
 use crate::{ApprovalDecision, ExecutorConfig, Permissions, Registry};
@@ -193,13 +193,14 @@ impl ToolExecutor {
     }
 
     /// Expands `toolsets` (all tools when `None`), hides what `permissions` deny, and renders
-    /// the rest in `format`. Pass a bare [`PermissionMode`](crate::PermissionMode) or full
-    /// [`Permissions`] with legacy flags.
+    /// the rest in `rendering`: a bare [`SchemaFormat`](crate::SchemaFormat) for its default
+    /// strictness, or `format.strict(true)`. Pass a bare
+    /// [`PermissionMode`](crate::PermissionMode) or full [`Permissions`] with legacy flags.
     pub fn resolve_agent_tool_schemas(
         &self,
         toolsets: Option<&[&str]>,
         permissions: impl Into<Permissions>,
-        format: SchemaFormat,
+        rendering: impl Into<SchemaRendering>,
     ) -> Result<Vec<Value>> {
         let permissions = permissions.into();
         let tools = match toolsets {
@@ -211,7 +212,7 @@ impl ToolExecutor {
                 .into_iter()
                 .filter(|t| permissions.visible(t.info.risk))
                 .map(|t| &t.info),
-            format,
+            rendering,
         ))
     }
 

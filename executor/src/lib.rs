@@ -11,7 +11,8 @@
 //! 6. append the call to `.toolbox/trajectories/<session>/` ([`trajectory`]) and emit
 //!    `tracing` debug events under the target `toolbox`.
 //!
-//! [`schema`] renders the visible tools for OpenAI, Anthropic and MCP clients.
+//! [`schema`] renders the visible tools for OpenAI, Anthropic and MCP clients, loose or
+//! strict ([`SchemaRendering`]).
 
 mod approval;
 mod config;
@@ -25,4 +26,4 @@ pub use approval::ApprovalDecision;
 pub use config::{user_config_path, ExecutorConfig, LoadOptions, PermissionMode, Permissions};
 pub use executor::{CallStatus, ErrorKind, ToolCallInfo, ToolExecutor, ToolRequest};
 pub use registry::{RegisteredTool, Registry};
-pub use schema::SchemaFormat;
+pub use schema::{SchemaFormat, SchemaRendering};

@@ -1,4 +1,10 @@
 //! Renders [`ToolInfo`] for the clients toolbox serves.
+//!
+//! Tools declare loose schemas: optional properties are left out of `required`. Strict
+//! clients (OpenAI's Responses API by default, Chat Completions and Anthropic with
+//! `strict: true`, openai-agents' `convert_schemas_to_strict`) need every property listed
+//! as required instead, so [`strict_schema`] makes each optional property nullable and
+//! required, and the tools read `null` as "not given" (`toolbox_core::Args`).
 
 use std::str::FromStr;
 
@@ -37,6 +43,39 @@ impl SchemaFormat {
     }
 }
 
+impl SchemaFormat {
+    /// Whether the format is rendered strict unless asked otherwise: only the Responses
+    /// API, which treats a function without `strict: false` as strict.
+    pub fn strict_by_default(self) -> bool {
+        self == SchemaFormat::OpenAiResponses
+    }
+
+    /// This format, strict or loose regardless of its default.
+    pub fn strict(self, strict: bool) -> SchemaRendering {
+        SchemaRendering {
+            format: self,
+            strict,
+        }
+    }
+}
+
+/// A format and whether its schemas are strict. A bare [`SchemaFormat`] converts to its
+/// default ([`SchemaFormat::strict_by_default`]), so `render(tools, SchemaFormat::Mcp)` and
+/// `render(tools, SchemaFormat::OpenAi.strict(true))` both work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaRendering {
+    pub format: SchemaFormat,
+    /// Every property required, optional ones nullable, `additionalProperties: false` on
+    /// every object, and `strict: true` where the format has the field.
+    pub strict: bool,
+}
+
+impl From<SchemaFormat> for SchemaRendering {
+    fn from(format: SchemaFormat) -> Self {
+        format.strict(format.strict_by_default())
+    }
+}
+
 impl FromStr for SchemaFormat {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
@@ -56,44 +95,62 @@ impl std::fmt::Display for SchemaFormat {
     }
 }
 
-/// MCP's behaviour hints, derived from the risk class.
-pub fn mcp_annotations(risk: ToolRisk) -> Value {
-    let read_only = risk == ToolRisk::Read;
+/// MCP's behaviour hints: read-only and destructive from the risk class, open-world from
+/// the tool ([`ToolInfo::open_world_hint`]).
+pub fn mcp_annotations(info: &ToolInfo) -> Value {
+    let read_only = info.risk == ToolRisk::Read;
     json!({
         "readOnlyHint": read_only,
         "destructiveHint": !read_only,
-        // Code and commands can reach anything the host can.
-        "openWorldHint": matches!(risk, ToolRisk::Python | ToolRisk::Shell),
+        "openWorldHint": info.open_world_hint(),
     })
 }
 
 /// One tool in one format.
-pub fn render_tool(info: &ToolInfo, format: SchemaFormat) -> Value {
+pub fn render_tool(info: &ToolInfo, rendering: impl Into<SchemaRendering>) -> Value {
+    let SchemaRendering { format, strict } = rendering.into();
+    let parameters = if strict {
+        strict_schema(&info.input_schema)
+    } else {
+        info.input_schema.clone()
+    };
     match format {
-        SchemaFormat::OpenAi => json!({
-            "type": "function",
-            "function": {
+        SchemaFormat::OpenAi => {
+            let mut function = json!({
                 "name": info.name,
                 "description": info.description,
-                "parameters": info.input_schema,
+                "parameters": parameters,
+            });
+            if strict {
+                function["strict"] = Value::Bool(true);
             }
-        }),
+            json!({ "type": "function", "function": function })
+        }
+        // The Responses API defaults to strict, so a loose schema has to say so.
         SchemaFormat::OpenAiResponses => json!({
             "type": "function",
             "name": info.name,
             "description": info.description,
-            "parameters": info.input_schema,
+            "parameters": parameters,
+            "strict": strict,
         }),
-        SchemaFormat::Anthropic => json!({
-            "name": info.name,
-            "description": info.description,
-            "input_schema": info.input_schema,
-        }),
+        SchemaFormat::Anthropic => {
+            let mut tool = json!({
+                "name": info.name,
+                "description": info.description,
+                "input_schema": parameters,
+            });
+            if strict {
+                tool["strict"] = Value::Bool(true);
+            }
+            tool
+        }
+        // MCP has no strict flag; the schema itself is what a strict client needs.
         SchemaFormat::Mcp => json!({
             "name": info.name,
             "description": info.description,
-            "inputSchema": info.input_schema,
-            "annotations": mcp_annotations(info.risk),
+            "inputSchema": parameters,
+            "annotations": mcp_annotations(info),
         }),
     }
 }
@@ -101,7 +158,239 @@ pub fn render_tool(info: &ToolInfo, format: SchemaFormat) -> Value {
 /// Many tools in one format, in the order given.
 pub fn render<'a>(
     tools: impl IntoIterator<Item = &'a ToolInfo>,
-    format: SchemaFormat,
+    rendering: impl Into<SchemaRendering>,
 ) -> Vec<Value> {
-    tools.into_iter().map(|t| render_tool(t, format)).collect()
+    let rendering = rendering.into();
+    tools
+        .into_iter()
+        .map(|t| render_tool(t, rendering))
+        .collect()
+}
+
+/// The strict form of a JSON Schema: in every object (the top level, nested properties,
+/// array items, `anyOf`/`oneOf` branches) every property is listed in `required`, the ones
+/// that were optional accept `null` as well, and `additionalProperties` is `false`.
+///
+/// An optional `{"type": "string"}` becomes `{"type": ["string", "null"]}`; an `enum` gains
+/// `null`; a schema without a `type` is wrapped as `anyOf: [schema, {"type": "null"}]`.
+pub fn strict_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    make_strict(&mut schema);
+    schema
+}
+
+fn make_strict(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(branches)) = map.get_mut(key) {
+            branches.iter_mut().for_each(make_strict);
+        }
+    }
+    if let Some(items) = map.get_mut("items") {
+        match items {
+            Value::Array(each) => each.iter_mut().for_each(make_strict),
+            one => make_strict(one),
+        }
+    }
+    let is_object = match map.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "object"),
+        _ => map.contains_key("properties"),
+    };
+    if !is_object {
+        return;
+    }
+    let required: Vec<String> = match map.get("required") {
+        Some(Value::Array(names)) => names
+            .iter()
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let properties = map
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let mut all = Vec::new();
+    if let Value::Object(properties) = properties {
+        for (name, property) in properties.iter_mut() {
+            make_strict(property);
+            if !required.contains(name) {
+                make_nullable(property);
+            }
+            all.push(Value::String(name.clone()));
+        }
+    }
+    // Sorted, so the output does not depend on how serde_json orders a map.
+    all.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+    map.insert("required".into(), Value::Array(all));
+    map.insert("additionalProperties".into(), Value::Bool(false));
+}
+
+/// Lets a property schema accept `null`, which the tools read as "not given".
+fn make_nullable(schema: &mut Value) {
+    let null = Value::String("null".into());
+    let Value::Object(map) = schema else {
+        return;
+    };
+    match map.get_mut("type") {
+        Some(Value::String(kind)) => {
+            if kind != "null" {
+                let kind = std::mem::take(kind);
+                map.insert("type".into(), json!([kind, "null"]));
+            }
+        }
+        Some(Value::Array(kinds)) => {
+            if !kinds.contains(&null) {
+                kinds.push(null);
+            }
+        }
+        _ => {
+            let inner = std::mem::take(map);
+            map.insert(
+                "anyOf".into(),
+                json!([Value::Object(inner), {"type": "null"}]),
+            );
+            return;
+        }
+    }
+    if let Some(Value::Array(values)) = map.get_mut("enum") {
+        if !values.contains(&Value::Null) {
+            values.push(Value::Null);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_makes_every_property_required_and_optional_ones_nullable() {
+        let loose = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "A file."},
+                "mode": {"type": "string", "enum": ["a", "b"]},
+                "depth": {"type": "integer", "minimum": 1},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                "opts": {
+                    "type": "object",
+                    "properties": {
+                        "deep": {"type": "boolean"},
+                        "name": {"type": "string"}
+                    },
+                    "required": ["name"]
+                },
+                "rows": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"x": {"type": "number"}}}
+                }
+            },
+            "required": ["path"],
+        });
+        let strict = strict_schema(&loose);
+        assert_eq!(
+            strict,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "A file."},
+                    "mode": {"type": ["string", "null"], "enum": ["a", "b", null]},
+                    "depth": {"type": ["integer", "null"], "minimum": 1},
+                    "tags": {"type": ["array", "null"], "items": {"type": "string"}},
+                    "either": {"anyOf": [
+                        {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                        {"type": "null"}
+                    ]},
+                    "opts": {
+                        "type": ["object", "null"],
+                        "properties": {
+                            "deep": {"type": ["boolean", "null"]},
+                            "name": {"type": "string"}
+                        },
+                        "required": ["deep", "name"],
+                        "additionalProperties": false
+                    },
+                    "rows": {
+                        "type": ["array", "null"],
+                        "items": {
+                            "type": "object",
+                            "properties": {"x": {"type": ["number", "null"]}},
+                            "required": ["x"],
+                            "additionalProperties": false
+                        }
+                    }
+                },
+                "required": ["depth", "either", "mode", "opts", "path", "rows", "tags"],
+                "additionalProperties": false
+            })
+        );
+        // Idempotent: a strict schema stays as it is.
+        assert_eq!(strict_schema(&strict), strict);
+    }
+
+    #[test]
+    fn an_object_without_properties_gets_empty_ones() {
+        assert_eq!(
+            strict_schema(&json!({"type": "object"})),
+            json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false})
+        );
+    }
+
+    fn tool() -> ToolInfo {
+        ToolInfo::new(
+            "t",
+            "A tool.",
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": []}),
+        )
+    }
+
+    #[test]
+    fn formats_say_strict_where_they_can() {
+        let t = tool();
+        let loose = |format: SchemaFormat| render_tool(&t, format.strict(false));
+        let strict = |format: SchemaFormat| render_tool(&t, format.strict(true));
+        assert!(loose(SchemaFormat::OpenAi)["function"]
+            .get("strict")
+            .is_none());
+        assert_eq!(strict(SchemaFormat::OpenAi)["function"]["strict"], true);
+        assert_eq!(
+            strict(SchemaFormat::OpenAi)["function"]["parameters"]["required"],
+            json!(["a"])
+        );
+        assert_eq!(loose(SchemaFormat::OpenAiResponses)["strict"], false);
+        assert_eq!(strict(SchemaFormat::OpenAiResponses)["strict"], true);
+        assert!(loose(SchemaFormat::Anthropic).get("strict").is_none());
+        assert_eq!(strict(SchemaFormat::Anthropic)["strict"], true);
+        assert!(strict(SchemaFormat::Mcp).get("strict").is_none());
+        assert_eq!(
+            strict(SchemaFormat::Mcp)["inputSchema"]["properties"]["a"]["type"],
+            json!(["string", "null"])
+        );
+        // Only the Responses API is strict by default.
+        assert_eq!(
+            render_tool(&t, SchemaFormat::OpenAiResponses)["strict"],
+            true
+        );
+        assert_eq!(
+            render_tool(&t, SchemaFormat::OpenAi)["function"]["parameters"]["required"],
+            json!([])
+        );
+    }
+
+    #[test]
+    fn open_world_hint_comes_from_the_tool() {
+        let t = tool();
+        assert_eq!(mcp_annotations(&t)["openWorldHint"], false);
+        assert_eq!(
+            mcp_annotations(&t.clone().open_world(true))["openWorldHint"],
+            true
+        );
+        let shell = tool().risk(ToolRisk::Shell);
+        assert_eq!(mcp_annotations(&shell)["openWorldHint"], true);
+        assert_eq!(mcp_annotations(&shell)["destructiveHint"], true);
+    }
 }

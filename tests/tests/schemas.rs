@@ -140,3 +140,127 @@ fn risks_modes_and_toolsets() {
         .to_string();
     assert!(err.starts_with("unknown toolset: nope (known: "), "{err}");
 }
+
+/// In a strict schema every object lists all its properties as required and allows no
+/// others; `loose` is the same schema as the tool declares it.
+fn assert_strict(name: &str, strict: &Value, loose: &Value) {
+    if let Some(items) = strict.get("items") {
+        assert_strict(name, items, &loose["items"]);
+    }
+    let Some(properties) = strict.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let mut required: Vec<&str> = strict["required"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{name}: no required list"))
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort();
+    let mut all: Vec<&str> = properties.keys().map(String::as_str).collect();
+    all.sort();
+    assert_eq!(required, all, "{name}: every property is required");
+    assert_eq!(strict["additionalProperties"], false, "{name}");
+    let loose_required = loose["required"].as_array().cloned().unwrap_or_default();
+    for (key, property) in properties {
+        let optional = !loose_required.contains(&Value::from(key.as_str()));
+        let nullable = property["type"]
+            .as_array()
+            .is_some_and(|t| t.contains(&Value::from("null")));
+        assert_eq!(
+            nullable, optional,
+            "{name}.{key}: nullable exactly when optional"
+        );
+        if let Some(values) = property["enum"].as_array() {
+            assert_eq!(values.contains(&Value::Null), optional, "{name}.{key}");
+        }
+        let valid = jsonschema::validator_for(property).unwrap();
+        assert_eq!(valid.is_valid(&Value::Null), optional, "{name}.{key}");
+        assert_strict(
+            &format!("{name}.{key}"),
+            property,
+            &loose["properties"][key],
+        );
+    }
+}
+
+#[test]
+fn strict_schemas_require_every_property_and_accept_null_for_optional_ones() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    for format in SchemaFormat::ALL {
+        let rendered = exec
+            .resolve_agent_tool_schemas(None, PermissionMode::Full, format.strict(true))
+            .unwrap();
+        assert_eq!(rendered.len(), exec.registry().tools().len());
+        for tool in &rendered {
+            let (name, schema) = match format {
+                SchemaFormat::OpenAi => {
+                    assert_eq!(tool["function"]["strict"], true);
+                    (&tool["function"]["name"], &tool["function"]["parameters"])
+                }
+                SchemaFormat::OpenAiResponses => {
+                    assert_eq!(tool["strict"], true);
+                    (&tool["name"], &tool["parameters"])
+                }
+                SchemaFormat::Anthropic => {
+                    assert_eq!(tool["strict"], true);
+                    (&tool["name"], &tool["input_schema"])
+                }
+                SchemaFormat::Mcp => (&tool["name"], &tool["inputSchema"]),
+            };
+            let name = name.as_str().unwrap();
+            if let Err(e) = jsonschema::meta::validate(schema) {
+                panic!("strict {format} schema of {name} is not valid JSON Schema: {e}");
+            }
+            let loose = &exec.registry().get(name).unwrap().info.input_schema;
+            assert_strict(name, schema, loose);
+            // All null but the required ones: what a strict client sends for "defaults".
+            let mut call = serde_json::Map::new();
+            for key in schema["properties"].as_object().unwrap().keys() {
+                call.insert(key.clone(), Value::Null);
+            }
+            let validator = jsonschema::validator_for(schema).unwrap();
+            let required_null = !loose["required"].as_array().unwrap().is_empty();
+            assert_eq!(
+                validator.is_valid(&Value::Object(call)),
+                !required_null,
+                "{name}: null is refused for required properties only"
+            );
+        }
+    }
+    // Loose unless asked, except for the Responses API, whose default is strict.
+    let responses = exec
+        .resolve_agent_tool_schemas(None, PermissionMode::Full, SchemaFormat::OpenAiResponses)
+        .unwrap();
+    assert!(responses.iter().all(|t| t["strict"] == true));
+    let loose = exec
+        .resolve_agent_tool_schemas(
+            None,
+            PermissionMode::Full,
+            SchemaFormat::OpenAiResponses.strict(false),
+        )
+        .unwrap();
+    assert!(loose.iter().all(|t| t["strict"] == false));
+    let chat = exec
+        .resolve_agent_tool_schemas(None, PermissionMode::Full, SchemaFormat::OpenAi)
+        .unwrap();
+    assert!(chat.iter().all(|t| t["function"].get("strict").is_none()));
+}
+
+#[test]
+fn open_world_hints() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let tools = exec
+        .resolve_agent_tool_schemas(None, PermissionMode::Full, SchemaFormat::Mcp)
+        .unwrap();
+    let hint = |name: &str| {
+        tools.iter().find(|t| t["name"] == name).unwrap()["annotations"]["openWorldHint"].clone()
+    };
+    // The web is the open world; a lookup in the local packages is not.
+    assert_eq!(hint("web_fetch"), true);
+    assert_eq!(hint("web_search"), true);
+    assert_eq!(hint("registry_lookup"), false);
+    assert_eq!(hint("file_manager__read"), false);
+    assert_eq!(hint("shell"), true);
+    assert_eq!(hint("run_python_code"), true);
+}

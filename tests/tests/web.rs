@@ -274,6 +274,54 @@ async fn html_becomes_markdown_with_title_and_url_first() {
     );
 }
 
+/// A documentation page: what the model reads must be the page's own text, so names,
+/// paths and URLs can be copied out of it; the structure around the text is Markdown.
+const DOCS_PAGE: &str = r#"<!doctype html><html><head><title>pandas.read_csv</title></head>
+<body><nav><a href="/">Home</a></nav><main><article>
+<h1>Reading CSV files with read_csv</h1>
+<p>WEBMARKER_MAIN: call pandas.read_csv(path, *args, **kwargs) to load a file such as
+my_data_2024.csv; the parser's __init__ runs first, and a*b columns are multiplied later.
+The source is at https://example.com/pandas/io/parsers/readers_impl.py for those who want it,
+and the file names in this paragraph must come through exactly as they are written here.</p>
+<ul><li>snake_case_names stay as written</li><li>the <em>sep_char</em> option, <strong>**not** bold</strong></li></ul>
+<table><tr><th>arg_name</th><th>type</th></tr><tr><td>index_col</td><td>int*</td></tr></table>
+<p>See <a href="/api/pandas.read_csv">the read_csv reference</a> for the rest.</p>
+<pre><code class="language-python">df = pd.read_csv("my_data_2024.csv", *args)
+
+
+print(df.__len__())</code></pre>
+</article></main><footer>Footer</footer></body></html>"#;
+
+#[tokio::test]
+async fn fetched_text_is_kept_as_written() {
+    let server = serve(|req, _| match req.path().as_str() {
+        "/docs" => Reply::new(200, "text/html; charset=utf-8", DOCS_PAGE),
+        _ => Reply::new(404, "text/plain", "no such page"),
+    });
+    let (_d, exec) = executor(allow_local());
+    let r = ok(&exec, "web_fetch", json!({"url": server.url("/docs")})).await;
+    assert!(!r.contains("no main article was found"), "{r}");
+    for want in [
+        "# Reading CSV files with read_csv\n",
+        "WEBMARKER_MAIN: call pandas.read_csv(path, *args, **kwargs) to load a file such as",
+        "my_data_2024.csv; the parser's __init__ runs first, and a*b columns are multiplied later.",
+        "The source is at https://example.com/pandas/io/parsers/readers_impl.py for those who want it,",
+        "*   snake_case_names stay as written",
+        "*   the *sep_char* option, ****not** bold**",
+        "| arg_name  | type |",
+        "| index_col | int* |",
+        &format!(
+            "See [the read_csv reference]({}) for the rest.",
+            server.url("/api/pandas.read_csv")
+        ),
+        // (Readability drops class attributes, and with them the language.)
+        "```\ndf = pd.read_csv(\"my_data_2024.csv\", *args)\n\n\nprint(df.__len__())\n```",
+    ] {
+        assert!(r.contains(want), "{want:?} in:\n{r}");
+    }
+    assert!(!r.contains('\\'), "no escapes: {r}");
+}
+
 #[tokio::test]
 async fn json_text_and_binary_responses() {
     let server = serve(site);

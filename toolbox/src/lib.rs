@@ -58,7 +58,7 @@ pub use toolbox_core as core;
 pub use toolbox_executor as executor;
 pub use toolbox_executor::{
     ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,
-    SchemaFormat, ToolCallInfo, ToolExecutor, ToolRequest,
+    SchemaFormat, SchemaRendering, ToolCallInfo, ToolExecutor, ToolRequest,
 };
 
 /// The providers compiled into this build, by registration name.

@@ -64,6 +64,13 @@ enum Command {
         format: SchemaFormat,
         #[arg(long, value_delimiter = ',')]
         toolsets: Option<Vec<String>>,
+        /// Strict schemas: every property required, optional ones nullable (null means
+        /// "not given"), and `strict: true`. The default for openai-responses.
+        #[arg(long, overrides_with = "no_strict")]
+        strict: bool,
+        /// Loose schemas (optional properties left out of `required`), even for openai-responses.
+        #[arg(long, overrides_with = "strict")]
+        no_strict: bool,
     },
     /// Call one tool and print {"status": ..., "result": ...} on stdout (exit 0 done, 1 error).
     Call {
@@ -240,13 +247,24 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             common,
             format,
             toolsets,
+            strict,
+            no_strict,
         } => {
+            let strict = if strict || no_strict {
+                strict
+            } else {
+                format.strict_by_default()
+            };
             let executor = build(load_config(&common)?, EventSink::none())?;
             let sets: Option<Vec<&str>> = toolsets
                 .as_ref()
                 .map(|s| s.iter().map(String::as_str).collect());
             let schemas = executor
-                .resolve_agent_tool_schemas(sets.as_deref(), executor.permissions(), format)
+                .resolve_agent_tool_schemas(
+                    sets.as_deref(),
+                    executor.permissions(),
+                    format.strict(strict),
+                )
                 .map_err(|e| UsageError(e.to_string()))?;
             let text =
                 serde_json::to_string_pretty(&schemas).map_err(|e| UsageError(e.to_string()))?;

@@ -62,7 +62,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     a.reject_unknown(&["pattern", "path", "file_path", "limit"])?;
     let pattern = a.str("pattern", &[])?.to_string();
     let path = a
-        .opt_str("path", &["file_path"])?
+        .opt_nonempty_str("path", &["file_path"])?
         .unwrap_or(".")
         .to_string();
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;

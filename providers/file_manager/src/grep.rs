@@ -117,10 +117,10 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     ])?;
     let pattern = a.str("pattern", &[])?.to_string();
     let path = a
-        .opt_str("path", &["file_path"])?
+        .opt_nonempty_str("path", &["file_path"])?
         .unwrap_or(".")
         .to_string();
-    let glob = a.opt_str("glob", &[])?;
+    let glob = a.opt_nonempty_str("glob", &[])?;
     let ignore_case = a.bool_or("ignore_case", &[], false)?;
     let smart_case = a.bool_or("smart_case", &[], false)?;
     let max_results = a.u64_in("max_results", &[], DEFAULT_MAX_RESULTS, 1, MAX_RESULTS)? as usize;

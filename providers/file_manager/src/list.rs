@@ -94,7 +94,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         "limit",
     ])?;
     let path = a
-        .opt_str("path", &["file_path"])?
+        .opt_nonempty_str("path", &["file_path"])?
         .unwrap_or(".")
         .to_string();
     let depth = a.u64_in("depth", &[], 1, 1, MAX_DEPTH)? as usize;

@@ -82,13 +82,15 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         "cell_type",
     ])?;
     let path = a.str("path", &["notebook_path"])?;
-    let operation = a.opt_str("operation", &["edit_mode"])?.unwrap_or("replace");
+    let operation = a
+        .opt_nonempty_str("operation", &["edit_mode"])?
+        .unwrap_or("replace");
     if !["replace", "insert", "delete"].contains(&operation) {
         bail!("{NAME}: argument `operation` must be replace, insert or delete, got {operation:?}");
     }
     let which = CellRef::from_args(&a)?;
     let source = a.opt_str("source", &["new_source"])?;
-    let cell_type = a.opt_str("cell_type", &[])?;
+    let cell_type = a.opt_nonempty_str("cell_type", &[])?;
     if let Some(t) = cell_type {
         if !["code", "markdown", "raw"].contains(&t) {
             bail!("{NAME}: argument `cell_type` must be code, markdown or raw, got {t:?}");
@@ -236,6 +238,32 @@ mod tests {
         let intro = &nb["cells"][1];
         assert_eq!(intro["cell_type"], "code");
         assert_eq!(intro["outputs"], json!([]));
+    }
+
+    /// Strict-mode clients send every property: null, or "" where null is not allowed.
+    #[tokio::test]
+    async fn null_and_empty_optional_arguments_are_absent() {
+        let (_d, ctx) = setup(NAME);
+        put(&ctx, "a.ipynb", &sample());
+        let r = call(
+            &ctx,
+            NAME,
+            json!({"path": "a.ipynb", "operation": null, "index": 1, "cell_id": null,
+                   "source": "y = 2", "cell_type": null}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r, "replaced code cell at index 1 of a.ipynb (3 cells now)");
+        let r = call(
+            &ctx,
+            NAME,
+            json!({"path": "a.ipynb", "operation": "", "index": 1, "cell_id": "",
+                   "source": "z = 3", "cell_type": ""}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r, "replaced code cell at index 1 of a.ipynb (3 cells now)");
+        assert_eq!(get(&ctx, "a.ipynb")["cells"][1]["source"], json!(["z = 3"]));
     }
 
     #[tokio::test]

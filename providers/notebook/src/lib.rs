@@ -137,7 +137,7 @@ pub(crate) enum CellRef {
 impl CellRef {
     pub(crate) fn from_args(args: &Args<'_>) -> Result<Option<CellRef>> {
         let index = args.opt_u64("index", &["cell_index", "cell_number"])?;
-        let id = args.opt_str("cell_id", &["id"])?;
+        let id = args.opt_nonempty_str("cell_id", &["id"])?;
         match (index, id) {
             (Some(_), Some(_)) => bail!("{}: give either index or cell_id, not both", args.tool()),
             (Some(i), None) => Ok(Some(CellRef::Index(i as usize))),

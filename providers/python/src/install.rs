@@ -96,7 +96,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         check_requirement(entry)?;
     }
     let upgrade = a.bool_or("upgrade", &[], false)?;
-    let index_url = a.opt_str("index_url", &[])?;
+    let index_url = a.opt_nonempty_str("index_url", &[])?;
     if let Some(url) = index_url {
         check_index_url(url)?;
     }

@@ -127,7 +127,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     if query.is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
-    let package = a.opt_str("package", &["module"])?.map(str::trim);
+    let package = a.opt_nonempty_str("package", &["module"])?.map(str::trim);
     if let Some(package) = package {
         let valid = !package.is_empty()
             && package.split('.').all(|part| {

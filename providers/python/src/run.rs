@@ -77,8 +77,11 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
         "timeout_ms",
     ])?;
     let code = a.opt_str("code", &["content"])?;
-    let script = a.opt_str("script_path", &[])?;
-    let script_args = a.opt_str_list("args", &["argv"])?;
+    let script = a.opt_nonempty_str("script_path", &[])?;
+    // Clients that must send every property send [] (or null) for args they do not use.
+    let script_args = a
+        .opt_str_list("args", &["argv"])?
+        .filter(|list| !list.is_empty());
     let config = PythonConfig::from_ctx(ctx)?;
     let timeout_ms = a.u64_in(
         "timeout_ms",
@@ -88,7 +91,10 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
         MAX_TIMEOUT_MS,
     )?;
     let request = match (code, script) {
-        (Some(_), Some(_)) => bail!("{NAME}: give either code or script_path, not both"),
+        // An empty `code` beside a script is a client filling in every property, not a cell.
+        (Some(code), Some(_)) if !code.trim().is_empty() => {
+            bail!("{NAME}: give either code or script_path, not both")
+        }
         (None, None) => bail!("{NAME} requires code (or script_path)"),
         (Some(code), None) => {
             if script_args.is_some() {
@@ -96,7 +102,7 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
             }
             json!({ "code": code })
         }
-        (None, Some(path)) => {
+        (_, Some(path)) => {
             let abs = ctx
                 .workspace
                 .resolve_existing(path)
@@ -252,6 +258,24 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.contains("outside the workspace"), "{e}");
+        // What a strict-mode client sends for a script: an empty code and empty args are
+        // the properties it could not leave out, so the script is what is meant.
+        let e = call(
+            &ctx,
+            NAME,
+            json!({"code": "", "script_path": "../x.py", "args": [], "timeout_ms": null}),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("outside the workspace"), "{e}");
+        let e = call(
+            &ctx,
+            NAME,
+            json!({"code": null, "script_path": "", "args": null}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e, "run_python_code requires code (or script_path)");
         std::fs::write(ctx.workspace.root().join("data.csv"), "a,b\n").unwrap();
         let e = call(&ctx, NAME, json!({"script_path": "data.csv"}))
             .await

@@ -120,7 +120,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     if command.contains('\0') {
         bail!("{NAME}: argument `command` contains a NUL byte");
     }
-    let cwd_arg = a.opt_str("cwd", &["workdir"])?;
+    let cwd_arg = a.opt_nonempty_str("cwd", &["workdir"])?;
     let timeout_arg = a.opt_u64("timeout_ms", &[])?;
     let background = a.bool_or("run_in_background", &[], false)?;
     // Free text for people; accepted so a model that sends it is not refused.
@@ -599,6 +599,13 @@ mod tests {
         .await
         .unwrap();
         assert!(out.contains("---\nsub\n"), "{out}");
+        // null and "" mean the default folder, the session scratchpad.
+        for cwd in [json!(null), json!(""), json!("  ")] {
+            let out = call(&ctx, NAME, json!({"command": "pwd", "cwd": cwd}))
+                .await
+                .unwrap();
+            assert!(out.contains("\ncwd: scratchpad\n"), "{cwd}: {out}");
+        }
         for (cwd, want) in [
             ("..", "is outside the workspace"),
             ("/etc", "is outside the workspace"),

@@ -32,23 +32,12 @@ pub(crate) fn info() -> ToolInfo {
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
     a.reject_unknown(&["seconds", "duration"])?;
-    // Args has no float accessor; seconds may well be fractional.
-    let raw = args
-        .get("seconds")
-        .filter(|v| !v.is_null())
-        .or_else(|| args.get("duration").filter(|v| !v.is_null()));
-    let Some(raw) = raw else {
+    let Some(seconds) = a.opt_f64("seconds", &["duration"])? else {
         bail!("{NAME} requires seconds");
     };
-    let seconds = match raw {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.trim().parse::<f64>().ok(),
-        _ => None,
+    if seconds < 0.0 {
+        bail!("{NAME}: argument `seconds` must be a non-negative number, got {seconds}");
     }
-    .filter(|s| s.is_finite() && *s >= 0.0);
-    let Some(seconds) = seconds else {
-        bail!("{NAME}: argument `seconds` must be a non-negative number, got {raw}");
-    };
     let max = shell.config(ctx)?.max_sleep_seconds;
     let (wait, note) = if seconds > max as f64 {
         (

@@ -1,6 +1,11 @@
 //! Turning a response body into text a model can read.
 
+use std::rc::Rc;
+
 use dom_smoothie::{Config, Readability, TextMode};
+use htmd::element_handler::{HandlerResult, Handlers};
+use htmd::Element;
+use markup5ever_rcdom::{Node, NodeData};
 
 /// Below this many characters of text an extracted article is treated as no article
 /// (the same threshold Readability's `isProbablyReaderable` uses).
@@ -87,15 +92,215 @@ pub fn html_page(html: &str, url: &str, format: Format) -> Page {
     }
 }
 
-/// htmd with the parts of a page that are never content left out.
+/// Tags whose content is never page text.
+const SKIPPED_TAGS: [&str; 8] = [
+    "script", "style", "noscript", "template", "head", "svg", "iframe", "form",
+];
+
+/// HTML → Markdown through htmd, keeping the page's text as written.
+///
+/// htmd escapes every character Markdown could read as syntax (`read\_csv`, `\*args`,
+/// `1\.`, `\<div>`): right for a Markdown renderer, wrong for a model that reads the text
+/// and copies names, paths and URLs out of it. So before converting, each such character
+/// in text outside code is swapped for a private-use placeholder htmd leaves alone, and
+/// swapped back afterwards ([`Placeholders`]). Headings, lists, links, emphasis, tables and
+/// code blocks are still Markdown, made by htmd from the elements; the text inside them is
+/// the page's own. Code was never escaped and is left as it is.
 fn markdown(html: &str) -> String {
+    // Parsing needs no handlers; the converter below needs the placeholders.
+    let Ok(tree) = htmd::HtmlToMarkdown::new().html_to_tree(html) else {
+        // htmd fails only on an I/O error of its in-memory reader; fall back to the raw text.
+        return html.to_string();
+    };
+    let placeholders = Placeholders::unused_in(&tree);
+    if let Some(p) = placeholders {
+        p.hide_specials(&tree);
+    }
     let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(vec![
-            "script", "style", "noscript", "template", "head", "svg", "iframe", "form",
-        ])
+        .skip_tags(SKIPPED_TAGS.to_vec())
+        .add_handler(
+            vec!["pre"],
+            move |handlers: &dyn Handlers, element: Element| {
+                preformatted(handlers, element, placeholders)
+            },
+        )
         .build();
-    // htmd fails only on an I/O error of its in-memory reader; fall back to the raw text.
-    converter.convert(html).unwrap_or_else(|_| html.to_string())
+    let out = converter.tree_to_markdown(&tree);
+    match placeholders {
+        Some(p) => p.restore(&out),
+        None => out,
+    }
+}
+
+/// A `<pre>` holding a `<code>` is htmd's (a fenced block); any other `<pre>` (plain
+/// preformatted text, or highlighted code made of spans) becomes a fenced block too, where
+/// htmd would leave it unfenced and escape a leading backtick.
+fn preformatted(
+    handlers: &dyn Handlers,
+    element: Element,
+    placeholders: Option<Placeholders>,
+) -> Option<HandlerResult> {
+    if has_descendant(element.node, "code") {
+        return handlers.fallback(element);
+    }
+    let content = handlers.walk_children(element.node).content;
+    let content = match placeholders {
+        Some(p) => p.restore(&content),
+        None => content,
+    };
+    let content = content.trim_matches('\n');
+    if content.trim().is_empty() {
+        return Some(HandlerResult::from(String::new()));
+    }
+    // Longer than any run of backticks inside, so the content cannot close the fence.
+    let longest = content.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    Some(HandlerResult::from(format!(
+        "\n\n{fence}\n{content}\n{fence}\n\n"
+    )))
+}
+
+fn has_descendant(node: &Rc<Node>, tag: &str) -> bool {
+    let mut stack: Vec<Rc<Node>> = node.children.borrow().clone();
+    while let Some(node) = stack.pop() {
+        if element_name(&node) == Some(tag) {
+            return true;
+        }
+        stack.extend(node.children.borrow().iter().cloned());
+    }
+    false
+}
+
+fn element_name(node: &Node) -> Option<&str> {
+    match &node.data {
+        NodeData::Element { name, .. } => Some(&name.local),
+        _ => None,
+    }
+}
+
+/// The characters htmd escapes in text (anywhere, or at the start of a line).
+const SPECIALS: [char; 14] = [
+    '\\', '*', '_', '`', '[', ']', '<', '>', '=', '~', '-', '+', '#', '.',
+];
+
+/// One private-use character per [`SPECIALS`] entry, from a block of code points the page
+/// itself does not use (icon fonts do put private-use characters in text), so swapping
+/// back can only ever produce the characters that were swapped out.
+#[derive(Debug, Clone, Copy)]
+struct Placeholders {
+    first: u32,
+}
+
+impl Placeholders {
+    /// The first run of unused private-use code points, or `None` when a page uses so
+    /// many that no run is free (then the text keeps htmd's escapes).
+    fn unused_in(tree: &Rc<Node>) -> Option<Self> {
+        const AREA: std::ops::RangeInclusive<u32> = 0xE000..=0xF8FF;
+        let mut used = vec![false; (*AREA.end() - *AREA.start() + 1) as usize];
+        let mut mark = |text: &str| {
+            for c in text.chars() {
+                if AREA.contains(&(c as u32)) {
+                    used[(c as u32 - AREA.start()) as usize] = true;
+                }
+            }
+        };
+        // Attribute values reach the output too (link targets, image descriptions).
+        walk(tree, |node| match &node.data {
+            NodeData::Text { contents } => mark(&contents.borrow()),
+            NodeData::Element { attrs, .. } => {
+                for attr in attrs.borrow().iter() {
+                    mark(&attr.value);
+                }
+            }
+            _ => {}
+        });
+        let n = SPECIALS.len();
+        (0..=used.len() - n)
+            .step_by(n)
+            .find(|&i| used[i..i + n].iter().all(|u| !u))
+            .map(|i| Placeholders {
+                first: AREA.start() + i as u32,
+            })
+    }
+
+    fn hide(&self, c: char) -> char {
+        match SPECIALS.iter().position(|s| *s == c) {
+            Some(i) => char::from_u32(self.first + i as u32).unwrap_or(c),
+            None => c,
+        }
+    }
+
+    fn restore(&self, text: &str) -> String {
+        let range = self.first..self.first + SPECIALS.len() as u32;
+        text.chars()
+            .map(|c| {
+                if range.contains(&(c as u32)) {
+                    SPECIALS[(c as u32 - self.first) as usize]
+                } else {
+                    c
+                }
+            })
+            .collect()
+    }
+
+    /// Swaps the specials in every text node outside `<code>`. In link text, brackets are
+    /// swapped only when they pair up: an unpaired `]` would end the link early, and there
+    /// htmd's escape is needed.
+    fn hide_specials(&self, tree: &Rc<Node>) {
+        // (node, inside <code>, keep htmd's escapes of brackets)
+        let mut stack = vec![(tree.clone(), false, false)];
+        while let Some((node, in_code, keep_brackets)) = stack.pop() {
+            match &node.data {
+                NodeData::Text { contents } if !in_code => {
+                    let swapped: String = contents
+                        .borrow()
+                        .chars()
+                        .map(|c| match c {
+                            '[' | ']' if keep_brackets => c,
+                            c => self.hide(c),
+                        })
+                        .collect();
+                    contents.replace(swapped.into());
+                }
+                _ => {}
+            }
+            let name = element_name(&node);
+            let in_code = in_code || name == Some("code");
+            let keep_brackets = keep_brackets || (name == Some("a") && !brackets_pair_up(&node));
+            for child in node.children.borrow().iter() {
+                stack.push((child.clone(), in_code, keep_brackets));
+            }
+        }
+    }
+}
+
+/// Calls `f` on every node of the tree, in document order.
+fn walk(tree: &Rc<Node>, mut f: impl FnMut(&Node)) {
+    let mut stack = vec![tree.clone()];
+    while let Some(node) = stack.pop() {
+        f(&node);
+        stack.extend(node.children.borrow().iter().rev().cloned());
+    }
+}
+
+/// Whether every `]` in the element's text closes an earlier `[`, and none stays open.
+fn brackets_pair_up(node: &Rc<Node>) -> bool {
+    let mut text = String::new();
+    walk(node, |n| {
+        if let NodeData::Text { contents } = &n.data {
+            text.push_str(&contents.borrow());
+        }
+    });
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' if depth == 0 => return false,
+            ']' => depth -= 1,
+            _ => {}
+        }
+    }
+    depth == 0
 }
 
 /// The page title from dom_smoothie's metadata (which also reads og:title and JSON-LD).
@@ -129,11 +334,23 @@ fn quick_title(html: &str) -> Option<String> {
     (!title.is_empty()).then_some(title)
 }
 
-/// Collapses runs of blank lines: extraction leaves many, and they cost the model tokens.
+/// Collapses runs of blank lines and drops trailing spaces: extraction leaves many, and they
+/// cost the model tokens. Fenced code blocks are kept exactly as they are.
 fn tidy(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut blank = 0;
+    let mut open_fence: Option<&str> = None;
     for line in text.lines() {
+        let start = line.trim_start();
+        if let Some(fence) = open_fence {
+            out.push_str(line);
+            out.push('\n');
+            if closes_fence(start.trim_end(), fence) {
+                open_fence = None;
+            }
+            continue;
+        }
+        open_fence = fence_of(start);
         let line = line.trim_end();
         if line.trim().is_empty() {
             blank += 1;
@@ -147,6 +364,19 @@ fn tidy(text: &str) -> String {
         out.push('\n');
     }
     out.trim().to_string()
+}
+
+/// The fence a line opens: its leading run of three or more backticks or tildes.
+fn fence_of(line: &str) -> Option<&str> {
+    let marker = line.chars().next().filter(|c| *c == '`' || *c == '~')?;
+    let run = line.len() - line.trim_start_matches(marker).len();
+    (run >= 3).then(|| &line[..run])
+}
+
+/// Whether a line closes `fence`: only the fence's character, at least as many times.
+fn closes_fence(line: &str, fence: &str) -> bool {
+    let marker = fence.chars().next().unwrap_or('`');
+    line.len() >= fence.len() && line.chars().all(|c| c == marker)
 }
 
 /// Decodes a text body. UTF-8 (the default and by far the most common) and the single-byte
@@ -323,6 +553,88 @@ mod tests {
             "{}",
             page.body
         );
+    }
+
+    fn md(body: &str) -> String {
+        let html = format!("<html><head><title>T</title></head><body>{body}</body></html>");
+        html_page(&html, "https://example.com/", Format::Markdown).body
+    }
+
+    #[test]
+    fn prose_keeps_its_characters() {
+        let prose = "Call pandas.read_csv(path) in __init__ with *args and **kwargs; a*b is \
+                     2*3. See my_file_name.txt, C:\\tmp\\x_y and \
+                     https://example.com/a_b/c_d?x=1&y=[2] or WEBMARKER_MAIN, `tick` and <div>.";
+        let body = md(&format!(
+            "<p>{}</p><p>1. Not a list, 2024. A year</p><p>- not an item + # = ~ &gt; x</p>\
+             <p># not a heading</p>",
+            prose
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+        ));
+        for line in [
+            prose,
+            "1. Not a list, 2024. A year",
+            "- not an item + # = ~ > x",
+            "# not a heading",
+        ] {
+            assert!(body.lines().any(|l| l == line), "{line:?} in:\n{body}");
+        }
+        assert!(!body.contains('\u{E000}'), "{body}");
+    }
+
+    #[test]
+    fn structure_stays_markdown_around_the_text() {
+        let body = md("<h2>Using read_csv</h2>\
+            <ul><li>item snake_case_name and *star*</li><li>__dunder__</li></ul>\
+            <ol><li>first a_b</li></ol>\
+            <table><tr><th>col_a</th><th>b*c</th></tr><tr><td>x_y.csv</td><td>[1]</td></tr></table>\
+            <p>A <a href=\"https://example.com/x_y\">link_text [1]</a>, <em>emph_word</em>, \
+            <strong>bold_one</strong> and <a href=\"/odd\">odd] one</a>.</p>\
+            <blockquote><p>quoted *x*</p></blockquote>");
+        for want in [
+            "## Using read_csv",
+            "*   item snake_case_name and *star*",
+            "*   __dunder__",
+            "1.  first a_b",
+            "| col_a   | b*c |",
+            "| x_y.csv | [1] |",
+            "A [link_text [1]](https://example.com/x_y), *emph_word*, **bold_one** and \
+             [odd\\] one](https://example.com/odd).",
+            "> quoted *x*",
+        ] {
+            assert!(body.lines().any(|l| l == want), "{want:?} in:\n{body}");
+        }
+    }
+
+    #[test]
+    fn code_is_verbatim() {
+        let body = md(
+            "<pre><code class=\"language-python\">def __init__(self, *args):\n    \
+            x = a*b  # [1] \n\n\n    return `x`\n</code></pre>\
+            <pre>```\nraw pre_text *x*\n```</pre>\
+            <pre><span class=\"k\">def</span> <span>f_x</span>():\n    pass</pre>\
+            <p>inline <code>a_b*c</code> and <code>x`y</code></p>",
+        );
+        let want =
+            "```python\ndef __init__(self, *args):\n    x = a*b  # [1] \n\n\n    return `x`\n```";
+        assert!(body.contains(want), "{body}");
+        // A <pre> without <code> is fenced too, with a fence longer than any inside.
+        assert!(
+            body.contains("````\n```\nraw pre_text *x*\n```\n````"),
+            "{body}"
+        );
+        assert!(body.contains("```\ndef f_x():\n    pass\n```"), "{body}");
+        assert!(body.contains("inline `a_b*c` and ``x`y``"), "{body}");
+    }
+
+    #[test]
+    fn private_use_characters_of_the_page_survive() {
+        // Icon fonts put private-use characters in text; the placeholders avoid them.
+        let page: String = (0xE000u32..0xE020).filter_map(char::from_u32).collect();
+        let body = md(&format!("<p>{page} a_b</p>"));
+        assert_eq!(body, format!("{page} a_b"));
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub fn info() -> ToolInfo {
         }),
     )
     .toolsets(&["web"])
+    // Read-only, but it talks to the open web: MCP clients should know.
+    .open_world(true)
 }
 
 /// One search hit.

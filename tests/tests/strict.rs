@@ -1,0 +1,530 @@
+//! Strict-mode clients (OpenAI's Responses API, openai-agents' strict schemas) must send every
+//! property, `null` for the ones they leave out. Every registered tool is called twice, in
+//! two workspaces prepared the same way: once with its optional properties left out, once
+//! with each of them set to `null` (checked against the strict schema first), and the two
+//! results must be the same. Then the empty strings that clients without `null` send for
+//! paths, ids and choices must mean the default too.
+//!
+//! Only 127.0.0.1 is contacted: web_fetch, web_search and image_gen talk to a server this
+//! test starts, and kernel_install runs pip with `--no-index` for a package that does not
+//! exist, so nothing is downloaded or installed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use toolbox_executor::{
+    ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo, ToolExecutor, ToolRequest,
+};
+
+use toolbox as _;
+
+// A tiny HTTP/1.1 server: at most 32 connections or 60 s, then it stops by itself.
+
+fn serve() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut served = 0;
+        while served < 32 && started.elapsed() < Duration::from_secs(60) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    served += 1;
+                    std::thread::spawn(move || handle(stream));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    addr
+}
+
+const PAGE: &str = r#"<!doctype html><html><head><title>Strict page</title></head><body>
+<article><h1>Strict page</h1><p>A page with enough words in it for the readability algorithm
+to take it for an article: read_csv, __init__ and *args are written here as they are.</p>
+<p>A second paragraph, so that the article is long enough to be kept as the main content of
+this page rather than the whole page being converted.</p></article></body></html>"#;
+
+fn handle(mut stream: TcpStream) {
+    let Some(req) = toolbox_tests::http::read_request(&mut stream) else {
+        return;
+    };
+    let (status, content_type, body) = match (req.method.as_str(), req.path().as_str()) {
+        ("GET", "/page") => (200, "text/html; charset=utf-8", PAGE.to_string()),
+        ("GET", "/searx/search") => {
+            let results: Vec<Value> = (1..=8)
+                .map(|i| json!({"title": format!("Result {i}"), "url": format!("https://example.com/{i}"), "content": "snippet"}))
+                .collect();
+            (
+                200,
+                "application/json",
+                json!({"results": results}).to_string(),
+            )
+        }
+        // The images endpoint answers with an error that repeats the request, so the two
+        // calls' results show the request each one made.
+        ("POST", "/v1/images/generations") => (
+            400,
+            "application/json",
+            json!({"error": {"message": format!("echo {}", String::from_utf8_lossy(&req.body))}})
+                .to_string(),
+        ),
+        _ => (404, "text/plain", "no such page".to_string()),
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// A one-page PDF saying `text`, with a correct cross-reference table.
+fn tiny_pdf(text: &str) -> Vec<u8> {
+    let content = format!("BT /F1 12 Tf 72 712 Td ({text}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+         /Resources << /Font << /F1 5 0 R >> >> >>"
+            .to_string(),
+        format!(
+            "<< /Length {} >>\nstream\n{content}\nendstream",
+            content.len()
+        ),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    ];
+    let mut pdf = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(pdf.len());
+        pdf.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = pdf.len();
+    pdf.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for offset in offsets {
+        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    pdf.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    pdf
+}
+
+const NOTEBOOK: &str = r##"{"cells": [
+ {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Notes"]},
+ {"cell_type": "code", "id": "calc", "metadata": {}, "source": ["x = 21 * 2\n", "x"],
+  "outputs": [], "execution_count": null}],
+ "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+              "language_info": {"name": "python"}},
+ "nbformat": 4, "nbformat_minor": 5}"##;
+
+/// One of the two workspaces.
+struct Side {
+    _dir: tempfile::TempDir,
+    exec: ToolExecutor,
+}
+
+impl Side {
+    fn new(server: SocketAddr) -> Side {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a.txt"), "alpha\nbeta\n").unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/b.txt"), "alpha again\n").unwrap();
+        std::fs::write(root.join("s.py"), "import sys\nprint(sys.argv[1:])\n").unwrap();
+        std::fs::write(root.join("nb.ipynb"), NOTEBOOK).unwrap();
+        std::fs::write(root.join("doc.pdf"), tiny_pdf("Hello strict world")).unwrap();
+
+        let mut config = ExecutorConfig::new(root);
+        config.permissions.mode = PermissionMode::Full;
+        let providers = [
+            (
+                "web",
+                json!({"allow_hosts": ["127.0.0.1"], "search_backend": "searxng",
+                       "searxng_url": format!("http://{server}/searx/")}),
+            ),
+            (
+                "image_gen",
+                json!({"base_url": format!("http://{server}/v1"), "model": "test-model",
+                       "api_key_env": "TOOLBOX_TEST_STRICT_UNSET_KEY"}),
+            ),
+            // Offline: pip looks at no index, so it can neither download nor install.
+            ("python", json!({"pip_args": ["--no-index"]})),
+        ];
+        for (name, table) in providers {
+            config.providers.insert(name.into(), table);
+        }
+        Side {
+            _dir: dir,
+            exec: ToolExecutor::new(config).unwrap(),
+        }
+    }
+
+    async fn call(&self, tool: &str, args: Value) -> ToolCallInfo {
+        self.exec
+            .run(ToolRequest::new("strict-call", tool, args).session("s1"))
+            .await
+    }
+}
+
+/// Numbers (pids, durations, job ids) in shell results differ from run to run.
+fn without_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|n| n.is_ascii_digit() || *n == '.')
+            {
+                chars.next();
+            }
+            out.push('#');
+        } else {
+            out.push(c);
+        }
+    }
+    for unit in [" ms", " s", " min"] {
+        out = out.replace(&format!("#{unit}"), "#");
+    }
+    out
+}
+
+struct Twins {
+    server: SocketAddr,
+    loose: Side,
+    strict: Side,
+    /// Each tool's strict parameters schema (the Responses format is strict by default).
+    schemas: BTreeMap<String, Value>,
+    /// Each tool's properties that are optional in its loose schema.
+    optional: BTreeMap<String, Vec<String>>,
+    called: BTreeSet<String>,
+}
+
+impl Twins {
+    fn new() -> Twins {
+        let server = serve();
+        let loose = Side::new(server);
+        let strict = Side::new(server);
+        let mut schemas = BTreeMap::new();
+        let mut optional = BTreeMap::new();
+        let rendered = loose
+            .exec
+            .resolve_agent_tool_schemas(None, PermissionMode::Full, SchemaFormat::OpenAiResponses)
+            .unwrap();
+        for tool in rendered {
+            let name = tool["name"].as_str().unwrap().to_string();
+            assert_eq!(tool["strict"], true, "{name}");
+            schemas.insert(name, tool["parameters"].clone());
+        }
+        for tool in loose.exec.registry().tools() {
+            let schema = &tool.info.input_schema;
+            let required = schema["required"].as_array().cloned().unwrap_or_default();
+            let names = schema["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| !required.contains(&Value::from(k.as_str())))
+                .cloned()
+                .collect();
+            optional.insert(tool.info.name.clone(), names);
+        }
+        assert_eq!(
+            schemas.keys().collect::<Vec<_>>(),
+            optional.keys().collect::<Vec<_>>()
+        );
+        Twins {
+            server,
+            loose,
+            strict,
+            schemas,
+            optional,
+            called: BTreeSet::new(),
+        }
+    }
+
+    /// `args` with every optional property it does not give set to null, as a strict client
+    /// sends it; it must validate against the tool's strict schema.
+    fn strict_args(&self, tool: &str, args: &Value) -> Value {
+        let mut map: Map<String, Value> = args.as_object().unwrap().clone();
+        for name in &self.optional[tool] {
+            map.entry(name.clone()).or_insert(Value::Null);
+        }
+        let strict = Value::Object(map);
+        let validator = jsonschema::validator_for(&self.schemas[tool]).unwrap();
+        if let Err(e) = validator.validate(&strict) {
+            panic!("{tool}: {strict} does not fit the strict schema: {e}");
+        }
+        strict
+    }
+
+    /// Calls `tool` with `loose` in one workspace and `strict` in the other; the results
+    /// must be the same (up to numbers, for shell tools). Returns the two results.
+    async fn compare(
+        &mut self,
+        tool: &str,
+        loose: Value,
+        strict: Value,
+        fuzzy_numbers: bool,
+    ) -> (String, String) {
+        self.called.insert(tool.to_string());
+        let a = self.loose.call(tool, loose.clone()).await;
+        let b = self.strict.call(tool, strict.clone()).await;
+        let shown = |info: &ToolCallInfo| {
+            let text = if fuzzy_numbers {
+                without_numbers(&info.result)
+            } else {
+                info.result.clone()
+            };
+            (info.status, info.error_kind, text)
+        };
+        assert_eq!(
+            shown(&a),
+            shown(&b),
+            "{tool}: {loose} and {strict} give different results"
+        );
+        (a.result, b.result)
+    }
+
+    /// The tool with `args` as given, and with every other optional property null.
+    async fn same(&mut self, tool: &str, args: Value) -> String {
+        let strict = self.strict_args(tool, &args);
+        self.compare(tool, args, strict, false).await.0
+    }
+
+    async fn same_fuzzy(&mut self, tool: &str, args: Value) -> (String, String) {
+        let strict = self.strict_args(tool, &args);
+        self.compare(tool, args, strict, true).await
+    }
+}
+
+fn job_id(text: &str) -> String {
+    let start = text.find("job-").expect("a job id");
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect()
+}
+
+fn done(result: &str, want: &str) {
+    assert!(result.contains(want), "expected {want:?} in: {result}");
+}
+
+#[tokio::test]
+async fn every_tool_reads_null_as_absent() {
+    let mut t = Twins::new();
+
+    // Files. The two workspaces get the same calls in the same order, so they stay alike.
+    done(&t.same("file_manager__list", json!({})).await, "a.txt");
+    done(
+        &t.same("file_manager__read", json!({"path": "a.txt"})).await,
+        "alpha",
+    );
+    done(
+        &t.same("file_manager__glob", json!({"pattern": "**/*.txt"}))
+            .await,
+        "sub/b.txt",
+    );
+    done(
+        &t.same("file_manager__grep", json!({"pattern": "alpha"}))
+            .await,
+        "sub/b.txt",
+    );
+    t.same(
+        "file_manager__write",
+        json!({"path": "w.txt", "content": "one\n"}),
+    )
+    .await;
+    t.same(
+        "file_manager__write",
+        json!({"path": "w.txt", "content": "two\n"}),
+    )
+    .await;
+    t.same(
+        "file_manager__edit",
+        json!({"path": "a.txt", "old_string": "beta", "new_string": "gamma"}),
+    )
+    .await;
+    // append and replace_all left at their defaults in both: the files are the same.
+    done(
+        &t.same("file_manager__read", json!({"path": "w.txt"})).await,
+        "two",
+    );
+
+    // Shell: a command, a background job, its output, stopping it, a short sleep.
+    let (out, _) = t
+        .same_fuzzy("shell", json!({"command": "echo strict-ok"}))
+        .await;
+    done(&out, "cwd: scratchpad");
+    done(&out, "strict-ok");
+    let (a, b) = t
+        .same_fuzzy(
+            "shell",
+            json!({"command": "sleep 30", "run_in_background": true}),
+        )
+        .await;
+    let (job_a, job_b) = (job_id(&a), job_id(&b));
+    let strict = t.strict_args("shell_output", &json!({"job_id": job_b}));
+    let (out, _) = t
+        .compare("shell_output", json!({"job_id": job_a}), strict, true)
+        .await;
+    done(&out, "running");
+    let strict = t.strict_args("shell_kill", &json!({"job_id": job_b}));
+    let (out, _) = t
+        .compare("shell_kill", json!({"job_id": job_a}), strict, true)
+        .await;
+    done(&out, "Stopped job");
+    t.same_fuzzy("sleep", json!({"seconds": 0.01})).await;
+
+    // Python: a cell, a script (args null means none), a lookup, an install pip refuses.
+    assert_eq!(
+        t.same("run_python_code", json!({"code": "x = 1"})).await,
+        "(no output)\n"
+    );
+    done(
+        &t.same("run_python_code", json!({"script_path": "s.py"}))
+            .await,
+        "[]",
+    );
+    done(
+        &t.same(
+            "registry_lookup",
+            json!({"query": "dumps", "package": "json"}),
+        )
+        .await,
+        "json.dumps",
+    );
+    done(
+        &t.same(
+            "kernel_install",
+            json!({"packages": ["toolbox-strict-test-no-such-package"]}),
+        )
+        .await,
+        "pip install failed",
+    );
+
+    // Notebooks.
+    done(
+        &t.same("notebook__inspect", json!({"path": "nb.ipynb"}))
+            .await,
+        "calc",
+    );
+    done(
+        &t.same(
+            "notebook__run_cell",
+            json!({"path": "nb.ipynb", "cell_id": "calc"}),
+        )
+        .await,
+        "42",
+    );
+    done(
+        &t.same(
+            "notebook__edit",
+            json!({"path": "nb.ipynb", "index": 0, "source": "# Changed"}),
+        )
+        .await,
+        "replaced markdown cell at index 0",
+    );
+
+    // PDFs.
+    done(
+        &t.same("pdf__info", json!({"path": "doc.pdf"})).await,
+        "pages: 1",
+    );
+    done(
+        &t.same("pdf__read", json!({"path": "doc.pdf"})).await,
+        "Hello strict world",
+    );
+    done(
+        &t.same("pdf__search", json!({"path": "doc.pdf", "query": "strict"}))
+            .await,
+        "strict",
+    );
+
+    // The web and images, against the local server.
+    let addr = t.server;
+    done(
+        &t.same("web_fetch", json!({"url": format!("http://{addr}/page")}))
+            .await,
+        "read_csv, __init__ and *args",
+    );
+    done(
+        &t.same("web_search", json!({"query": "strict"})).await,
+        "5. Result 5",
+    );
+    // Defaults applied alike: the server saw n 1 and the default size in both.
+    done(
+        &t.same("image_gen__generate", json!({"prompt": "a crab"}))
+            .await,
+        "\"n\":1",
+    );
+
+    let all: BTreeSet<String> = t.schemas.keys().cloned().collect();
+    let missed: Vec<&String> = all.difference(&t.called).collect();
+    assert!(missed.is_empty(), "no strict-style call for {missed:?}");
+}
+
+/// Clients that make every property required without allowing null send "" for a path,
+/// an id or a choice they do not mean to give: that is the default too.
+#[tokio::test]
+async fn empty_paths_ids_and_choices_are_the_default() {
+    let mut t = Twins::new();
+    let page = format!("http://{}/page", t.server);
+    for (tool, loose, empty) in [
+        ("file_manager__list", json!({}), json!({"path": ""})),
+        (
+            "file_manager__glob",
+            json!({"pattern": "*.txt"}),
+            json!({"pattern": "*.txt", "path": ""}),
+        ),
+        (
+            "file_manager__grep",
+            json!({"pattern": "alpha"}),
+            json!({"pattern": "alpha", "path": "", "glob": ""}),
+        ),
+        (
+            "shell",
+            json!({"command": "echo hi"}),
+            json!({"command": "echo hi", "cwd": ""}),
+        ),
+        (
+            "run_python_code",
+            json!({"code": "y = 2"}),
+            json!({"code": "y = 2", "script_path": "", "args": []}),
+        ),
+        (
+            "run_python_code",
+            json!({"script_path": "s.py"}),
+            json!({"code": "", "script_path": "s.py", "args": []}),
+        ),
+        (
+            "notebook__inspect",
+            json!({"path": "nb.ipynb", "index": 1}),
+            json!({"path": "nb.ipynb", "index": 1, "cell_id": ""}),
+        ),
+        (
+            "registry_lookup",
+            json!({"query": "loads"}),
+            json!({"query": "loads", "package": ""}),
+        ),
+        (
+            "web_fetch",
+            json!({"url": page.clone()}),
+            json!({"url": page.clone(), "format": ""}),
+        ),
+    ] {
+        let fuzzy = tool == "shell";
+        let (a, _) = t.compare(tool, loose, empty, fuzzy).await;
+        assert!(!a.is_empty());
+    }
+}
