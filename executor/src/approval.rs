@@ -33,10 +33,13 @@ impl FromStr for ApprovalDecision {
 
 type Key = (String, String);
 
+/// What a waiting call receives: the decision and, for a denial, why (else the default text).
+pub(crate) type Answer = (ApprovalDecision, Option<String>);
+
 /// Pending approval requests and the per-session approvals already given.
 #[derive(Default)]
 pub(crate) struct ApprovalBroker {
-    pending: Mutex<HashMap<Key, oneshot::Sender<ApprovalDecision>>>,
+    pending: Mutex<HashMap<Key, oneshot::Sender<Answer>>>,
     session_approved: Mutex<HashSet<Key>>,
 }
 
@@ -47,7 +50,7 @@ impl ApprovalBroker {
     }
 
     /// Registers a pending request; the receiver resolves when someone answers.
-    pub fn open(&self, session: &str, call_id: &str) -> oneshot::Receiver<ApprovalDecision> {
+    pub fn open(&self, session: &str, call_id: &str) -> oneshot::Receiver<Answer> {
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert((session.to_string(), call_id.to_string()), tx);
         rx
@@ -63,10 +66,10 @@ impl ApprovalBroker {
     }
 
     /// Answers a pending request. False when no request with that id is waiting.
-    pub fn respond(&self, session: &str, call_id: &str, decision: ApprovalDecision) -> bool {
+    pub fn respond(&self, session: &str, call_id: &str, answer: Answer) -> bool {
         let sender = lock(&self.pending).remove(&(session.to_string(), call_id.to_string()));
         match sender {
-            Some(tx) => tx.send(decision).is_ok(),
+            Some(tx) => tx.send(answer).is_ok(),
             None => false,
         }
     }

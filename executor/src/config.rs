@@ -537,6 +537,34 @@ impl ExecutorConfig {
         Ok(())
     }
 
+    /// Sets one key of a provider's table (`[shell] sandbox`, say) as the operator: a program's
+    /// flags use this between [`load_operator`](Self::load_operator) and
+    /// [`apply_workspace_restrictions`](Self::apply_workspace_restrictions), like any other
+    /// field. The table is created when missing; the provider checks the value when a call
+    /// reads its table.
+    pub fn set_provider_value(
+        &mut self,
+        table: &str,
+        key: &str,
+        value: impl Into<Value>,
+    ) -> Result<()> {
+        if table.is_empty() || key.is_empty() {
+            bail!("a provider setting needs a table and a key (got [{table}] {key:?})");
+        }
+        if SETTINGS.contains(&table) || table == "trusted_workspaces" {
+            bail!("{table} is a top-level setting, not a provider table");
+        }
+        let entry = self
+            .providers
+            .entry(table.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(entries) = entry else {
+            bail!("[{table}] is not a table, so {key} cannot be set in it");
+        };
+        entries.insert(key.to_string(), value.into());
+        Ok(())
+    }
+
     /// Sets one scalar setting from its text form, with an error naming the key.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let value = value.trim();
@@ -718,6 +746,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.permissions.mode, PermissionMode::Full);
+    }
+
+    #[test]
+    fn provider_values_are_set_in_their_table() {
+        let mut c = ExecutorConfig::new("/tmp");
+        c.apply_toml("[shell]\ndeny_env = [\"X\"]\n").unwrap();
+        c.set_provider_value("shell", "sandbox", "read-only")
+            .unwrap();
+        c.set_provider_value("python", "backend", "isolated")
+            .unwrap();
+        assert_eq!(c.providers["shell"]["sandbox"], "read-only");
+        assert_eq!(c.providers["shell"]["deny_env"][0], "X", "other keys stay");
+        assert_eq!(c.providers["python"]["backend"], "isolated");
+        assert!(c.set_provider_value("", "x", 1).is_err());
+        assert!(c.set_provider_value("call_timeout_ms", "x", 1).is_err());
+        c.providers.insert("odd".into(), Value::from(3));
+        let e = c.set_provider_value("odd", "x", 1).unwrap_err().to_string();
+        assert!(e.contains("[odd] is not a table"), "{e}");
     }
 
     #[test]

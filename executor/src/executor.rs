@@ -192,9 +192,27 @@ impl ToolExecutor {
         self.inner.registry.visible(&self.inner.config.permissions)
     }
 
-    /// Expands `toolsets` (all tools when `None`), hides what `permissions` deny, and renders
-    /// the rest in `rendering`: a bare [`SchemaFormat`](crate::SchemaFormat) for its default
-    /// strictness, or `format.strict(true)`. Pass a bare
+    /// Expands `toolsets` (all tools when `None`) and keeps the tools `permissions` let a
+    /// model see, in registration order. An unknown toolset is an error naming the known ones.
+    pub fn resolve_agent_tools(
+        &self,
+        toolsets: Option<&[&str]>,
+        permissions: impl Into<Permissions>,
+    ) -> Result<Vec<&RegisteredTool>> {
+        let permissions = permissions.into();
+        let tools = match toolsets {
+            Some(sets) => self.inner.registry.expand_toolsets(sets)?,
+            None => self.inner.registry.tools().iter().collect(),
+        };
+        Ok(tools
+            .into_iter()
+            .filter(|t| permissions.visible(t.info.risk))
+            .collect())
+    }
+
+    /// [`resolve_agent_tools`](Self::resolve_agent_tools) rendered in `rendering`: a bare
+    /// [`SchemaFormat`](crate::SchemaFormat) for its default strictness, or
+    /// `format.strict(true)`. Pass a bare
     /// [`PermissionMode`](crate::PermissionMode) or full [`Permissions`] with legacy flags.
     pub fn resolve_agent_tool_schemas(
         &self,
@@ -202,16 +220,9 @@ impl ToolExecutor {
         permissions: impl Into<Permissions>,
         rendering: impl Into<SchemaRendering>,
     ) -> Result<Vec<Value>> {
-        let permissions = permissions.into();
-        let tools = match toolsets {
-            Some(sets) => self.inner.registry.expand_toolsets(sets)?,
-            None => self.inner.registry.tools().iter().collect(),
-        };
+        let tools = self.resolve_agent_tools(toolsets, permissions)?;
         Ok(schema::render(
-            tools
-                .into_iter()
-                .filter(|t| permissions.visible(t.info.risk))
-                .map(|t| &t.info),
+            tools.into_iter().map(|t| &t.info),
             rendering,
         ))
     }
@@ -223,7 +234,25 @@ impl ToolExecutor {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> bool {
-        self.inner.approvals.respond(session_id, call_id, decision)
+        self.inner
+            .approvals
+            .respond(session_id, call_id, (decision, None))
+    }
+
+    /// Denies an approval request with `reason` as the call's result, instead of the default
+    /// `the user denied tool X`: for a front end that refuses without asking anyone and
+    /// should say why and how to allow the call. False when no such request is waiting.
+    pub fn deny_approval(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        reason: impl Into<String>,
+    ) -> bool {
+        self.inner.approvals.respond(
+            session_id,
+            call_id,
+            (ApprovalDecision::Deny, Some(reason.into())),
+        )
     }
 
     /// Runs one call to completion. Never fails: every outcome is a [`ToolCallInfo`].
@@ -460,14 +489,15 @@ impl ToolExecutor {
             answer = tokio::time::timeout(wait, rx) => answer,
         };
         match answer {
-            Ok(Ok(ApprovalDecision::Approve)) => Ok(()),
-            Ok(Ok(ApprovalDecision::ApproveForSession)) => {
+            Ok(Ok((ApprovalDecision::Approve, _))) => Ok(()),
+            Ok(Ok((ApprovalDecision::ApproveForSession, _))) => {
                 inner.approvals.remember_session(session_id, name);
                 Ok(())
             }
-            Ok(Ok(ApprovalDecision::Deny)) => {
-                Err((ErrorKind::Denied, format!("the user denied tool {name}")))
-            }
+            Ok(Ok((ApprovalDecision::Deny, reason))) => Err((
+                ErrorKind::Denied,
+                reason.unwrap_or_else(|| format!("the user denied tool {name}")),
+            )),
             Ok(Err(_)) | Err(_) => {
                 inner.approvals.close(session_id, &request.id);
                 Err((

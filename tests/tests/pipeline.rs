@@ -314,6 +314,23 @@ async fn auto_mode_asks_and_honours_each_answer() {
 }
 
 #[tokio::test]
+async fn a_denial_may_say_why() {
+    let slot: Slot = Arc::default();
+    let slot2 = slot.clone();
+    let sink = EventSink::new(move |event| {
+        if let ToolEvent::ApprovalRequested(r) = event {
+            let exec = slot2.lock().unwrap().clone().unwrap();
+            assert!(exec.deny_approval(&r.session_id, &r.call_id, "nobody can be asked here"));
+        }
+    });
+    let (_d, exec) = setup(PermissionMode::Auto, sink);
+    *slot.lock().unwrap() = Some(exec.clone());
+    let info = exec.run(req("r1", "touch", json!({}))).await;
+    assert_eq!(info.error_kind, Some(ErrorKind::Denied));
+    assert_eq!(info.result, "nobody can be asked here");
+}
+
+#[tokio::test]
 async fn unanswered_approval_is_denied_after_the_timeout() {
     let (_d, exec) = setup(PermissionMode::Auto, EventSink::none());
     let info = exec.run(req("t1", "sh", json!({}))).await;

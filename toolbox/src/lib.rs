@@ -18,6 +18,7 @@
 //! ```
 
 pub mod mcp;
+pub mod stderr_pump;
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C), with the signal's name.
 /// Never resolves if the handlers cannot be installed.

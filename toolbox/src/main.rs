@@ -45,62 +45,77 @@ struct Common {
 #[derive(Subcommand)]
 enum Command {
     /// List the tools visible in this mode: name, risk and provider.
-    Tools {
-        #[command(flatten)]
-        common: Common,
-        /// Only these toolsets (comma separated; a toolset, provider or tool name).
-        #[arg(long, value_delimiter = ',')]
-        toolsets: Option<Vec<String>>,
-        /// Print a JSON array instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Tools(ToolsArgs),
     /// Print the tool schemas as a JSON array.
-    Schema {
-        #[command(flatten)]
-        common: Common,
-        /// openai, openai-responses, anthropic or mcp.
-        #[arg(long, short = 'f', value_parser = parse_format)]
-        format: SchemaFormat,
-        #[arg(long, value_delimiter = ',')]
-        toolsets: Option<Vec<String>>,
-        /// Strict schemas: every property required, optional ones nullable (null means
-        /// "not given"), and `strict: true`. The default for openai-responses.
-        #[arg(long, overrides_with = "no_strict")]
-        strict: bool,
-        /// Loose schemas (optional properties left out of `required`), even for openai-responses.
-        #[arg(long, overrides_with = "strict")]
-        no_strict: bool,
-    },
+    Schema(SchemaArgs),
     /// Call one tool and print {"status": ..., "result": ...} on stdout (exit 0 done, 1 error).
-    Call {
-        /// Tool name or alias, e.g. file_manager__read or read_file.
-        tool: String,
-        /// Arguments as a JSON object, or - to read them from stdin [default: {}].
-        arguments: Option<String>,
-        #[command(flatten)]
-        common: Common,
-        /// Session id: routes output/, scratchpad/, input/ and names the trajectory.
-        #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
-        session: SessionId,
-        /// In auto mode: ask on the terminal, or answer yes / no without asking.
-        #[arg(long, value_enum, default_value_t = Approve::Ask)]
-        approve: Approve,
-        /// Stop the call after this many milliseconds.
-        #[arg(long)]
-        timeout_ms: Option<u64>,
-    },
+    Call(CallArgs),
     /// Serve every visible tool over MCP on stdin/stdout.
-    Mcp {
-        #[command(flatten)]
-        common: Common,
-        /// Session id for every call on this connection.
-        #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
-        session: SessionId,
-        /// In auto mode: yes trusts the MCP client's own confirmation, no refuses risky calls.
-        #[arg(long, value_enum, default_value_t = Approve::Yes)]
-        approve: Approve,
-    },
+    Mcp(McpArgs),
+}
+
+#[derive(clap::Args)]
+struct ToolsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Only these toolsets (comma separated; a toolset, provider or tool name).
+    #[arg(long, value_delimiter = ',')]
+    toolsets: Option<Vec<String>>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct SchemaArgs {
+    #[command(flatten)]
+    common: Common,
+    /// openai, openai-responses, anthropic or mcp.
+    #[arg(long, short = 'f', value_parser = parse_format)]
+    format: SchemaFormat,
+    /// Only these toolsets (comma separated): a toolset such as files, shell, python, web, or a
+    /// provider or tool name. Tools the mode hides stay hidden [default: every tool].
+    #[arg(long, value_delimiter = ',')]
+    toolsets: Option<Vec<String>>,
+    /// Strict schemas: every property required, optional ones nullable (null means
+    /// "not given"), and `strict: true`. The default for openai-responses.
+    #[arg(long, overrides_with = "no_strict")]
+    strict: bool,
+    /// Loose schemas (optional properties left out of `required`), even for openai-responses.
+    #[arg(long, overrides_with = "strict")]
+    no_strict: bool,
+}
+
+#[derive(clap::Args)]
+struct CallArgs {
+    /// Tool name or alias, e.g. file_manager__read or read_file.
+    tool: String,
+    /// Arguments as a JSON object, or - to read them from stdin [default: {}].
+    arguments: Option<String>,
+    #[command(flatten)]
+    common: Common,
+    /// Session id: routes output/, scratchpad/, input/ and names the trajectory.
+    #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
+    session: SessionId,
+    /// In auto mode: ask on the terminal, or answer yes / no without asking.
+    #[arg(long, value_enum, default_value_t = Approve::Ask)]
+    approve: Approve,
+    /// Stop the call after this many milliseconds.
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(clap::Args)]
+struct McpArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Session id for every call on this connection.
+    #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
+    session: SessionId,
+    /// In auto mode: yes runs risky tools (the MCP client confirms calls with its user), no
+    /// refuses them; ask cannot prompt over stdio and refuses them too, saying so.
+    #[arg(long, value_enum, default_value_t = Approve::Yes)]
+    approve: Approve,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -125,9 +140,32 @@ fn parse_format(s: &str) -> Result<SchemaFormat, String> {
 /// A failure the user caused: bad flags, bad JSON, a bad config. Exit code 2.
 struct UsageError(String);
 
+fn usage(error: impl std::fmt::Display) -> UsageError {
+    UsageError(format!("{error:#}"))
+}
+
 fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
+    let stderr_is_terminal = std::io::stderr().is_terminal();
+    // First, before any thread writes to stderr: from here on a client that never reads
+    // stderr can make toolbox drop output, never stall it.
+    let pump = match toolbox::stderr_pump::install() {
+        Ok(pump) => Some(pump),
+        Err(e) => {
+            eprintln!("toolbox: cannot set up non-blocking stderr ({e}); writing it directly");
+            None
+        }
+    };
+    init_tracing(stderr_is_terminal);
+    let code = run_to_exit(cli);
+    if let Some(pump) = pump {
+        // Bounded: a reader that went away must not keep toolbox alive.
+        pump.flush(Duration::from_millis(500), Duration::from_secs(5));
+    }
+    code
+}
+
+fn run_to_exit(cli: Cli) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -138,7 +176,14 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let outcome = runtime.block_on(run(cli));
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Tools(args) => tools(args),
+            Command::Schema(args) => schema(args),
+            Command::Call(args) => call(args).await,
+            Command::Mcp(args) => mcp(args).await,
+        }
+    });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
     // embedded Python, say) before exiting. The janitor covers a toolbox that dies instead.
     toolbox::core::containment::shutdown();
@@ -153,7 +198,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs go to stderr, coloured only on a terminal.
+fn init_tracing(ansi: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("RUST_LOG")
         .or_else(|_| std::env::var("TOOLBOX_LOG"))
@@ -161,6 +207,7 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }
 
@@ -174,168 +221,141 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
         trust_workspace: common.trust_workspace_config,
         ..LoadOptions::default()
     };
-    let mut config = ExecutorConfig::load_operator(&workspace, options)
-        .map_err(|e| UsageError(format!("{e:#}")))?;
+    let mut config = ExecutorConfig::load_operator(&workspace, options).map_err(usage)?;
     if let Some(mode) = common.mode {
         config.permissions.mode = mode;
     }
     if let Some(sandbox) = &common.sandbox {
-        let shell = config.providers.entry("shell").or_insert_with(|| json!({}));
-        if let Value::Object(table) = shell {
-            table.insert("sandbox".into(), Value::String(sandbox.clone()));
-        }
+        config
+            .set_provider_value("shell", "sandbox", sandbox.as_str())
+            .map_err(usage)?;
     }
     // Last: the workspace's own toolbox.toml, which may only tighten all of the above.
-    config
-        .apply_workspace_restrictions()
-        .map_err(|e| UsageError(format!("{e:#}")))?;
+    config.apply_workspace_restrictions().map_err(usage)?;
     Ok(config)
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
-    match cli.command {
-        Command::Tools {
-            common,
-            toolsets,
-            json,
-        } => {
-            let executor = build(load_config(&common)?, EventSink::none())?;
-            let permissions = executor.permissions();
-            let tools = match &toolsets {
-                Some(sets) => {
-                    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-                    executor
-                        .registry()
-                        .expand_toolsets(&sets)
-                        .map_err(|e| UsageError(e.to_string()))?
-                }
-                None => executor.registry().tools().iter().collect(),
-            };
-            let tools: Vec<_> = tools
-                .into_iter()
-                .filter(|t| permissions.visible(t.info.risk))
-                .collect();
-            if json {
-                let rows: Vec<Value> = tools
-                    .iter()
-                    .map(|t| {
-                        json!({
-                            "name": t.info.name,
-                            "risk": t.info.risk,
-                            "provider": t.provider_name(),
-                            "aliases": t.info.aliases,
-                            "toolsets": t.info.toolsets,
-                        })
-                    })
-                    .collect();
-                println!("{}", Value::Array(rows));
-            } else {
-                let width = tools.iter().map(|t| t.info.name.len()).max().unwrap_or(4);
-                println!("{:width$}  {:10}  PROVIDER", "NAME", "RISK");
-                for t in &tools {
-                    println!(
-                        "{:width$}  {:10}  {}",
-                        t.info.name,
-                        t.info.risk.as_str(),
-                        t.provider_name()
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Schema {
-            common,
-            format,
-            toolsets,
-            strict,
-            no_strict,
-        } => {
-            let strict = if strict || no_strict {
-                strict
-            } else {
-                format.strict_by_default()
-            };
-            let executor = build(load_config(&common)?, EventSink::none())?;
-            let sets: Option<Vec<&str>> = toolsets
-                .as_ref()
-                .map(|s| s.iter().map(String::as_str).collect());
-            let schemas = executor
-                .resolve_agent_tool_schemas(
-                    sets.as_deref(),
-                    executor.permissions(),
-                    format.strict(strict),
-                )
-                .map_err(|e| UsageError(e.to_string()))?;
-            let text =
-                serde_json::to_string_pretty(&schemas).map_err(|e| UsageError(e.to_string()))?;
-            println!("{text}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Call {
-            tool,
-            arguments,
-            common,
-            session,
-            approve,
-            timeout_ms,
-        } => {
-            let arguments = read_arguments(arguments.as_deref())?;
-            let slot: Arc<OnceLock<ToolExecutor>> = Arc::new(OnceLock::new());
-            let events = cli_events(slot.clone(), approve);
-            let executor = build(load_config(&common)?, events)?;
-            let _ = slot.set(executor.clone());
-            let mut request =
-                ToolRequest::new(new_call_id(), tool, arguments).session(session.to_string());
-            if let Some(ms) = timeout_ms {
-                request = request.timeout(Duration::from_millis(ms.max(1)));
-            }
-            let cancel = toolbox::core::CancellationToken::new();
-            let on_signal = cancel.clone();
-            tokio::spawn(async move {
-                // SIGTERM or Ctrl-C cancels the call, which stops what it started and still
-                // prints its envelope.
-                toolbox::stop_signal().await;
-                on_signal.cancel();
-            });
-            let info = executor.run_cancellable(request, cancel).await;
-            println!("{}", info.envelope());
-            Ok(if info.is_done() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
+fn toolset_names(toolsets: &Option<Vec<String>>) -> Option<Vec<&str>> {
+    toolsets
+        .as_ref()
+        .map(|sets| sets.iter().map(String::as_str).collect())
+}
+
+/// `toolbox tools`: the visible tools as a table or JSON.
+fn tools(args: ToolsArgs) -> Result<ExitCode, UsageError> {
+    let executor = build(load_config(&args.common)?, EventSink::none())?;
+    let sets = toolset_names(&args.toolsets);
+    let tools = executor
+        .resolve_agent_tools(sets.as_deref(), executor.permissions())
+        .map_err(usage)?;
+    if args.json {
+        let rows: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.info.name,
+                    "risk": t.info.risk,
+                    "provider": t.provider_name(),
+                    "aliases": t.info.aliases,
+                    "toolsets": t.info.toolsets,
+                })
             })
-        }
-        Command::Mcp {
-            common,
-            session,
-            approve,
-        } => {
-            let slot: Arc<OnceLock<ToolExecutor>> = Arc::new(OnceLock::new());
-            // Nobody can answer a terminal prompt over stdio: ask degrades to no.
-            let approve = if approve == Approve::Ask {
-                Approve::No
-            } else {
-                approve
-            };
-            let events = cli_events(slot.clone(), approve);
-            let executor = build(load_config(&common)?, events)?;
-            let _ = slot.set(executor.clone());
-            let serve = toolbox::mcp::McpServer::new(executor, session).serve_stdio();
-            tokio::select! {
-                served = serve => served.map_err(|e| UsageError(format!("mcp: {e:#}")))?,
-                // A clean stop: calls in flight are dropped (which stops their processes)
-                // and main() kills whatever else the tools started.
-                signal = toolbox::stop_signal() => {
-                    tracing::debug!(target: "toolbox", signal, "stopping the MCP server");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+            .collect();
+        println!("{}", Value::Array(rows));
+    } else {
+        let width = tools.iter().map(|t| t.info.name.len()).max().unwrap_or(4);
+        println!("{:width$}  {:10}  PROVIDER", "NAME", "RISK");
+        for t in &tools {
+            println!(
+                "{:width$}  {:10}  {}",
+                t.info.name,
+                t.info.risk.as_str(),
+                t.provider_name()
+            );
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolbox schema`: the visible tools rendered in one format.
+fn schema(args: SchemaArgs) -> Result<ExitCode, UsageError> {
+    let strict = if args.strict || args.no_strict {
+        args.strict
+    } else {
+        args.format.strict_by_default()
+    };
+    let executor = build(load_config(&args.common)?, EventSink::none())?;
+    let sets = toolset_names(&args.toolsets);
+    let schemas = executor
+        .resolve_agent_tool_schemas(
+            sets.as_deref(),
+            executor.permissions(),
+            args.format.strict(strict),
+        )
+        .map_err(usage)?;
+    let text = serde_json::to_string_pretty(&schemas).map_err(usage)?;
+    println!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolbox call`: one call, streamed output on stderr, the envelope on stdout.
+async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
+    let arguments = read_arguments(args.arguments.as_deref())?;
+    let slot: Arc<OnceLock<ToolExecutor>> = Arc::new(OnceLock::new());
+    let events = cli_events(slot.clone(), args.approve);
+    let executor = build(load_config(&args.common)?, events)?;
+    let _ = slot.set(executor.clone());
+    let mut request =
+        ToolRequest::new(new_call_id(), args.tool, arguments).session(args.session.to_string());
+    if let Some(ms) = args.timeout_ms {
+        request = request.timeout(Duration::from_millis(ms.max(1)));
+    }
+    let cancel = toolbox::core::CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        // SIGTERM or Ctrl-C cancels the call, which stops what it started and still
+        // prints its envelope.
+        toolbox::stop_signal().await;
+        on_signal.cancel();
+    });
+    let info = executor.run_cancellable(request, cancel).await;
+    println!("{}", info.envelope());
+    Ok(if info.is_done() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `toolbox mcp`: serve until the client closes stdin or a signal arrives.
+async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
+    use toolbox::mcp::{Approvals, McpServer};
+    let config = load_config(&args.common)?;
+    let approvals = match args.approve {
+        Approve::Yes => Approvals::Approve,
+        Approve::No => Approvals::Refuse,
+        Approve::Ask => Approvals::CannotAsk,
+    };
+    if approvals == Approvals::CannotAsk && config.permissions.mode == PermissionMode::Auto {
+        tracing::warn!(
+            "toolbox mcp --approve ask: there is no terminal to ask on over stdio, so calls \
+             that need approval will be refused; use --approve yes or --mode full to allow them"
+        );
+    }
+    let server = McpServer::new(config, args.session, approvals).map_err(usage)?;
+    tokio::select! {
+        served = server.serve_stdio() => served.map_err(|e| UsageError(format!("mcp: {e:#}")))?,
+        // A clean stop: calls in flight are dropped (which stops their processes)
+        // and main() kills whatever else the tools started.
+        signal = toolbox::stop_signal() => {
+            tracing::debug!(target: "toolbox", signal, "stopping the MCP server");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn build(config: ExecutorConfig, events: EventSink) -> Result<ToolExecutor, UsageError> {
-    ToolExecutor::with_events(config, events).map_err(|e| UsageError(format!("{e:#}")))
+    ToolExecutor::with_events(config, events).map_err(usage)
 }
 
 fn read_arguments(arg: Option<&str>) -> Result<Value, UsageError> {
@@ -372,47 +392,56 @@ fn new_call_id() -> String {
 }
 
 /// Streams output to stderr as it arrives and answers approval requests per `approve`.
+///
+/// stderr is the pump's pipe (see `toolbox::stderr_pump`), so these writes never block the
+/// call, whoever reads stderr or not.
 fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink {
     EventSink::new(move |event| match event {
         // Both streams go to stderr: stdout carries only the envelope.
         ToolEvent::Output { text, .. } => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(text.as_bytes());
-            let _ = err.flush();
+            let _ = std::io::stderr().lock().write_all(text.as_bytes());
         }
         ToolEvent::Progress { message, .. } => eprintln!("{message}"),
         ToolEvent::ApprovalRequested(request) => {
             let slot = slot.clone();
             // Answer off the executor's thread: a prompt may block on the terminal.
             std::thread::spawn(move || {
-                let decision = match approve {
-                    Approve::Yes => ApprovalDecision::Approve,
-                    Approve::No => ApprovalDecision::Deny,
+                let answer = match approve {
+                    Approve::Yes => Ok(ApprovalDecision::Approve),
+                    Approve::No => Ok(ApprovalDecision::Deny),
                     Approve::Ask => ask_on_terminal(&request),
                 };
-                if let Some(executor) = slot.get() {
-                    executor.respond_approval(&request.session_id, &request.call_id, decision);
-                }
+                let Some(executor) = slot.get() else { return };
+                let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+                match answer {
+                    Ok(decision) => executor.respond_approval(session, call, decision),
+                    Err(reason) => executor.deny_approval(session, call, reason),
+                };
             });
         }
     })
 }
 
-fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalDecision {
+/// The user's answer on the terminal, or why nobody could be asked.
+fn ask_on_terminal(request: &ApprovalRequest) -> Result<ApprovalDecision, String> {
+    let no_terminal = || {
+        let reason = format!(
+            "tool {} needs approval (permission mode auto) and there is no terminal to ask on; \
+             use --approve yes or --mode full to allow it",
+            request.tool
+        );
+        eprintln!("toolbox: {reason}");
+        Err(reason)
+    };
     let tty = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/tty");
     let Ok(mut tty) = tty else {
-        eprintln!(
-            "toolbox: {} needs approval (mode auto) and there is no terminal to ask; \
-             use --approve yes or --mode full to allow it",
-            request.tool
-        );
-        return ApprovalDecision::Deny;
+        return no_terminal();
     };
     if !tty.is_terminal() {
-        return ApprovalDecision::Deny;
+        return no_terminal();
     }
     let args = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
     let _ = write!(
@@ -429,9 +458,9 @@ fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalDecision {
         }
         line.push(byte[0] as char);
     }
-    match line.trim().to_ascii_lowercase().as_str() {
+    Ok(match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => ApprovalDecision::Approve,
         "s" | "session" => ApprovalDecision::ApproveForSession,
         _ => ApprovalDecision::Deny,
-    }
+    })
 }

@@ -10,19 +10,28 @@
 //! Tool failures of any kind (errors, denials, timeouts, panics) are tool results with
 //! `isError: true`; only a name that is no tool at all is a protocol error, as MCP asks.
 //!
+//! A tool's streamed output (a shell command's lines, pip's progress) goes to the client as
+//! `notifications/progress` when the call carried a `progressToken` in `_meta`, else as
+//! `notifications/message` once the client asked for `info` logs with `logging/setLevel`,
+//! else nowhere; never to stderr. Notifications waiting to be written are capped at
+//! [`MAX_QUEUED_NOTIFICATION_BYTES`]: beyond that they are dropped (the tool result still has
+//! the output), so a flood can neither stall a call nor grow memory.
+//!
 //! Threads: one reader thread frames and parses stdin, the async runtime dispatches, each
 //! `tools/call` is its own task (a slow call never delays a later fast one), and one writer
 //! thread owns the protocol's stdout. No blocking pool is involved.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
-use toolbox_core::{CancellationToken, SessionId};
-use toolbox_executor::{schema, CallStatus, SchemaFormat, ToolExecutor, ToolRequest};
+use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
+use toolbox_executor::{
+    schema, ApprovalDecision, CallStatus, ExecutorConfig, SchemaFormat, ToolExecutor, ToolRequest,
+};
 
 /// The longest line (one JSON-RPC message, newline excluded) the server reads. Longer lines
 /// are skipped up to their newline without being buffered, so a client cannot make the server
@@ -41,6 +50,46 @@ const INVALID_PARAMS: i64 = -32602;
 const INSTRUCTIONS: &str =
     "toolbox tools run inside one workspace folder; paths are relative to it.";
 
+/// The most notification bytes queued for stdout at once. A notification that would go over
+/// is dropped: streamed output is a courtesy, the tool result has it all.
+pub const MAX_QUEUED_NOTIFICATION_BYTES: usize = 1024 * 1024;
+
+/// What `toolbox mcp` answers when a risky call needs approval (permission mode `auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approvals {
+    /// Run it: MCP clients confirm tool calls with their user themselves (`--approve yes`).
+    Approve,
+    /// Refuse it: the operator said so (`--approve no`).
+    Refuse,
+    /// Refuse it and say why: nobody can be asked over stdio (`--approve ask`).
+    CannotAsk,
+}
+
+impl Approvals {
+    /// The result a refused call gets: what happened and how to allow such calls.
+    fn refusal(self, request: &ApprovalRequest) -> Option<String> {
+        let tool = &request.tool;
+        match self {
+            Approvals::Approve => None,
+            Approvals::Refuse => Some(format!(
+                "tool {tool} needs approval (permission mode auto, risk {}) and this toolbox mcp \
+                 was started with --approve no, which refuses such calls. To allow them, restart \
+                 it with --approve yes (the MCP client confirms each call with its user) or \
+                 --mode full.",
+                request.risk
+            )),
+            Approvals::CannotAsk => Some(format!(
+                "tool {tool} needs approval (permission mode auto, risk {}) but toolbox mcp \
+                 cannot ask anyone: --approve ask prompts on a terminal, and a server on stdio \
+                 has none, so the call was refused without asking. To allow such calls, start \
+                 toolbox mcp with --approve yes (the MCP client confirms each call with its \
+                 user) or --mode full; to stop offering them, use --mode read_only.",
+                request.risk
+            )),
+        }
+    }
+}
+
 /// The MCP face of one executor.
 #[derive(Clone)]
 pub struct McpServer {
@@ -50,28 +99,51 @@ pub struct McpServer {
     /// The `tools/list` result, serialised once: the visible tools never change.
     tools_list: Arc<str>,
     calls: Arc<AtomicU64>,
+    events: Arc<Events>,
 }
 
 impl McpServer {
-    pub fn new(executor: ToolExecutor, session: SessionId) -> Self {
+    /// A server over an executor built from `config` and every linked provider, answering
+    /// approval requests per `approvals`.
+    pub fn new(
+        config: ExecutorConfig,
+        session: SessionId,
+        approvals: Approvals,
+    ) -> anyhow::Result<Self> {
+        let events = Arc::new(Events {
+            approvals,
+            executor: OnceLock::new(),
+            outbox: Mutex::new(None),
+            routes: Mutex::default(),
+            log_level: AtomicU8::new(LOGGING_OFF),
+        });
+        let sink = {
+            let events = events.clone();
+            EventSink::new(move |event| events.handle(event))
+        };
+        let executor = ToolExecutor::with_events(config, sink)?;
+        let _ = events.executor.set(executor.clone());
         let tools = schema::render(
             executor.visible_tools().into_iter().map(|t| &t.info),
             SchemaFormat::Mcp,
         );
         let tools_list = json!({ "tools": tools }).to_string();
-        McpServer {
+        Ok(McpServer {
             executor,
             session,
             tools_list: tools_list.into(),
             calls: Arc::new(AtomicU64::new(0)),
-        }
+            events,
+        })
     }
 
     /// Serves on stdin/stdout until the client closes stdin.
     ///
     /// The protocol gets a private copy of stdout and file descriptor 1 is pointed at stderr
     /// first: code that writes straight to the terminal (a subprocess started from embedded
-    /// Python, a C library) would otherwise corrupt the JSON-RPC stream.
+    /// Python, a C library) would otherwise corrupt the JSON-RPC stream. The binary installs
+    /// [`crate::stderr_pump`] before this, so such writes cannot block either, even when the
+    /// client never reads stderr.
     pub async fn serve_stdio(self) -> anyhow::Result<()> {
         let protocol_out = private_stdout()?;
         self.serve(std::io::stdin(), protocol_out).await
@@ -85,6 +157,7 @@ impl McpServer {
         output: impl Write + Send + 'static,
     ) -> anyhow::Result<()> {
         let (outbox, written) = spawn_writer(output)?;
+        *lock(&self.events.outbox) = Some(outbox.clone());
         // Bounded, so a client that sends faster than calls start is slowed down at the pipe
         // rather than queued in memory without limit.
         let (inbound_tx, mut inbound) = tokio::sync::mpsc::channel(64);
@@ -111,6 +184,7 @@ impl McpServer {
             log_task_failure(joined);
         }
         // The writer stops once every Outbox clone is gone; wait so no reply is lost at exit.
+        lock(&dispatcher.server.events.outbox).take();
         drop(dispatcher);
         let _ = written.await;
         Ok(())
@@ -144,9 +218,20 @@ fn private_stdout() -> anyhow::Result<std::fs::File> {
 // Output: one thread writes whole lines, so replies from concurrent calls never interleave
 // and a client that stops reading blocks that thread, not the runtime.
 
-/// Where replies go: a queue drained by the writer thread.
+/// One line for the writer; notifications are counted against
+/// [`MAX_QUEUED_NOTIFICATION_BYTES`] until written.
+struct Line {
+    text: String,
+    notification: bool,
+}
+
+/// Where replies and notifications go: a queue drained by the writer thread.
 #[derive(Clone)]
-struct Outbox(mpsc::Sender<String>);
+struct Outbox {
+    lines: mpsc::Sender<Line>,
+    /// Bytes of notifications queued and not yet written.
+    queued_notifications: Arc<AtomicUsize>,
+}
 
 impl Outbox {
     /// `result` is already serialised JSON.
@@ -165,11 +250,41 @@ impl Outbox {
         self.send(reply.to_string());
     }
 
-    fn send(&self, mut line: String) {
-        line.push('\n');
+    /// Replies are never dropped: there is one per request, and the reader stops taking
+    /// requests when the dispatcher falls behind.
+    fn send(&self, mut text: String) {
+        text.push('\n');
         // The writer only stops when stdout is closed: the client is gone and nobody is
         // left to tell.
-        let _ = self.0.send(line);
+        let _ = self.lines.send(Line {
+            text,
+            notification: false,
+        });
+    }
+
+    /// Queues a notification unless that would put more than
+    /// [`MAX_QUEUED_NOTIFICATION_BYTES`] in the queue. False when it was dropped.
+    fn notify(&self, method: &str, params: Value) -> bool {
+        let mut text = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        text.push('\n');
+        let len = text.len();
+        let reserved =
+            self.queued_notifications
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                    (queued + len <= MAX_QUEUED_NOTIFICATION_BYTES).then_some(queued + len)
+                });
+        if reserved.is_err() {
+            return false;
+        }
+        let line = Line {
+            text,
+            notification: true,
+        };
+        if self.lines.send(line).is_err() {
+            self.queued_notifications.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 }
 
@@ -177,23 +292,34 @@ impl Outbox {
 fn spawn_writer(
     mut output: impl Write + Send + 'static,
 ) -> anyhow::Result<(Outbox, tokio::sync::oneshot::Receiver<()>)> {
-    let (tx, rx) = mpsc::channel::<String>();
+    let (tx, rx) = mpsc::channel::<Line>();
+    let queued_notifications = Arc::new(AtomicUsize::new(0));
+    let queued = queued_notifications.clone();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("mcp-writer".into())
         .spawn(move || {
             for line in rx {
-                if let Err(e) = output
-                    .write_all(line.as_bytes())
-                    .and_then(|_| output.flush())
-                {
+                let written = output
+                    .write_all(line.text.as_bytes())
+                    .and_then(|_| output.flush());
+                if line.notification {
+                    queued.fetch_sub(line.text.len(), Ordering::AcqRel);
+                }
+                if let Err(e) = written {
                     tracing::debug!("mcp: stdout closed: {e}");
                     break;
                 }
             }
             let _ = done_tx.send(());
         })?;
-    Ok((Outbox(tx), done_rx))
+    Ok((
+        Outbox {
+            lines: tx,
+            queued_notifications,
+        },
+        done_rx,
+    ))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -531,6 +657,147 @@ fn json_kind(value: &Value) -> &'static str {
 }
 
 // ---------------------------------------------------------------------------------------
+// Events: the executor's sink. Runs on whatever thread the tool emits from, so it only takes
+// short locks and queues; nothing here can block a call.
+
+/// MCP's logging levels, lowest first (RFC 5424 names).
+const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+/// Tool output is logged at `info`.
+const LEVEL_INFO: u8 = 1;
+/// No `logging/setLevel` yet: no log notifications.
+const LOGGING_OFF: u8 = u8::MAX;
+
+/// Streams a call's output to its client and answers approval requests.
+struct Events {
+    approvals: Approvals,
+    /// Set right after the executor is built (the executor holds this sink).
+    executor: OnceLock<ToolExecutor>,
+    /// Set while serving.
+    outbox: Mutex<Option<Outbox>>,
+    /// The calls running now, by the executor's call id.
+    routes: Mutex<HashMap<String, Route>>,
+    /// The level the client asked for with `logging/setLevel`, as an index of [`LOG_LEVELS`].
+    log_level: AtomicU8,
+}
+
+/// Where one call's output goes.
+#[derive(Default)]
+struct Route {
+    /// The client's `_meta.progressToken` for this call.
+    progress_token: Option<Value>,
+    /// The last `progress` sent; MCP wants it to grow with every notification.
+    progress: u64,
+    dropped_bytes: u64,
+}
+
+impl Events {
+    fn handle(&self, event: ToolEvent) {
+        match event {
+            ToolEvent::Output {
+                call_id,
+                tool,
+                text,
+                ..
+            } => self.forward(&call_id, &tool, &text),
+            ToolEvent::Progress {
+                call_id,
+                tool,
+                message,
+            } => self.forward(&call_id, &tool, &message),
+            ToolEvent::ApprovalRequested(request) => self.answer(&request),
+        }
+    }
+
+    /// Answers at once: the executor registered the request before emitting it.
+    fn answer(&self, request: &ApprovalRequest) {
+        let Some(executor) = self.executor.get() else {
+            return;
+        };
+        let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+        match self.approvals.refusal(request) {
+            None => executor.respond_approval(session, call, ApprovalDecision::Approve),
+            Some(reason) => executor.deny_approval(session, call, reason),
+        };
+    }
+
+    fn forward(&self, call_id: &str, tool: &str, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let mut routes = lock(&self.routes);
+        let Some(route) = routes.get_mut(call_id) else {
+            return;
+        };
+        let outbox = lock(&self.outbox);
+        let Some(outbox) = outbox.as_ref() else {
+            return;
+        };
+        let sent = if let Some(token) = &route.progress_token {
+            route.progress += 1;
+            outbox.notify(
+                "notifications/progress",
+                json!({ "progressToken": token, "progress": route.progress, "message": text }),
+            )
+        } else if self.log_level.load(Ordering::Relaxed) <= LEVEL_INFO {
+            outbox.notify(
+                "notifications/message",
+                json!({ "level": "info", "logger": tool, "data": text }),
+            )
+        } else {
+            return;
+        };
+        if !sent {
+            route.dropped_bytes += text.len() as u64;
+        }
+    }
+
+    fn open_route(&self, call_id: &str, progress_token: Option<Value>) {
+        lock(&self.routes).insert(
+            call_id.to_string(),
+            Route {
+                progress_token,
+                ..Route::default()
+            },
+        );
+    }
+
+    /// Forgets a finished call; says once, if it can, how much of its output was not sent.
+    fn close_route(&self, call_id: &str) {
+        let Some(route) = lock(&self.routes).remove(call_id) else {
+            return;
+        };
+        if route.dropped_bytes == 0 {
+            return;
+        }
+        tracing::debug!(
+            call_id,
+            dropped_bytes = route.dropped_bytes,
+            "mcp: output notifications dropped: the client did not read them fast enough"
+        );
+        if let (Some(token), Some(outbox)) = (route.progress_token, lock(&self.outbox).as_ref()) {
+            let message = format!(
+                "[toolbox: {} bytes of output were not streamed because the client did not \
+                 read them fast enough; the tool result has the output]",
+                route.dropped_bytes
+            );
+            outbox.notify(
+                "notifications/progress",
+                json!({ "progressToken": token, "progress": route.progress + 1, "message": message }),
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Dispatch: cheap methods are answered inline, tools/call runs as its own task.
 
 /// A `tools/call` still running, by the JSON text of its id (so 7 and "7" differ, as in
@@ -569,11 +836,22 @@ impl Dispatcher {
             "ping" => self.outbox.result(&id, "{}"),
             "tools/list" => self.outbox.result(&id, &self.server.tools_list),
             "tools/call" => self.start_call(id, key, params),
-            _ => self.outbox.error(
-                &id,
-                METHOD_NOT_FOUND,
-                &format!("Method not found: {method}"),
-            ),
+            "logging/setLevel" => match log_level(&params) {
+                Ok(level) => {
+                    self.server.events.log_level.store(level, Ordering::Relaxed);
+                    self.outbox.result(&id, "{}")
+                }
+                Err(message) => self.outbox.error(&id, INVALID_PARAMS, &message),
+            },
+            _ => {
+                // A client probing for what this server offers is normal, not worth a warning.
+                tracing::debug!("mcp: method not supported: {method}");
+                self.outbox.error(
+                    &id,
+                    METHOD_NOT_FOUND,
+                    &format!("Method not found: {method}"),
+                )
+            }
         }
     }
 
@@ -593,6 +871,10 @@ impl Dispatcher {
     }
 
     fn start_call(&mut self, id: Value, key: String, params: Value) {
+        let progress_token = params
+            .pointer("/_meta/progressToken")
+            .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
+            .cloned();
         let (name, arguments) = match call_params(params) {
             Ok(call) => call,
             Err(message) => return self.outbox.error(&id, INVALID_PARAMS, &message),
@@ -611,13 +893,18 @@ impl Dispatcher {
                 cancel: cancel.clone(),
             },
         );
-        let request = ToolRequest::new(format!("mcp-{serial}"), name, arguments)
+        let call_id = format!("mcp-{serial}");
+        self.server.events.open_route(&call_id, progress_token);
+        let request = ToolRequest::new(call_id.clone(), name, arguments)
             .session(self.server.session.to_string());
         let executor = self.server.executor.clone();
+        let events = self.server.events.clone();
         let outbox = self.outbox.clone();
         let in_flight = self.in_flight.clone();
         self.tasks.spawn(async move {
             let info = executor.run_cancellable(request, cancel.clone()).await;
+            // Before the reply: MCP allows no progress notification after it.
+            events.close_route(&call_id);
             // Leave the in-flight set before replying: the client may reuse the id as soon as
             // it has read the reply.
             {
@@ -650,10 +937,24 @@ fn log_task_failure(joined: Result<(), tokio::task::JoinError>) {
     }
 }
 
-/// The in-flight map stays consistent even if a holder panicked: every update is one
-/// insert or remove.
-fn lock(calls: &InFlightCalls) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
-    calls.lock().unwrap_or_else(PoisonError::into_inner)
+/// The maps behind these locks stay consistent even if a holder panicked: every update is
+/// one insert, remove or assignment.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The level of `logging/setLevel`, or the message of an Invalid params error.
+fn log_level(params: &Value) -> Result<u8, String> {
+    let level = params.get("level").and_then(Value::as_str);
+    level
+        .and_then(|level| LOG_LEVELS.iter().position(|l| *l == level))
+        .map(|i| i as u8)
+        .ok_or_else(|| {
+            format!(
+                "Invalid params: logging/setLevel needs level, one of {}",
+                LOG_LEVELS.join(", ")
+            )
+        })
 }
 
 /// The serialised `initialize` result, or the message of an Invalid params error.
@@ -667,7 +968,7 @@ fn initialize_result(params: &Value) -> Result<String, String> {
         .unwrap_or(&PROTOCOL_VERSIONS[0]);
     Ok(json!({
         "protocolVersion": version,
-        "capabilities": { "tools": { "listChanged": false } },
+        "capabilities": { "tools": { "listChanged": false }, "logging": {} },
         "serverInfo": { "name": "toolbox", "version": env!("CARGO_PKG_VERSION") },
         "instructions": INSTRUCTIONS,
     })
@@ -813,6 +1114,15 @@ mod tests {
             call_params(json!({"name": "x"})).unwrap(),
             ("x".to_string(), json!({}))
         );
+    }
+
+    #[test]
+    fn log_levels_are_mcp_names() {
+        assert_eq!(log_level(&json!({"level": "debug"})), Ok(0));
+        assert_eq!(log_level(&json!({"level": "info"})), Ok(LEVEL_INFO));
+        assert_eq!(log_level(&json!({"level": "emergency"})), Ok(7));
+        assert!(log_level(&json!({"level": "INFO"})).is_err());
+        assert!(log_level(&Value::Null).unwrap_err().contains("debug, info"));
     }
 
     #[test]

@@ -197,6 +197,12 @@ fn auto_mode_approvals_from_the_command_line() {
         let (code, v, err) = run(&mut cmd);
         assert_eq!(code, 1, "{v} {err}");
         assert!(err.contains("no terminal to ask"), "{err}");
+        // The result says so too, not "the user denied".
+        let result = v["result"].as_str().unwrap();
+        assert!(
+            result.contains("no terminal to ask") && result.contains("--approve yes"),
+            "{result}"
+        );
         assert!(!ws.path().join("y.txt").exists());
     }
 }
@@ -380,4 +386,31 @@ fn approve_ask_prompts_on_a_terminal() {
             "{screen}"
         );
     }
+}
+
+#[test]
+fn logs_have_no_colour_when_stderr_is_no_terminal() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("f.txt"), "abc\n").unwrap();
+    let (code, _, err) = run(toolbox(ws.path())
+        .args(["call", "read_file", r#"{"path": "f.txt"}"#])
+        .env("RUST_LOG", "toolbox=debug"));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("tool execution finished"), "{err}");
+    assert!(!err.contains('\x1b'), "ANSI escapes in {err:?}");
+}
+
+#[test]
+fn schema_help_describes_toolsets() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = toolbox(ws.path())
+        .args(["schema", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .find(|l| l.contains("--toolsets"))
+        .unwrap_or_else(|| panic!("{help}"));
+    assert!(line.contains("Only these toolsets"), "{help}");
 }

@@ -1,9 +1,11 @@
 //! The shell provider through the real `toolbox` binary: live streaming on stderr with the
-//! envelope on stdout, `--sandbox`, and commands that die with a killed toolbox.
+//! envelope on stdout, a stderr nobody reads, `--sandbox`, and commands that die with a killed
+//! toolbox.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -128,6 +130,65 @@ fn a_timeout_is_an_error_envelope_with_the_output_so_far() {
         "{result}"
     );
     assert!(result.contains("partial"), "{result}");
+}
+
+/// Runs `toolbox call` with stderr piped and never read; returns the envelope, or fails if
+/// none comes within a minute.
+fn call_with_unread_stderr(ws: &Path, args: &str) -> Value {
+    let mut child = toolbox(ws)
+        .args(["call", "--mode", "full", "shell", args])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _unread = child.stderr.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, envelope) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = envelope.recv_timeout(Duration::from_secs(60));
+    // Exits by itself too: at most a bounded wait for the stderr nobody reads.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let line = line.expect("no envelope: the call hung on the unread stderr");
+    assert!(status.is_some(), "toolbox did not exit after the call");
+    serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+#[test]
+fn an_unread_stderr_never_blocks_a_call() {
+    let ws = tempfile::tempdir().unwrap();
+    // Far more than the 64 KiB a pipe holds, streamed live to stderr.
+    let v = call_with_unread_stderr(
+        ws.path(),
+        r#"{"command": "seq 1 200000; seq 1 200000 >&2"}"#,
+    );
+    assert_eq!(v["status"], "done", "{v}");
+    assert!(v["result"].as_str().unwrap().contains("200000"), "{v}");
+
+    let v = call_with_unread_stderr(
+        ws.path(),
+        r#"{"command": "seq 1 200000; sleep 60", "timeout_ms": 3000}"#,
+    );
+    assert_eq!(v["status"], "error", "{v}");
+    let result = v["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("command timed out after 3000 ms"),
+        "{result}"
+    );
 }
 
 #[test]
