@@ -203,11 +203,17 @@ impl EntryKind {
 #[derive(Debug)]
 pub struct Dir {
     fd: OwnedFd,
+    /// Whether the descriptor's offset has moved (entries were read), so a new read must
+    /// seek back to the start first.
+    read_before: std::sync::atomic::AtomicBool,
 }
 
 impl Dir {
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
-        Dir { fd }
+        Dir {
+            fd,
+            read_before: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     pub fn as_fd(&self) -> BorrowedFd<'_> {
@@ -215,10 +221,20 @@ impl Dir {
     }
 
     /// The entries, sorted by name, without `.` and `..`.
+    ///
+    /// Read with `getdents64` straight from this folder's own descriptor (no second open of
+    /// the folder), from the start each time.
     pub fn entries(&self) -> io::Result<Vec<DirEntryInfo>> {
-        let mut dir = rustix::fs::Dir::read_from(&self.fd)?;
+        use std::mem::MaybeUninit;
+        use std::sync::atomic::Ordering;
+        if self.read_before.swap(true, Ordering::Relaxed) {
+            rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Start(0))?;
+        }
+        let mut buf: Vec<MaybeUninit<u8>> = Vec::with_capacity(32 * 1024);
+        buf.resize(32 * 1024, MaybeUninit::uninit());
+        let mut raw = rustix::fs::RawDir::new(&self.fd, &mut buf);
         let mut out = Vec::new();
-        while let Some(entry) = dir.read() {
+        while let Some(entry) = raw.next() {
             let entry = entry?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {

@@ -13,7 +13,9 @@ use ignore::gitignore::Gitignore;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Dir, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{
+    Args, Dir, DirEntryInfo, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk,
+};
 
 use crate::{blocking, cancelled, object_schema, prop, text, walk, TOOLSET};
 
@@ -154,28 +156,22 @@ fn list(ctx: &ToolContext, path: &str, depth: usize, show: Show, limit: usize) -
         other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
 
-    let (virtual_base, ignores) = walk::base_ignores(ws, &p, &top);
+    let top_entries = top
+        .entries()
+        .map_err(|e| anyhow!("{NAME}: cannot read {shown}: {e}"))?;
+    let (virtual_base, ignores) = walk::base_ignores(ws, &p, &top, &top_entries);
     let mut entries: Vec<Entry> = Vec::new();
     let mut skipped = Skipped::default();
     let mut cut = false;
-    let mut level: Vec<(Dir, PathBuf, Arc<Vec<Gitignore>>)> =
-        vec![(top, PathBuf::new(), Arc::new(ignores))];
+    // Each folder of a level, held open, with its entries (read once) and its ignore rules.
+    type Level = Vec<(Dir, PathBuf, Vec<DirEntryInfo>, Arc<Vec<Gitignore>>)>;
+    let mut level: Level = vec![(top, PathBuf::new(), top_entries, Arc::new(ignores))];
     'levels: for current_depth in 1..=depth {
-        let mut next_level = Vec::new();
-        for (folder, rel, rules) in &level {
+        let mut next_level: Level = Vec::new();
+        for (folder, rel, children, rules) in std::mem::take(&mut level) {
             if ctx.cancel.is_cancelled() {
                 return Err(cancelled(NAME));
             }
-            let children = match folder.entries() {
-                Ok(children) => children,
-                Err(e) if rel.as_os_str().is_empty() => {
-                    return Err(anyhow!("{NAME}: cannot read {shown}: {e}"));
-                }
-                Err(_) => {
-                    skipped.unreadable += 1;
-                    continue;
-                }
-            };
             for child in children {
                 if !show.hidden && child.name.as_encoded_bytes().starts_with(b".") {
                     skipped.hidden += 1;
@@ -183,7 +179,7 @@ fn list(ctx: &ToolContext, path: &str, depth: usize, show: Show, limit: usize) -
                 }
                 let child_rel = rel.join(&child.name);
                 let is_dir = child.kind == EntryKind::Dir;
-                if !show.ignored && walk::ignored(rules, &virtual_base.join(&child_rel), is_dir) {
+                if !show.ignored && walk::ignored(&rules, &virtual_base.join(&child_rel), is_dir) {
                     skipped.ignored += 1;
                     continue;
                 }
@@ -199,14 +195,18 @@ fn list(ctx: &ToolContext, path: &str, depth: usize, show: Show, limit: usize) -
                     ),
                     EntryKind::Dir => {
                         if current_depth < depth {
-                            match folder.open_dir(&child.name) {
-                                Ok(d) => {
+                            match folder.open_dir(&child.name).and_then(|d| {
+                                let found = d.entries()?;
+                                Ok((d, found))
+                            }) {
+                                Ok((d, found)) => {
                                     let rules = walk::child_ignores(
-                                        rules,
+                                        &rules,
                                         &d,
+                                        &found,
                                         &virtual_base.join(&child_rel),
                                     );
-                                    next_level.push((d, child_rel.clone(), rules));
+                                    next_level.push((d, child_rel.clone(), found, rules));
                                 }
                                 Err(_) => skipped.unreadable += 1,
                             }

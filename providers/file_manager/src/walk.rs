@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
-use toolbox_core::{Dir, EntryKind, PathError, Workspace, WsPath};
+use toolbox_core::{Dir, DirEntryInfo, EntryKind, PathError, Workspace, WsPath};
 
 /// Ignore-file names read in every folder, lowest precedence first.
 const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];
@@ -97,11 +97,11 @@ pub(crate) struct Walk {
 /// Opens `base` (which must be a folder) and prepares the walk.
 pub(crate) fn gitignore_walk(ws: &Workspace, base: &WsPath) -> Result<Walk, PathError> {
     let dir = Arc::new(ws.open_dir(base)?);
-    let (virtual_base, ignores) = base_ignores(ws, base, &dir);
     let entries = dir.entries().map_err(|e| PathError::Io {
         path: base.given().to_string(),
         source: e,
     })?;
+    let (virtual_base, ignores) = base_ignores(ws, base, &dir, &entries);
     Ok(Walk {
         stack: vec![Frame {
             dir,
@@ -172,8 +172,12 @@ impl Walk {
                         Ok((d, entries))
                     }) {
                         let child = Arc::new(child);
-                        let ignores =
-                            child_ignores(&frame.ignores, &child, &virtual_base.join(&rel));
+                        let ignores = child_ignores(
+                            &frame.ignores,
+                            &child,
+                            &entries,
+                            &virtual_base.join(&rel),
+                        );
                         found.push(Frame {
                             dir: child,
                             rel: rel.clone(),
@@ -191,8 +195,15 @@ impl Walk {
             }
             let mut q = lock();
             q.busy -= 1;
+            let added = found.len();
             q.jobs.extend(found);
-            ready.notify_all();
+            // Wake only as many waiters as there is new work, and everyone at the very end.
+            match added {
+                0 if q.busy == 0 && q.jobs.is_empty() => ready.notify_all(),
+                0 => {}
+                1 => ready.notify_one(),
+                _ => ready.notify_all(),
+            }
         };
         std::thread::scope(|scope| {
             for _ in 1..threads.max(1) {
@@ -230,8 +241,12 @@ impl Iterator for Walk {
                 }) {
                     Ok((child, entries)) => {
                         let child = Arc::new(child);
-                        let ignores =
-                            child_ignores(&frame.ignores, &child, &self.virtual_base.join(&rel));
+                        let ignores = child_ignores(
+                            &frame.ignores,
+                            &child,
+                            &entries,
+                            &self.virtual_base.join(&rel),
+                        );
                         self.stack.push(Frame {
                             dir: child,
                             rel: rel.clone(),
@@ -255,10 +270,15 @@ impl Iterator for Walk {
 /// The ignore rules in force in the folder `base` (held open as `dir`): its own and those of
 /// the folders above it up to the workspace root, deepest first; and the made-up absolute
 /// path the rules match against.
-pub(crate) fn base_ignores(ws: &Workspace, base: &WsPath, dir: &Dir) -> (PathBuf, Vec<Gitignore>) {
+pub(crate) fn base_ignores(
+    ws: &Workspace,
+    base: &WsPath,
+    dir: &Dir,
+    entries: &[DirEntryInfo],
+) -> (PathBuf, Vec<Gitignore>) {
     let virtual_base = Path::new("/").join(ws.show(base));
     let mut ignores = ancestor_ignores(ws, base);
-    if let Some(own) = read_ignores(dir, &virtual_base) {
+    if let Some(own) = read_ignores(dir, entries, &virtual_base) {
         ignores.insert(0, own);
     }
     (virtual_base, ignores)
@@ -268,9 +288,10 @@ pub(crate) fn base_ignores(ws: &Workspace, base: &WsPath, dir: &Dir) -> (PathBuf
 pub(crate) fn child_ignores(
     parent: &Arc<Vec<Gitignore>>,
     child: &Dir,
+    entries: &[DirEntryInfo],
     virtual_path: &Path,
 ) -> Arc<Vec<Gitignore>> {
-    match read_ignores(child, virtual_path) {
+    match read_ignores(child, entries, virtual_path) {
         Some(own) => {
             let mut v = Vec::with_capacity(parent.len() + 1);
             v.push(own);
@@ -295,7 +316,21 @@ pub(crate) fn ignored(ignores: &[Gitignore], path: &Path, is_dir: bool) -> bool 
 
 /// The rules of one folder's `.gitignore` and `.ignore` (and `.git/info/exclude`), read
 /// through its descriptor without following links. `None` when it has none.
-fn read_ignores(dir: &Dir, virtual_path: &Path) -> Option<Gitignore> {
+fn read_ignores(dir: &Dir, entries: &[DirEntryInfo], virtual_path: &Path) -> Option<Gitignore> {
+    // The listing says which ignore files exist, so no open is tried in vain.
+    let has = |name: &str, kind: EntryKind| {
+        entries
+            .iter()
+            .any(|e| e.kind == kind && e.name.as_encoded_bytes() == name.as_bytes())
+    };
+    let has_git = has(".git", EntryKind::Dir);
+    let files: Vec<&str> = IGNORE_FILES
+        .into_iter()
+        .filter(|n| has(n, EntryKind::File))
+        .collect();
+    if !has_git && files.is_empty() {
+        return None;
+    }
     let mut builder = GitignoreBuilder::new(virtual_path);
     let mut any = false;
     let mut add = |text: String| {
@@ -304,7 +339,10 @@ fn read_ignores(dir: &Dir, virtual_path: &Path) -> Option<Gitignore> {
             let _ = builder.add_line(None, line);
         }
     };
-    if let Ok(git) = dir.open_dir(OsStr::new(".git")) {
+    if let Some(git) = has_git
+        .then(|| dir.open_dir(OsStr::new(".git")).ok())
+        .flatten()
+    {
         if let Some(text) = git
             .open_dir(OsStr::new("info"))
             .ok()
@@ -314,7 +352,7 @@ fn read_ignores(dir: &Dir, virtual_path: &Path) -> Option<Gitignore> {
             any = true;
         }
     }
-    for name in IGNORE_FILES {
+    for name in files {
         if let Some(text) = read_small(dir, name) {
             add(text);
             any = true;
@@ -356,11 +394,15 @@ fn ancestor_ignores(ws: &Workspace, base: &WsPath) -> Vec<Gitignore> {
         };
         let Ok(p) = ws.locate(&rel) else { break };
         let Ok(dir) = ws.open_dir(&p) else { break };
+        let entries = dir.entries().unwrap_or_default();
         let virtual_path = Path::new("/").join(ws.show(&p));
-        if let Some(gi) = read_ignores(&dir, &virtual_path) {
+        if let Some(gi) = read_ignores(&dir, &entries, &virtual_path) {
             out.push(gi);
         }
-        if dir.open_dir(OsStr::new(".git")).is_ok() {
+        if entries
+            .iter()
+            .any(|e| e.kind == EntryKind::Dir && e.name.as_encoded_bytes() == b".git")
+        {
             break;
         }
     }
