@@ -162,7 +162,7 @@ async fn configuration_picks_the_isolated_backend() {
     let info = call(&exec, "s1", "python", json!({"code": "1"})).await;
     assert!(
         info.result
-            .contains("config [python] backend must be \"embedded\" or \"isolated\""),
+            .contains("[python] backend must be \"embedded\" or \"isolated\""),
         "{}",
         info.result
     );

@@ -19,14 +19,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use base64::Engine as _;
-use serde_json::{json, Map, Value};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolProvider, ToolRisk};
+use serde_json::{json, Value};
+use toolbox_core::{Args, ConfigTable, ParsedCache, ToolContext, ToolInfo, ToolProvider, ToolRisk};
 
 toolbox_core::register_provider!("image_gen", || std::sync::Arc::new(ImageGen::default()));
 
@@ -75,7 +74,7 @@ or set the environment variables TOOLBOX_IMAGE_BASE_URL (or OPENAI_BASE_URL) and
 /// configuration.
 #[derive(Default)]
 pub struct ImageGen {
-    client: Mutex<Option<(Value, reqwest::Client)>>,
+    client: ParsedCache<reqwest::Client>,
 }
 
 /// The resolved configuration of one call.
@@ -136,12 +135,9 @@ impl ImageGen {
         check_size(size)?;
         let n = args.u64_in("n", &[], 1, 1, 4)?;
 
-        let table = ctx
-            .provider_config("image_gen")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let endpoint = endpoint(&table, |var| std::env::var(var).ok())?;
-        let client = self.client(&table, &endpoint)?;
+        let table = ctx.provider_config("image_gen");
+        let endpoint = endpoint(table, |var| std::env::var(var).ok())?;
+        let client = self.client(table, &endpoint)?;
 
         let mut body = json!({"model": endpoint.model, "prompt": prompt, "n": n, "size": size});
         // gpt-image models always answer in base64 and reject the parameter; every other
@@ -230,72 +226,63 @@ impl ImageGen {
         Ok(Value::String(out.trim_end().to_string()))
     }
 
-    fn client(&self, table: &Value, endpoint: &Endpoint) -> Result<reqwest::Client> {
-        let mut cache = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((built_from, client)) = cache.as_ref() {
-            if built_from == table {
-                return Ok(client.clone());
+    /// The HTTP client for this `[image_gen]` table, built once per table.
+    fn client(&self, table: Option<&Value>, endpoint: &Endpoint) -> Result<reqwest::Client> {
+        let client = self.client.get_or_build(table, |_| {
+            // reqwest is built with `rustls-no-provider`: install ring unless the embedding
+            // program already installed a provider (then theirs is used).
+            if rustls::crypto::CryptoProvider::get_default().is_none() {
+                let _ = rustls::crypto::ring::default_provider().install_default();
             }
-        }
-        // reqwest is built with `rustls-no-provider`: install ring unless the embedding
-        // program already installed a provider (then theirs is used).
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(30).min(endpoint.timeout))
-            .timeout(endpoint.timeout)
-            .user_agent(concat!(
-                "toolbox/",
-                env!("CARGO_PKG_VERSION"),
-                " (image_gen)"
-            ))
-            // The endpoint is configured; a redirect would be a misconfiguration, and
-            // following it would resend the prompt somewhere else.
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .build()
-            .map_err(|e| anyhow!("{NAME}: cannot build the HTTP client: {e}"))?;
-        *cache = Some((table.clone(), client.clone()));
-        Ok(client)
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(30).min(endpoint.timeout))
+                .timeout(endpoint.timeout)
+                .user_agent(concat!(
+                    "toolbox/",
+                    env!("CARGO_PKG_VERSION"),
+                    " (image_gen)"
+                ))
+                // The endpoint is configured; a redirect would be a misconfiguration, and
+                // following it would resend the prompt somewhere else.
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .build()
+                .map_err(|e| anyhow!("{NAME}: cannot build the HTTP client: {e}"))
+        })?;
+        Ok((*client).clone())
     }
 }
 
 /// Reads `[image_gen]` and the environment (through `env`, so tests need not touch the
 /// process environment).
-fn endpoint(table: &Value, env: impl Fn(&str) -> Option<String>) -> Result<Endpoint> {
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    let map = match table {
-        Value::Null => EMPTY.get_or_init(Map::new),
-        Value::Object(m) => m,
-        _ => bail!("{NAME}: [image_gen] in toolbox.toml must be a table"),
+fn endpoint(table: Option<&Value>, env: impl Fn(&str) -> Option<String>) -> Result<Endpoint> {
+    let t = ConfigTable::new("image_gen", table, KEYS)
+        .map_err(|e| anyhow!("{NAME}: invalid configuration: {e:#}"))?;
+    let read = || -> Result<_> {
+        // An empty string is a value not given.
+        let string = |key: &str| -> Result<Option<String>> {
+            Ok(t.string(key)?
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string))
+        };
+        let number = |key: &str, default: u64| -> Result<u64> {
+            Ok(t.u64_in(key, 1, u64::MAX)?.unwrap_or(default))
+        };
+        Ok((
+            string("base_url")?,
+            string("model")?,
+            string("api_key_env")?,
+            number("timeout_ms", DEFAULT_TIMEOUT_MS)?,
+            number("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)?,
+        ))
     };
-    if let Some(key) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        bail!(
-            "{NAME}: [image_gen] has an unknown key `{key}` (known keys: {})",
-            KEYS.join(", ")
-        );
-    }
-    let string = |key: &str| -> Result<Option<String>> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.trim().to_string())),
-            Some(other) => bail!("{NAME}: [image_gen] {key} must be a string, got {other}"),
-        }
-    };
-    let number = |key: &str, default: u64| -> Result<u64> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-                anyhow!("{NAME}: [image_gen] {key} must be a positive integer, got {v}")
-            }),
-        }
-    };
+    let (base_url, model, key_env, timeout_ms, max_response_bytes) =
+        read().map_err(|e| anyhow!("{NAME}: invalid configuration: {e:#}"))?;
     let nonempty = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
-    let key_env = string("api_key_env")?.unwrap_or_else(|| DEFAULT_KEY_ENV.to_string());
+    let key_env = key_env.unwrap_or_else(|| DEFAULT_KEY_ENV.to_string());
     let key = nonempty(env(&key_env)).map(|k| k.trim().to_string());
-    let base_url = match string("base_url")?
+    let base_url = match base_url
         .or_else(|| nonempty(env("TOOLBOX_IMAGE_BASE_URL")))
         .or_else(|| nonempty(env("OPENAI_BASE_URL")))
     {
@@ -307,7 +294,7 @@ fn endpoint(table: &Value, env: impl Fn(&str) -> Option<String>) -> Result<Endpo
         Ok(u) if matches!(u.scheme(), "http" | "https") => {}
         _ => bail!("{NAME}: the image endpoint base URL {base_url:?} is not an http:// or https:// URL ([image_gen] base_url, TOOLBOX_IMAGE_BASE_URL or OPENAI_BASE_URL)"),
     }
-    let model = string("model")?
+    let model = model
         .or_else(|| nonempty(env("TOOLBOX_IMAGE_MODEL")))
         .unwrap_or_else(|| DEFAULT_MODEL.to_string());
     Ok(Endpoint {
@@ -315,8 +302,8 @@ fn endpoint(table: &Value, env: impl Fn(&str) -> Option<String>) -> Result<Endpo
         model,
         key,
         key_env,
-        timeout: Duration::from_millis(number("timeout_ms", DEFAULT_TIMEOUT_MS)?),
-        max_response_bytes: number("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)?,
+        timeout: Duration::from_millis(timeout_ms),
+        max_response_bytes,
     })
 }
 
@@ -482,7 +469,7 @@ mod tests {
 
     #[test]
     fn endpoint_resolution_order() {
-        let e = endpoint(&Value::Null, env(&[])).unwrap_err().to_string();
+        let e = endpoint(None, env(&[])).unwrap_err().to_string();
         assert!(
             e.contains("no image endpoint configured")
                 && e.contains("[image_gen]")
@@ -490,13 +477,13 @@ mod tests {
             "{e}"
         );
 
-        let e = endpoint(&Value::Null, env(&[("OPENAI_API_KEY", "k")])).unwrap();
+        let e = endpoint(None, env(&[("OPENAI_API_KEY", "k")])).unwrap();
         assert_eq!(e.base_url, OPENAI_BASE_URL);
         assert_eq!(e.model, DEFAULT_MODEL);
         assert_eq!(e.key.as_deref(), Some("k"));
 
         let e = endpoint(
-            &json!({"api_key_env": "MY_KEY"}),
+            Some(&json!({"api_key_env": "MY_KEY"})),
             env(&[
                 ("OPENAI_BASE_URL", "http://b/v1"),
                 ("TOOLBOX_IMAGE_BASE_URL", "http://a/v1"),
@@ -511,7 +498,7 @@ mod tests {
         );
 
         let e = endpoint(
-            &json!({"base_url": "http://c/v1", "model": "m1"}),
+            Some(&json!({"base_url": "http://c/v1", "model": "m1"})),
             env(&[("TOOLBOX_IMAGE_BASE_URL", "http://a/v1")]),
         )
         .unwrap();
@@ -525,14 +512,20 @@ mod tests {
                 json!({"base_url": "ftp://x"}),
                 "not an http:// or https:// URL",
             ),
-            (json!({"baseurl": "http://x"}), "unknown key `baseurl`"),
-            (json!({"base_url": 3}), "base_url must be a string"),
+            (
+                json!({"baseurl": "http://x"}),
+                "invalid configuration: [image_gen] has an unknown key `baseurl`",
+            ),
+            (
+                json!({"base_url": 3}),
+                "[image_gen] base_url must be a string, got 3",
+            ),
             (
                 json!({"base_url": "http://x", "timeout_ms": 0}),
-                "timeout_ms must be a positive integer",
+                "[image_gen] timeout_ms must be at least 1, got 0",
             ),
         ] {
-            let e = endpoint(&table, env(&[])).unwrap_err().to_string();
+            let e = endpoint(Some(&table), env(&[])).unwrap_err().to_string();
             assert!(e.contains(want), "{table}: {e}");
         }
     }

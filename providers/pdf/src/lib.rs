@@ -21,7 +21,7 @@ mod pages;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Args, ConfigTable, ToolContext, ToolInfo, ToolProvider};
 
 use crate::doc::Pdf;
 
@@ -156,23 +156,17 @@ async fn open(tool: &'static str, args: &Args<'_>, ctx: &ToolContext) -> Result<
     Ok((pdf, shown))
 }
 
+/// `[pdf] max_file_bytes`, read through [`ConfigTable`] on every call (one key).
 fn max_file_bytes(ctx: &ToolContext) -> Result<u64> {
-    let Some(table) = ctx.provider_config("pdf") else {
-        return Ok(DEFAULT_MAX_FILE_BYTES);
+    let read = || {
+        ConfigTable::from_config(&ctx.config, "pdf", &["max_file_bytes"])?.u64_in(
+            "max_file_bytes",
+            1,
+            u64::MAX,
+        )
     };
-    if let Some(key) = table
-        .as_object()
-        .and_then(|t| t.keys().find(|k| k.as_str() != "max_file_bytes"))
-    {
-        bail!("[pdf] has an unknown key `{key}` (known keys: max_file_bytes)");
-    }
-    match table.get("max_file_bytes") {
-        None | Some(Value::Null) => Ok(DEFAULT_MAX_FILE_BYTES),
-        Some(v) => v
-            .as_u64()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| anyhow!("[pdf] max_file_bytes must be a positive integer, got {v}")),
-    }
+    let max = read().map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))?;
+    Ok(max.unwrap_or(DEFAULT_MAX_FILE_BYTES))
 }
 
 /// The `pages` argument as text; a bare number is accepted too.

@@ -65,8 +65,7 @@ impl Shell {
 
     /// The `[shell]` table of this call's configuration, parsed once per configuration.
     fn config(&self, ctx: &ToolContext) -> Result<Arc<ShellConfig>> {
-        self.config
-            .get(&ctx.config)
+        config::cached(&self.config, &ctx.config)
             .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))
     }
 
