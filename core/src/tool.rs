@@ -61,6 +61,11 @@ pub struct ToolInfo {
     pub aliases: Vec<String>,
     /// Coarse groups an agent can ask for, e.g. `files`.
     pub toolsets: Vec<String>,
+    /// The tool shows any workspace text file named by its `path` argument, a window at a
+    /// time, so the executor may point a model at it for a file toolbox wrote (a spooled
+    /// result). Set with [`ToolInfo::file_reader`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub file_reader: bool,
 }
 
 impl ToolInfo {
@@ -77,6 +82,7 @@ impl ToolInfo {
             risk: ToolRisk::Read,
             aliases: Vec::new(),
             toolsets: Vec::new(),
+            file_reader: false,
         }
     }
 
@@ -92,6 +98,12 @@ impl ToolInfo {
 
     pub fn toolsets(mut self, toolsets: &[&str]) -> Self {
         self.toolsets = toolsets.iter().map(|t| t.to_string()).collect();
+        self
+    }
+
+    /// Marks the tool as a reader of workspace text files (see [`ToolInfo::file_reader`]).
+    pub fn file_reader(mut self) -> Self {
+        self.file_reader = true;
         self
     }
 }

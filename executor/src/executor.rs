@@ -128,6 +128,8 @@ struct Inner {
     events: EventSink,
     trajectory: Option<TrajectoryWriter>,
     provider_config: Arc<Value>,
+    /// The tool a spooled result's preview names, found in the registry (never hard-coded).
+    spool_reader: Option<String>,
 }
 
 /// The entry point for tool calls. Cheap to clone; one executor serves many concurrent calls.
@@ -158,6 +160,9 @@ impl ToolExecutor {
             .trajectory
             .then(|| TrajectoryWriter::new(workspace.clone()));
         let provider_config = Arc::new(Value::Object(config.providers.clone()));
+        let spool_reader = registry
+            .file_reader(&config.permissions)
+            .map(|t| t.info.name.clone());
         Ok(ToolExecutor {
             inner: Arc::new(Inner {
                 config,
@@ -167,6 +172,7 @@ impl ToolExecutor {
                 events,
                 trajectory,
                 provider_config,
+                spool_reader,
             }),
         })
     }
@@ -263,13 +269,15 @@ impl ToolExecutor {
             // The tool streamed its full output to its own spool file already.
             Some(path) => {
                 let bytes = toolbox_core::spool_file_len(&self.inner.workspace, &path).unwrap_or(0);
-                (spool::preview(&text, &path, bytes), Some(path))
+                let reader = self.inner.spool_reader.as_deref();
+                (spool::preview(&text, &path, bytes, reader), Some(path))
             }
             None => match spool::offload_if_large(
                 &self.inner.workspace,
                 &request.id,
                 text,
                 self.inner.config.spool_threshold,
+                self.inner.spool_reader.as_deref(),
             ) {
                 SpoolOutcome::Inline(text) => (text, None),
                 SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),

@@ -74,6 +74,15 @@ impl Registry {
         &self.tools
     }
 
+    /// The first tool (in registration order) that reads workspace text files
+    /// ([`ToolInfo::file_reader`]) and that `permissions` let a model see: the tool a spooled
+    /// result's preview names. `None` when no such tool is built in.
+    pub fn file_reader(&self, permissions: &Permissions) -> Option<&RegisteredTool> {
+        self.tools
+            .iter()
+            .find(|t| t.info.file_reader && permissions.visible(t.info.risk))
+    }
+
     /// The tools the given permissions let a model see.
     pub fn visible(&self, permissions: &Permissions) -> Vec<&RegisteredTool> {
         self.tools

@@ -338,9 +338,12 @@ async fn huge_output_reaches_the_spool_file_byte_exact_in_arrival_order() {
         without_err == expected,
         "stdout in the spool file is not byte-exact"
     );
-    // The model sees a preview naming the file; the footer gives the exit code at the end.
+    // The model sees a preview naming the file and the registry's file reader; the footer
+    // gives the exit code at the end.
     assert!(
-        info.result.contains(&format!("spooled to {path}")),
+        info.result.contains(&format!(
+            "spooled to {path}. Use file_manager__read if you need more."
+        )),
         "{}",
         info.result
     );
