@@ -9,6 +9,7 @@ pub struct ContentExtractor {
     pub provider: &'static str,
     /// MIME types it reads, e.g. `["application/pdf"]`.
     pub mime_types: &'static [&'static str],
+    /// Reads a document's bytes and returns its text.
     pub extract: fn(&[u8]) -> anyhow::Result<String>,
 }
 

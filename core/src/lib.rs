@@ -13,6 +13,8 @@
 //!
 //! Providers depend on this crate only; they never see the executor.
 
+#![deny(missing_docs)]
+
 mod args;
 pub mod config_table;
 pub mod containment;

@@ -58,16 +58,22 @@ pub const CPU_HARD_EXTRA: u64 = 2;
 /// The parsed `[limits]` table. `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
+    /// Memory per process (RLIMIT_AS) and per command (the cgroup), in MiB.
     pub memory_mb: Option<u64>,
+    /// Processes and threads per command (the pids cgroup, else RLIMIT_NPROC).
     pub processes: Option<u64>,
+    /// CPU seconds per process (RLIMIT_CPU).
     pub cpu_seconds: Option<u64>,
 }
 
 /// Which limit a process ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {
+    /// The memory limit.
     Memory,
+    /// The process limit.
     Processes,
+    /// The CPU time limit.
     Cpu,
 }
 
@@ -95,6 +101,7 @@ impl Limits {
         })
     }
 
+    /// Whether no limit is set.
     pub fn is_none(&self) -> bool {
         *self == Limits::default()
     }
@@ -204,6 +211,7 @@ pub struct PreparedLimits {
 }
 
 impl PreparedLimits {
+    /// The limits these were prepared from.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -446,6 +454,7 @@ impl LimitGroup {
         self.pids.is_some()
     }
 
+    /// What the cgroup's counters say now: peaks and limit hits.
     pub fn counters(&self) -> Counters {
         let mut c = Counters::default();
         if let Some((version, dir)) = &self.memory {

@@ -20,6 +20,7 @@ pub struct CodeRunner {
     pub provider: &'static str,
     /// The language it runs, e.g. `python`.
     pub language: &'static str,
+    /// Runs `code` in the call's live session and returns what it printed and produced.
     pub run: for<'a> fn(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a>,
 }
 

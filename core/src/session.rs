@@ -66,6 +66,7 @@ impl SessionId {
         SessionId(Arc::from(Self::DEFAULT))
     }
 
+    /// The id as text, which is also its folder name.
     pub fn as_str(&self) -> &str {
         &self.0
     }

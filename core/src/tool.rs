@@ -19,6 +19,7 @@ pub enum ToolRisk {
 }
 
 impl ToolRisk {
+    /// Every risk class, least risky first.
     pub const ALL: [ToolRisk; 4] = [
         ToolRisk::Read,
         ToolRisk::FileWrite,
@@ -26,6 +27,7 @@ impl ToolRisk {
         ToolRisk::Shell,
     ];
 
+    /// The risk's name in schemas and configuration, e.g. `file_write`.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolRisk::Read => "read",
@@ -56,6 +58,7 @@ pub struct ToolInfo {
     pub description: String,
     /// JSON Schema of the arguments object.
     pub input_schema: Value,
+    /// How much harm the tool can do; decides how a permission mode treats it.
     pub risk: ToolRisk,
     /// Other names accepted at dispatch (never listed in schemas), e.g. `read_file`.
     pub aliases: Vec<String>,
@@ -86,16 +89,19 @@ impl ToolInfo {
         }
     }
 
+    /// Sets the tool's risk class.
     pub fn risk(mut self, risk: ToolRisk) -> Self {
         self.risk = risk;
         self
     }
 
+    /// Sets the other names accepted at dispatch (resolved by the registry).
     pub fn aliases(mut self, aliases: &[&str]) -> Self {
         self.aliases = aliases.iter().map(|a| a.to_string()).collect();
         self
     }
 
+    /// Sets the toolsets the tool belongs to.
     pub fn toolsets(mut self, toolsets: &[&str]) -> Self {
         self.toolsets = toolsets.iter().map(|t| t.to_string()).collect();
         self

@@ -13,6 +13,9 @@
 //!
 //! [`schema`] renders the visible tools for OpenAI, Anthropic and MCP clients.
 
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
 mod approval;
 mod config;
 mod executor;

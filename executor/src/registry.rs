@@ -9,11 +9,14 @@ use crate::Permissions;
 /// One tool and the provider that serves it.
 #[derive(Clone)]
 pub struct RegisteredTool {
+    /// The tool's metadata, as its provider lists it.
     pub info: ToolInfo,
+    /// The provider that runs it.
     pub provider: Arc<dyn ToolProvider>,
 }
 
 impl RegisteredTool {
+    /// The name of the provider that serves the tool.
     pub fn provider_name(&self) -> &str {
         self.provider.name()
     }

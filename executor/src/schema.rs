@@ -20,6 +20,7 @@ pub enum SchemaFormat {
 }
 
 impl SchemaFormat {
+    /// Every format, in the order `cargo xtask schema` writes them.
     pub const ALL: [SchemaFormat; 4] = [
         SchemaFormat::OpenAi,
         SchemaFormat::OpenAiResponses,
@@ -27,6 +28,7 @@ impl SchemaFormat {
         SchemaFormat::Mcp,
     ];
 
+    /// The format's name on the command line and in file names, e.g. `openai-responses`.
     pub fn as_str(self) -> &'static str {
         match self {
             SchemaFormat::OpenAi => "openai",

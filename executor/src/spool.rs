@@ -17,7 +17,12 @@ pub enum SpoolOutcome {
     /// Small enough: the model sees the whole result.
     Inline(String),
     /// Written to `path` (relative to the workspace); the model sees `preview`.
-    Spooled { preview: String, path: String },
+    Spooled {
+        /// Head, tail and a line naming the file: what the model sees.
+        preview: String,
+        /// The spool file, relative to the workspace.
+        path: String,
+    },
 }
 
 /// Writes `content` byte-exact to `.toolbox/tool_outputs/<unix_ms>__<call_id>.txt` when it

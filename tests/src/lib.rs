@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests in `tests/tests/`.
 
+#![forbid(unsafe_code)]
+
 /// The request side of the tiny loopback HTTP/1.1 servers the web and image tests run.
 pub mod http {
     use std::collections::HashMap;

@@ -19,6 +19,8 @@
 //! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `file_manager` feature.
 
+#![forbid(unsafe_code)]
+
 mod edit;
 mod glob;
 mod grep;

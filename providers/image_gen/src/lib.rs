@@ -20,6 +20,8 @@
 //!
 //! `generate` is the tool; `config` resolves the endpoint from the table and the environment.
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod generate;
 

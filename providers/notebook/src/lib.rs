@@ -15,6 +15,8 @@
 //! whatever [`toolbox_core::CodeRunner`] is registered for `python` (the python provider's,
 //! when it is linked), so a cell and `run_python_code` share one session namespace.
 
+#![forbid(unsafe_code)]
+
 mod edit;
 mod inspect;
 pub mod nb;

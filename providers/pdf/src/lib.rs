@@ -18,6 +18,8 @@
 //! One module per tool (`info`, `read`, `search`); `doc` loads a file and extracts text,
 //! `pages` parses page lists. The shared file opening (jail, size cap) lives here.
 
+#![forbid(unsafe_code)]
+
 mod doc;
 mod info;
 mod pages;

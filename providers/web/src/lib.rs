@@ -19,6 +19,8 @@
 //! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `web` feature.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 mod convert;
 mod fetch;
