@@ -4,7 +4,7 @@
 //! file) are trusted. The workspace's `toolbox.toml` arrives with the repository, so it is
 //! not: it may lower a limit, shorten a timeout or pick a stricter option, and nothing else.
 //! Each provider declares, next to its own config parsing, which keys of its table a
-//! workspace may set and in which direction, with [`workspace_config_rules!`]. A key with no
+//! workspace may set and in which direction, with [`workspace_config_rules!`](crate::workspace_config_rules). A key with no
 //! rule is refused when an untrusted workspace sets it.
 
 /// How a workspace may change one key.

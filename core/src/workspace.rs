@@ -231,6 +231,11 @@ struct Root {
 /// `outputs/`, `scratchpad/`, `scratch/`, `input/` or `inputs/` go to
 /// `.toolbox/sessions/<sid>/{output,scratchpad,input}/`, which are opened without following
 /// any link at all.
+///
+/// **Architecture Invariant:** every path a tool touches is parsed by [`Workspace::locate`]
+/// and opened beneath the root by descriptor ([`Workspace::open_read`], `open_dir`,
+/// `write_atomic`, `open_append`). No provider joins a model's string onto a path and opens
+/// that by name; [`Workspace::resolve`] exists only to hand a path to another program.
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: Arc<Root>,

@@ -159,7 +159,7 @@ pub const CONFIG_FILE: &str = "toolbox.toml";
 /// Larger config files are refused: a config is a few lines, and a workspace is hostile.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
-/// How [`ExecutorConfig::load_with`] finds the operator's settings.
+/// How [`ExecutorConfig::load_operator`] finds the operator's settings.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// Trust the workspace's `toolbox.toml` (the binary's `--trust-workspace-config`).

@@ -259,6 +259,11 @@ impl ToolExecutor {
     }
 
     /// Runs one call to completion. Never fails: every outcome is a [`ToolCallInfo`].
+    ///
+    /// **Architecture Invariant:** every outcome is a `ToolCallInfo` — success, a tool's
+    /// error, bad arguments, an unknown tool, a denial, a timeout, a cancellation, a panic in
+    /// a provider. Nothing here returns `Result`; the model always gets
+    /// `{"status": …, "result": …}`.
     pub async fn run(&self, request: ToolRequest) -> ToolCallInfo {
         self.run_cancellable(request, CancellationToken::new())
             .await

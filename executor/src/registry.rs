@@ -24,8 +24,11 @@ impl RegisteredTool {
 
 /// Every tool of every provider, indexed by canonical name and alias.
 ///
-/// Built once; lookups are one hash probe. The executor routes through this index and never
-/// names a tool itself.
+/// Built once; lookups are one hash probe.
+///
+/// **Architecture Invariant:** the executor routes through this index and never names a tool
+/// itself. Aliases are declared once, in each tool's [`ToolInfo::aliases`], and resolved
+/// only here: a provider's `call_tool` sees canonical names.
 #[derive(Clone, Default)]
 pub struct Registry {
     tools: Vec<RegisteredTool>,

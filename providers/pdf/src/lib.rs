@@ -8,7 +8,7 @@
 //!
 //! All three are in the `documents` toolset. Text comes from pdf-extract over lopdf (pure
 //! Rust). Those libraries can panic on damaged files, so every call into them is wrapped in
-//! `catch_unwind` on tokio's blocking pool ([`doc::guarded`]): a corrupt file is an error
+//! `catch_unwind` on tokio's blocking pool (`doc::guarded`): a corrupt file is an error
 //! that names it, never a crash. Files encrypted with a user password are reported by
 //! `pdf__info` and refused with a clear error by the text tools.
 //!
