@@ -26,6 +26,18 @@ fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 export TOOLBOX_TEST_PYTHON="$PWD/$VENV/bin/python"
 
+step "system tools the tests need"
+# toolbox/tests/cli.rs runs the binary under `script` to give it a terminal.
+if [ ! -x /usr/bin/script ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+    $SUDO apt-get install -y --no-install-recommends bsdutils
+  else
+    echo "the tests need \`script\` (util-linux); install it" >&2
+    exit 1
+  fi
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

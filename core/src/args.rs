@@ -30,6 +30,7 @@ impl<'a> Args<'a> {
         Ok(Args { tool, map })
     }
 
+    /// The tool these arguments are for, as errors name it.
     pub fn tool(&self) -> &str {
         self.tool
     }
@@ -73,6 +74,8 @@ impl<'a> Args<'a> {
             .ok_or_else(|| anyhow!("{} requires {name}", self.tool))
     }
 
+    /// The string argument `name` (or one of its `aliases`), if given; another type is an
+    /// error naming the argument.
     pub fn opt_str(&self, name: &str, aliases: &[&str]) -> Result<Option<&'a str>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
@@ -90,6 +93,8 @@ impl<'a> Args<'a> {
             .filter(|s| !s.trim().is_empty()))
     }
 
+    /// The boolean argument `name` (or one of its `aliases`), if given; the strings `"true"`
+    /// and `"false"` are accepted too.
     pub fn opt_bool(&self, name: &str, aliases: &[&str]) -> Result<Option<bool>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
@@ -100,6 +105,7 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// Like [`Self::opt_bool`], with `default` when the argument is not given.
     pub fn bool_or(&self, name: &str, aliases: &[&str], default: bool) -> Result<bool> {
         Ok(self.opt_bool(name, aliases)?.unwrap_or(default))
     }

@@ -83,13 +83,16 @@ pub enum Mode {
 /// The cgroup version of a hierarchy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CgroupVersion {
+    /// cgroup v1: one hierarchy per controller.
     V1,
+    /// cgroup v2: one unified hierarchy.
     V2,
 }
 
 /// toolbox's own cgroup in one hierarchy.
 #[derive(Debug, Clone)]
 pub struct CgroupDir {
+    /// Which cgroup version this hierarchy is.
     pub version: CgroupVersion,
     /// `…/toolbox-<pid>-<nonce>`.
     pub dir: PathBuf,
@@ -103,6 +106,7 @@ pub struct CgroupDir {
 }
 
 impl CgroupDir {
+    /// Whether children of `dir` can be limited through `controller` (`memory`, `pids`).
     pub fn has(&self, controller: &str) -> bool {
         self.controllers.iter().any(|c| c == controller)
     }
@@ -215,6 +219,7 @@ impl Containment {
         }
     }
 
+    /// How this process contains what its tools start.
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -630,11 +635,15 @@ pub(crate) fn remove_cgroup(dir: &Path) {
 /// The fields of `/proc/<pid>/stat` containment needs.
 #[derive(Debug, Clone)]
 pub struct ProcStat {
+    /// The process id.
     pub pid: i32,
     /// `Z` for a zombie.
     pub state: char,
+    /// The parent's process id.
     pub ppid: i32,
+    /// The process group id.
     pub pgrp: i32,
+    /// The session id.
     pub session: i32,
     /// Start time in clock ticks after boot: with the pid, a process's identity.
     pub start: u64,
@@ -981,6 +990,7 @@ mod tests {
         )
         .unwrap();
         let mover: i32 = line.trim().parse().unwrap();
+        // SAFETY: getpgid has no memory-safety preconditions.
         assert_eq!(unsafe { libc::getpgid(mover) }, mover);
         let noted_pid = noted.id() as i32;
         writeln!(writer, "+{}", leader.id()).unwrap();
@@ -1074,8 +1084,8 @@ mod tests {
             let procs = sub.join("cgroup.procs");
             let mut inside = Command::new("setsid");
             inside.args(["sleep", "302"]);
-            // SAFETY: raw syscalls only, on a path prepared before the fork.
             let path = std::ffi::CString::new(procs.to_str().unwrap()).unwrap();
+            // SAFETY: raw syscalls only, on a path prepared before the fork.
             unsafe {
                 inside.pre_exec(move || {
                     let fd = libc::open(path.as_ptr(), libc::O_WRONLY);

@@ -11,17 +11,24 @@ use crate::{SessionId, ToolRisk, Workspace};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputStream {
+    /// The child's standard output.
     Stdout,
+    /// The child's standard error.
     Stderr,
 }
 
 /// The executor asks whoever listens to approve a risky call (permission mode `auto`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
+    /// The session of the call waiting for an answer.
     pub session_id: SessionId,
+    /// The id of the call waiting for an answer.
     pub call_id: String,
+    /// The canonical name of the tool asking to run.
     pub tool: String,
+    /// The call's arguments, as the tool will get them.
     pub arguments: Value,
+    /// The tool's risk class, which is why it asks.
     pub risk: ToolRisk,
 }
 
@@ -31,15 +38,22 @@ pub struct ApprovalRequest {
 pub enum ToolEvent {
     /// A chunk of a tool's streamed output (a shell command's stdout, say).
     Output {
+        /// The call the output belongs to.
         call_id: String,
+        /// The canonical name of the tool.
         tool: String,
+        /// Which stream the chunk came from.
         stream: OutputStream,
+        /// The chunk, as text.
         text: String,
     },
     /// A human-readable progress line (pip's output, a download, ...).
     Progress {
+        /// The call the line belongs to.
         call_id: String,
+        /// The canonical name of the tool.
         tool: String,
+        /// The line, for people.
         message: String,
     },
     /// The executor waits for `ToolExecutor::respond_approval` on this call id.
@@ -51,18 +65,22 @@ pub enum ToolEvent {
 pub struct EventSink(Option<Arc<dyn Fn(ToolEvent) + Send + Sync>>);
 
 impl EventSink {
+    /// A sink that hands every event to `f`.
     pub fn new(f: impl Fn(ToolEvent) + Send + Sync + 'static) -> Self {
         EventSink(Some(Arc::new(f)))
     }
 
+    /// A sink that drops everything.
     pub fn none() -> Self {
         EventSink(None)
     }
 
+    /// Whether anyone listens (so a tool may skip building events nobody reads).
     pub fn is_active(&self) -> bool {
         self.0.is_some()
     }
 
+    /// Delivers `event` to the listener, if any.
     pub fn emit(&self, event: ToolEvent) {
         if let Some(f) = &self.0 {
             f(event)
@@ -85,14 +103,21 @@ impl fmt::Debug for EventSink {
 pub struct ToolContext {
     /// The jail every path goes through, with this call's session routing.
     pub workspace: Workspace,
+    /// The session of the call, already parsed.
     pub session_id: SessionId,
+    /// The id the model gave the call; spool files are named after it.
     pub call_id: String,
     /// The canonical name of the tool being called.
     pub tool: String,
     /// Cancelled when the call times out or its caller cancels it; long work should watch it.
     pub cancel: CancellationToken,
+    /// Where streamed output and progress go.
     pub events: EventSink,
-    /// The whole configuration as JSON; a provider reads its own table with [`Self::provider_config`].
+    /// The configuration's tables (`[shell]`, `[web]`, `[limits]`, …) as one JSON object keyed
+    /// by table name, as the executor holds them after every layer was applied; the
+    /// executor's own top-level settings (mode, timeouts) are not in it. `null` in a context
+    /// made with [`Self::new`]. A provider reads its table with
+    /// [`ConfigTable::from_config`](crate::ConfigTable::from_config).
     pub config: Arc<Value>,
     /// A spool file the tool wrote itself, set through [`Self::create_spool_file`].
     pub spool: SpoolClaim,
@@ -155,11 +180,13 @@ impl ToolContext {
         Ok((file, rel))
     }
 
-    /// The `[name]` table of the configuration, if any.
+    /// The `[name]` table of the configuration, if any, unchecked; [`crate::ConfigTable`]
+    /// checks its keys and types.
     pub fn provider_config(&self, name: &str) -> Option<&Value> {
         self.config.get(name)
     }
 
+    /// Streams a chunk of the tool's output to whoever listens.
     pub fn emit_output(&self, stream: OutputStream, text: impl Into<String>) {
         if self.events.is_active() {
             self.events.emit(ToolEvent::Output {
@@ -171,6 +198,7 @@ impl ToolContext {
         }
     }
 
+    /// Reports a progress line to whoever listens.
     pub fn emit_progress(&self, message: impl Into<String>) {
         if self.events.is_active() {
             self.events.emit(ToolEvent::Progress {

@@ -167,6 +167,7 @@ pub(crate) fn check_plain_file(file: &File, name: &OsStr) -> io::Result<()> {
 /// One entry of a folder read through its descriptor.
 #[derive(Debug, Clone)]
 pub struct DirEntryInfo {
+    /// The entry's name within the folder.
     pub name: OsString,
     /// The entry's own type (a link is a link; it is never followed).
     pub kind: EntryKind,
@@ -175,9 +176,13 @@ pub struct DirEntryInfo {
 /// What a folder entry is, without following links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
+    /// A regular file.
     File,
+    /// A folder.
     Dir,
+    /// A symbolic link (never followed).
     Symlink,
+    /// Anything else: a device, a socket, a FIFO.
     Other,
 }
 
@@ -216,6 +221,7 @@ impl Dir {
         }
     }
 
+    /// The folder's descriptor, for opening relative to it.
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

@@ -2,13 +2,17 @@ use crate::inventory;
 
 /// Turns a document's bytes into text, registered by one provider and usable by others.
 ///
-/// Providers never depend on each other; this is how `web_fetch` reads a PDF response with
-/// the pdf provider's extractor when (and only when) that provider is built in.
+/// **Architecture Invariant:** providers never depend on each other (nor on the executor);
+/// a provider crate depends on `toolbox-core` only. One provider uses another's ability
+/// through a link-time hook like this one, and degrades to a clear error when the other is
+/// not built in. This is how `web_fetch` reads a PDF response with the pdf provider's
+/// extractor when (and only when) that provider is built in.
 pub struct ContentExtractor {
     /// Who registered it, e.g. `pdf`.
     pub provider: &'static str,
     /// MIME types it reads, e.g. `["application/pdf"]`.
     pub mime_types: &'static [&'static str],
+    /// Reads a document's bytes and returns its text.
     pub extract: fn(&[u8]) -> anyhow::Result<String>,
 }
 

@@ -13,7 +13,10 @@
 //!
 //! Providers depend on this crate only; they never see the executor.
 
+#![deny(missing_docs)]
+
 mod args;
+pub mod config_table;
 pub mod containment;
 mod context;
 mod dirfd;
@@ -29,6 +32,7 @@ pub mod trust;
 mod workspace;
 
 pub use args::Args;
+pub use config_table::{ConfigTable, ParsedCache};
 pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
 pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};

@@ -32,10 +32,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::Result;
 use serde_json::Value;
 
 use crate::containment::{self, CgroupVersion, Mode};
+use crate::ConfigTable;
 
 /// The keys `[limits]` accepts.
 pub const KEYS: &[&str] = &["memory_mb", "processes", "cpu_seconds"];
@@ -57,16 +58,22 @@ pub const CPU_HARD_EXTRA: u64 = 2;
 /// The parsed `[limits]` table. `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
+    /// Memory per process (RLIMIT_AS) and per command (the cgroup), in MiB.
     pub memory_mb: Option<u64>,
+    /// Processes and threads per command (the pids cgroup, else RLIMIT_NPROC).
     pub processes: Option<u64>,
+    /// CPU seconds per process (RLIMIT_CPU).
     pub cpu_seconds: Option<u64>,
 }
 
 /// Which limit a process ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {
+    /// The memory limit.
     Memory,
+    /// The process limit.
     Processes,
+    /// The CPU time limit.
     Cpu,
 }
 
@@ -74,46 +81,27 @@ impl Limits {
     /// Reads `[limits]` from the whole configuration (`ToolContext::config`); errors name the
     /// key.
     pub fn from_config(config: &Value) -> Result<Self> {
-        let mut limits = Limits::default();
-        let map = match config.get("limits") {
-            None | Some(Value::Null) => return Ok(limits),
-            Some(Value::Object(map)) => map,
-            Some(other) => bail!("[limits] must be a table, got {other}"),
+        let t = ConfigTable::from_config(config, "limits", KEYS)?;
+        // Below these, bash or Python cannot even start, which would only look like a bug.
+        // The memory ceiling is far above anything real and keeps the byte count below
+        // u64::MAX.
+        let limit = |key: &str, min: u64, max: u64| -> Result<Option<u64>> {
+            match t.u64_in(key, 0, max)? {
+                None | Some(0) => Ok(None),
+                Some(n) if n < min => {
+                    Err(t.invalid(key, &format!("at least {min} (or 0 for no limit)")))
+                }
+                Some(n) => Ok(Some(n)),
+            }
         };
-        for (key, value) in map {
-            let slot = match key.as_str() {
-                "memory_mb" => &mut limits.memory_mb,
-                "processes" => &mut limits.processes,
-                "cpu_seconds" => &mut limits.cpu_seconds,
-                other => bail!(
-                    "[limits] unknown key {other:?} (known: {})",
-                    KEYS.join(", ")
-                ),
-            };
-            let n = match value {
-                Value::Number(n) => n.as_u64(),
-                Value::String(s) => s.trim().parse().ok(),
-                _ => None,
-            }
-            .ok_or_else(|| anyhow!("[limits] {key} must be a whole number, got {value}"))?;
-            // Below these, bash or Python cannot even start, which would only look like a bug.
-            let min = match key.as_str() {
-                "memory_mb" => 32,
-                "processes" => 2,
-                _ => 1,
-            };
-            if n != 0 && n < min {
-                bail!("[limits] {key} must be at least {min} (or 0 for no limit), got {n}");
-            }
-            // Far above anything real, and keeps the byte count below u64::MAX.
-            if key == "memory_mb" && n > 1 << 30 {
-                bail!("[limits] {key} must be at most {}, got {n}", 1u64 << 30);
-            }
-            *slot = (n != 0).then_some(n);
-        }
-        Ok(limits)
+        Ok(Limits {
+            memory_mb: limit("memory_mb", 32, 1 << 30)?,
+            processes: limit("processes", 2, u64::MAX)?,
+            cpu_seconds: limit("cpu_seconds", 1, u64::MAX)?,
+        })
     }
 
+    /// Whether no limit is set.
     pub fn is_none(&self) -> bool {
         *self == Limits::default()
     }
@@ -223,6 +211,7 @@ pub struct PreparedLimits {
 }
 
 impl PreparedLimits {
+    /// The limits these were prepared from.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -465,6 +454,7 @@ impl LimitGroup {
         self.pids.is_some()
     }
 
+    /// What the cgroup's counters say now: peaks and limit hits.
     pub fn counters(&self) -> Counters {
         let mut c = Counters::default();
         if let Some((version, dir)) = &self.memory {
@@ -557,7 +547,7 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        assert!(e(json!({"memroy_mb": 1})).contains("unknown key \"memroy_mb\""));
+        assert!(e(json!({"memroy_mb": 1})).contains("[limits] has an unknown key `memroy_mb`"));
         assert!(e(json!({"memory_mb": "lots"})).contains("memory_mb must be a whole number"));
         assert!(e(json!({"memory_mb": -5})).contains("memory_mb must be a whole number"));
         assert!(e(json!({"memory_mb": 8})).contains("memory_mb must be at least 32"));

@@ -13,14 +13,20 @@ use crate::{ToolContext, ToolInfo};
 /// the executor turns it into status `error` with the message as the result.
 #[async_trait]
 pub trait ToolProvider: Send + Sync {
+    /// The provider's name, e.g. `file_manager`; also a toolset naming all its tools.
     fn name(&self) -> &str;
+    /// The provider's tools; a registry reads them once, when it is built.
     fn list_tools(&self) -> Vec<ToolInfo>;
+    /// Runs the tool `tool` (a canonical name from [`Self::list_tools`], never an alias)
+    /// with the model's arguments.
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> anyhow::Result<Value>;
 }
 
 /// One provider's entry in the link-time registry. Use [`register_provider!`](crate::register_provider).
 pub struct ProviderRegistration {
+    /// The provider's name, as [`ToolProvider::name`] gives it.
     pub name: &'static str,
+    /// Builds a fresh instance; each registry (each executor) builds its own.
     pub build: fn() -> Arc<dyn ToolProvider>,
 }
 

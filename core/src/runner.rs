@@ -12,7 +12,8 @@ pub type RunFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Value>> + Se
 /// interpreter and usable by others.
 ///
 /// This is how `notebook__run_cell` executes a cell in the same Python session that
-/// `run_python_code` uses, without the notebook crate depending on the python crate. The
+/// `run_python_code` uses, without the notebook crate depending on the python crate (see
+/// the Architecture Invariant on [`ContentExtractor`](crate::ContentExtractor)). The
 /// returned value is the runner's structured result (for Python: `stdout`, `stderr`,
 /// `display_data`, `error`, `execution_count`, `result`), documented by the provider.
 pub struct CodeRunner {
@@ -20,6 +21,7 @@ pub struct CodeRunner {
     pub provider: &'static str,
     /// The language it runs, e.g. `python`.
     pub language: &'static str,
+    /// Runs `code` in the call's live session and returns what it printed and produced.
     pub run: for<'a> fn(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a>,
 }
 
@@ -35,7 +37,9 @@ pub fn find_code_runner(language: &str) -> Option<&'static CodeRunner> {
 /// Registers a [`CodeRunner`] at link time.
 ///
 /// ```ignore
-/// fn run<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> { Box::pin(async move { … }) }
+/// fn run<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
+///     Box::pin(async move { todo!("run `code` in the session of `ctx`") })
+/// }
 /// toolbox_core::register_code_runner!("python", "python", run);
 /// ```
 #[macro_export]

@@ -21,3 +21,41 @@ pub fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
         "additionalProperties": false,
     })
 }
+
+/// An integer property bounded below (and above, when `maximum` is given), e.g.
+/// `integer_in("How many images (1-4, default 1).", 1, Some(4))`.
+pub fn integer_in(description: &str, minimum: u64, maximum: Option<u64>) -> Value {
+    let mut schema = json!({ "type": "integer", "minimum": minimum, "description": description });
+    if let Some(maximum) = maximum {
+        schema["maximum"] = json!(maximum);
+    }
+    schema
+}
+
+/// A string property that must be one of `choices`.
+pub fn string_enum(choices: &[&str], description: &str) -> Value {
+    json!({ "type": "string", "enum": choices, "description": description })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builders_make_the_plain_schemas() {
+        assert_eq!(
+            object_schema(&[("n", integer_in("How many.", 1, Some(4)))], &["n"]),
+            json!({"type": "object", "properties": {
+                "n": {"type": "integer", "minimum": 1, "maximum": 4, "description": "How many."}
+            }, "required": ["n"], "additionalProperties": false})
+        );
+        assert_eq!(
+            integer_in("At least one.", 1, None),
+            json!({"type": "integer", "minimum": 1, "description": "At least one."})
+        );
+        assert_eq!(
+            string_enum(&["a", "b"], "Pick."),
+            json!({"type": "string", "enum": ["a", "b"], "description": "Pick."})
+        );
+    }
+}

@@ -16,6 +16,10 @@ pub const MAX_SESSION_ID_LEN: usize = 128;
 /// not starting with `.` (so never `.` or `..`, and never hidden).
 ///
 /// Cheap to clone. Serialises as its string; deserialising validates.
+///
+/// **Architecture Invariant:** a raw session id is parsed into a `SessionId` once, at every
+/// entry point (the executor's `run`, the CLI's `--session`, MCP), before anything is
+/// written; every path built from a session comes from a `SessionId`, never from a string.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(Arc<str>);
 
@@ -66,6 +70,7 @@ impl SessionId {
         SessionId(Arc::from(Self::DEFAULT))
     }
 
+    /// The id as text, which is also its folder name.
     pub fn as_str(&self) -> &str {
         &self.0
     }

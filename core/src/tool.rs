@@ -19,6 +19,7 @@ pub enum ToolRisk {
 }
 
 impl ToolRisk {
+    /// Every risk class, least risky first.
     pub const ALL: [ToolRisk; 4] = [
         ToolRisk::Read,
         ToolRisk::FileWrite,
@@ -26,6 +27,7 @@ impl ToolRisk {
         ToolRisk::Shell,
     ];
 
+    /// The risk's name in schemas and configuration, e.g. `file_write`.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolRisk::Read => "read",
@@ -56,6 +58,7 @@ pub struct ToolInfo {
     pub description: String,
     /// JSON Schema of the arguments object.
     pub input_schema: Value,
+    /// How much harm the tool can do; decides how a permission mode treats it.
     pub risk: ToolRisk,
     /// Other names accepted at dispatch (never listed in schemas), e.g. `read_file`.
     pub aliases: Vec<String>,
@@ -66,6 +69,11 @@ pub struct ToolInfo {
     /// [`ToolInfo::open_world_hint`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_world: Option<bool>,
+    /// The tool shows any workspace text file named by its `path` argument, a window at a
+    /// time, so the executor may point a model at it for a file toolbox wrote (a spooled
+    /// result). Set with [`ToolInfo::file_reader`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub file_reader: bool,
 }
 
 impl ToolInfo {
@@ -83,19 +91,23 @@ impl ToolInfo {
             aliases: Vec::new(),
             toolsets: Vec::new(),
             open_world: None,
+            file_reader: false,
         }
     }
 
+    /// Sets the tool's risk class.
     pub fn risk(mut self, risk: ToolRisk) -> Self {
         self.risk = risk;
         self
     }
 
+    /// Sets the other names accepted at dispatch (resolved by the registry).
     pub fn aliases(mut self, aliases: &[&str]) -> Self {
         self.aliases = aliases.iter().map(|a| a.to_string()).collect();
         self
     }
 
+    /// Sets the toolsets the tool belongs to.
     pub fn toolsets(mut self, toolsets: &[&str]) -> Self {
         self.toolsets = toolsets.iter().map(|t| t.to_string()).collect();
         self
@@ -112,6 +124,12 @@ impl ToolInfo {
     pub fn open_world_hint(&self) -> bool {
         self.open_world
             .unwrap_or(matches!(self.risk, ToolRisk::Python | ToolRisk::Shell))
+    }
+
+    /// Marks the tool as a reader of workspace text files (see [`ToolInfo::file_reader`]).
+    pub fn file_reader(mut self) -> Self {
+        self.file_reader = true;
+        self
     }
 }
 

@@ -4,7 +4,7 @@
 //! file) are trusted. The workspace's `toolbox.toml` arrives with the repository, so it is
 //! not: it may lower a limit, shorten a timeout or pick a stricter option, and nothing else.
 //! Each provider declares, next to its own config parsing, which keys of its table a
-//! workspace may set and in which direction, with [`workspace_config_rules!`]. A key with no
+//! workspace may set and in which direction, with [`workspace_config_rules!`](crate::workspace_config_rules). A key with no
 //! rule is refused when an untrusted workspace sets it.
 
 /// How a workspace may change one key.
@@ -17,7 +17,9 @@ pub enum Tighten {
     /// One of `order`, least strict first; it may only move towards the end. The default is
     /// the value in force when the operator set none. Booleans are compared as `true`/`false`.
     Ranked {
+        /// The values, least strict first.
         order: &'static [&'static str],
+        /// The value in force when the operator set none.
         default: &'static str,
     },
     /// A limit where absent or 0 means "no limit": the workspace may set a positive value no
@@ -30,13 +32,16 @@ pub enum Tighten {
 
 /// The rules for one `[table]` of the configuration.
 pub struct TableRules {
+    /// The table's name, as in `[table]`.
     pub table: &'static str,
+    /// Each key a workspace may set, and how.
     pub rules: &'static [(&'static str, Tighten)],
 }
 
 inventory::collect!(TableRules);
 
 impl TableRules {
+    /// The rule for `key`; `None` means a workspace may not set it.
     pub fn rule(&self, key: &str) -> Option<Tighten> {
         self.rules.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
     }

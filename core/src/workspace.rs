@@ -17,28 +17,43 @@ pub const TOOLBOX_DIR: &str = ".toolbox";
 /// Why a path was refused. The message names the path the model gave.
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
+    /// The path is empty.
     #[error("path is empty")]
     Empty,
+    /// The path contains a NUL byte.
     #[error("path contains a NUL byte")]
     Nul,
+    /// An absolute path outside the root, or a relative one that climbs out of it.
     #[error("path {0:?} is outside the workspace")]
     Outside(String),
+    /// The kernel found the path leaving the root (through `..` or a link).
     #[error("path {0:?} leads outside the workspace (through '..' or a symbolic link)")]
     LeadsOutside(String),
+    /// Too many links, or a link where none may be (`.toolbox/`'s folders).
     #[error("path {0:?} goes through too many symbolic links (or a link where none may be)")]
     Loop(String),
+    /// The session id is not valid.
     #[error("{0}")]
     InvalidSession(#[from] InvalidSessionId),
+    /// A part of the path that must be a folder is a file.
     #[error("{}", not_a_directory_message(path, file.as_deref()))]
     NotADirectory {
+        /// The path as the model gave it.
         path: String,
         /// The part of the path that is a file, when it could be found.
         file: Option<String>,
     },
+    /// The path ends in `.`, `..` or `/`, where a file name is needed.
     #[error("path {0:?} does not name a file (it ends in '.', '..' or '/')")]
     NotAFileName(String),
+    /// Any other I/O failure on the path (the error is kept).
     #[error("path {path:?}: {source}")]
-    Io { path: String, source: io::Error },
+    Io {
+        /// The path as the model gave it.
+        path: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
 }
 
 impl PathError {
@@ -87,12 +102,16 @@ pub fn validate_session_id(sid: &str) -> Result<(), PathError> {
 /// A session folder a model names by a short logical prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionFolder {
+    /// `output/` (alias `outputs/`): what the session produces.
     Output,
+    /// `scratchpad/` (alias `scratch/`): the session's working files.
     Scratchpad,
+    /// `input/` (alias `inputs/`): what was given to the session.
     Input,
 }
 
 impl SessionFolder {
+    /// The folder's name under `.toolbox/sessions/<sid>/`.
     pub fn as_str(self) -> &'static str {
         match self {
             SessionFolder::Output => "output",
@@ -120,7 +139,9 @@ impl SessionFolder {
 /// Where a [`WsPath`] starts: the workspace root, or one of the session's folders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Base {
+    /// The workspace root.
     Root,
+    /// One of the session's folders.
     Session(SessionFolder),
 }
 
@@ -136,6 +157,7 @@ pub struct WsPath {
 }
 
 impl WsPath {
+    /// Where the path starts.
     pub fn base(&self) -> Base {
         self.base
     }
@@ -209,6 +231,11 @@ struct Root {
 /// `outputs/`, `scratchpad/`, `scratch/`, `input/` or `inputs/` go to
 /// `.toolbox/sessions/<sid>/{output,scratchpad,input}/`, which are opened without following
 /// any link at all.
+///
+/// **Architecture Invariant:** every path a tool touches is parsed by [`Workspace::locate`]
+/// and opened beneath the root by descriptor ([`Workspace::open_read`], `open_dir`,
+/// `write_atomic`, `open_append`). No provider joins a model's string onto a path and opens
+/// that by name; [`Workspace::resolve`] exists only to hand a path to another program.
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: Arc<Root>,
@@ -262,6 +289,7 @@ impl Workspace {
         }
     }
 
+    /// The workspace root as a path, for display and for handing to other programs.
     pub fn root(&self) -> &Path {
         &self.root.path
     }
@@ -271,6 +299,7 @@ impl Workspace {
         self.root.fd.as_fd()
     }
 
+    /// The session whose folders `output/`, `scratchpad/` and `input/` route to, if any.
     pub fn session(&self) -> Option<&SessionId> {
         self.session.as_ref()
     }

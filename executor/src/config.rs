@@ -20,6 +20,7 @@ pub enum PermissionMode {
 }
 
 impl PermissionMode {
+    /// The mode's name in configuration, e.g. `read_only`.
     pub fn as_str(self) -> &'static str {
         match self {
             PermissionMode::ReadOnly => "read_only",
@@ -62,8 +63,11 @@ pub enum Decision {
 /// `read_only`. Python tools follow the mode alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Permissions {
+    /// How risky tools are treated, unless a legacy switch below says otherwise.
     pub mode: PermissionMode,
+    /// Legacy `allow_shell`: when set, wins over the mode for Shell tools.
     pub allow_shell: Option<bool>,
+    /// Legacy `allow_file_write`: when set, wins over the mode for FileWrite tools.
     pub allow_file_write: Option<bool>,
 }
 
@@ -78,6 +82,7 @@ impl From<PermissionMode> for Permissions {
 }
 
 impl Permissions {
+    /// Whether a call of a tool with this risk runs, is refused, or asks first.
     pub fn decide(&self, risk: ToolRisk) -> Decision {
         let legacy = match risk {
             ToolRisk::Read => return Decision::Allow,
@@ -127,7 +132,9 @@ impl Permissions {
 /// has its `toolbox.toml` applied as an ordinary layer just above the operator's files.
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
+    /// The workspace root every path is jailed to.
     pub workspace: PathBuf,
+    /// The permission mode and the legacy switches.
     pub permissions: Permissions,
     /// A call still running after this is stopped with status `error`.
     pub call_timeout: Duration,
@@ -152,7 +159,7 @@ pub const CONFIG_FILE: &str = "toolbox.toml";
 /// Larger config files are refused: a config is a few lines, and a workspace is hostile.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
-/// How [`ExecutorConfig::load_with`] finds the operator's settings.
+/// How [`ExecutorConfig::load_operator`] finds the operator's settings.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// Trust the workspace's `toolbox.toml` (the binary's `--trust-workspace-config`).

@@ -23,7 +23,9 @@ use crate::{ApprovalDecision, ExecutorConfig, Permissions, Registry};
 /// One tool call as the model asked for it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ToolRequest {
+    /// The call's id as the model gave it; it names spool files.
     pub id: String,
+    /// The tool's canonical name or an alias.
     pub name: String,
     /// An object, or a string holding a JSON object (as Chat Completions sends it).
     pub arguments: Value,
@@ -36,6 +38,7 @@ pub struct ToolRequest {
 }
 
 impl ToolRequest {
+    /// A request in the session `default` with the configured timeout.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
         ToolRequest {
             id: id.into(),
@@ -46,25 +49,31 @@ impl ToolRequest {
         }
     }
 
+    /// Sets the session id (checked when the call runs).
     pub fn session(mut self, sid: impl Into<String>) -> Self {
         self.session_id = Some(sid.into());
         self
     }
 
+    /// Overrides the configured per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
 }
 
+/// How a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
+    /// The tool returned a result.
     Done,
+    /// Anything else; [`ErrorKind`] says what.
     Error,
 }
 
 impl CallStatus {
+    /// `done` or `error`, as the model sees it.
     pub fn as_str(self) -> &'static str {
         match self {
             CallStatus::Done => "done",
@@ -77,12 +86,17 @@ impl CallStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
+    /// No tool or alias of that name is registered.
     UnknownTool,
     /// Bad request: an unparsable argument string, an invalid session id, `call_agent`.
     InvalidRequest,
+    /// The permissions refused the call, or the user did, or no approval came in time.
     Denied,
+    /// The call ran past its timeout and was stopped.
     Timeout,
+    /// The caller cancelled the call.
     Cancelled,
+    /// The tool panicked; the executor kept serving.
     Panic,
     /// The tool itself reported the error (including bad arguments).
     Tool,
@@ -91,21 +105,27 @@ pub enum ErrorKind {
 /// The record of one call: what the model sees, what the trajectory keeps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallInfo {
+    /// The call's id as the model gave it.
     pub id: String,
     /// The canonical tool name when it resolved, else the name as requested.
     pub tool: String,
+    /// The session the call ran in (empty when its id was refused).
     pub session_id: String,
+    /// The arguments as the model sent them.
     pub arguments: Value,
+    /// `done` or `error`.
     pub status: CallStatus,
     /// What the model sees: the whole result, or the preview of a spooled one.
     pub result: String,
     /// Workspace-relative path of the full result when it was spooled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spool_path: Option<String>,
+    /// Why the call failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ErrorKind>,
     /// RFC 3339, UTC, milliseconds.
     pub started_at: String,
+    /// How long the call took, approval wait included.
     pub elapsed_ms: u64,
 }
 
@@ -115,6 +135,7 @@ impl ToolCallInfo {
         serde_json::json!({"status": self.status.as_str(), "result": self.result}).to_string()
     }
 
+    /// Whether the call ended `done`.
     pub fn is_done(&self) -> bool {
         self.status == CallStatus::Done
     }
@@ -128,6 +149,8 @@ struct Inner {
     events: EventSink,
     trajectory: Option<TrajectoryWriter>,
     provider_config: Arc<Value>,
+    /// The tool a spooled result's preview names, found in the registry (never hard-coded).
+    spool_reader: Option<String>,
 }
 
 /// The entry point for tool calls. Cheap to clone; one executor serves many concurrent calls.
@@ -148,6 +171,8 @@ impl ToolExecutor {
         Self::with_registry(config, Registry::from_inventory()?, events)
     }
 
+    /// An executor over `registry` (tests and embedders pick their own providers) that delivers
+    /// events to `events`.
     pub fn with_registry(
         config: ExecutorConfig,
         registry: Registry,
@@ -158,6 +183,9 @@ impl ToolExecutor {
             .trajectory
             .then(|| TrajectoryWriter::new(workspace.clone()));
         let provider_config = Arc::new(Value::Object(config.providers.clone()));
+        let spool_reader = registry
+            .file_reader(&config.permissions)
+            .map(|t| t.info.name.clone());
         Ok(ToolExecutor {
             inner: Arc::new(Inner {
                 config,
@@ -167,22 +195,27 @@ impl ToolExecutor {
                 events,
                 trajectory,
                 provider_config,
+                spool_reader,
             }),
         })
     }
 
+    /// The configuration this executor was built with.
     pub fn config(&self) -> &ExecutorConfig {
         &self.inner.config
     }
 
+    /// Every tool this executor can run.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
     }
 
+    /// The workspace every call is jailed to.
     pub fn workspace(&self) -> &Workspace {
         &self.inner.workspace
     }
 
+    /// The permissions every call is gated by.
     pub fn permissions(&self) -> Permissions {
         self.inner.config.permissions
     }
@@ -256,6 +289,11 @@ impl ToolExecutor {
     }
 
     /// Runs one call to completion. Never fails: every outcome is a [`ToolCallInfo`].
+    ///
+    /// **Architecture Invariant:** every outcome is a `ToolCallInfo` — success, a tool's
+    /// error, bad arguments, an unknown tool, a denial, a timeout, a cancellation, a panic in
+    /// a provider. Nothing here returns `Result`; the model always gets
+    /// `{"status": …, "result": …}`.
     pub async fn run(&self, request: ToolRequest) -> ToolCallInfo {
         self.run_cancellable(request, CancellationToken::new())
             .await
@@ -293,13 +331,15 @@ impl ToolExecutor {
             // The tool streamed its full output to its own spool file already.
             Some(path) => {
                 let bytes = toolbox_core::spool_file_len(&self.inner.workspace, &path).unwrap_or(0);
-                (spool::preview(&text, &path, bytes), Some(path))
+                let reader = self.inner.spool_reader.as_deref();
+                (spool::preview(&text, &path, bytes, reader), Some(path))
             }
             None => match spool::offload_if_large(
                 &self.inner.workspace,
                 &request.id,
                 text,
                 self.inner.config.spool_threshold,
+                self.inner.spool_reader.as_deref(),
             ) {
                 SpoolOutcome::Inline(text) => (text, None),
                 SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),

@@ -14,6 +14,9 @@
 //! [`schema`] renders the visible tools for OpenAI, Anthropic and MCP clients, loose or
 //! strict ([`SchemaRendering`]).
 
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
 mod approval;
 mod config;
 mod executor;

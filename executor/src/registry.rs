@@ -9,11 +9,14 @@ use crate::Permissions;
 /// One tool and the provider that serves it.
 #[derive(Clone)]
 pub struct RegisteredTool {
+    /// The tool's metadata, as its provider lists it.
     pub info: ToolInfo,
+    /// The provider that runs it.
     pub provider: Arc<dyn ToolProvider>,
 }
 
 impl RegisteredTool {
+    /// The name of the provider that serves the tool.
     pub fn provider_name(&self) -> &str {
         self.provider.name()
     }
@@ -21,8 +24,11 @@ impl RegisteredTool {
 
 /// Every tool of every provider, indexed by canonical name and alias.
 ///
-/// Built once; lookups are one hash probe. The executor routes through this index and never
-/// names a tool itself.
+/// Built once; lookups are one hash probe.
+///
+/// **Architecture Invariant:** the executor routes through this index and never names a tool
+/// itself. Aliases are declared once, in each tool's [`ToolInfo::aliases`], and resolved
+/// only here: a provider's `call_tool` sees canonical names.
 #[derive(Clone, Default)]
 pub struct Registry {
     tools: Vec<RegisteredTool>,
@@ -72,6 +78,15 @@ impl Registry {
     /// All tools in registration order (providers sorted by name).
     pub fn tools(&self) -> &[RegisteredTool] {
         &self.tools
+    }
+
+    /// The first tool (in registration order) that reads workspace text files
+    /// ([`ToolInfo::file_reader`]) and that `permissions` let a model see: the tool a spooled
+    /// result's preview names. `None` when no such tool is built in.
+    pub fn file_reader(&self, permissions: &Permissions) -> Option<&RegisteredTool> {
+        self.tools
+            .iter()
+            .find(|t| t.info.file_reader && permissions.visible(t.info.risk))
     }
 
     /// The tools the given permissions let a model see.

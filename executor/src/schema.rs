@@ -26,6 +26,7 @@ pub enum SchemaFormat {
 }
 
 impl SchemaFormat {
+    /// Every format, in the order `cargo xtask schema` writes them.
     pub const ALL: [SchemaFormat; 4] = [
         SchemaFormat::OpenAi,
         SchemaFormat::OpenAiResponses,
@@ -33,6 +34,7 @@ impl SchemaFormat {
         SchemaFormat::Mcp,
     ];
 
+    /// The format's name on the command line and in file names, e.g. `openai-responses`.
     pub fn as_str(self) -> &'static str {
         match self {
             SchemaFormat::OpenAi => "openai",
@@ -64,6 +66,7 @@ impl SchemaFormat {
 /// `render(tools, SchemaFormat::OpenAi.strict(true))` both work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchemaRendering {
+    /// The client format the schemas are rendered for.
     pub format: SchemaFormat,
     /// Every property required, optional ones nullable, `additionalProperties: false` on
     /// every object, and `strict: true` where the format has the field.

@@ -17,11 +17,17 @@ pub enum SpoolOutcome {
     /// Small enough: the model sees the whole result.
     Inline(String),
     /// Written to `path` (relative to the workspace); the model sees `preview`.
-    Spooled { preview: String, path: String },
+    Spooled {
+        /// Head, tail and a line naming the file: what the model sees.
+        preview: String,
+        /// The spool file, relative to the workspace.
+        path: String,
+    },
 }
 
 /// Writes `content` byte-exact to `.toolbox/tool_outputs/<unix_ms>__<call_id>.txt` when it
-/// is at least `threshold` bytes, and returns the preview the model should see instead.
+/// is at least `threshold` bytes, and returns the preview the model should see instead;
+/// `reader` is the tool the preview tells the model to read the file with, if any.
 ///
 /// If the file cannot be written the full content is returned inline: losing output is worse
 /// than a long message.
@@ -30,13 +36,14 @@ pub fn offload_if_large(
     call_id: &str,
     content: String,
     threshold: usize,
+    reader: Option<&str>,
 ) -> SpoolOutcome {
     if content.len() < threshold {
         return SpoolOutcome::Inline(content);
     }
     match write_spool_file(workspace, call_id, content.as_bytes()) {
         Ok(rel) => SpoolOutcome::Spooled {
-            preview: preview(&content, &rel, content.len() as u64),
+            preview: preview(&content, &rel, content.len() as u64, reader),
             path: rel,
         },
         Err(e) => {
@@ -57,12 +64,20 @@ fn write_spool_file(workspace: &Workspace, call_id: &str, bytes: &[u8]) -> std::
     Ok(rel)
 }
 
-/// The first [`HEAD_CHARS`] and last [`TAIL_CHARS`] characters, and a line naming the file.
-pub fn preview(content: &str, rel_path: &str, total_bytes: u64) -> String {
+/// The first [`HEAD_CHARS`] and last [`TAIL_CHARS`] characters, and a line naming the file
+/// and, when the registry has one, the tool to read it with.
+///
+/// The executor names no tool of its own: `reader` comes from the running registry (the
+/// first tool whose `ToolInfo::file_reader` is set), so a bundle without file_manager does
+/// not send the model to a tool that does not exist.
+pub fn preview(content: &str, rel_path: &str, total_bytes: u64, reader: Option<&str>) -> String {
     let total_chars = content.chars().count();
-    let footer = format!(
-        "[Full output ({total_bytes} bytes) spooled to {rel_path}. Use file_manager__read if you need more.]"
-    );
+    let footer = match reader {
+        Some(tool) => format!(
+            "[Full output ({total_bytes} bytes) spooled to {rel_path}. Use {tool} if you need more.]"
+        ),
+        None => format!("[Full output ({total_bytes} bytes) spooled to {rel_path}.]"),
+    };
     if total_chars <= HEAD_CHARS + TAIL_CHARS {
         return format!("{content}\n\n{footer}");
     }
@@ -93,7 +108,7 @@ mod tests {
     fn small_results_stay_inline() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::new(dir.path()).unwrap();
-        let out = offload_if_large(&ws, "c1", "hello".into(), 16);
+        let out = offload_if_large(&ws, "c1", "hello".into(), 16, None);
         assert_eq!(out, SpoolOutcome::Inline("hello".into()));
         assert!(!dir.path().join(".toolbox").exists());
     }
@@ -106,7 +121,7 @@ mod tests {
             .map(|i| if i % 2 == 0 { 'é' } else { '语' })
             .collect();
         let ws = Workspace::new(dir.path()).unwrap();
-        let out = offload_if_large(&ws, "call/../x:1", content.clone(), 16_384);
+        let out = offload_if_large(&ws, "call/../x:1", content.clone(), 16_384, Some("reader"));
         let SpoolOutcome::Spooled { preview, path } = out else {
             panic!("not spooled")
         };
@@ -119,7 +134,19 @@ mod tests {
         assert!(preview.starts_with(&head));
         assert!(preview.contains(&format!("{tail}\n\n[Full output")));
         assert!(preview.contains("[... 7500 characters omitted ...]"));
-        assert!(preview.contains("Use file_manager__read"));
+        assert!(
+            preview.ends_with("Use reader if you need more.]"),
+            "{preview}"
+        );
+    }
+
+    #[test]
+    fn without_a_reader_no_tool_is_named() {
+        let p = preview("short", ".toolbox/tool_outputs/1__c.txt", 5, None);
+        assert_eq!(
+            p,
+            "short\n\n[Full output (5 bytes) spooled to .toolbox/tool_outputs/1__c.txt.]"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use toolbox_core::{SessionId, Workspace, TOOLBOX_DIR};
 
 use crate::ToolCallInfo;
 
+/// The file each session's calls are appended to.
 pub const FILE_NAME: &str = "tool_calls.jsonl";
 /// The folder under `.toolbox/` holding one folder per session.
 pub const DIR_NAME: &str = "trajectories";

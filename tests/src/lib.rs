@@ -1,4 +1,127 @@
-//! Helpers shared by the integration tests in `tests/tests/`.
+//! Helpers shared by the integration tests in `tests/tests/`: an executor over a fresh
+//! workspace, one call in a session, and the usual "this worked" / "this failed saying …"
+//! checks. A test file still says `use toolbox as _;` so the providers are linked in.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tempfile::TempDir;
+use toolbox_core::EventSink;
+use toolbox_executor::{
+    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolCallInfo, ToolExecutor, ToolRequest,
+};
+
+/// The session [`call`] runs in.
+pub const SESSION: &str = "s1";
+
+/// An executor in `mode` over a fresh workspace and every linked provider.
+pub fn executor(mode: PermissionMode) -> (TempDir, ToolExecutor) {
+    executor_with(mode, &[])
+}
+
+/// Like [`executor`], with provider tables set as the operator would: `[("web", json!({…}))]`.
+/// A `null` table is left out.
+pub fn executor_with(mode: PermissionMode, tables: &[(&str, Value)]) -> (TempDir, ToolExecutor) {
+    executor_with_events(mode, tables, EventSink::none())
+}
+
+/// Like [`executor_with`], delivering streamed output and approval requests to `events`.
+pub fn executor_with_events(
+    mode: PermissionMode,
+    tables: &[(&str, Value)],
+    events: EventSink,
+) -> (TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = mode;
+    for (name, table) in tables {
+        if !table.is_null() {
+            config.providers.insert(name.to_string(), table.clone());
+        }
+    }
+    (dir, ToolExecutor::with_events(config, events).unwrap())
+}
+
+/// Like [`executor`], with `toml` applied as an operator's config file.
+pub fn executor_toml(mode: PermissionMode, toml: &str) -> (TempDir, ToolExecutor) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = mode;
+    config.apply_toml(toml).unwrap();
+    (dir, ToolExecutor::new(config).unwrap())
+}
+
+/// An executor in `mode` over an existing workspace (toolbox started again on it).
+pub fn executor_in(root: &Path, mode: PermissionMode) -> ToolExecutor {
+    let mut config = ExecutorConfig::new(root);
+    config.permissions.mode = mode;
+    ToolExecutor::new(config).unwrap()
+}
+
+/// Runs `name` with `args` in the session [`SESSION`], call id `t`.
+pub async fn call(exec: &ToolExecutor, name: &str, args: Value) -> ToolCallInfo {
+    call_in(exec, SESSION, name, args).await
+}
+
+/// Runs `name` with `args` in `session`, call id `t`.
+pub async fn call_in(exec: &ToolExecutor, session: &str, name: &str, args: Value) -> ToolCallInfo {
+    exec.run(ToolRequest::new("t", name, args).session(session))
+        .await
+}
+
+/// Runs a call that must succeed and returns its result.
+pub async fn ok(exec: &ToolExecutor, name: &str, args: Value) -> String {
+    let info = call(exec, name, args.clone()).await;
+    assert_eq!(
+        info.status,
+        CallStatus::Done,
+        "{name} {args}: {}",
+        info.result
+    );
+    info.result
+}
+
+/// Runs a call the tool itself must refuse with a message containing `want`, and returns
+/// the message.
+pub async fn fails(exec: &ToolExecutor, name: &str, args: Value, want: &str) -> String {
+    let info = call(exec, name, args.clone()).await;
+    assert_eq!(
+        info.status,
+        CallStatus::Error,
+        "{name} {args}: {}",
+        info.result
+    );
+    assert_eq!(
+        info.error_kind,
+        Some(ErrorKind::Tool),
+        "{name} {args}: {}",
+        info.result
+    );
+    assert!(
+        info.result.contains(want),
+        "{name} {args}: expected {want:?} in: {}",
+        info.result
+    );
+    info.result
+}
+
+/// The test venv's python (scripts/test.sh exports `TOOLBOX_TEST_PYTHON`); it has the
+/// packages of `tests/requirements.txt`.
+pub fn test_python() -> PathBuf {
+    let python = std::env::var_os("TOOLBOX_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python")
+        });
+    assert!(
+        python.is_file(),
+        "these tests need the test venv with tests/requirements.txt: run scripts/test.sh or set TOOLBOX_TEST_PYTHON (looked at {})",
+        python.display()
+    );
+    python
+}
 
 /// The request side of the tiny loopback HTTP/1.1 servers the web and image tests run.
 pub mod http {

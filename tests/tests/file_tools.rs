@@ -1,23 +1,10 @@
 //! file_manager through the whole executor: the path jail, session routing and permissions.
 
 use serde_json::{json, Value};
-use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolExecutor, ToolRequest,
-};
+use toolbox_executor::{CallStatus, ErrorKind, PermissionMode, ToolRequest};
 
 use toolbox as _;
-
-fn executor(mode: PermissionMode) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = mode;
-    (dir, ToolExecutor::new(config).unwrap())
-}
-
-async fn call(exec: &ToolExecutor, name: &str, args: Value) -> toolbox_executor::ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session("s1"))
-        .await
-}
+use toolbox_tests::{call, executor};
 
 #[tokio::test]
 async fn path_escapes_are_refused_by_every_tool() {

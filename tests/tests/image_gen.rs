@@ -7,13 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo,
-    ToolExecutor, ToolRequest,
-};
+use toolbox_executor::{ErrorKind, PermissionMode, SchemaFormat, ToolCallInfo, ToolExecutor};
 
 use toolbox as _;
 use toolbox_tests::http::Request;
+
+const NAME: &str = "image_gen__generate";
 
 // A tiny HTTP/1.1 server: at most 32 connections or 60 s, then it stops by itself.
 
@@ -117,13 +116,7 @@ fn images_endpoint(req: &Request) -> (u16, String) {
 }
 
 fn executor(image_gen: Value, mode: PermissionMode) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = mode;
-    if !image_gen.is_null() {
-        config.providers.insert("image_gen".into(), image_gen);
-    }
-    (dir, ToolExecutor::new(config).unwrap())
+    toolbox_tests::executor_with(mode, &[("image_gen", image_gen)])
 }
 
 fn config_for(server: &Server) -> Value {
@@ -137,25 +130,11 @@ fn config_for(server: &Server) -> Value {
 }
 
 async fn call(exec: &ToolExecutor, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("img-call", "image_gen__generate", args).session("s1"))
-        .await
+    toolbox_tests::call(exec, NAME, args).await
 }
 
 async fn fails(exec: &ToolExecutor, args: Value, want: &str) -> String {
-    let info = call(exec, args.clone()).await;
-    assert_eq!(info.status, CallStatus::Error, "{args}: {}", info.result);
-    assert_eq!(
-        info.error_kind,
-        Some(ErrorKind::Tool),
-        "{args}: {}",
-        info.result
-    );
-    assert!(
-        info.result.contains(want),
-        "{args}: expected {want:?} in: {}",
-        info.result
-    );
-    info.result
+    toolbox_tests::fails(exec, NAME, args, want).await
 }
 
 #[tokio::test]
@@ -275,33 +254,50 @@ async fn arguments_are_checked() {
     );
 }
 
+/// The base-URL variables come from the process environment, which whoever runs the suite
+/// may have set. So the test runs again in a child copy of this test binary with them
+/// removed, and checks there that an unconfigured endpoint is explained.
 #[tokio::test]
 async fn no_endpoint_configured_says_how_to_configure_one() {
-    // Point the key at a variable nobody sets; the base-URL variables must be unset too for
-    // this to be the "nothing configured" case.
-    for var in ["TOOLBOX_IMAGE_BASE_URL", "OPENAI_BASE_URL"] {
-        if std::env::var_os(var).is_some() {
-            eprintln!("{var} is set in this environment; the no-endpoint case cannot be shown");
-            return;
+    const TEST: &str = "no_endpoint_configured_says_how_to_configure_one";
+    const CHILD: &str = "TOOLBOX_TEST_IMAGE_GEN_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--test-threads=1"])
+            .env(CHILD, "1")
+            .env_remove("TOOLBOX_IMAGE_BASE_URL")
+            .env_remove("OPENAI_BASE_URL")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child run failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        for var in ["TOOLBOX_IMAGE_BASE_URL", "OPENAI_BASE_URL"] {
+            assert!(std::env::var_os(var).is_none(), "{var} is still set");
         }
-    }
-    let (_d, exec) = executor(
-        json!({"api_key_env": "TOOLBOX_TEST_IMAGE_KEY_NEVER_SET"}),
-        PermissionMode::Full,
-    );
-    let r = fails(
-        &exec,
-        json!({"prompt": "crab"}),
-        "no image endpoint configured",
-    )
-    .await;
-    for want in [
-        "[image_gen]",
-        "base_url",
-        "TOOLBOX_IMAGE_BASE_URL",
-        "OPENAI_API_KEY",
-    ] {
-        assert!(r.contains(want), "missing {want:?}: {r}");
+        // The key points at a variable nobody sets.
+        let (_d, exec) = executor(
+            json!({"api_key_env": "TOOLBOX_TEST_IMAGE_KEY_NEVER_SET"}),
+            PermissionMode::Full,
+        );
+        let r = fails(
+            &exec,
+            json!({"prompt": "crab"}),
+            "no image endpoint configured",
+        )
+        .await;
+        for want in [
+            "[image_gen]",
+            "base_url",
+            "TOOLBOX_IMAGE_BASE_URL",
+            "OPENAI_API_KEY",
+        ] {
+            assert!(r.contains(want), "missing {want:?}: {r}");
+        }
     }
 }
 

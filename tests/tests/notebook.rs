@@ -1,42 +1,20 @@
 //! The notebook provider through the executor, running cells in the python provider's
 //! session, with every written notebook validated by the Python `nbformat` package.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{json, Value};
-use toolbox_executor::{
-    CallStatus, ExecutorConfig, PermissionMode, ToolCallInfo, ToolExecutor, ToolRequest,
-};
+use toolbox_executor::{CallStatus, PermissionMode, ToolCallInfo, ToolExecutor};
 
 use toolbox as _;
-
-/// The test venv's python (scripts/test.sh exports TOOLBOX_TEST_PYTHON); it has nbformat and
-/// matplotlib.
-fn test_python() -> PathBuf {
-    let python = std::env::var_os("TOOLBOX_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python")
-        });
-    assert!(
-        python.is_file(),
-        "these tests need the test venv with tests/requirements.txt: run scripts/test.sh or set TOOLBOX_TEST_PYTHON (looked at {})",
-        python.display()
-    );
-    python
-}
+use toolbox_tests::test_python;
 
 fn executor(toml: &str) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = PermissionMode::Full;
-    config.apply_toml(toml).unwrap();
-    (dir, ToolExecutor::new(config).unwrap())
+    toolbox_tests::executor_toml(PermissionMode::Full, toml)
 }
 
 async fn call(exec: &ToolExecutor, name: &str, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session("nb"))
-        .await
+    toolbox_tests::call_in(exec, "nb", name, args).await
 }
 
 /// nbformat.validate on the file as written; returns "nbformat.minor".

@@ -4,11 +4,10 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
-use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolCallInfo, ToolExecutor, ToolRequest,
-};
+use toolbox_executor::{CallStatus, ErrorKind, PermissionMode, ToolExecutor};
 
 use toolbox as _;
+use toolbox_tests::{call, executor, fails, ok};
 
 /// Writes the test PDFs into `dir`:
 /// - `multi.pdf`: 3 pages, metadata, non-ASCII text on every page, `needleN` on page N;
@@ -86,50 +85,9 @@ pub fn make_pdfs(dir: &Path) {
 }
 
 fn setup() -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, exec) = executor(PermissionMode::ReadOnly);
     make_pdfs(dir.path());
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = PermissionMode::ReadOnly;
-    (dir, ToolExecutor::new(config).unwrap())
-}
-
-async fn call(exec: &ToolExecutor, name: &str, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session("s1"))
-        .await
-}
-
-async fn ok(exec: &ToolExecutor, name: &str, args: Value) -> String {
-    let info = call(exec, name, args.clone()).await;
-    assert_eq!(
-        info.status,
-        CallStatus::Done,
-        "{name} {args}: {}",
-        info.result
-    );
-    info.result
-}
-
-/// The call failed as a tool error (not a panic, not a timeout) and says `want`.
-async fn fails(exec: &ToolExecutor, name: &str, args: Value, want: &str) -> String {
-    let info = call(exec, name, args.clone()).await;
-    assert_eq!(
-        info.status,
-        CallStatus::Error,
-        "{name} {args}: {}",
-        info.result
-    );
-    assert_eq!(
-        info.error_kind,
-        Some(ErrorKind::Tool),
-        "{name} {args}: {}",
-        info.result
-    );
-    assert!(
-        info.result.contains(want),
-        "{name} {args}: expected {want:?} in: {}",
-        info.result
-    );
-    info.result
+    (dir, exec)
 }
 
 #[tokio::test]

@@ -5,24 +5,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo,
-    ToolExecutor, ToolRequest,
+    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor, ToolRequest,
 };
 
 use toolbox as _;
-
-fn executor(mode: PermissionMode, toml: &str) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = mode;
-    config.apply_toml(toml).unwrap();
-    (dir, ToolExecutor::new(config).unwrap())
-}
-
-async fn call(exec: &ToolExecutor, sid: &str, name: &str, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session(sid))
-        .await
-}
+use toolbox_tests::{call_in, executor_toml};
 
 /// The embedded interpreter runs one job at a time for the whole process, so tests that
 /// measure timeouts must not queue behind another test's slow import: run them one by one.
@@ -34,19 +21,19 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 #[tokio::test]
 async fn a_live_session_through_every_name() {
     let _serial = serial().await;
-    let (_d, exec) = executor(PermissionMode::Full, "");
-    let info = call(&exec, "s1", "run_python_code", json!({"code": "x = 1"})).await;
+    let (_d, exec) = executor_toml(PermissionMode::Full, "");
+    let info = call_in(&exec, "s1", "run_python_code", json!({"code": "x = 1"})).await;
     assert_eq!(
         (info.status, info.result.as_str()),
         (CallStatus::Done, "(no output)\n")
     );
     assert_eq!(info.tool, "run_python_code");
-    let info = call(&exec, "s1", "python", json!({"content": "x + 1"})).await;
+    let info = call_in(&exec, "s1", "python", json!({"content": "x + 1"})).await;
     assert_eq!(info.result, "[result]\n2\n");
-    let info = call(&exec, "s1", "python_exec", json!({"code": "x += 1; x"})).await;
+    let info = call_in(&exec, "s1", "python_exec", json!({"code": "x += 1; x"})).await;
     assert_eq!(info.result, "[result]\n2\n");
     // Another session does not see x.
-    let info = call(&exec, "s2", "python", json!({"code": "x"})).await;
+    let info = call_in(&exec, "s2", "python", json!({"code": "x"})).await;
     assert_eq!(info.status, CallStatus::Done, "an exception is a result");
     assert!(
         info.result
@@ -58,7 +45,7 @@ async fn a_live_session_through_every_name() {
     let envelope: Value = serde_json::from_str(&info.envelope()).unwrap();
     assert_eq!(envelope["status"], "done");
     // Bad arguments are tool errors that name the argument.
-    let info = call(&exec, "s1", "python", json!({"code": 5})).await;
+    let info = call_in(&exec, "s1", "python", json!({"code": 5})).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Tool));
     assert_eq!(
         info.result,
@@ -69,12 +56,12 @@ async fn a_live_session_through_every_name() {
 #[tokio::test]
 async fn permissions_gate_python_but_not_lookups() {
     let _serial = serial().await;
-    let (_d, exec) = executor(PermissionMode::ReadOnly, "");
-    let info = call(&exec, "s1", "run_python_code", json!({"code": "1"})).await;
+    let (_d, exec) = executor_toml(PermissionMode::ReadOnly, "");
+    let info = call_in(&exec, "s1", "run_python_code", json!({"code": "1"})).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Denied));
-    let info = call(&exec, "s1", "python_package", json!({"packages": ["x"]})).await;
+    let info = call_in(&exec, "s1", "python_package", json!({"packages": ["x"]})).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Denied));
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "registry_lookup",
@@ -99,8 +86,8 @@ async fn permissions_gate_python_but_not_lookups() {
 #[tokio::test]
 async fn the_executor_timeout_interrupts_embedded_code() {
     let _serial = serial().await;
-    let (_d, exec) = executor(PermissionMode::Full, "");
-    call(&exec, "s1", "python", json!({"code": "kept = 1"})).await;
+    let (_d, exec) = executor_toml(PermissionMode::Full, "");
+    call_in(&exec, "s1", "python", json!({"code": "kept = 1"})).await;
     // The executor's limit is shorter than the provider's: the executor drops the call and
     // the provider interrupts the code it left running.
     let request = ToolRequest::new("t", "python", json!({"code": "while True: pass"}))
@@ -109,7 +96,7 @@ async fn the_executor_timeout_interrupts_embedded_code() {
     let info = exec.run(request).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Timeout));
     let started = Instant::now();
-    let info = call(&exec, "s1", "python", json!({"code": "kept"})).await;
+    let info = call_in(&exec, "s1", "python", json!({"code": "kept"})).await;
     assert_eq!(info.result, "[result]\n1\n");
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -121,11 +108,11 @@ async fn the_executor_timeout_interrupts_embedded_code() {
 #[tokio::test]
 async fn configuration_picks_the_isolated_backend() {
     let _serial = serial().await;
-    let (_d, exec) = executor(
+    let (_d, exec) = executor_toml(
         PermissionMode::Full,
         "[python]\nbackend = \"isolated\"\ntimeout_ms = 500\n",
     );
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "python",
@@ -142,7 +129,7 @@ async fn configuration_picks_the_isolated_backend() {
         .unwrap();
     assert_ne!(pid, std::process::id(), "runs in a worker process");
     // The configured default timeout applies, and kills.
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "python",
@@ -158,11 +145,11 @@ async fn configuration_picks_the_isolated_backend() {
         info.result
     );
     // A bad [python] table is a clear error.
-    let (_d, exec) = executor(PermissionMode::Full, "[python]\nbackend = \"subprocess\"\n");
-    let info = call(&exec, "s1", "python", json!({"code": "1"})).await;
+    let (_d, exec) = executor_toml(PermissionMode::Full, "[python]\nbackend = \"subprocess\"\n");
+    let info = call_in(&exec, "s1", "python", json!({"code": "1"})).await;
     assert!(
         info.result
-            .contains("config [python] backend must be \"embedded\" or \"isolated\""),
+            .contains("[python] backend must be \"embedded\" or \"isolated\""),
         "{}",
         info.result
     );
@@ -171,7 +158,7 @@ async fn configuration_picks_the_isolated_backend() {
 #[tokio::test]
 async fn integrated_notebook_is_python_notebook_and_registry_tools() {
     let _serial = serial().await;
-    let (_d, exec) = executor(PermissionMode::Full, "");
+    let (_d, exec) = executor_toml(PermissionMode::Full, "");
     let schemas = exec
         .resolve_agent_tool_schemas(
             Some(&["integrated_notebook"]),
@@ -231,12 +218,12 @@ async fn registry_lookup_never_imports_workspace_code() {
         ".toolbox/sessions/s1/output",
     ];
     for (i, place) in places.iter().enumerate() {
-        let (dir, exec) = executor(PermissionMode::ReadOnly, "");
+        let (dir, exec) = executor_toml(PermissionMode::ReadOnly, "");
         let marker = markers.path().join(format!("ran-{i}"));
         let folder = dir.path().join(place);
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(folder.join("evil.py"), evil_module(&marker)).unwrap();
-        let info = call(
+        let info = call_in(
             &exec,
             "s1",
             "registry_lookup",
@@ -253,14 +240,14 @@ async fn registry_lookup_never_imports_workspace_code() {
         );
         // A dotted query does not import it either, nor does the module-name search.
         for args in [json!({"query": "evil.pwned"}), json!({"query": "evil"})] {
-            let info = call(&exec, "s1", "registry_lookup", args).await;
+            let info = call_in(&exec, "s1", "registry_lookup", args).await;
             assert!(!marker.exists(), "evil.py in {place:?} was imported");
             assert!(!info.result.contains("1. evil"), "{}", info.result);
         }
     }
     // The standard library is still searched, in read_only mode.
-    let (_d, exec) = executor(PermissionMode::ReadOnly, "");
-    let info = call(
+    let (_d, exec) = executor_toml(PermissionMode::ReadOnly, "");
+    let info = call_in(
         &exec,
         "s1",
         "registry_lookup",
@@ -274,7 +261,7 @@ async fn registry_lookup_never_imports_workspace_code() {
         info.result
     );
     // A name that is not a dotted identifier is refused before anything runs.
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "registry_lookup",
@@ -296,8 +283,8 @@ async fn registry_lookup_never_imports_workspace_code() {
 async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
     let _serial = serial().await;
     // The build interpreter, as the embedded session reports it, makes a real venv.
-    let (_d, full) = executor(PermissionMode::Full, "");
-    let info = call(
+    let (_d, full) = executor_toml(PermissionMode::Full, "");
+    let info = call_in(
         &full,
         "s1",
         "python",
@@ -306,7 +293,7 @@ async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
     .await;
     let mut lines = info.result.lines().skip_while(|l| *l == "[stdout]");
     let (python, version) = (lines.next().unwrap(), lines.next().unwrap());
-    let (dir, exec) = executor(PermissionMode::ReadOnly, "[python]\nvenv = \"venv\"\n");
+    let (dir, exec) = executor_toml(PermissionMode::ReadOnly, "[python]\nvenv = \"venv\"\n");
     let venv = dir.path().join("venv");
     let made = std::process::Command::new(python)
         .args([
@@ -327,7 +314,7 @@ async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
     std::fs::write(site.join("evil.py"), evil_module(&marker)).unwrap();
     // A .pth line starting with `import` runs at every start of the venv's python.
     std::fs::write(site.join("evil.pth"), "import evil\n").unwrap();
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "registry_lookup",
@@ -344,7 +331,7 @@ async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
         "{}",
         info.result
     );
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "registry_lookup",
@@ -366,12 +353,12 @@ async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
 #[tokio::test]
 async fn the_isolated_worker_runs_under_the_memory_limit_and_survives_it() {
     let _serial = serial().await;
-    let (_d, exec) = executor(
+    let (_d, exec) = executor_toml(
         PermissionMode::Full,
         "[python]\nbackend = \"isolated\"\n[limits]\nmemory_mb = 200\n",
     );
-    call(&exec, "s1", "python", json!({"code": "kept = 1"})).await;
-    let info = call(
+    call_in(&exec, "s1", "python", json!({"code": "kept = 1"})).await;
+    let info = call_in(
         &exec,
         "s1",
         "python",
@@ -391,7 +378,7 @@ async fn the_isolated_worker_runs_under_the_memory_limit_and_survives_it() {
         info.result
     );
     // The worker, and the session's state, survived; the executor too.
-    let info = call(&exec, "s1", "python", json!({"code": "kept + 1"})).await;
+    let info = call_in(&exec, "s1", "python", json!({"code": "kept + 1"})).await;
     assert_eq!(info.status, CallStatus::Done, "{}", info.result);
     assert_eq!(info.result, "[result]\n2\n");
 }
@@ -399,12 +386,12 @@ async fn the_isolated_worker_runs_under_the_memory_limit_and_survives_it() {
 #[tokio::test]
 async fn the_isolated_worker_is_stopped_by_the_cpu_limit_and_restarts() {
     let _serial = serial().await;
-    let (_d, exec) = executor(
+    let (_d, exec) = executor_toml(
         PermissionMode::Full,
         "[python]\nbackend = \"isolated\"\n[limits]\ncpu_seconds = 1\n",
     );
     // The budget is per call: a first call's CPU time does not count against the next.
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "python",
@@ -412,7 +399,7 @@ async fn the_isolated_worker_is_stopped_by_the_cpu_limit_and_restarts() {
     )
     .await;
     assert_eq!(info.status, CallStatus::Done, "{}", info.result);
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "python",
@@ -420,7 +407,7 @@ async fn the_isolated_worker_is_stopped_by_the_cpu_limit_and_restarts() {
     )
     .await;
     assert_eq!(info.status, CallStatus::Done, "{}", info.result);
-    let info = call(&exec, "s1", "python", json!({"code": "while True: pass"})).await;
+    let info = call_in(&exec, "s1", "python", json!({"code": "while True: pass"})).await;
     assert_eq!(info.status, CallStatus::Error, "{}", info.result);
     assert!(
         info.result.starts_with(
@@ -429,11 +416,11 @@ async fn the_isolated_worker_is_stopped_by_the_cpu_limit_and_restarts() {
         "{}",
         info.result
     );
-    let info = call(&exec, "s1", "python", json!({"code": "1 + 1"})).await;
+    let info = call_in(&exec, "s1", "python", json!({"code": "1 + 1"})).await;
     assert_eq!(info.status, CallStatus::Done, "{}", info.result);
     assert!(info.result.ends_with("[result]\n2\n"), "{}", info.result);
     // Code that ignores SIGXCPU (and could raise its own soft limit) meets the watchdog.
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "python",
@@ -461,7 +448,7 @@ fn registry_lookup_ignores_pythonpath() {
         let mut config = ExecutorConfig::new(&workspace);
         config.permissions.mode = PermissionMode::ReadOnly;
         let exec = ToolExecutor::new(config).unwrap();
-        let info = runtime.block_on(call(
+        let info = runtime.block_on(call_in(
             &exec,
             "s1",
             "registry_lookup",
@@ -502,8 +489,8 @@ fn registry_lookup_ignores_pythonpath() {
 #[tokio::test]
 async fn bad_limits_are_refused_naming_the_key() {
     let _serial = serial().await;
-    let (_d, exec) = executor(PermissionMode::Full, "[limits]\nprocesses = \"many\"\n");
-    let info = call(&exec, "s1", "python", json!({"code": "1"})).await;
+    let (_d, exec) = executor_toml(PermissionMode::Full, "[limits]\nprocesses = \"many\"\n");
+    let info = call_in(&exec, "s1", "python", json!({"code": "1"})).await;
     assert_eq!(info.status, CallStatus::Error);
     assert!(
         info.result

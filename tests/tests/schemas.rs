@@ -2,17 +2,11 @@
 
 use serde_json::Value;
 use toolbox_core::ToolRisk;
-use toolbox_executor::{ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor};
+use toolbox_executor::{PermissionMode, SchemaFormat};
 
 // Links every provider of the full bundle; without this line the registry would be empty.
 use toolbox as _;
-
-fn executor(mode: PermissionMode) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = mode;
-    (dir, ToolExecutor::new(config).unwrap())
-}
+use toolbox_tests::executor;
 
 #[test]
 fn every_compiled_provider_registers() {

@@ -8,13 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
-use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolCallInfo, ToolExecutor, ToolRequest,
-};
+use toolbox_executor::{CallStatus, ErrorKind, PermissionMode};
 
 use toolbox as _;
+use toolbox_tests::{call_in, executor_in};
 
 /// Everything under `root`: each path with its type and, for files, the content; links with
 /// their target. Two equal snapshots mean nothing was created, changed or removed.
@@ -45,17 +44,6 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-fn executor(root: &Path, mode: PermissionMode) -> ToolExecutor {
-    let mut config = ExecutorConfig::new(root);
-    config.permissions.mode = mode;
-    ToolExecutor::new(config).unwrap()
-}
-
-async fn call(exec: &ToolExecutor, session: &str, name: &str, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session(session))
-        .await
-}
-
 /// A workspace three folders deep inside a scratch folder, so `../../../x` stays in the test's
 /// own tree, where a snapshot can see it.
 fn nested_workspace() -> (tempfile::TempDir, PathBuf) {
@@ -69,7 +57,7 @@ fn nested_workspace() -> (tempfile::TempDir, PathBuf) {
 #[tokio::test]
 async fn invalid_session_ids_are_refused_and_write_nothing_anywhere() {
     let (top, ws) = nested_workspace();
-    let exec = executor(&ws, PermissionMode::Full);
+    let exec = executor_in(&ws, PermissionMode::Full);
     let long = "x".repeat(129);
     let bad = [
         "..",
@@ -97,7 +85,7 @@ async fn invalid_session_ids_are_refused_and_write_nothing_anywhere() {
             ("shell", json!({"command": "echo hi > made.txt"})),
             ("run_python_code", json!({"code": "open('made.txt','w')"})),
         ] {
-            let info = call(&exec, sid, tool, args).await;
+            let info = call_in(&exec, sid, tool, args).await;
             assert_eq!(info.status, CallStatus::Error, "{sid:?} {tool}");
             assert_eq!(info.error_kind, Some(ErrorKind::InvalidRequest));
             assert!(
@@ -113,7 +101,7 @@ async fn invalid_session_ids_are_refused_and_write_nothing_anywhere() {
         "an invalid session id wrote something"
     );
     // A valid id still works, and only writes inside.
-    let info = call(
+    let info = call_in(
         &exec,
         "ok-1",
         "file_manager__write",
@@ -146,9 +134,9 @@ async fn planted_links_in_toolbox_folders_are_refused_and_nothing_goes_through_t
     std::os::unix::fs::symlink(outside.path(), ws.join(".toolbox/sessions/evil")).unwrap();
     let before = snapshot(outside.path());
 
-    let exec = executor(ws, PermissionMode::ReadOnly);
+    let exec = executor_in(ws, PermissionMode::ReadOnly);
     // A large read: the trajectory append and the spool both meet a planted link.
-    let info = call(
+    let info = call_in(
         &exec,
         "default",
         "file_manager__read",
@@ -161,7 +149,7 @@ async fn planted_links_in_toolbox_folders_are_refused_and_nothing_goes_through_t
         "spooled through a planted link: {info:?}"
     );
 
-    let exec = executor(ws, PermissionMode::Full);
+    let exec = executor_in(ws, PermissionMode::Full);
     for (tool, args) in [
         ("shell", json!({"command": "echo owned > owned.txt"})),
         (
@@ -177,7 +165,7 @@ async fn planted_links_in_toolbox_folders_are_refused_and_nothing_goes_through_t
             json!({"path": "scratchpad/owned.txt", "content": "x"}),
         ),
     ] {
-        let info = call(&exec, "evil", tool, args).await;
+        let info = call_in(&exec, "evil", tool, args).await;
         assert_eq!(info.status, CallStatus::Error, "{tool}: {}", info.result);
         assert!(
             info.result.contains("symbolic link"),
@@ -199,14 +187,14 @@ async fn paths_are_resolved_on_disk_not_by_string() {
     std::fs::create_dir(&ws).unwrap();
     std::fs::create_dir(dir.path().join("ws-typo")).unwrap();
     std::fs::write(ws.join("a.txt"), "A").unwrap();
-    let exec = executor(&ws, PermissionMode::Full);
+    let exec = executor_in(&ws, PermissionMode::Full);
     let root = std::fs::canonicalize(&ws).unwrap();
     let typo = format!("{}-typo/../ws/a.txt", root.display());
     for path in ["a.txt/.", "a.txt/", "missing/../a.txt", typo.as_str()] {
-        let info = call(&exec, "s", "file_manager__read", json!({ "path": path })).await;
+        let info = call_in(&exec, "s", "file_manager__read", json!({ "path": path })).await;
         assert_eq!(info.status, CallStatus::Error, "{path}: {}", info.result);
     }
-    let info = call(
+    let info = call_in(
         &exec,
         "s",
         "file_manager__read",
@@ -224,8 +212,8 @@ async fn hard_links_to_outside_files_are_never_changed() {
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::fs::hard_link(&outside, ws.join("linked.txt")).unwrap();
-    let exec = executor(&ws, PermissionMode::Full);
-    let info = call(
+    let exec = executor_in(&ws, PermissionMode::Full);
+    let info = call_in(
         &exec,
         "s",
         "file_manager__write",
@@ -235,7 +223,7 @@ async fn hard_links_to_outside_files_are_never_changed() {
     assert_eq!(info.status, CallStatus::Error);
     assert!(info.result.contains("hard links"), "{}", info.result);
     // A replace or an edit makes a new file; the outside name keeps its content.
-    let info = call(
+    let info = call_in(
         &exec,
         "s",
         "file_manager__edit",
@@ -253,9 +241,9 @@ async fn hard_links_to_outside_files_are_never_changed() {
 #[tokio::test]
 async fn huge_arguments_are_capped_in_the_trajectory() {
     let dir = tempfile::tempdir().unwrap();
-    let exec = executor(dir.path(), PermissionMode::Full);
+    let exec = executor_in(dir.path(), PermissionMode::Full);
     let content = "y".repeat(500_000);
-    let info = call(
+    let info = call_in(
         &exec,
         "s1",
         "file_manager__write",
@@ -282,13 +270,13 @@ async fn file_names_cannot_forge_result_lines() {
     let ws = dir.path();
     std::fs::write(ws.join("evil\nfake.txt:1:forged"), "needle\n").unwrap();
     std::fs::write(ws.join("\u{1b}[31mred.txt"), "needle\n").unwrap();
-    let exec = executor(ws, PermissionMode::ReadOnly);
+    let exec = executor_in(ws, PermissionMode::ReadOnly);
     for (tool, args) in [
         ("file_manager__list", json!({"path": "."})),
         ("file_manager__glob", json!({"pattern": "*.txt*"})),
         ("file_manager__grep", json!({"pattern": "needle"})),
     ] {
-        let info = call(&exec, "s", tool, args).await;
+        let info = call_in(&exec, "s", tool, args).await;
         assert_eq!(info.status, CallStatus::Done, "{tool}: {}", info.result);
         assert!(!info.result.contains('\u{1b}'), "{tool}: {:?}", info.result);
         assert!(
@@ -356,7 +344,7 @@ async fn swapping_a_folder_for_a_link_mid_call_never_reaches_outside() {
         })
     };
 
-    let exec = executor(&ws, PermissionMode::Full);
+    let exec = executor_in(&ws, PermissionMode::Full);
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut calls = 0u32;
     let mut leaked = Vec::new();
@@ -400,7 +388,7 @@ async fn swapping_a_folder_for_a_link_mid_call_never_reaches_outside() {
             ("notebook__inspect", json!({"path": "d/nb-0.ipynb"})),
         ];
         for (tool, args) in cases {
-            let info = call(&exec, "s", tool, args).await;
+            let info = call_in(&exec, "s", tool, args).await;
             calls += 1;
             if info.result.contains("OUTSIDE_SECRET") {
                 leaked.push(format!("{tool}: {}", info.result));

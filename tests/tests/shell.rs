@@ -10,27 +10,19 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toolbox_core::{CancellationToken, EventSink, OutputStream, ToolEvent};
 use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolCallInfo, ToolExecutor, ToolRequest,
+    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolExecutor, ToolRequest,
 };
 
 use toolbox as _;
+use toolbox_tests::call;
 
 /// An executor in mode full over a fresh workspace, with a `[shell]` table.
 fn executor_with(shell: Value, events: EventSink) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = PermissionMode::Full;
-    config.providers.insert("shell".into(), shell);
-    (dir, ToolExecutor::with_events(config, events).unwrap())
+    toolbox_tests::executor_with_events(PermissionMode::Full, &[("shell", shell)], events)
 }
 
 fn executor() -> (tempfile::TempDir, ToolExecutor) {
     executor_with(json!({}), EventSink::none())
-}
-
-async fn call(exec: &ToolExecutor, name: &str, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session("s1"))
-        .await
 }
 
 /// Whether a process is still running (a zombie waiting for its reaper counts as gone).
@@ -338,9 +330,12 @@ async fn huge_output_reaches_the_spool_file_byte_exact_in_arrival_order() {
         without_err == expected,
         "stdout in the spool file is not byte-exact"
     );
-    // The model sees a preview naming the file; the footer gives the exit code at the end.
+    // The model sees a preview naming the file and the registry's file reader; the footer
+    // gives the exit code at the end.
     assert!(
-        info.result.contains(&format!("spooled to {path}")),
+        info.result.contains(&format!(
+            "spooled to {path}. Use file_manager__read if you need more."
+        )),
         "{}",
         info.result
     );
@@ -499,11 +494,7 @@ async fn read_only_mode_hides_and_refuses_the_shell_but_not_its_readers() {
 
 /// An executor in mode full with a `[limits]` table (and no `[shell]` table).
 fn executor_with_limits(limits: Value) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = PermissionMode::Full;
-    config.providers.insert("limits".into(), limits);
-    (dir, ToolExecutor::new(config).unwrap())
+    toolbox_tests::executor_with(PermissionMode::Full, &[("limits", limits)])
 }
 
 /// Whether containment here runs in cgroup mode with `controller` available for limits.

@@ -11,13 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolbox_executor::{
-    CallStatus, ErrorKind, ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo,
-    ToolExecutor, ToolRequest,
-};
+use toolbox_executor::{PermissionMode, SchemaFormat, ToolExecutor};
 
 use toolbox as _;
 use toolbox_tests::http::Request;
+use toolbox_tests::{fails, ok};
 
 // ---------------------------------------------------------------------------------------
 // A tiny HTTP/1.1 server: one thread accepting, one per connection, `Connection: close`.
@@ -125,56 +123,12 @@ fn handle(
 // ---------------------------------------------------------------------------------------
 
 fn executor(web: Value) -> (tempfile::TempDir, ToolExecutor) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = PermissionMode::ReadOnly;
-    if !web.is_null() {
-        config.providers.insert("web".into(), web);
-    }
-    (dir, ToolExecutor::new(config).unwrap())
+    toolbox_tests::executor_with(PermissionMode::ReadOnly, &[("web", web)])
 }
 
 /// Tests allow 127.0.0.1 explicitly, by literal.
 fn allow_local() -> Value {
     json!({"allow_hosts": ["127.0.0.1"]})
-}
-
-async fn call(exec: &ToolExecutor, name: &str, args: Value) -> ToolCallInfo {
-    exec.run(ToolRequest::new("t", name, args).session("s1"))
-        .await
-}
-
-async fn ok(exec: &ToolExecutor, name: &str, args: Value) -> String {
-    let info = call(exec, name, args.clone()).await;
-    assert_eq!(
-        info.status,
-        CallStatus::Done,
-        "{name} {args}: {}",
-        info.result
-    );
-    info.result
-}
-
-async fn fails(exec: &ToolExecutor, name: &str, args: Value, want: &str) -> String {
-    let info = call(exec, name, args.clone()).await;
-    assert_eq!(
-        info.status,
-        CallStatus::Error,
-        "{name} {args}: {}",
-        info.result
-    );
-    assert_eq!(
-        info.error_kind,
-        Some(ErrorKind::Tool),
-        "{name} {args}: {}",
-        info.result
-    );
-    assert!(
-        info.result.contains(want),
-        "{name} {args}: expected {want:?} in: {}",
-        info.result
-    );
-    info.result
 }
 
 const ARTICLE: &str = r#"<!doctype html><html><head><title>Ferris Facts</title>

@@ -349,10 +349,11 @@ fn workspace_flag_and_trajectory_on_disk() {
 /// and answer the prompt through it.
 #[test]
 fn approve_ask_prompts_on_a_terminal() {
-    if !Path::new("/usr/bin/script").exists() {
-        eprintln!("skipping: /usr/bin/script (util-linux) is not installed");
-        return;
-    }
+    // scripts/test.sh installs `script` (Debian's bsdutils) when it is missing.
+    assert!(
+        Path::new("/usr/bin/script").exists(),
+        "this test needs /usr/bin/script (bsdutils / util-linux); run scripts/test.sh or install it"
+    );
     let ws = tempfile::tempdir().unwrap();
     for (answer, file, expect_done) in [("y", "yes.txt", true), ("n", "no.txt", false)] {
         let command = format!(

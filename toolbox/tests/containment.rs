@@ -191,6 +191,7 @@ fn run(end: End, containment: &str, base: u32) {
         End::Term => unsafe {
             libc::kill(pid, libc::SIGTERM);
         },
+        // SAFETY: as above.
         End::Kill => unsafe {
             libc::kill(pid, libc::SIGKILL);
         },

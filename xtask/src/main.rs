@@ -5,6 +5,8 @@
 //! - `cargo xtask bundles`: build the `toolbox` binary with no providers, each provider alone
 //!   and all providers, and check each lists exactly its providers' tools.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

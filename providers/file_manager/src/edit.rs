@@ -198,7 +198,7 @@ mod tests {
         // Deleting text is an edit with an empty new_string.
         call(
             &ctx,
-            "edit_file",
+            NAME,
             json!({"file_path": "a.py", "old_string": "z = 3\n", "new_string": ""}),
         )
         .await

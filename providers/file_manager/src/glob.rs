@@ -175,7 +175,7 @@ mod tests {
         tree(&ctx);
         let out = call(&ctx, NAME, json!({"pattern": "*.rs"})).await.unwrap();
         assert_eq!(out, "top.rs");
-        let out = call(&ctx, "glob_search", json!({"pattern": "**/*.rs"}))
+        let out = call(&ctx, NAME, json!({"pattern": "**/*.rs"}))
             .await
             .unwrap();
         // target/ is git-ignored (no git repository here) and .hidden/ is hidden.

@@ -402,13 +402,9 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out, "a/x.py:2:def x():\nb.py:1:def b():\nb.py:3:def c():");
-        let out = call(
-            &ctx,
-            "grep_search",
-            json!({"pattern": "def", "glob": "*.txt"}),
-        )
-        .await
-        .unwrap();
+        let out = call(&ctx, NAME, json!({"pattern": "def", "glob": "*.txt"}))
+            .await
+            .unwrap();
         assert_eq!(out, "a/y.txt:1:def in text");
         let out = call(&ctx, NAME, json!({"pattern": "def", "glob": "a/*.py"}))
             .await

@@ -19,6 +19,8 @@
 //! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `file_manager` feature.
 
+#![forbid(unsafe_code)]
+
 mod edit;
 mod glob;
 mod grep;
@@ -65,15 +67,15 @@ impl ToolProvider for FileManager {
     }
 
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        // The executor passes canonical names; aliases are accepted too so the provider can
-        // be driven directly.
+        // Canonical names only: aliases live in each tool's `info()` and the registry resolves
+        // them before the call gets here.
         match tool {
-            list::NAME | "list_dir" => list::run(args, ctx).await,
-            read::NAME | "read_file" => read::run(args, ctx).await,
-            write::NAME | "write_file" => write::run(args, ctx).await,
-            edit::NAME | "edit_file" => edit::run(args, ctx).await,
-            glob::NAME | "glob_search" => glob::run(args, ctx).await,
-            grep::NAME | "grep_search" => grep::run(args, ctx).await,
+            list::NAME => list::run(args, ctx).await,
+            read::NAME => read::run(args, ctx).await,
+            write::NAME => write::run(args, ctx).await,
+            edit::NAME => edit::run(args, ctx).await,
+            glob::NAME => glob::run(args, ctx).await,
+            grep::NAME => grep::run(args, ctx).await,
             other => Err(anyhow!("file_manager has no tool named {other}")),
         }
     }
@@ -202,13 +204,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn aliases_dispatch_and_unknown_tools_are_refused() {
-        let (_d, ctx) = setup("read_file");
+    async fn only_canonical_names_dispatch_and_unknown_tools_are_refused() {
+        let (_d, ctx) = setup("file_manager__read");
         put(&ctx, "a.txt", "hi\n");
-        assert!(call(&ctx, "read_file", json!({"file_path": "a.txt"}))
+        assert!(
+            call(&ctx, "file_manager__read", json!({"file_path": "a.txt"}))
+                .await
+                .unwrap()
+                .contains("hi")
+        );
+        // Aliases are the registry's business (tests/tests/schemas.rs); the provider never
+        // sees one.
+        let e = call(&ctx, "read_file", json!({"file_path": "a.txt"}))
             .await
-            .unwrap()
-            .contains("hi"));
+            .unwrap_err();
+        assert!(e.contains("no tool named read_file"), "{e}");
         let e = call(&ctx, "file_manager__nope", json!({}))
             .await
             .unwrap_err();

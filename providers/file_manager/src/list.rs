@@ -392,7 +392,7 @@ mod tests {
              [3 entries (1 folder, 2 files) in the workspace root; complete]\n\
              [1 hidden entry not shown; set show_hidden=true to see them]"
         );
-        let out = call(&ctx, "list_dir", json!({"path": ".", "show_hidden": true}))
+        let out = call(&ctx, super::NAME, json!({"path": ".", "show_hidden": true}))
             .await
             .unwrap();
         assert!(out.starts_with(".secret  1 byte\na/\n"), "{out}");

@@ -65,6 +65,8 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Read)
     .aliases(&["read_file"])
     .toolsets(&[TOOLSET])
+    // The executor names this tool in a spooled result's preview.
+    .file_reader()
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -187,13 +187,9 @@ mod tests {
         .unwrap();
         assert_eq!(out, "Wrote 5 bytes to notes/a.md (created a new file)");
         assert_eq!(get(&ctx, "notes/a.md"), "# Hi\n");
-        let out = call(
-            &ctx,
-            "write_file",
-            json!({"file_path": "notes/a.md", "text": "x"}),
-        )
-        .await
-        .unwrap();
+        let out = call(&ctx, NAME, json!({"file_path": "notes/a.md", "text": "x"}))
+            .await
+            .unwrap();
         assert_eq!(
             out,
             "Wrote 1 byte to notes/a.md (overwrote the previous 5 bytes)"

@@ -187,7 +187,7 @@ mod tests {
             "metadata kept"
         );
 
-        let r = call(&ctx, "notebook_edit", json!({"notebook_path": "a.ipynb", "edit_mode": "insert",
+        let r = call(&ctx, NAME, json!({"notebook_path": "a.ipynb", "edit_mode": "insert",
                                                    "cell_id": "intro", "new_source": "## Part 2", "cell_type": "markdown"}))
             .await
             .unwrap();

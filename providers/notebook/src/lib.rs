@@ -15,6 +15,8 @@
 //! whatever [`toolbox_core::CodeRunner`] is registered for `python` (the python provider's,
 //! when it is linked), so a cell and `run_python_code` share one session namespace.
 
+#![forbid(unsafe_code)]
+
 mod edit;
 mod inspect;
 pub mod nb;
@@ -51,9 +53,10 @@ impl ToolProvider for NotebookProvider {
     }
 
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        // Canonical names only: the registry resolves aliases before the call gets here.
         match tool {
             inspect::NAME => inspect::run(args, ctx).await,
-            edit::NAME | "notebook_edit" => edit::run(args, ctx).await,
+            edit::NAME => edit::run(args, ctx).await,
             run_cell::NAME => run_cell::run(args, ctx).await,
             other => Err(anyhow!("notebook has no tool named {other}")),
         }

@@ -546,9 +546,13 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
         assert!(text.contains("ModuleNotFoundError"), "{backend}: {text}");
 
         let requirement = format!("{}==0.1.0", name.replace('_', "-"));
-        let text = call(&ctx, "python_package", json!({ "packages": [requirement] }))
-            .await
-            .unwrap();
+        let text = call(
+            &ctx,
+            crate::install::NAME,
+            json!({ "packages": [requirement] }),
+        )
+        .await
+        .unwrap();
         assert!(
             text.starts_with("Installed into the venv "),
             "{backend}: {text}"

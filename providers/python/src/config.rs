@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::ToolContext;
+use toolbox_core::{ConfigTable, ToolContext};
 
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};
 
@@ -65,71 +65,38 @@ pub struct PythonConfig {
 }
 
 impl PythonConfig {
-    /// Reads `[python]` from the call's configuration; errors name the key.
+    /// Reads `[python]` from the call's configuration; errors name the tool, the table and
+    /// the key.
     pub fn from_ctx(ctx: &ToolContext) -> Result<Self> {
         Self::from_value(ctx.provider_config("python"), ctx.workspace.root())
+            .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))
     }
 
+    /// Reads a `[python]` table; `None` gives the defaults. A relative `venv` is relative to
+    /// `workspace_root`.
     pub fn from_value(table: Option<&Value>, workspace_root: &Path) -> Result<Self> {
-        let mut config = PythonConfig {
-            backend: Backend::Embedded,
-            venv: None,
-            timeout: DEFAULT_TIMEOUT,
-            install_timeout: DEFAULT_INSTALL_TIMEOUT,
-            pip_args: Vec::new(),
+        let t = ConfigTable::new("python", table, KEYS)?;
+        let backend = match t.one_of("backend", &["embedded", "isolated"])? {
+            Some("isolated") => Backend::Isolated,
+            _ => Backend::Embedded,
         };
-        let Some(table) = table else {
-            return Ok(config);
+        let venv = match t.string("venv")? {
+            None => None,
+            Some(text) if text.trim().is_empty() => return Err(t.invalid("venv", "a folder path")),
+            // Relative venv paths are relative to the workspace, like every path.
+            Some(text) => Some(workspace_root.join(text)),
         };
-        let table = table
-            .as_object()
-            .ok_or_else(|| anyhow!("config [python] must be a table"))?;
-        for (key, value) in table {
-            match key.as_str() {
-                "backend" => {
-                    config.backend = match value.as_str() {
-                        Some("embedded") => Backend::Embedded,
-                        Some("isolated") => Backend::Isolated,
-                        _ => bail!(
-                        "config [python] backend must be \"embedded\" or \"isolated\", got {value}"
-                    ),
-                    }
-                }
-                "venv" => {
-                    let text =
-                        value
-                            .as_str()
-                            .filter(|s| !s.trim().is_empty())
-                            .ok_or_else(|| {
-                                anyhow!("config [python] venv must be a folder path, got {value}")
-                            })?;
-                    // Relative venv paths are relative to the workspace, like every path.
-                    config.venv = Some(workspace_root.join(text));
-                }
-                "timeout_ms" => config.timeout = millis(key, value)?,
-                "install_timeout_ms" => config.install_timeout = millis(key, value)?,
-                "pip_args" => {
-                    config.pip_args = value
-                        .as_array()
-                        .and_then(|items| {
-                            items
-                                .iter()
-                                .map(|v| v.as_str().map(str::to_string))
-                                .collect::<Option<Vec<_>>>()
-                        })
-                        .ok_or_else(|| {
-                            anyhow!(
-                                "config [python] pip_args must be an array of strings, got {value}"
-                            )
-                        })?
-                }
-                other => bail!(
-                    "config [python] has an unknown key `{other}` (known: {})",
-                    KEYS.join(", ")
-                ),
-            }
-        }
-        Ok(config)
+        let millis = |key: &str, default: Duration| -> Result<Duration> {
+            Ok(t.u64_in(key, 1, u64::MAX)?
+                .map_or(default, Duration::from_millis))
+        };
+        Ok(PythonConfig {
+            backend,
+            venv,
+            timeout: millis("timeout_ms", DEFAULT_TIMEOUT)?,
+            install_timeout: millis("install_timeout_ms", DEFAULT_INSTALL_TIMEOUT)?,
+            pip_args: t.string_list("pip_args")?.unwrap_or_default(),
+        })
     }
 
     /// The interpreter that pip, workers and lookups use: the venv's, else the build one.
@@ -148,16 +115,6 @@ impl PythonConfig {
                 .join("site-packages")
         })
     }
-}
-
-fn millis(key: &str, value: &Value) -> Result<Duration> {
-    value
-        .as_u64()
-        .filter(|ms| *ms > 0)
-        .map(Duration::from_millis)
-        .ok_or_else(|| {
-            anyhow!("config [python] {key} must be a positive whole number, got {value}")
-        })
 }
 
 /// `3.11` from `3.11.7 (main, …)`.
@@ -312,25 +269,25 @@ mod tests {
         let e = PythonConfig::from_value(Some(&json!({"backend": "docker"})), root)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("backend must be \"embedded\" or \"isolated\""),
-            "{e}"
+        assert_eq!(
+            e,
+            "[python] backend must be \"embedded\" or \"isolated\", got \"docker\""
         );
         let e = PythonConfig::from_value(Some(&json!({"bakend": "isolated"})), root)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown key `bakend`"), "{e}");
+        assert!(e.starts_with("[python] has an unknown key `bakend`"), "{e}");
         let e = PythonConfig::from_value(Some(&json!({"timeout_ms": "soon"})), root)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("timeout_ms must be a positive whole number"),
-            "{e}"
+        assert_eq!(
+            e,
+            "[python] timeout_ms must be a whole number, got \"soon\""
         );
         let e = PythonConfig::from_value(Some(&json!({"pip_args": "--no-index"})), root)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("pip_args must be an array of strings"), "{e}");
+        assert!(e.contains("pip_args must be a list of strings"), "{e}");
     }
 
     #[test]

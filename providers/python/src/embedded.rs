@@ -212,11 +212,12 @@ fn start_python() -> Result<Started, String> {
 }
 
 fn status_message(what: &str, status: ffi::PyStatus) -> String {
-    // SAFETY: err_msg and func are NULL or static C strings set by CPython.
     let text = |p: *const libc::c_char| {
         if p.is_null() {
             String::new()
         } else {
+            // SAFETY: err_msg and func are NULL (handled above) or static C strings set by
+            // CPython.
             unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
         }
     };

@@ -75,9 +75,10 @@ impl ToolProvider for PythonProvider {
     }
 
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        // Canonical names only: the registry resolves aliases before the call gets here.
         match tool {
-            run::NAME | "python" | "python_exec" => run::run_tool(args, ctx).await,
-            install::NAME | "python_package" => install::run(args, ctx).await,
+            run::NAME => run::run_tool(args, ctx).await,
+            install::NAME => install::run(args, ctx).await,
             lookup::NAME => lookup::run(args, ctx).await,
             other => Err(anyhow!("python has no tool named {other}")),
         }

@@ -593,7 +593,7 @@ mod tests {
         std::fs::write(ctx.workspace.root().join("file.txt"), "x").unwrap();
         let out = call(
             &ctx,
-            "bash",
+            NAME,
             json!({"cmd": "basename \"$PWD\"", "cwd": "sub"}),
         )
         .await

@@ -1,15 +1,16 @@
 //! The `[shell]` configuration table: defaults, limits and the sandbox choice.
 //!
-//! The table arrives as JSON (the executor converts `toolbox.toml`); unknown keys are refused
-//! so a misspelt limit does not silently leave the default in place.
+//! The table is read with [`ConfigTable`]: unknown keys are refused so a misspelt limit does
+//! not silently leave the default in place.
 
 use std::ffi::OsString;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
+use toolbox_core::{ConfigTable, ParsedCache};
 
 /// Environment variables removed from every command unless `[shell] deny_env` says otherwise.
 ///
@@ -45,14 +46,15 @@ impl SandboxMode {
         }
     }
 
-    fn parse(text: &str) -> Result<Self> {
+    /// What `[shell] sandbox` must be, for the error when it is not.
+    const EXPECTED: &'static str = "\"off\", \"read-only\" or \"workspace-write\"";
+
+    fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "off" | "none" | "false" => Ok(SandboxMode::Off),
-            "read-only" | "readonly" => Ok(SandboxMode::ReadOnly),
-            "workspace-write" => Ok(SandboxMode::WorkspaceWrite),
-            _ => bail!(
-                "[shell] sandbox must be \"off\", \"read-only\" or \"workspace-write\" (got {text:?})"
-            ),
+            "off" | "none" | "false" => Some(SandboxMode::Off),
+            "read-only" | "readonly" => Some(SandboxMode::ReadOnly),
+            "workspace-write" => Some(SandboxMode::WorkspaceWrite),
+            _ => None,
         }
     }
 }
@@ -144,34 +146,38 @@ const KEYS: &[&str] = &[
 impl ShellConfig {
     /// Reads the `[shell]` table; `None` (no table) gives the defaults.
     pub fn from_table(table: Option<&Value>) -> Result<Self> {
-        let mut c = ShellConfig::default();
-        let map = match table {
-            None | Some(Value::Null) => return Ok(c),
-            Some(Value::Object(map)) => map,
-            Some(other) => bail!("[shell] must be a table, got {other}"),
+        let t = ConfigTable::new("shell", table, KEYS)?;
+        let d = ShellConfig::default();
+        let ms = |key: &str, min: u64, default: Duration| -> Result<Duration> {
+            Ok(t.u64_in(key, min, u64::MAX)?
+                .map(Duration::from_millis)
+                .unwrap_or(default))
         };
-        for (key, value) in map {
-            match key.as_str() {
-                "default_timeout_ms" => {
-                    c.default_timeout = Duration::from_millis(number(key, value, 1)?)
-                }
-                "max_timeout_ms" => c.max_timeout = Duration::from_millis(number(key, value, 1)?),
-                "kill_grace_ms" => c.kill_grace = Duration::from_millis(number(key, value, 0)?),
-                "max_capture_bytes" => c.max_capture_bytes = number(key, value, 1024)? as usize,
-                "deny_env" => c.deny_env = string_list(key, value)?,
-                "max_sleep_seconds" => c.max_sleep_seconds = number(key, value, 0)?,
-                "sandbox" => {
-                    let text = value
-                        .as_str()
-                        .ok_or_else(|| anyhow!("[shell] sandbox must be a string, got {value}"))?;
-                    c.sandbox = SandboxMode::parse(text)?;
-                }
-                "sandbox_network" => c.sandbox_network = boolean(key, value)?,
-                "job_buffer_bytes" => c.job_buffer_bytes = number(key, value, 1024)? as usize,
-                "max_jobs" => c.max_jobs = number(key, value, 0)? as usize,
-                other => bail!("[shell] unknown key {other:?} (known: {})", KEYS.join(", ")),
-            }
-        }
+        let bytes = |key: &str, default: usize| -> Result<usize> {
+            Ok(t.u64_in(key, 1024, usize::MAX as u64)?
+                .map_or(default, |n| n as usize))
+        };
+        let sandbox = match t.string("sandbox")? {
+            None => d.sandbox,
+            Some(text) => SandboxMode::parse(text)
+                .ok_or_else(|| t.invalid("sandbox", SandboxMode::EXPECTED))?,
+        };
+        let c = ShellConfig {
+            default_timeout: ms("default_timeout_ms", 1, d.default_timeout)?,
+            max_timeout: ms("max_timeout_ms", 1, d.max_timeout)?,
+            kill_grace: ms("kill_grace_ms", 0, d.kill_grace)?,
+            max_capture_bytes: bytes("max_capture_bytes", d.max_capture_bytes)?,
+            deny_env: t.string_list("deny_env")?.unwrap_or(d.deny_env),
+            max_sleep_seconds: t
+                .u64_in("max_sleep_seconds", 0, u64::MAX)?
+                .unwrap_or(d.max_sleep_seconds),
+            sandbox,
+            sandbox_network: t.bool("sandbox_network")?.unwrap_or(d.sandbox_network),
+            job_buffer_bytes: bytes("job_buffer_bytes", d.job_buffer_bytes)?,
+            max_jobs: t
+                .u64_in("max_jobs", 0, usize::MAX as u64)?
+                .map_or(d.max_jobs, |n| n as usize),
+        };
         if c.default_timeout > c.max_timeout {
             bail!(
                 "[shell] default_timeout_ms ({}) is larger than max_timeout_ms ({})",
@@ -196,62 +202,12 @@ impl ShellConfig {
     }
 }
 
-/// Parses the `[shell]` table once per configuration object instead of once per call.
-#[derive(Default)]
-pub struct ConfigCache {
-    // The Arc is kept (not just its address) so the address cannot be reused by another
-    // configuration while it is cached.
-    last: Mutex<Option<(Arc<Value>, Arc<ShellConfig>)>>,
-}
+/// The `[shell]` table parsed, rebuilt only when the table changes.
+pub type ConfigCache = ParsedCache<ShellConfig>;
 
-impl ConfigCache {
-    pub fn get(&self, config: &Arc<Value>) -> Result<Arc<ShellConfig>> {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((seen, parsed)) = &*last {
-            if Arc::ptr_eq(seen, config) {
-                return Ok(parsed.clone());
-            }
-        }
-        let parsed = Arc::new(ShellConfig::from_table(config.get("shell"))?);
-        *last = Some((config.clone(), parsed.clone()));
-        Ok(parsed)
-    }
-}
-
-fn number(key: &str, value: &Value, min: u64) -> Result<u64> {
-    let n = match value {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-    .ok_or_else(|| anyhow!("[shell] {key} must be a whole number, got {value}"))?;
-    if n < min {
-        bail!("[shell] {key} must be at least {min}, got {n}");
-    }
-    Ok(n)
-}
-
-fn boolean(key: &str, value: &Value) -> Result<bool> {
-    match value {
-        Value::Bool(b) => Ok(*b),
-        Value::String(s) if s == "true" => Ok(true),
-        Value::String(s) if s == "false" => Ok(false),
-        _ => bail!("[shell] {key} must be true or false, got {value}"),
-    }
-}
-
-fn string_list(key: &str, value: &Value) -> Result<Vec<String>> {
-    let items = value
-        .as_array()
-        .ok_or_else(|| anyhow!("[shell] {key} must be an array of strings, got {value}"))?;
-    items
-        .iter()
-        .map(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| anyhow!("[shell] {key} must be an array of strings, got {v}"))
-        })
-        .collect()
+/// The `[shell]` table of a call's configuration, through the provider's cache.
+pub fn cached(cache: &ConfigCache, config: &Value) -> Result<Arc<ShellConfig>> {
+    cache.get_or_build(config.get("shell"), ShellConfig::from_table)
 }
 
 /// `*` matches any run of characters (including none); everything else matches itself,
@@ -306,13 +262,14 @@ mod tests {
     #[test]
     fn bad_tables_are_named() {
         let e = |v: Value| ShellConfig::from_table(Some(&v)).unwrap_err().to_string();
-        assert!(e(json!({"defualt_timeout_ms": 1})).contains("unknown key \"defualt_timeout_ms\""));
+        assert!(e(json!({"defualt_timeout_ms": 1})).contains("unknown key `defualt_timeout_ms`"));
         assert!(e(json!({"sandbox": "strict"})).contains("\"read-only\""));
         assert!(
             e(json!({"max_timeout_ms": "soon"})).contains("max_timeout_ms must be a whole number")
         );
         assert!(e(json!({"default_timeout_ms": 10, "max_timeout_ms": 5})).contains("larger than"));
-        assert!(e(json!({"deny_env": "X"})).contains("array of strings"));
+        assert!(e(json!({"deny_env": "X"}))
+            .contains("[shell] deny_env must be a list of strings, got \"X\""));
         assert!(e(json!({"sandbox_network": 1})).contains("true or false"));
     }
 
@@ -353,12 +310,12 @@ mod tests {
     #[test]
     fn the_cache_reparses_only_for_a_new_configuration() {
         let cache = ConfigCache::default();
-        let a = Arc::new(json!({"shell": {"max_jobs": 3}}));
-        let first = cache.get(&a).unwrap();
-        assert!(Arc::ptr_eq(&first, &cache.get(&a).unwrap()));
-        let b = Arc::new(json!({"shell": {"max_jobs": 4}}));
-        assert_eq!(cache.get(&b).unwrap().max_jobs, 4);
-        let bad = Arc::new(json!({"shell": {"nope": 1}}));
-        assert!(cache.get(&bad).is_err());
+        let a = json!({"shell": {"max_jobs": 3}});
+        let first = cached(&cache, &a).unwrap();
+        assert!(Arc::ptr_eq(&first, &cached(&cache, &a.clone()).unwrap()));
+        let b = json!({"shell": {"max_jobs": 4}});
+        assert_eq!(cached(&cache, &b).unwrap().max_jobs, 4);
+        let bad = json!({"shell": {"nope": 1}});
+        assert!(cached(&cache, &bad).is_err());
     }
 }

@@ -528,14 +528,9 @@ mod tests {
         // Wait for the end; everything not read before arrives exactly once.
         let mut rest = String::new();
         for _ in 0..50 {
-            let r = call_with(
-                &shell,
-                &ctx,
-                "bash_output",
-                json!({"job_id": id, "wait_ms": 2000}),
-            )
-            .await
-            .unwrap();
+            let r = call_with(&shell, &ctx, OUTPUT, json!({"job_id": id, "wait_ms": 2000}))
+                .await
+                .unwrap();
             rest.push_str(&r);
             if r.contains("exit code 7") {
                 break;
@@ -585,7 +580,7 @@ mod tests {
             !process_alive(child) && !process_alive(leader)
         })
         .await;
-        let again = call_with(&shell, &ctx, "bash_kill", json!({"job_id": id}))
+        let again = call_with(&shell, &ctx, KILL, json!({"job_id": id}))
             .await
             .unwrap();
         assert!(

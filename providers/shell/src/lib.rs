@@ -65,8 +65,7 @@ impl Shell {
 
     /// The `[shell]` table of this call's configuration, parsed once per configuration.
     fn config(&self, ctx: &ToolContext) -> Result<Arc<ShellConfig>> {
-        self.config
-            .get(&ctx.config)
+        config::cached(&self.config, &ctx.config)
             .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))
     }
 
@@ -97,12 +96,12 @@ impl ToolProvider for Shell {
     }
 
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        // The executor passes canonical names; aliases are accepted too so the provider can
-        // be driven directly.
+        // Canonical names only: aliases live in each tool's `info()` and the registry resolves
+        // them before the call gets here.
         match tool {
-            command::NAME | "bash" => command::run(self, args, ctx).await,
-            jobs::OUTPUT | "bash_output" => jobs::output(self, args, ctx).await,
-            jobs::KILL | "bash_kill" => jobs::kill(self, args, ctx).await,
+            command::NAME => command::run(self, args, ctx).await,
+            jobs::OUTPUT => jobs::output(self, args, ctx).await,
+            jobs::KILL => jobs::kill(self, args, ctx).await,
             sleep::NAME => sleep::run(self, args, ctx).await,
             other => Err(anyhow!("shell has no tool named {other}")),
         }

@@ -67,9 +67,10 @@ pub fn bash_command(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY of the hook below: it runs between fork and exec and only makes raw system calls
-    // (no allocation, no locks); the sandbox data it reads was fully built before the fork.
+    // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    // SAFETY: the hook runs between fork and exec and only makes raw system calls (no
+    // allocation, no locks); the sandbox data it reads was fully built before the fork.
     unsafe {
         cmd.pre_exec(move || {
             // A session of its own: its own process group (pgid = pid, so the group can be
@@ -532,6 +533,7 @@ impl ExitWatch {
 fn exited_without_reaping(pid: i32) -> bool {
     // SAFETY: siginfo_t is plain data that waitid fills in.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t; WNOWAIT leaves the child unreaped.
     let rc = unsafe {
         libc::waitid(
             libc::P_PID,
@@ -855,6 +857,7 @@ mod tests {
             .parse()
             .unwrap();
         assert!(process_alive(pid), "the escapee should still run");
+        // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 

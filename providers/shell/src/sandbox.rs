@@ -492,6 +492,7 @@ fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
 fn mount_flags(path: &std::ffi::CStr) -> libc::c_ulong {
     // SAFETY: statvfs fills a plain struct from a NUL-terminated path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is a valid, writable statvfs.
     if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
         return 0;
     }

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
-use serde_json::{Map, Value};
+use anyhow::{bail, Result};
+use serde_json::Value;
 use toolbox_core::trust::Tighten;
+use toolbox_core::ConfigTable;
 
 use crate::guard::{parse_hosts, parse_ranges, GuardPolicy};
 
@@ -84,22 +85,8 @@ pub struct WebConfig {
 impl WebConfig {
     /// Reads `[web]`; `None` (no table) gives the defaults.
     pub fn from_table(table: Option<&Value>) -> Result<Self> {
-        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        let map = match table {
-            None | Some(Value::Null) => EMPTY.get_or_init(Map::new),
-            Some(Value::Object(map)) => map,
-            Some(_) => bail!("[web] in toolbox.toml must be a table"),
-        };
-        for key in map.keys() {
-            if !KEYS.contains(&key.as_str()) {
-                bail!(
-                    "[web] has an unknown key `{key}` (known keys: {})",
-                    KEYS.join(", ")
-                );
-            }
-        }
-        let t = Table(map);
-        let backend = match t.str("search_backend")? {
+        let t = ConfigTable::new("web", table, KEYS)?;
+        let backend = match t.string("search_backend")? {
             None => None,
             Some(name) => Some(match name.trim().to_ascii_lowercase().as_str() {
                 "searxng" => Backend::Searxng,
@@ -109,97 +96,46 @@ impl WebConfig {
                 _ => bail!("[web] search_backend must be one of \"searxng\", \"brave\", \"tavily\" (got {name:?})"),
             }),
         };
+        let u64_in = |key: &str, default: u64, min: u64, max: u64| -> Result<u64> {
+            Ok(t.u64_in(key, min, max)?.unwrap_or(default))
+        };
+        let text = |key: &str, default: &str| -> Result<String> {
+            Ok(t.string(key)?.unwrap_or(default).to_string())
+        };
         Ok(WebConfig {
-            connect_timeout: Duration::from_millis(t.u64_in(
+            connect_timeout: Duration::from_millis(u64_in(
                 "connect_timeout_ms",
                 DEFAULT_CONNECT_TIMEOUT_MS,
                 1,
                 u32::MAX.into(),
             )?),
-            timeout: Duration::from_millis(t.u64_in(
+            timeout: Duration::from_millis(u64_in(
                 "timeout_ms",
                 DEFAULT_TIMEOUT_MS,
                 1,
                 u32::MAX.into(),
             )?),
-            max_redirects: t.u64_in("max_redirects", MAX_REDIRECTS, 0, MAX_REDIRECTS)? as usize,
-            max_response_bytes: t.u64_in(
+            max_redirects: u64_in("max_redirects", MAX_REDIRECTS, 0, MAX_REDIRECTS)? as usize,
+            max_response_bytes: u64_in(
                 "max_response_bytes",
                 DEFAULT_MAX_RESPONSE_BYTES,
                 1,
                 1 << 30,
             )?,
-            user_agent: t
-                .str("user_agent")?
-                .map(str::to_string)
-                .unwrap_or_else(|| DEFAULT_USER_AGENT.to_string()),
+            user_agent: text("user_agent", DEFAULT_USER_AGENT)?,
             policy: GuardPolicy {
-                allow_hosts: parse_hosts(&t.list("allow_hosts")?)?,
-                allow_ranges: parse_ranges(&t.list("allow_ranges")?)?,
+                allow_hosts: parse_hosts(&t.string_list("allow_hosts")?.unwrap_or_default())?,
+                allow_ranges: parse_ranges(&t.string_list("allow_ranges")?.unwrap_or_default())?,
             },
             search: SearchConfig {
                 backend,
-                searxng_url: t.str("searxng_url")?.map(str::to_string),
-                brave_api_key_env: t
-                    .str("brave_api_key_env")?
-                    .unwrap_or("BRAVE_API_KEY")
-                    .into(),
-                brave_base_url: t
-                    .str("brave_base_url")?
-                    .unwrap_or(DEFAULT_BRAVE_BASE_URL)
-                    .into(),
-                tavily_api_key_env: t
-                    .str("tavily_api_key_env")?
-                    .unwrap_or("TAVILY_API_KEY")
-                    .into(),
-                tavily_base_url: t
-                    .str("tavily_base_url")?
-                    .unwrap_or(DEFAULT_TAVILY_BASE_URL)
-                    .into(),
+                searxng_url: t.string("searxng_url")?.map(str::to_string),
+                brave_api_key_env: text("brave_api_key_env", "BRAVE_API_KEY")?,
+                brave_base_url: text("brave_base_url", DEFAULT_BRAVE_BASE_URL)?,
+                tavily_api_key_env: text("tavily_api_key_env", "TAVILY_API_KEY")?,
+                tavily_base_url: text("tavily_base_url", DEFAULT_TAVILY_BASE_URL)?,
             },
         })
-    }
-}
-
-struct Table<'a>(&'a Map<String, Value>);
-
-impl<'a> Table<'a> {
-    fn str(&self, key: &str) -> Result<Option<&'a str>> {
-        match self.0.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => bail!("[web] {key} must be a string, got {other}"),
-        }
-    }
-
-    fn u64_in(&self, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
-        let v = match self.0.get(key) {
-            None | Some(Value::Null) => return Ok(default),
-            Some(Value::Number(n)) => n.as_u64(),
-            Some(Value::String(s)) => s.trim().parse().ok(),
-            Some(_) => None,
-        }
-        .ok_or_else(|| anyhow!("[web] {key} must be a non-negative integer"))?;
-        if v < min || v > max {
-            bail!("[web] {key} must be between {min} and {max}, got {v}");
-        }
-        Ok(v)
-    }
-
-    fn list(&self, key: &str) -> Result<Vec<String>> {
-        match self.0.get(key) {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|i| {
-                    i.as_str().map(str::to_string).ok_or_else(|| {
-                        anyhow!("[web] {key} must be a list of strings, got {i} in it")
-                    })
-                })
-                .collect(),
-            Some(Value::String(s)) => Ok(vec![s.clone()]),
-            Some(other) => bail!("[web] {key} must be a list of strings, got {other}"),
-        }
     }
 }
 
@@ -235,7 +171,10 @@ mod tests {
                 json!({"max_redirects": 6}),
                 "max_redirects must be between 0 and 5",
             ),
-            (json!({"allow_host": ["x"]}), "unknown key `allow_host`"),
+            (
+                json!({"allow_host": ["x"]}),
+                "[web] has an unknown key `allow_host` (known keys: connect_timeout_ms,",
+            ),
             (
                 json!({"search_backend": "bing"}),
                 "search_backend must be one of",
@@ -243,11 +182,11 @@ mod tests {
             (json!({"allow_ranges": ["10/8"]}), "allow_ranges"),
             (
                 json!({"timeout_ms": "soon"}),
-                "timeout_ms must be a non-negative integer",
+                "[web] timeout_ms must be a whole number, got \"soon\"",
             ),
             (
                 json!({"allow_hosts": [1]}),
-                "allow_hosts must be a list of strings",
+                "[web] allow_hosts must be a list of strings, got [1]",
             ),
         ] {
             let e = WebConfig::from_table(Some(&table)).unwrap_err().to_string();

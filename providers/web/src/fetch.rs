@@ -1,7 +1,8 @@
 //! `web_fetch`: one URL, read for a model.
 
 use anyhow::{anyhow, bail, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
+use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
 use toolbox_core::{Args, ToolContext, ToolInfo};
 use url::Url;
 
@@ -23,24 +24,34 @@ pub fn info() -> ToolInfo {
          pretty-printed, plain text is passed through, PDFs are converted to text when the pdf \
          provider is built in; other binary content is refused. Private, loopback, link-local \
          and cloud-metadata addresses are refused. Long pages are cut at max_chars.",
-        json!({
-            "type": "object",
-            "properties": {
-                "url": {"type": "string", "description": "The http:// or https:// URL to fetch."},
-                "format": {
-                    "type": "string",
-                    "enum": ["markdown", "text", "html"],
-                    "description": "markdown (default): the main content as Markdown; text: plain text; html: the raw HTML."
-                },
-                "max_chars": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": format!("Return at most this many characters of content (default {DEFAULT_MAX_CHARS}).")
-                }
-            },
-            "required": ["url"],
-            "additionalProperties": false
-        }),
+        object_schema(
+            &[
+                (
+                    "url",
+                    prop("string", "The http:// or https:// URL to fetch."),
+                ),
+                (
+                    "format",
+                    string_enum(
+                        &["markdown", "text", "html"],
+                        "markdown (default): the main content as Markdown; text: plain text; \
+                         html: the raw HTML.",
+                    ),
+                ),
+                (
+                    "max_chars",
+                    integer_in(
+                        &format!(
+                            "Return at most this many characters of content (default \
+                             {DEFAULT_MAX_CHARS})."
+                        ),
+                        1,
+                        None,
+                    ),
+                ),
+            ],
+            &["url"],
+        ),
     )
     .toolsets(&["web"])
     // Read-only, but it talks to the open web: MCP clients should know.

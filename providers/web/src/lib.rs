@@ -19,6 +19,8 @@
 //! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `web` feature.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 mod convert;
 mod fetch;
@@ -26,12 +28,10 @@ pub mod guard;
 mod http;
 mod search;
 
-use std::sync::Mutex;
-
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{ParsedCache, ToolContext, ToolInfo, ToolProvider};
 
 use crate::config::WebConfig;
 use crate::http::Clients;
@@ -41,26 +41,22 @@ toolbox_core::register_provider!("web", || std::sync::Arc::new(Web::default()));
 /// The `web` provider. It keeps the HTTP clients (and their connection pools) between calls.
 #[derive(Default)]
 pub struct Web {
-    /// The `[web]` table the clients were built from, and the clients.
-    clients: Mutex<Option<(Value, Clients)>>,
+    /// The clients built from the `[web]` table.
+    clients: ParsedCache<Clients>,
 }
 
 impl Web {
     /// The clients for this call's configuration: built on first use, reused while the
     /// `[web]` table stays the same.
     fn clients(&self, ctx: &ToolContext) -> Result<Clients> {
-        let table = ctx.provider_config("web").cloned().unwrap_or(Value::Null);
-        let mut cache = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((built_from, clients)) = cache.as_ref() {
-            if *built_from == table {
-                return Ok(clients.clone());
-            }
-        }
-        let config = WebConfig::from_table(Some(&table))
-            .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))?;
-        let clients = Clients::build(config)?;
-        *cache = Some((table, clients.clone()));
-        Ok(clients)
+        let clients = self
+            .clients
+            .get_or_build(ctx.provider_config("web"), |table| {
+                let config = WebConfig::from_table(table)
+                    .map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))?;
+                Clients::build(config)
+            })?;
+        Ok((*clients).clone())
     }
 }
 

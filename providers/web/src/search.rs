@@ -2,6 +2,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
+use toolbox_core::schema::{integer_in, object_schema, prop};
 use toolbox_core::{Args, ToolContext, ToolInfo};
 use url::Url;
 
@@ -27,20 +28,20 @@ pub fn info() -> ToolInfo {
         NAME,
         "Search the web and return a numbered list of results, each with title, URL and a \
          short snippet. Use web_fetch on a result's URL to read the page.",
-        json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What to search for."},
-                "max_results": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_RESULTS,
-                    "description": format!("How many results to return (default {DEFAULT_RESULTS}).")
-                }
-            },
-            "required": ["query"],
-            "additionalProperties": false
-        }),
+        object_schema(
+            &[
+                ("query", prop("string", "What to search for.")),
+                (
+                    "max_results",
+                    integer_in(
+                        &format!("How many results to return (default {DEFAULT_RESULTS})."),
+                        1,
+                        Some(MAX_RESULTS),
+                    ),
+                ),
+            ],
+            &["query"],
+        ),
     )
     .toolsets(&["web"])
     // Read-only, but it talks to the open web: MCP clients should know.

@@ -1,0 +1,322 @@
+//! [`ConfigTable`]: the one way a provider reads its `[table]` of the configuration.
+//!
+//! Every table arrives as JSON (the executor converts `toolbox.toml`, see
+//! [`ToolContext::config`](crate::ToolContext::config)). Reading it through this type gives
+//! every table the same rules and the same words:
+//!
+//! - no table (or `null`) means every default; anything but a table is an error;
+//! - an unknown key is refused, naming the table and the keys it knows, so a misspelt limit
+//!   never silently leaves the default in place:
+//!   ``[shell] has an unknown key `max_job` (known keys: default_timeout_ms, …)``;
+//! - a value of the wrong type or out of range names the table, the key and the value:
+//!   `[web] max_redirects must be between 0 and 5, got 9`;
+//! - a key set to `null` is a key not set.
+//!
+//! One caching rule for what is parsed from a table: parse it on every call (a table is a
+//! handful of keys), or, when building the result is costly (HTTP clients, say), keep it in a
+//! [`ParsedCache`], which rebuilds only when the table's contents change.
+//!
+//! What an untrusted workspace may set in a table is declared separately, next to each
+//! provider's parsing, with [`workspace_config_rules!`](crate::workspace_config_rules).
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{Map, Value};
+
+/// A provider's `[name]` table, checked for unknown keys, with typed getters.
+///
+/// Every getter returns `Ok(None)` for a key that is absent or `null`, so the caller keeps
+/// its default in one place.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigTable<'a> {
+    name: &'a str,
+    map: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> ConfigTable<'a> {
+    /// The `[name]` table of the whole configuration (`ToolContext::config`), refusing keys
+    /// not in `known`.
+    pub fn from_config(config: &'a Value, name: &'a str, known: &[&str]) -> Result<Self> {
+        Self::new(name, config.get(name), known)
+    }
+
+    /// Reads `table` as the `[name]` table, refusing keys not in `known`. `None` and `null`
+    /// are an empty table.
+    pub fn new(name: &'a str, table: Option<&'a Value>, known: &[&str]) -> Result<Self> {
+        let map = match table {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => Some(map),
+            Some(other) => bail!("[{name}] must be a table, got {other}"),
+        };
+        if let Some(key) = map
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .find(|k| !known.contains(&k.as_str()))
+        {
+            bail!(
+                "[{name}] has an unknown key `{key}` (known keys: {})",
+                known.join(", ")
+            );
+        }
+        Ok(ConfigTable { name, map })
+    }
+
+    /// The table's name, as in `[name]`.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The raw value of `key`; `None` when absent or `null`.
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map?.get(key).filter(|v| !v.is_null())
+    }
+
+    /// The error for a value of `key` that is not what it must be:
+    /// `[name] key must be {expected}, got {value}`.
+    pub fn invalid(&self, key: &str, expected: &str) -> anyhow::Error {
+        let got = self
+            .get(key)
+            .map(Value::to_string)
+            .unwrap_or_else(|| "nothing".into());
+        anyhow!("[{}] {key} must be {expected}, got {got}", self.name)
+    }
+
+    /// A whole number in `min..=max` (a string holding one is accepted too). With
+    /// `max == u64::MAX` the error says only "at least `min`".
+    pub fn u64_in(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        let n = match value {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| self.invalid(key, "a whole number"))?;
+        if n < min || n > max {
+            if max == u64::MAX {
+                bail!("[{}] {key} must be at least {min}, got {n}", self.name);
+            }
+            bail!(
+                "[{}] {key} must be between {min} and {max}, got {n}",
+                self.name
+            );
+        }
+        Ok(Some(n))
+    }
+
+    /// `true` or `false` (or the strings `"true"` / `"false"`).
+    pub fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(Value::String(s)) if s == "true" => Ok(Some(true)),
+            Some(Value::String(s)) if s == "false" => Ok(Some(false)),
+            Some(_) => Err(self.invalid(key, "true or false")),
+        }
+    }
+
+    /// A string, as written.
+    pub fn string(&self, key: &str) -> Result<Option<&'a str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(self.invalid(key, "a string")),
+        }
+    }
+
+    /// A list of strings.
+    pub fn string_list(&self, key: &str) -> Result<Option<Vec<String>>> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        value
+            .as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .map(Some)
+            .ok_or_else(|| self.invalid(key, "a list of strings"))
+    }
+
+    /// One of `choices`, compared exactly; the error lists them.
+    pub fn one_of(&self, key: &str, choices: &[&'static str]) -> Result<Option<&'static str>> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        value
+            .as_str()
+            .and_then(|s| choices.iter().copied().find(|c| *c == s))
+            .map(Some)
+            .ok_or_else(|| self.invalid(key, &quoted_choices(choices)))
+    }
+}
+
+/// `"a", "b" or "c"`.
+pub fn quoted_choices(choices: &[&str]) -> String {
+    let quoted: Vec<String> = choices.iter().map(|c| format!("{c:?}")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// Keeps what was built from a `[table]` while the table's contents stay the same.
+///
+/// This is the one caching rule for parsed configuration: the key is the table's JSON value
+/// (`null` when there is none), so two executors with the same table share nothing but also
+/// never see each other's stale result, and a failed parse is not cached (the next call
+/// reports the error again).
+pub struct ParsedCache<T> {
+    last: Mutex<Option<(Value, Arc<T>)>>,
+}
+
+impl<T> Default for ParsedCache<T> {
+    fn default() -> Self {
+        ParsedCache {
+            last: Mutex::new(None),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for ParsedCache<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ParsedCache")
+    }
+}
+
+impl<T> ParsedCache<T> {
+    /// What `build` made from `table` last time, or a fresh build when `table` changed.
+    pub fn get_or_build(
+        &self,
+        table: Option<&Value>,
+        build: impl FnOnce(Option<&Value>) -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let key = table.cloned().unwrap_or(Value::Null);
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, built)) = &*last {
+            if *seen == key {
+                return Ok(built.clone());
+            }
+        }
+        let built = Arc::new(build(table)?);
+        *last = Some((key, built.clone()));
+        Ok(built)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const KEYS: &[&str] = &["n", "flag", "name", "list", "mode"];
+
+    fn table(v: Value) -> Value {
+        json!({ "demo": v })
+    }
+
+    #[test]
+    fn no_table_is_every_default() {
+        for config in [json!({}), json!({"demo": null}), Value::Null] {
+            let t = ConfigTable::from_config(&config, "demo", KEYS).unwrap();
+            assert_eq!(t.u64_in("n", 0, 9).unwrap(), None);
+            assert_eq!(t.bool("flag").unwrap(), None);
+            assert_eq!(t.string("name").unwrap(), None);
+            assert_eq!(t.string_list("list").unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn values_are_read() {
+        let config = table(
+            json!({"n": "7", "flag": true, "name": "x", "list": ["a", "b"],
+                                  "mode": "fast"}),
+        );
+        let t = ConfigTable::from_config(&config, "demo", KEYS).unwrap();
+        assert_eq!(t.u64_in("n", 1, 9).unwrap(), Some(7));
+        assert_eq!(t.bool("flag").unwrap(), Some(true));
+        assert_eq!(t.string("name").unwrap(), Some("x"));
+        assert_eq!(t.string_list("list").unwrap().unwrap(), ["a", "b"]);
+        assert_eq!(t.one_of("mode", &["slow", "fast"]).unwrap(), Some("fast"));
+    }
+
+    #[test]
+    fn one_wording_for_every_mistake() {
+        let err = |v: Value, read: &dyn Fn(&ConfigTable) -> Result<()>| {
+            let config = table(v);
+            match ConfigTable::from_config(&config, "demo", KEYS) {
+                Err(e) => e.to_string(),
+                Ok(t) => read(&t).unwrap_err().to_string(),
+            }
+        };
+        let none = |_: &ConfigTable| Ok(());
+        assert_eq!(
+            err(json!({"nn": 1}), &none),
+            "[demo] has an unknown key `nn` (known keys: n, flag, name, list, mode)"
+        );
+        assert_eq!(
+            ConfigTable::from_config(&json!({"demo": 3}), "demo", KEYS)
+                .unwrap_err()
+                .to_string(),
+            "[demo] must be a table, got 3"
+        );
+        let n = |t: &ConfigTable| t.u64_in("n", 1, 9).map(drop);
+        assert_eq!(
+            err(json!({"n": 10}), &n),
+            "[demo] n must be between 1 and 9, got 10"
+        );
+        assert_eq!(
+            err(json!({"n": -1}), &n),
+            "[demo] n must be a whole number, got -1"
+        );
+        assert_eq!(
+            err(json!({"n": 0}), &|t| t.u64_in("n", 1, u64::MAX).map(drop)),
+            "[demo] n must be at least 1, got 0"
+        );
+        assert_eq!(
+            err(json!({"flag": 1}), &|t| t.bool("flag").map(drop)),
+            "[demo] flag must be true or false, got 1"
+        );
+        assert_eq!(
+            err(json!({"name": 1}), &|t| t.string("name").map(drop)),
+            "[demo] name must be a string, got 1"
+        );
+        assert_eq!(
+            err(json!({"list": "a"}), &|t| t.string_list("list").map(drop)),
+            "[demo] list must be a list of strings, got \"a\""
+        );
+        assert_eq!(
+            err(json!({"mode": "warp"}), &|t| t
+                .one_of("mode", &["slow", "fast", "auto"])
+                .map(drop)),
+            "[demo] mode must be \"slow\", \"fast\" or \"auto\", got \"warp\""
+        );
+    }
+
+    #[test]
+    fn the_cache_rebuilds_only_when_the_table_changes() {
+        let cache = ParsedCache::<u64>::default();
+        let builds = std::cell::Cell::new(0);
+        let build = |t: Option<&Value>| {
+            builds.set(builds.get() + 1);
+            Ok(t.and_then(|t| t["n"].as_u64()).unwrap_or(0))
+        };
+        let a = json!({"n": 3});
+        let first = cache.get_or_build(Some(&a), build).unwrap();
+        let again = cache.get_or_build(Some(&a.clone()), build).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(builds.get(), 1);
+        assert_eq!(*cache.get_or_build(None, build).unwrap(), 0);
+        assert!(cache
+            .get_or_build(Some(&a), |_| Err(anyhow!("bad")))
+            .is_err());
+        assert_eq!(*cache.get_or_build(Some(&a), build).unwrap(), 3);
+        assert_eq!(builds.get(), 3);
+    }
+}
