@@ -299,6 +299,31 @@ impl Dir {
         crate::workspace::replace_in(self, name, fill)
     }
 
+    /// Opens the folder at `path`, following links: for a folder the operator named (a
+    /// configured root), never for a path a model or a workspace gave.
+    pub fn open_path(path: &Path) -> io::Result<Dir> {
+        rustix::fs::open(
+            path,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map(Dir::from_fd)
+        .map_err(io::Error::from)
+    }
+
+    /// Opens the folder `rel` beneath this folder, following links only while they stay
+    /// beneath it (`openat2(RESOLVE_BENEATH)`): `..` or a link that leads out is refused.
+    pub fn open_dir_beneath(&self, rel: &Path) -> io::Result<Dir> {
+        open_beneath(self.as_fd(), rel, OFlags::DIRECTORY | OFlags::RDONLY).map(Dir::from_fd)
+    }
+
+    /// The real absolute path of this folder as the kernel sees it now (for display and
+    /// for handing to another program; open through the descriptor instead).
+    pub fn real_path(&self) -> io::Result<std::path::PathBuf> {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
     /// Opens `rel` beneath this folder, following links only while they stay beneath it, for
     /// reading if it is a regular file.
     pub fn open_file_beneath(&self, rel: &Path) -> io::Result<File> {

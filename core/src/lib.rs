@@ -26,6 +26,7 @@ mod provider;
 mod runner;
 pub mod schema;
 pub mod session;
+mod skill;
 mod spool_file;
 mod tool;
 pub mod trust;
@@ -39,6 +40,10 @@ pub use extract::{find_extractor, ContentExtractor};
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
 pub use runner::{find_code_runner, CodeRunner, RunFuture};
 pub use session::{InvalidSessionId, SessionId};
+pub use skill::{
+    find_skill_resolver, is_skill_ref, resolve_skill_file, SkillFile, SkillResolver,
+    SKILL_REF_PREFIX,
+};
 pub use spool_file::{
     create_spool_file, remove_spool_file, safe_file_part, spool_file_len, SPOOL_DIR,
 };
