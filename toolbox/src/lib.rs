@@ -52,6 +52,9 @@ use toolbox_pdf as _;
 use toolbox_python as _;
 #[cfg(feature = "shell")]
 use toolbox_shell as _;
+/// Skills: finding them, the system-prompt index ([`skill::render_index`]), the checks.
+#[cfg(feature = "skill")]
+pub use toolbox_skill as skill;
 #[cfg(feature = "web")]
 use toolbox_web as _;
 
@@ -76,6 +79,8 @@ pub const PROVIDERS: &[&str] = &[
     "python",
     #[cfg(feature = "shell")]
     "shell",
+    #[cfg(feature = "skill")]
+    "skill",
     #[cfg(feature = "web")]
     "web",
 ];
