@@ -622,7 +622,9 @@ def _run_script(req, session, run):
     sys.argv = [path] + list(req.get("args") or [])
     run.in_user_code = True
     try:
-        result = runpy.run_path(path, run_name="__main__")
+        # A script sees OUTPUT_DIR like a cell does (a skill's script writes its results there).
+        init = {"OUTPUT_DIR": session.ns["OUTPUT_DIR"]} if "OUTPUT_DIR" in session.ns else None
+        result = runpy.run_path(path, init_globals=init, run_name="__main__")
     finally:
         run.in_user_code = False
     # Like IPython's %run: the script's top-level names land in the session afterwards.

@@ -23,8 +23,9 @@ pub fn info() -> ToolInfo {
          shows the table); print() anything else. The working directory is the session \
          scratchpad; the variable OUTPUT_DIR holds the session's output folder (output/) for \
          files meant for the user. matplotlib figures left open are saved there as PNG and \
-         listed. Instead of code, script_path runs a .py file of the workspace as __main__ \
-         with args as sys.argv[1:]; its top-level names then stay in the session. An \
+         listed. Instead of code, script_path runs a .py file of the workspace (or a \
+         skill's script, skill:<name>/scripts/x.py) as __main__ with args as sys.argv[1:]; \
+         its top-level names then stay in the session. An \
          exception comes back as its traceback (lines of your code are named <cell>). Install \
          packages with kernel_install, not with pip in code. Plain Python only: no % magics or \
          ! shell lines.",
@@ -41,7 +42,8 @@ pub fn info() -> ToolInfo {
                     "script_path",
                     prop(
                         "string",
-                        "A .py file in the workspace to run as __main__ instead of code.",
+                        "A .py file in the workspace to run as __main__ instead of code, or \
+                         a skill's script as skill:<name>/<path>.",
                     ),
                 ),
                 (
@@ -103,10 +105,15 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
             json!({ "code": code })
         }
         (_, Some(path)) => {
-            let abs = ctx
-                .workspace
-                .resolve_existing(path)
-                .map_err(|e| anyhow!("{NAME}: {e}"))?;
+            // `skill:<name>/scripts/x.py` is a skill's script, found through the skill
+            // provider's hook and jailed to that skill's folder.
+            let abs = if toolbox_core::is_skill_ref(path) {
+                toolbox_core::resolve_skill_file(path, ctx, NAME)?.path
+            } else {
+                ctx.workspace
+                    .resolve_existing(path)
+                    .map_err(|e| anyhow!("{NAME}: {e}"))?
+            };
             if !abs.is_file() {
                 bail!("{NAME}: script_path {path:?} is not a file");
             }
@@ -285,6 +292,20 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.contains("`args` only applies to script_path"), "{e}");
+        // This crate's tests do not link the skill provider: a skill script is refused
+        // with a message saying why, before any interpreter starts.
+        let e = call(
+            &ctx,
+            NAME,
+            json!({"script_path": "skill:report/scripts/r.py"}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.starts_with("run_python_code: \"skill:report/scripts/r.py\" names a skill's file")
+                && e.contains("without the skill provider"),
+            "{e}"
+        );
         let (_d, bad) = setup(NAME, "args", json!({"backend": "docker"}));
         let e = call(&bad, NAME, json!({"code": "1"})).await.unwrap_err();
         assert!(e.contains("backend must be"), "{e}");
