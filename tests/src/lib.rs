@@ -123,6 +123,28 @@ pub fn test_python() -> PathBuf {
     python
 }
 
+/// Writes `bytes` at `root/rel`, creating the folders above it, and returns the path.
+pub fn write_file(root: &Path, rel: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// A skill folder `root/<folder>` whose SKILL.md has frontmatter `name` and `description`
+/// and the instructions `body`. Returns the folder.
+pub fn write_skill(
+    root: &Path,
+    folder: &str,
+    name: &str,
+    description: &str,
+    body: &str,
+) -> PathBuf {
+    let text = format!("---\nname: {name}\ndescription: {description}\n---\n{body}\n");
+    write_file(root, &format!("{folder}/SKILL.md"), text);
+    root.join(folder)
+}
+
 /// The request side of the tiny loopback HTTP/1.1 servers the web and image tests run.
 pub mod http {
     use std::collections::HashMap;
