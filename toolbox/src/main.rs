@@ -1,4 +1,5 @@
-//! The `toolbox` command: list tools, print schemas, call one tool, or serve MCP on stdio.
+//! The `toolbox` command: list tools, print schemas, call one tool, serve MCP on stdio, or
+//! list and check skills.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -52,6 +53,17 @@ enum Command {
     Call(CallArgs),
     /// Serve every visible tool over MCP on stdin/stdout.
     Mcp(McpArgs),
+    /// List the skills (SKILL.md folders) of the workspace and the configured skill folders.
+    Skills(SkillsArgs),
+}
+
+#[derive(clap::Args)]
+struct SkillsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Validate every skill folder: print each problem as `FILE: RULE`, exit 1 if there is any.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(clap::Args)]
@@ -182,6 +194,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
             Command::Schema(args) => schema(args),
             Command::Call(args) => call(args).await,
             Command::Mcp(args) => mcp(args).await,
+            Command::Skills(args) => skills(args),
         }
     });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
@@ -275,6 +288,37 @@ fn tools(args: ToolsArgs) -> Result<ExitCode, UsageError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `toolbox skills [--check]`: the skills and what was skipped, or with `--check` every
+/// problem as `FILE: RULE` and exit code 1 if there is any.
+fn skills(args: SkillsArgs) -> Result<ExitCode, UsageError> {
+    let config = load_config(&args.common)?;
+    #[cfg(feature = "skill")]
+    {
+        use toolbox::skill::{render_check, render_listing, SkillSet};
+        let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+        let set =
+            SkillSet::discover(&workspace, &Value::Object(config.providers)).map_err(usage)?;
+        if !args.check {
+            print!("{}", render_listing(&set));
+            return Ok(ExitCode::SUCCESS);
+        }
+        let (report, ok) = render_check(&set);
+        print!("{report}");
+        Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
+    }
+    #[cfg(not(feature = "skill"))]
+    {
+        let _ = (config, args.check);
+        Err(UsageError(
+            "this toolbox was built without the skill provider (Cargo feature `skill`)".into(),
+        ))
+    }
 }
 
 /// `toolbox schema`: the visible tools rendered in one format.
