@@ -144,6 +144,14 @@ impl Side {
         std::fs::write(root.join("s.py"), "import sys\nprint(sys.argv[1:])\n").unwrap();
         std::fs::write(root.join("nb.ipynb"), NOTEBOOK).unwrap();
         std::fs::write(root.join("doc.pdf"), tiny_pdf("Hello strict world")).unwrap();
+        let demo =
+            toolbox_tests::write_skill(root, "skills/demo", "demo", "A demo skill.", "Do it.");
+        toolbox_tests::write_file(&demo, "references/r.md", "reference text\n");
+        toolbox_tests::write_file(
+            &demo,
+            "scripts/hi.py",
+            "import sys\nprint('hi', sys.argv[1:])\n",
+        );
 
         let mut config = ExecutorConfig::new(root);
         config.permissions.mode = PermissionMode::Full;
@@ -413,6 +421,29 @@ async fn every_tool_reads_null_as_absent() {
         "pip install failed",
     );
 
+    // Skills: lookup with no query, loading, a file, a script through run_python_code.
+    done(
+        &t.same("skill_lookup", json!({})).await,
+        "- demo: A demo skill.",
+    );
+    done(&t.same("skill", json!({"name": "demo"})).await, "Do it.");
+    done(
+        &t.same(
+            "skill_resource",
+            json!({"name": "demo", "path": "references/r.md"}),
+        )
+        .await,
+        "reference text",
+    );
+    done(
+        &t.same(
+            "run_python_code",
+            json!({"script_path": "skill:demo/scripts/hi.py"}),
+        )
+        .await,
+        "hi []",
+    );
+
     // Notebooks.
     done(
         &t.same("notebook__inspect", json!({"path": "nb.ipynb"}))
@@ -517,6 +548,7 @@ async fn empty_paths_ids_and_choices_are_the_default() {
             json!({"query": "loads"}),
             json!({"query": "loads", "package": ""}),
         ),
+        ("skill_lookup", json!({}), json!({"query": ""})),
         (
             "web_fetch",
             json!({"url": page.clone()}),
