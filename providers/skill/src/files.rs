@@ -32,7 +32,7 @@ pub struct SkillPath {
 }
 
 impl SkillPath {
-    /// Parses a path inside a skill; `tool` names the caller in errors.
+    /// Parses a path inside a skill, refusing anything that could name a file outside it.
     pub fn parse(raw: &str) -> Result<Self> {
         if raw.contains('\0') {
             bail!("the path has a NUL byte");

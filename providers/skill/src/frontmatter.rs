@@ -141,24 +141,31 @@ fn read_yaml(yaml: &str) -> Result<RawFrontmatter, String> {
 }
 
 /// yaml_serde counts lines from the start of the frontmatter; SKILL.md has the `---` line
-/// above it, so `at line 3 column 5` becomes `at line 4 column 5 of SKILL.md`.
+/// above it, so `at line 3 column 5` becomes `at line 4 column 5 of SKILL.md` (every
+/// position in the message: libyaml names the problem's and its context's).
 fn file_lines(message: &str) -> String {
-    let Some(i) = message.find("at line ") else {
-        return message.to_string();
-    };
-    let (before, after) = message.split_at(i + "at line ".len());
-    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-    let Ok(n) = after[..digits].parse::<u64>() else {
-        return message.to_string();
-    };
-    let mut rest = &after[digits..];
-    let mut column = String::new();
-    if let Some(r) = rest.strip_prefix(" column ") {
-        let d = r.bytes().take_while(u8::is_ascii_digit).count();
-        column = format!(" column {}", &r[..d]);
-        rest = &r[d..];
+    let mut out = String::with_capacity(message.len() + 32);
+    let mut rest = message;
+    while let Some(i) = rest.find("at line ") {
+        let (before, after) = rest.split_at(i + "at line ".len());
+        out.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let Ok(n) = after[..digits].parse::<u64>() else {
+            rest = after;
+            continue;
+        };
+        out.push_str(&(n + 1).to_string());
+        rest = &after[digits..];
+        if let Some(r) = rest.strip_prefix(" column ") {
+            let d = r.bytes().take_while(u8::is_ascii_digit).count();
+            out.push_str(" column ");
+            out.push_str(&r[..d]);
+            rest = &r[d..];
+        }
+        out.push_str(" of SKILL.md");
     }
-    format!("{before}{}{column} of SKILL.md{rest}", n + 1)
+    out.push_str(rest);
+    out
 }
 
 struct FrontmatterVisitor;
@@ -516,7 +523,13 @@ mod tests {
     #[test]
     fn yaml_errors_name_the_line_of_skill_md() {
         let e = bad("---\nname: a\ndescription: \"open\n---\nbody\n", "a");
-        assert!(e.contains("of SKILL.md"), "{e}");
+        assert!(
+            e.ends_with(
+                "found unexpected end of stream at line 4 column 1 of SKILL.md, while \
+                 scanning a quoted scalar at line 3 column 14 of SKILL.md"
+            ),
+            "{e}"
+        );
         let e = bad("---\nname: a\n  bad: indent\ndescription: d\n---\n", "a");
         assert!(e.ends_with("at line 3 column 6 of SKILL.md"), "{e}");
     }

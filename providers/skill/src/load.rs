@@ -38,10 +38,14 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     a.reject_unknown(&["name", "skill", "command"])?;
     let name = parse_name(NAME, a.str("name", &["skill", "command"])?)?;
     let set = discover(NAME, ctx).await?;
-    let skill = find(NAME, &set, &name)?;
+    let skill = find(NAME, &set, &name)?.clone();
     let python = toolbox_core::find_code_runner("python").is_some();
-    let (listed, cut) = files::list(skill.dir());
-    Ok(Value::String(render(skill, &listed, cut, python)))
+    tokio::task::spawn_blocking(move || {
+        let (listed, cut) = files::list(skill.dir());
+        Value::String(render(&skill, &listed, cut, python))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{NAME}: listing the skill's files stopped unexpectedly: {e}"))
 }
 
 /// The text the model gets for a loaded skill.
