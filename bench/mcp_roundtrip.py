@@ -17,6 +17,7 @@ machine. Prints figures only:
 - peak RSS of toolbox mcp while 64 calls each return 1 MB (spooled as usual).
 """
 
+import io
 import json
 import os
 import statistics
@@ -31,8 +32,8 @@ TOOLBOX = sys.argv[1]
 
 SDK_SERVER = textwrap.dedent(
     """
-    from mcp.server.fastmcp import FastMCP
-    mcp = FastMCP("peer")
+    from mcp.server.mcpserver import MCPServer
+    mcp = MCPServer("peer")
     @mcp.tool()
     def echo(text: str) -> str:
         return text
@@ -55,7 +56,9 @@ class Server:
             stderr=subprocess.DEVNULL,
             bufsize=0,
         )
-        self.out = self.proc.stdout
+        # Buffered: readline() on the raw pipe would read one byte per system call and
+        # measure the client rather than the server.
+        self.out = io.BufferedReader(self.proc.stdout, 1 << 16)
         self.next_id = 1
         reply = self.request(
             "initialize",
@@ -160,7 +163,7 @@ def main():
         peer_start.append(s.start_s)
         s.close()
     a = row("toolbox mcp", tb_start)
-    b = row("Python MCP SDK server (FastMCP, stdio)", peer_start)
+    b = row("Python MCP SDK server (MCPServer, stdio)", peer_start)
     print(f"  ratio: toolbox is {b / a:.1f}x faster")
 
     print(f"\n== trivial Read tool, {ROUNDS} round trips each, interleaved")
