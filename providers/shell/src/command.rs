@@ -490,6 +490,9 @@ impl<'a> ForegroundSink<'a> {
     }
 
     fn finish(mut self) -> Captured {
+        // Output that never reached the spool file is in the streams too: free this copy
+        // before rendering makes another.
+        self.pending = None;
         if self.live {
             for (i, stream) in [OutputStream::Stdout, OutputStream::Stderr]
                 .into_iter()
