@@ -112,6 +112,14 @@ fn private_copy(fd: RawFd, write: bool) -> io::Result<(OwnedFd, bool)> {
     }
 }
 
+fn is_fifo(fd: RawFd) -> bool {
+    // SAFETY: fstat fills the struct on success.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    }
+}
+
 fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL on a descriptor the caller owns.
     unsafe {
@@ -176,8 +184,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Where request bytes come from.
 pub(super) enum Input {
-    /// Read by the serving task when epoll says there is something.
-    Polled(AsyncFd<OwnedFd>),
+    /// Read by the serving task when epoll says there is something. `pipe`: a short read
+    /// means the pipe is empty (not so for a terminal, which hands out a line per read).
+    Polled { fd: AsyncFd<OwnedFd>, pipe: bool },
     /// Chunks from a reader thread (empty: end of input). Bounded, so the thread reads at
     /// most a few chunks ahead of the server.
     Thread(tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>),
@@ -187,8 +196,9 @@ impl Input {
     /// The protocol's stdin: polled when it can be, else read by a thread.
     pub(super) fn from_fd(fd: OwnedFd, nonblocking: bool) -> io::Result<Input> {
         if nonblocking {
+            let pipe = is_fifo(fd.as_raw_fd());
             match register(fd, Interest::READABLE) {
-                Ok(fd) => return Ok(Input::Polled(fd)),
+                Ok(fd) => return Ok(Input::Polled { fd, pipe }),
                 Err(file) => return Input::from_reader(file),
             }
         }
@@ -221,7 +231,7 @@ impl Input {
     /// Replaces `buf`'s contents with the next bytes; empty at end of input.
     pub(super) async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         match self {
-            Input::Polled(fd) => {
+            Input::Polled { fd, pipe } => {
                 buf.resize(READ_CHUNK, 0);
                 loop {
                     let mut guard = fd.readable().await?;
@@ -230,7 +240,7 @@ impl Input {
                             // A short read drained the pipe: say so now rather than learn it
                             // from one more read(2) that fails with EAGAIN (as tokio's own
                             // streams do; readiness that arrived meanwhile is kept).
-                            if n > 0 && n < buf.len() {
+                            if *pipe && n > 0 && n < buf.len() {
                                 guard.clear_ready();
                             }
                             buf.truncate(n);
