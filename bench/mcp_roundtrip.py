@@ -4,8 +4,18 @@ Usage: python mcp_roundtrip.py TOOLBOX [ROUNDS]
 
 The client is deliberately bare (one line written, the reply line read, no SDK), so what is
 measured is the server's serving path: process, transport, parsing, dispatch, serialisation.
-Pairs are interleaved in one run (toolbox, peer, toolbox, peer, ...) so both see the same
-machine. Prints figures only:
+Both servers run side by side and are measured in one run, so both see the same machine, in
+three schedules:
+
+- alternating: toolbox, peer, toolbox, peer, ... Each call comes right after a call to the
+  other server, which has just filled the caches and CPUs with its own work; this favours
+  the slower server, which is measured after only a short break.
+- in runs: 50 calls to one server back to back, then 50 to the other, and so on: both warm,
+  as in a burst of calls.
+- after idle: 2 ms of sleep before every call, then alternating: both measured cold, as
+  calls from an agent waiting on a model arrive.
+
+Prints figures only:
 
 - session start: spawn to the `initialize` reply, for toolbox mcp and the Python MCP SDK
   server;
@@ -17,6 +27,7 @@ machine. Prints figures only:
 - peak RSS of toolbox mcp while 64 calls each return 1 MB (spooled as usual).
 """
 
+import io
 import json
 import os
 import statistics
@@ -31,8 +42,8 @@ TOOLBOX = sys.argv[1]
 
 SDK_SERVER = textwrap.dedent(
     """
-    from mcp.server.fastmcp import FastMCP
-    mcp = FastMCP("peer")
+    from mcp.server.mcpserver import MCPServer
+    mcp = MCPServer("peer")
     @mcp.tool()
     def echo(text: str) -> str:
         return text
@@ -55,7 +66,9 @@ class Server:
             stderr=subprocess.DEVNULL,
             bufsize=0,
         )
-        self.out = self.proc.stdout
+        # Buffered: readline() on the raw pipe would read one byte per system call and
+        # measure the client rather than the server.
+        self.out = io.BufferedReader(self.proc.stdout, 1 << 16)
         self.next_id = 1
         reply = self.request(
             "initialize",
@@ -137,6 +150,33 @@ def timed(fn):
     return time.perf_counter() - t
 
 
+def compare(title, first, second, rounds):
+    """Runs the three schedules for two (name, call) pairs and prints medians and ratios."""
+    (a_name, a_call), (b_name, b_call) = first, second
+    run = 50
+    print(f"\n== {title}, {rounds} round trips each")
+    for schedule in ("alternating", "in runs of 50", "after 2 ms idle"):
+        a_times, b_times = [], []
+        if schedule == "alternating":
+            for _ in range(rounds):
+                a_times.append(timed(a_call))
+                b_times.append(timed(b_call))
+        elif schedule == "in runs of 50":
+            while len(a_times) < rounds:
+                a_times += [timed(a_call) for _ in range(min(run, rounds - len(a_times)))]
+                b_times += [timed(b_call) for _ in range(min(run, rounds - len(b_times)))]
+        else:
+            for _ in range(rounds):
+                time.sleep(0.002)
+                a_times.append(timed(a_call))
+                time.sleep(0.002)
+                b_times.append(timed(b_call))
+        print(f"  {schedule}:")
+        a = row(a_name, a_times)
+        b = row(b_name, b_times)
+        print(f"  ratio: toolbox is {b / a:.1f}x faster")
+
+
 def toolbox_server(ws):
     env = dict(os.environ, TOOLBOX_MODE="full")
     return Server([TOOLBOX, "mcp", "--workspace", ws], ws, env)
@@ -160,26 +200,23 @@ def main():
         peer_start.append(s.start_s)
         s.close()
     a = row("toolbox mcp", tb_start)
-    b = row("Python MCP SDK server (FastMCP, stdio)", peer_start)
+    b = row("Python MCP SDK server (MCPServer, stdio)", peer_start)
     print(f"  ratio: toolbox is {b / a:.1f}x faster")
 
-    print(f"\n== trivial Read tool, {ROUNDS} round trips each, interleaved")
     tb = toolbox_server(ws)
     peer = Server(peer_argv, ws)
     read_args = {"path": "six.txt"}
     for _ in range(50):
         tb.call("file_manager__read", read_args)
         peer.call("echo", {"text": "hello"})
-    tb_read, peer_echo = [], []
-    for _ in range(ROUNDS):
-        tb_read.append(timed(lambda: tb.call("file_manager__read", read_args)))
-        peer_echo.append(timed(lambda: peer.call("echo", {"text": "hello"})))
-    a = row("toolbox mcp, file_manager__read (6 bytes)", tb_read)
-    b = row("Python MCP SDK server, echo", peer_echo)
-    print(f"  ratio: toolbox is {b / a:.1f}x faster")
+    compare(
+        "trivial Read tool",
+        ("toolbox mcp, file_manager__read (6 bytes)", lambda: tb.call("file_manager__read", read_args)),
+        ("Python MCP SDK server, echo", lambda: peer.call("echo", {"text": "hello"})),
+        ROUNDS,
+    )
     peer.close()
 
-    print(f"\n== run_python_code x = 1, {ROUNDS} round trips each, interleaved")
     kernel = None
     try:
         from jupyter_client.manager import start_new_kernel
@@ -193,23 +230,26 @@ def main():
         tb.call("run_python_code", code)
         if kernel:
             kernel[1].execute_interactive("x = 1", timeout=30, output_hook=lambda m: None)
-    tb_py, kernel_py = [], []
-    for _ in range(ROUNDS):
-        tb_py.append(timed(lambda: tb.call("run_python_code", code)))
-        if kernel:
-            kernel_py.append(
-                timed(
-                    lambda: kernel[1].execute_interactive(
-                        "x = 1", timeout=30, output_hook=lambda m: None
-                    )
-                )
-            )
-    a = row("toolbox mcp, run_python_code (embedded)", tb_py)
     if kernel:
-        b = row("ipykernel via jupyter_client", kernel_py)
-        print(f"  ratio: toolbox is {b / a:.1f}x faster")
+        compare(
+            "run_python_code x = 1",
+            ("toolbox mcp, run_python_code (embedded)", lambda: tb.call("run_python_code", code)),
+            (
+                "ipykernel via jupyter_client",
+                lambda: kernel[1].execute_interactive(
+                    "x = 1", timeout=30, output_hook=lambda m: None
+                ),
+            ),
+            ROUNDS,
+        )
         kernel[1].stop_channels()
         kernel[0].shutdown_kernel(now=True)
+    else:
+        print(f"\n== run_python_code x = 1, {ROUNDS} round trips")
+        row(
+            "toolbox mcp, run_python_code (embedded)",
+            [timed(lambda: tb.call("run_python_code", code)) for _ in range(ROUNDS)],
+        )
 
     print("\n== throughput, file_manager__read, calls in flight on one connection")
     for n in (1, 8, 64):

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # MCP round trips on a raw JSON-RPC client: `toolbox mcp` against the Python MCP SDK's stdio
-# server and against an ipykernel round trip, interleaved; plus session start, throughput
-# with 1/8/64 calls in flight, and peak RSS under 64 concurrent 1 MB results.
+# server and against an ipykernel round trip, side by side in three schedules (alternating
+# calls, runs of 50, after 2 ms idle; see mcp_roundtrip.py); plus session start, throughput
+# with 1/8/64 calls in flight, and peak RSS under 64 concurrent 1 MB results. The machine's
+# load skews every figure: note `uptime` with them.
 #
 #   bash bench/mcp_roundtrip.sh [ROUNDS]
 #
@@ -12,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-300}
 TARGET=${CARGO_TARGET_DIR:-target}
+case $TARGET in /*) ;; *) TARGET=$PWD/$TARGET ;; esac
 VENV=${BENCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/toolbox-bench/venv}
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -23,4 +26,5 @@ fi
 
 echo "== building toolbox (release)"
 cargo build --quiet --release -p toolbox
-"$VENV/bin/python" bench/mcp_roundtrip.py "$PWD/$TARGET/release/toolbox" "$ROUNDS"
+echo "== load: $(uptime)"
+"$VENV/bin/python" bench/mcp_roundtrip.py "$TARGET/release/toolbox" "$ROUNDS"

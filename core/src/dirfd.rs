@@ -24,6 +24,16 @@ const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGIC
 /// `openat2` may fail with EAGAIN when a rename raced the lookup; it is safe to retry.
 const EAGAIN_RETRIES: usize = 32;
 
+/// Opens the existing folder `rel` beneath `dir` in one `openat2`, refusing any symbolic
+/// link on the way (`RESOLVE_NO_SYMLINKS`): what a walk name by name with `O_NOFOLLOW` would
+/// open, without a system call per name. Any error means "take the walk" (it creates what is
+/// missing and names what is wrong).
+pub(crate) fn open_dir_no_links(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let how = BENEATH.union(ResolveFlags::NO_SYMLINKS);
+    Ok(rustix::fs::openat2(dir, rel, flags, Mode::empty(), how)?)
+}
+
 /// Opens `rel` (relative, `""` or `.` for `dir` itself) beneath `dir`.
 pub(crate) fn open_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
     let rel: &Path = if rel.as_os_str().is_empty() {

@@ -321,9 +321,8 @@ impl Workspace {
         let mut names: Vec<&OsStr> = Vec::with_capacity(parts.len() + 1);
         names.push(OsStr::new(TOOLBOX_DIR));
         names.extend_from_slice(parts);
-        let mut current: Option<OwnedFd> = None;
-        let mut shown = PathBuf::new();
-        for name in names {
+        let mut rel = PathBuf::new();
+        for name in &names {
             let bytes = name.as_bytes();
             if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
                 return Err(io::Error::new(
@@ -331,6 +330,16 @@ impl Workspace {
                     format!("{name:?} is not a plain folder name"),
                 ));
             }
+            rel.push(name);
+        }
+        // Usually every folder exists already (a session's scratchpad on its second call):
+        // one system call instead of a mkdir and an open per name.
+        if let Ok(fd) = dirfd::open_dir_no_links(self.root.fd.as_fd(), &rel) {
+            return Ok(Dir::from_fd(fd));
+        }
+        let mut current: Option<OwnedFd> = None;
+        let mut shown = PathBuf::new();
+        for name in names {
             shown.push(name);
             let parent = match &current {
                 Some(fd) => fd.as_fd(),

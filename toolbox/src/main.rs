@@ -387,12 +387,20 @@ async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
         );
     }
     let server = McpServer::new(config, args.session, approvals).map_err(usage)?;
+    // On a worker, not on this thread (block_on's): the serving task then reads, spawns
+    // calls and writes replies without waking another thread.
+    let mut serving = tokio::spawn(server.serve_stdio());
     tokio::select! {
-        served = server.serve_stdio() => served.map_err(|e| UsageError(format!("mcp: {e:#}")))?,
+        served = &mut serving => match served {
+            Ok(served) => served.map_err(|e| UsageError(format!("mcp: {e:#}")))?,
+            Err(e) => return Err(UsageError(format!("mcp: the server stopped: {e}"))),
+        },
         // A clean stop: calls in flight are dropped (which stops their processes)
         // and main() kills whatever else the tools started.
         signal = toolbox::stop_signal() => {
             tracing::debug!(target: "toolbox", signal, "stopping the MCP server");
+            serving.abort();
+            let _ = serving.await;
         }
     }
     Ok(ExitCode::SUCCESS)

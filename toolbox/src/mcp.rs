@@ -17,14 +17,19 @@
 //! [`MAX_QUEUED_NOTIFICATION_BYTES`]: beyond that they are dropped (the tool result still has
 //! the output), so a flood can neither stall a call nor grow memory.
 //!
-//! Threads: one reader thread frames and parses stdin, the async runtime dispatches, each
-//! `tools/call` is its own task (a slow call never delays a later fast one), and one writer
-//! thread owns the protocol's stdout. No blocking pool is involved.
+//! Threads: none of its own on the fast path. One task reads stdin (non-blocking, through
+//! the runtime's epoll), frames and parses each line and answers the cheap methods in place;
+//! each `tools/call` is a task of its own (a slow call never delays a later fast one), which
+//! writes its reply to stdout itself. A request line therefore reaches its reply line
+//! without a hand-off between threads; the `stdio` module has the plumbing, the queue for a
+//! client that stops reading, and the thread fallback for a stdin or stdout epoll refuses.
+
+mod stdio;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
@@ -37,6 +42,10 @@ use toolbox_executor::{
 /// are skipped up to their newline without being buffered, so a client cannot make the server
 /// hold more than this much memory for one message.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Lines up to this long are parsed on the serving task; longer ones on the blocking pool,
+/// so a 16 MiB parse never occupies a runtime worker.
+const INLINE_PARSE_BYTES: usize = 256 * 1024;
 
 /// Protocol versions with an `initialize` handshake that this server speaks, newest first.
 /// A client asking for one of them gets it echoed; any other request gets the first.
@@ -139,43 +148,70 @@ impl McpServer {
 
     /// Serves on stdin/stdout until the client closes stdin.
     ///
-    /// The protocol gets a private copy of stdout and file descriptor 1 is pointed at stderr
-    /// first: code that writes straight to the terminal (a subprocess started from embedded
-    /// Python, a C library) would otherwise corrupt the JSON-RPC stream. The binary installs
-    /// [`crate::stderr_pump`] before this, so such writes cannot block either, even when the
-    /// client never reads stderr.
+    /// The protocol takes private copies of stdin and stdout. File descriptor 0 is pointed at
+    /// `/dev/null` and 1 at stderr: a subprocess started from embedded Python, or a C library,
+    /// can then neither read protocol bytes nor corrupt the JSON-RPC stream by writing to the
+    /// terminal. The binary installs [`crate::stderr_pump`] before this, so such writes cannot
+    /// block either, even when the client never reads stderr.
+    ///
+    /// Pipes, sockets and terminals are served without threads of their own (see the module
+    /// documentation); anything epoll refuses (a regular file) gets a reader or writer thread.
+    /// Spawn this on the runtime (`tokio::spawn`) rather than `block_on` it: the serving task
+    /// then runs on a worker, and the calls it spawns start on that same worker.
     pub async fn serve_stdio(self) -> anyhow::Result<()> {
-        let protocol_out = private_stdout()?;
-        self.serve(std::io::stdin(), protocol_out).await
+        let (stdin, stdin_polled) =
+            stdio::take_stdin().map_err(|e| anyhow::anyhow!("cannot take stdin: {e}"))?;
+        let (stdout, stdout_polled) =
+            stdio::take_stdout().map_err(|e| anyhow::anyhow!("cannot take stdout: {e}"))?;
+        let output = stdio::Output::from_fd(stdout, stdout_polled)?;
+        let input = stdio::Input::from_fd(stdin, stdin_polled)?;
+        self.serve_on(input, output).await
     }
 
     /// Serves newline-delimited JSON-RPC read from `input`, answering on `output`, until
     /// `input` ends. Calls still running then finish and are answered before this returns.
+    /// `input` and `output` each get a thread of their own.
     pub async fn serve(
         self,
         input: impl Read + Send + 'static,
         output: impl Write + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (outbox, written) = spawn_writer(output)?;
-        *lock(&self.events.outbox) = Some(outbox.clone());
-        // Bounded, so a client that sends faster than calls start is slowed down at the pipe
-        // rather than queued in memory without limit.
-        let (inbound_tx, mut inbound) = tokio::sync::mpsc::channel(64);
-        spawn_reader(input, outbox.clone(), inbound_tx)?;
+        let output = stdio::Output::from_writer(output)?;
+        let input = stdio::Input::from_reader(input)?;
+        self.serve_on(input, output).await
+    }
 
+    async fn serve_on(
+        self,
+        mut input: stdio::Input,
+        output: Arc<stdio::Output>,
+    ) -> anyhow::Result<()> {
+        let outbox = Outbox { output };
+        *lock(&self.events.outbox) = Some(outbox.clone());
         let mut dispatcher = Dispatcher {
             server: self,
-            outbox,
+            outbox: outbox.clone(),
             in_flight: Arc::default(),
             tasks: JoinSet::new(),
         };
-        while let Some(message) = inbound.recv().await {
-            dispatcher.reap_finished();
-            match message {
-                Inbound::Request { id, method, params } => dispatcher.request(id, &method, params),
-                Inbound::Notification { method, params } => {
-                    dispatcher.notification(&method, params)
+        let mut framer = stdio::Framer::new(MAX_LINE_BYTES);
+        let mut chunk = Vec::new();
+        loop {
+            if let Err(e) = input.read(&mut chunk).await {
+                tracing::warn!("mcp: cannot read stdin: {e}");
+                break;
+            }
+            if chunk.is_empty() {
+                if let Some(frame) = framer.finish() {
+                    let parsed = parse_frame(frame).await;
+                    dispatcher.handle(parsed);
                 }
+                break;
+            }
+            let mut pos = 0;
+            while let Some(frame) = framer.next(&chunk, &mut pos) {
+                let parsed = parse_frame(frame).await;
+                dispatcher.handle(parsed);
             }
         }
         // End of input means no more requests, not that the client is gone: let the calls
@@ -183,54 +219,47 @@ impl McpServer {
         while let Some(joined) = dispatcher.tasks.join_next().await {
             log_task_failure(joined);
         }
-        // The writer stops once every Outbox clone is gone; wait so no reply is lost at exit.
+        // Wait until every reply is written, so none is lost at exit.
         lock(&dispatcher.server.events.outbox).take();
         drop(dispatcher);
-        let _ = written.await;
+        outbox.output.finish().await;
         Ok(())
     }
 }
 
-/// Duplicates fd 1 for the protocol and redirects fd 1 to stderr.
-fn private_stdout() -> anyhow::Result<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain descriptor syscalls; the duplicate is owned by the File below and
-    // nothing else closes it.
-    unsafe {
-        let fd = libc::dup(1);
-        if fd < 0 {
-            anyhow::bail!(
-                "cannot duplicate stdout: {}",
-                std::io::Error::last_os_error()
-            );
+/// Parses one frame: in place when it is small, on the blocking pool when it is large.
+async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
+    match frame {
+        stdio::Frame::TooLong => Parsed::Reject {
+            id: Value::Null,
+            code: PARSE_ERROR,
+            message: format!(
+                "Parse error: line longer than the limit of {MAX_LINE_BYTES} bytes (16 MiB); \
+                 it was skipped"
+            ),
+        },
+        stdio::Frame::Line(line) if line.len() <= INLINE_PARSE_BYTES => parse_line(line),
+        stdio::Frame::Line(line) => {
+            let line = line.to_vec();
+            tokio::task::spawn_blocking(move || parse_line(&line))
+                .await
+                .unwrap_or_else(|e| Parsed::Reject {
+                    id: Value::Null,
+                    code: PARSE_ERROR,
+                    message: format!("Parse error: {e}"),
+                })
         }
-        if libc::dup2(2, 1) < 0 {
-            anyhow::bail!(
-                "cannot redirect stdout to stderr: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(std::fs::File::from_raw_fd(fd))
     }
 }
 
 // ---------------------------------------------------------------------------------------
-// Output: one thread writes whole lines, so replies from concurrent calls never interleave
-// and a client that stops reading blocks that thread, not the runtime.
+// Output: whole lines, written by whoever sends them (see `stdio::Output`), so replies from
+// concurrent calls never interleave and a client that stops reading blocks nothing.
 
-/// One line for the writer; notifications are counted against
-/// [`MAX_QUEUED_NOTIFICATION_BYTES`] until written.
-struct Line {
-    text: String,
-    notification: bool,
-}
-
-/// Where replies and notifications go: a queue drained by the writer thread.
+/// Where replies and notifications go.
 #[derive(Clone)]
 struct Outbox {
-    lines: mpsc::Sender<Line>,
-    /// Bytes of notifications queued and not yet written.
-    queued_notifications: Arc<AtomicUsize>,
+    output: Arc<stdio::Output>,
 }
 
 impl Outbox {
@@ -250,82 +279,27 @@ impl Outbox {
         self.send(reply.to_string());
     }
 
-    /// Replies are never dropped: there is one per request, and the reader stops taking
-    /// requests when the dispatcher falls behind.
+    /// Replies are never dropped while the client reads stdout: there is one per request.
     fn send(&self, mut text: String) {
         text.push('\n');
-        // The writer only stops when stdout is closed: the client is gone and nobody is
-        // left to tell.
-        let _ = self.lines.send(Line {
-            text,
-            notification: false,
-        });
+        // Dropped only once stdout is closed: the client is gone and nobody is left to tell.
+        self.output.send(text.into_bytes(), None);
     }
 
-    /// Queues a notification unless that would put more than
-    /// [`MAX_QUEUED_NOTIFICATION_BYTES`] in the queue. False when it was dropped.
+    /// Sends a notification unless that would put more than
+    /// [`MAX_QUEUED_NOTIFICATION_BYTES`] of them in the queue. False when it was dropped.
     fn notify(&self, method: &str, params: Value) -> bool {
         let mut text = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
         text.push('\n');
-        let len = text.len();
-        let reserved =
-            self.queued_notifications
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                    (queued + len <= MAX_QUEUED_NOTIFICATION_BYTES).then_some(queued + len)
-                });
-        if reserved.is_err() {
-            return false;
-        }
-        let line = Line {
-            text,
-            notification: true,
-        };
-        if self.lines.send(line).is_err() {
-            self.queued_notifications.fetch_sub(len, Ordering::AcqRel);
-            return false;
-        }
-        true
+        self.output
+            .send(text.into_bytes(), Some(MAX_QUEUED_NOTIFICATION_BYTES))
+            != stdio::Sent::Dropped
     }
 }
 
-/// Starts the writer thread; the receiver fires when it has written everything and stopped.
-fn spawn_writer(
-    mut output: impl Write + Send + 'static,
-) -> anyhow::Result<(Outbox, tokio::sync::oneshot::Receiver<()>)> {
-    let (tx, rx) = mpsc::channel::<Line>();
-    let queued_notifications = Arc::new(AtomicUsize::new(0));
-    let queued = queued_notifications.clone();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("mcp-writer".into())
-        .spawn(move || {
-            for line in rx {
-                let written = output
-                    .write_all(line.text.as_bytes())
-                    .and_then(|_| output.flush());
-                if line.notification {
-                    queued.fetch_sub(line.text.len(), Ordering::AcqRel);
-                }
-                if let Err(e) = written {
-                    tracing::debug!("mcp: stdout closed: {e}");
-                    break;
-                }
-            }
-            let _ = done_tx.send(());
-        })?;
-    Ok((
-        Outbox {
-            lines: tx,
-            queued_notifications,
-        },
-        done_rx,
-    ))
-}
-
 // ---------------------------------------------------------------------------------------
-// Input: framing and JSON-RPC validation on the reader thread, so a 16 MiB parse never
-// occupies a runtime worker. Invalid messages are answered from here; valid ones go on to
-// the dispatcher.
+// Input: framing (`stdio::Framer`) and JSON-RPC validation on the serving task. Invalid
+// messages are answered at once; valid ones are dispatched.
 
 /// A well-formed JSON-RPC message for the dispatcher. `params` is `Null` when absent.
 #[derive(Debug)]
@@ -354,109 +328,6 @@ enum Parsed {
     /// Needs no answer: a blank line, a response from the client (this server sends no
     /// requests), a malformed notification.
     Ignore,
-}
-
-fn spawn_reader(
-    input: impl Read + Send + 'static,
-    outbox: Outbox,
-    inbound: tokio::sync::mpsc::Sender<Inbound>,
-) -> anyhow::Result<()> {
-    std::thread::Builder::new()
-        .name("mcp-reader".into())
-        .spawn(move || {
-            let mut input = BufReader::with_capacity(64 * 1024, input);
-            let mut line = Vec::new();
-            loop {
-                let parsed = match read_frame(&mut input, &mut line, MAX_LINE_BYTES) {
-                    Ok(Frame::Line) => parse_line(&line),
-                    Ok(Frame::TooLong) => Parsed::Reject {
-                        id: Value::Null,
-                        code: PARSE_ERROR,
-                        message: format!(
-                            "Parse error: line longer than the limit of {MAX_LINE_BYTES} bytes \
-                             (16 MiB); it was skipped"
-                        ),
-                    },
-                    Ok(Frame::Eof) => break,
-                    Err(e) => {
-                        tracing::warn!("mcp: cannot read stdin: {e}");
-                        break;
-                    }
-                };
-                match parsed {
-                    Parsed::Message(message) => {
-                        if inbound.blocking_send(message).is_err() {
-                            break;
-                        }
-                    }
-                    Parsed::Reject { id, code, message } => {
-                        tracing::debug!("mcp: rejected a message: {message}");
-                        outbox.error(&id, code, &message);
-                    }
-                    Parsed::Ignore => {}
-                }
-            }
-        })?;
-    Ok(())
-}
-
-#[derive(Debug, PartialEq)]
-enum Frame {
-    /// `line` holds one line, without its newline.
-    Line,
-    /// A line over the limit was skipped; `line` is empty.
-    TooLong,
-    Eof,
-}
-
-/// Reads one newline-terminated line into `line`. A line over `limit` bytes is consumed up to
-/// its newline but not kept. A last line without a newline still counts.
-fn read_frame(
-    input: &mut impl BufRead,
-    line: &mut Vec<u8>,
-    limit: usize,
-) -> std::io::Result<Frame> {
-    // Do not keep a huge buffer alive because of one big message long ago.
-    if line.capacity() > 1024 * 1024 {
-        *line = Vec::new();
-    }
-    line.clear();
-    let mut too_long = false;
-    loop {
-        let available = match input.fill_buf() {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
-            return Ok(if too_long {
-                Frame::TooLong
-            } else if line.is_empty() {
-                Frame::Eof
-            } else {
-                Frame::Line
-            });
-        }
-        let newline = available.iter().position(|&b| b == b'\n');
-        let chunk = &available[..newline.unwrap_or(available.len())];
-        if !too_long {
-            if line.len() + chunk.len() > limit {
-                too_long = true;
-                *line = Vec::new();
-            } else {
-                line.extend_from_slice(chunk);
-            }
-        }
-        let used = newline.map_or(available.len(), |i| i + 1);
-        input.consume(used);
-        if newline.is_some() {
-            return Ok(if too_long {
-                Frame::TooLong
-            } else {
-                Frame::Line
-            });
-        }
-    }
 }
 
 fn parse_line(bytes: &[u8]) -> Parsed {
@@ -817,6 +688,23 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
+    fn handle(&mut self, parsed: Parsed) {
+        self.reap_finished();
+        match parsed {
+            Parsed::Message(Inbound::Request { id, method, params }) => {
+                self.request(id, &method, params)
+            }
+            Parsed::Message(Inbound::Notification { method, params }) => {
+                self.notification(&method, params)
+            }
+            Parsed::Reject { id, code, message } => {
+                tracing::debug!("mcp: rejected a message: {message}");
+                self.outbox.error(&id, code, &message);
+            }
+            Parsed::Ignore => {}
+        }
+    }
+
     fn request(&mut self, id: Value, method: &str, params: Value) {
         let key = id.to_string();
         if lock(&self.in_flight).contains_key(&key) {
@@ -1006,35 +894,6 @@ fn call_params(params: Value) -> Result<(String, Value), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frames(input: &[u8], limit: usize) -> Vec<(Frame, Vec<u8>)> {
-        let mut reader = BufReader::with_capacity(4, input);
-        let mut line = Vec::new();
-        let mut out = Vec::new();
-        loop {
-            let frame = read_frame(&mut reader, &mut line, limit).unwrap();
-            if frame == Frame::Eof {
-                return out;
-            }
-            out.push((frame, line.clone()));
-        }
-    }
-
-    #[test]
-    fn frames_skip_long_lines_and_keep_a_last_line_without_newline() {
-        let got = frames(b"abc\n0123456789\n\nxy", 5);
-        assert_eq!(
-            got,
-            [
-                (Frame::Line, b"abc".to_vec()),
-                (Frame::TooLong, vec![]),
-                (Frame::Line, vec![]),
-                (Frame::Line, b"xy".to_vec()),
-            ]
-        );
-        assert_eq!(frames(b"0123456789", 5), [(Frame::TooLong, vec![])]);
-        assert_eq!(frames(b"12345\n", 5), [(Frame::Line, b"12345".to_vec())]);
-    }
 
     #[test]
     fn only_lone_surrogates_are_replaced() {

@@ -343,3 +343,82 @@ fn calls_in_flight_at_end_of_input_are_still_answered() {
     assert_eq!(reply["id"], 11, "{reply}");
     assert_eq!(reply["result"]["isError"], false, "{reply}");
 }
+
+#[test]
+fn requests_read_from_a_file_are_answered_into_a_file() {
+    // Regular files cannot be polled: the server reads and writes them on threads of their own.
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "still here\n").unwrap();
+    let requests = ws.path().join("requests.jsonl");
+    let mut lines = vec![
+        json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "file-test", "version": "0" },
+            },
+        })
+        .to_string(),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+        "not json".to_string(),
+    ];
+    for id in 1..=3 {
+        lines.push(
+            json!({
+                "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": { "name": "file_manager__read", "arguments": { "path": "notes.txt" } },
+            })
+            .to_string(),
+        );
+    }
+    // The last line has no newline: it still counts.
+    std::fs::write(&requests, lines.join("\n")).unwrap();
+    let replies = ws.path().join("replies.jsonl");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    let mut child = cmd
+        .args(["mcp", "--mode", "full", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(std::fs::File::create(&replies).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The end of the file is the end of input: the server answers everything and exits.
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("toolbox mcp did not exit within {REPLY_TIMEOUT:?} after its input ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(&replies).unwrap();
+    let replies: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(replies.len(), 5, "{text}");
+    assert_eq!(replies[0]["id"], 0, "{text}");
+    assert_eq!(replies[1]["error"]["code"], PARSE_ERROR, "{text}");
+    let mut ids: Vec<i64> = replies[2..]
+        .iter()
+        .map(|reply| {
+            let content = &reply["result"]["content"][0]["text"];
+            assert!(content.as_str().unwrap().contains("still here"), "{reply}");
+            reply["id"].as_i64().unwrap()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2, 3]);
+}

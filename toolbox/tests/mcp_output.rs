@@ -370,3 +370,30 @@ fn refusals_say_what_happened_and_how_to_allow_the_call() {
     assert!(!got.is_error(), "{}", got.reply);
     assert!(got.text().contains("ran"), "{}", got.text());
 }
+
+#[test]
+fn a_client_that_stops_reading_stdout_holds_up_no_call() {
+    let mut server = Server::start(&["--mode", "full"]);
+    server.pause_reading(true);
+    // Replies far beyond what the stdout pipe holds, while nobody reads them...
+    for id in 1..=100 {
+        server.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+    }
+    // ...and a call after them still runs.
+    server.send(json!({
+        "jsonrpc": "2.0", "id": 101, "method": "tools/call",
+        "params": {
+            "name": "file_manager__write",
+            "arguments": { "path": "ran.txt", "content": "ran while stdout was full\n" },
+        },
+    }));
+    wait_for(&server.ws.path().join("ran.txt"));
+    // Nothing was lost or reordered on the way.
+    server.pause_reading(false);
+    for id in 1..=100 {
+        let got = server.collect(id);
+        assert!(got.reply["result"]["tools"].is_array(), "{}", got.reply);
+    }
+    let got = server.collect(101);
+    assert!(!got.is_error(), "{}", got.reply);
+}

@@ -85,11 +85,11 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let file = open(ws, &p, &shown)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     if size <= INLINE_READ_BYTES {
-        return read(ctx, file, &shown, offset, limit).map(Value::String);
+        return read(ctx, file, size, &shown, offset, limit).map(Value::String);
     }
     let ctx = ctx.clone();
     blocking(NAME, move || {
-        read(&ctx, file, &shown, offset, limit).map(Value::String)
+        read(&ctx, file, size, &shown, offset, limit).map(Value::String)
     })
     .await
 }
@@ -109,8 +109,15 @@ fn open(ws: &toolbox_core::Workspace, p: &toolbox_core::WsPath, shown: &str) -> 
     })
 }
 
-fn read(ctx: &ToolContext, file: File, shown: &str, offset: u64, limit: u64) -> Result<String> {
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+/// `size` is the file's length when it was opened (for the binary-file message).
+fn read(
+    ctx: &ToolContext,
+    file: File,
+    size: u64,
+    shown: &str,
+    offset: u64,
+    limit: u64,
+) -> Result<String> {
     let binary = || {
         anyhow!(
             "{NAME}: {shown} looks like a binary file ({}); it cannot be shown as text",

@@ -48,12 +48,15 @@ impl HeadTail {
     /// Cuts are moved to character boundaries so no character is split in two.
     pub fn render(&self) -> String {
         let omitted = self.omitted();
-        let tail = self.tail.contents();
         if omitted == 0 {
-            let mut all = self.head.clone();
-            all.extend_from_slice(&tail);
-            return String::from_utf8_lossy(&all).into_owned();
+            // One copy of the output, not three: many calls may render at once.
+            let mut all = Vec::with_capacity(self.head.len() + self.tail.len());
+            all.extend_from_slice(&self.head);
+            self.tail.append_to(&mut all);
+            return String::from_utf8(all)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         }
+        let tail = self.tail.contents();
         let head = &self.head[..self.head.len() - incomplete_suffix_len(&self.head)];
         let skip = tail
             .iter()
@@ -116,9 +119,14 @@ impl Ring {
     /// Oldest first.
     pub fn contents(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.buf.len());
+        self.append_to(&mut out);
+        out
+    }
+
+    /// Appends the kept bytes, oldest first, to `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.buf[self.start..]);
         out.extend_from_slice(&self.buf[..self.start]);
-        out
     }
 }
 

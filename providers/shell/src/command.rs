@@ -415,9 +415,18 @@ impl Captured {
     }
 }
 
+/// Alternations between stdout and stderr tracked before the output is copied into
+/// per-stream buffers after all.
+const MAX_RUNS: usize = 4096;
+
 /// Streams output to the event sink, keeps head and tail of each stream, and once the total
 /// passes the capture limit writes the full output of both streams, in arrival order, to
 /// the call's spool file.
+///
+/// Under the limit the arrival-order buffer is the only copy in memory: `runs` says which
+/// stream each stretch of it came from, and the head/tail buffers are filled from it only
+/// when it overflows (or the runs get too many). Many commands run at once; each holds its
+/// output once, not twice.
 struct ForegroundSink<'a> {
     ctx: &'a ToolContext,
     live: bool,
@@ -426,6 +435,9 @@ struct ForegroundSink<'a> {
     cap: usize,
     /// Everything so far, in arrival order, until it passes `cap` and moves to the spool file.
     pending: Option<Vec<u8>>,
+    /// While `Some`, `streams` are empty and `pending` holds the output: (stream, length) of
+    /// each stretch from one stream, in order.
+    runs: Option<Vec<(usize, usize)>>,
     spool: Option<(BufWriter<File>, String)>,
     spool_path: Option<String>,
     spool_error: Option<String>,
@@ -444,6 +456,7 @@ impl<'a> ForegroundSink<'a> {
             ],
             cap,
             pending: Some(Vec::new()),
+            runs: Some(Vec::new()),
             spool: None,
             spool_path: None,
             spool_error: None,
@@ -454,6 +467,57 @@ impl<'a> ForegroundSink<'a> {
         match stream {
             OutputStream::Stdout => 0,
             OutputStream::Stderr => 1,
+        }
+    }
+
+    /// Keeps `bytes` of stream `i` for the result: as a run of `pending` while that is the
+    /// only copy, else in the stream's head/tail buffer.
+    fn keep(&mut self, i: usize, bytes: &[u8]) {
+        if let (Some(runs), Some(pending)) = (&mut self.runs, &self.pending) {
+            if pending.len() + bytes.len() <= self.cap {
+                let room = runs.len() < MAX_RUNS;
+                match runs.last_mut() {
+                    Some((stream, len)) if *stream == i => {
+                        *len += bytes.len();
+                        return;
+                    }
+                    _ if room => {
+                        runs.push((i, bytes.len()));
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.fill_streams();
+        self.streams[i].push(bytes);
+    }
+
+    /// Streams the characters the decoders still hold (a last line cut inside a character).
+    fn emit_rest(&mut self) {
+        if !self.live {
+            return;
+        }
+        for (i, stream) in [OutputStream::Stdout, OutputStream::Stderr]
+            .into_iter()
+            .enumerate()
+        {
+            let rest = self.decoders[i].finish();
+            if !rest.is_empty() {
+                self.ctx.emit_output(stream, rest);
+            }
+        }
+    }
+
+    /// Moves the output held as runs of `pending` into the head/tail buffers.
+    fn fill_streams(&mut self) {
+        let (Some(runs), Some(pending)) = (self.runs.take(), &self.pending) else {
+            return;
+        };
+        let mut at = 0;
+        for (stream, len) in runs {
+            self.streams[stream].push(&pending[at..at + len]);
+            at += len;
         }
     }
 
@@ -490,17 +554,38 @@ impl<'a> ForegroundSink<'a> {
     }
 
     fn finish(mut self) -> Captured {
-        if self.live {
-            for (i, stream) in [OutputStream::Stdout, OutputStream::Stderr]
-                .into_iter()
-                .enumerate()
-            {
-                let rest = self.decoders[i].finish();
-                if !rest.is_empty() {
-                    self.ctx.emit_output(stream, rest);
-                }
+        // All of one stream, held once: it becomes the result's text without a copy.
+        if let (Some(runs), Some(_)) = (&self.runs, &self.pending) {
+            if let [(stream, _)] = runs[..] {
+                let bytes = self.pending.take().unwrap_or_default();
+                let total = bytes.len() as u64;
+                let text = String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                self.runs = None;
+                self.emit_rest();
+                let (stdout, stderr) = if stream == 0 {
+                    (text, String::new())
+                } else {
+                    (String::new(), text)
+                };
+                let (stdout_total, stderr_total) =
+                    if stream == 0 { (total, 0) } else { (0, total) };
+                return Captured {
+                    stdout,
+                    stderr,
+                    stdout_total,
+                    stderr_total,
+                    omitted: 0,
+                    spool: None,
+                    spool_error: self.spool_error,
+                };
             }
         }
+        self.fill_streams();
+        // Output that never reached the spool file is in the streams now: free this copy
+        // before rendering makes another.
+        self.pending = None;
+        self.emit_rest();
         if let Some((mut file, _)) = self.spool.take() {
             if let Err(e) = file.flush() {
                 self.spool_error = Some(e.to_string());
@@ -528,7 +613,7 @@ impl OutputSink for ForegroundSink<'_> {
                 self.ctx.emit_output(stream, text);
             }
         }
-        self.streams[i].push(bytes);
+        self.keep(i, bytes);
         self.save(bytes);
     }
 }
@@ -538,6 +623,44 @@ mod tests {
     use super::*;
     use crate::test_support::*;
     use serde_json::json;
+
+    /// What the sink keeps of `chunks`, pushed in order (0 stdout, 1 stderr).
+    fn sink_keeps(cap: usize, chunks: &[(usize, &[u8])]) -> (String, String, u64, bool) {
+        let (_d, ctx) = setup(NAME);
+        let mut sink = ForegroundSink::new(&ctx, cap);
+        for (stream, bytes) in chunks {
+            let stream = [OutputStream::Stdout, OutputStream::Stderr][*stream];
+            sink.push(stream, bytes);
+        }
+        let c = sink.finish();
+        (c.stdout, c.stderr, c.omitted, c.spool.is_some())
+    }
+
+    #[test]
+    fn the_sink_keeps_each_stream_whole_under_the_limit_however_they_alternate() {
+        assert_eq!(
+            sink_keeps(100, &[(0, b"a1\n"), (0, b"a2\n")]),
+            ("a1\na2\n".into(), String::new(), 0, false)
+        );
+        assert_eq!(
+            sink_keeps(100, &[(1, b"e\n"), (0, b"o\n"), (1, b"f\xff\n")]),
+            ("o\n".into(), "e\nf\u{fffd}\n".into(), 0, false)
+        );
+        // More alternations than runs are tracked for: the per-stream buffers take over.
+        let many: Vec<(usize, &[u8])> = (0..2 * MAX_RUNS + 3)
+            .map(|i| (i % 2, if i % 2 == 0 { &b"o"[..] } else { &b"e"[..] }))
+            .collect();
+        let (out, err, omitted, spooled) = sink_keeps(1 << 20, &many);
+        assert_eq!(out, "o".repeat(MAX_RUNS + 2));
+        assert_eq!(err, "e".repeat(MAX_RUNS + 1));
+        assert_eq!((omitted, spooled), (0, false));
+        // Over the limit: head and tail of each stream, the rest in the spool file.
+        let (out, err, omitted, spooled) =
+            sink_keeps(8, &[(0, b"0123"), (1, b"ab"), (0, b"456789")]);
+        assert_eq!(err, "ab");
+        assert!(out.starts_with("0123") && out.ends_with("6789"), "{out}");
+        assert_eq!((omitted, spooled), (2, true));
+    }
 
     #[tokio::test]
     async fn runs_in_the_scratchpad_with_exit_code_streams_and_duration() {

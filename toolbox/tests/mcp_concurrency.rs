@@ -1,0 +1,207 @@
+//! Calls over one `toolbox mcp` connection run side by side: a slow call never holds up the
+//! fast ones sent after it, and 64 calls in flight at once are each answered under their own
+//! id. Tested on the real binary; every wait is bounded and nothing here measures time: the
+//! proofs are the order of the replies and a barrier that only opens once all 64 calls run.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Generous for a debug build on a busy machine; only a regression waits this long.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    replies: mpsc::Receiver<String>,
+    ws: tempfile::TempDir,
+}
+
+impl Server {
+    /// A `toolbox mcp --mode full` after the initialize handshake.
+    fn start() -> Server {
+        let ws = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+                cmd.env_remove(key);
+            }
+        }
+        let mut child = cmd
+            .env("XDG_CONFIG_HOME", ws.path().join(".no-user-config"))
+            .args(["mcp", "--mode", "full", "--workspace"])
+            .arg(ws.path())
+            .current_dir(ws.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut server = Server {
+            stdin: child.stdin.take().unwrap(),
+            child,
+            replies,
+            ws,
+        };
+        server.send(&[json!({
+            "jsonrpc": "2.0", "id": "init", "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "concurrency-test", "version": "0" },
+            },
+        })]);
+        assert_eq!(server.reply()["id"], "init");
+        server.send(&[json!({"jsonrpc": "2.0", "method": "notifications/initialized"})]);
+        server
+    }
+
+    /// Writes all `messages` with one write, so they reach the server together.
+    fn send(&mut self, messages: &[Value]) {
+        let mut bytes = Vec::new();
+        for message in messages {
+            bytes.extend_from_slice(message.to_string().as_bytes());
+            bytes.push(b'\n');
+        }
+        self.stdin.write_all(&bytes).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn reply(&self) -> Value {
+        let line = self
+            .replies
+            .recv_timeout(REPLY_TIMEOUT)
+            .unwrap_or_else(|e| panic!("no reply within {REPLY_TIMEOUT:?}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn call(id: Value, tool: &str, arguments: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": { "name": tool, "arguments": arguments },
+    })
+}
+
+fn text(reply: &Value) -> &str {
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text: {reply}"))
+}
+
+#[test]
+fn a_slow_call_does_not_delay_the_fast_calls_sent_after_it() {
+    let mut server = Server::start();
+    for i in 0..8 {
+        std::fs::write(
+            server.ws.path().join(format!("n{i}.txt")),
+            format!("note {i}\n"),
+        )
+        .unwrap();
+    }
+    let mut batch = vec![call(json!("slow"), "sleep", json!({ "seconds": 5 }))];
+    for i in 0..8 {
+        batch.push(call(
+            json!(i),
+            "file_manager__read",
+            json!({ "path": format!("n{i}.txt") }),
+        ));
+    }
+    batch.push(json!({"jsonrpc": "2.0", "id": "ping", "method": "ping"}));
+    server.send(&batch);
+
+    // Every fast reply comes before the slow one, each under its own id.
+    let mut fast = BTreeSet::new();
+    for _ in 0..9 {
+        let reply = server.reply();
+        match &reply["id"] {
+            Value::Number(n) => {
+                let i = n.as_u64().unwrap();
+                assert!(text(&reply).contains(&format!("note {i}")), "{reply}");
+                assert!(fast.insert(i), "two replies for id {i}");
+            }
+            id if id == "ping" => assert_eq!(reply["result"], json!({}), "{reply}"),
+            _ => panic!("a reply before all fast ones were answered: {reply}"),
+        }
+    }
+    assert_eq!(fast, (0..8).collect());
+    let slow = server.reply();
+    assert_eq!(slow["id"], "slow", "{slow}");
+    assert!(text(&slow).starts_with("Slept"), "{slow}");
+}
+
+#[test]
+fn sixty_four_calls_in_flight_are_all_answered_each_with_its_own_id() {
+    let mut server = Server::start();
+    // Each call waits until all 64 have started: if the server ran fewer than 64 at once,
+    // none could finish and each would end in its shell timeout, with an error.
+    let batch: Vec<Value> = (0..64)
+        .map(|i| {
+            let command = format!(
+                "mkdir -p started; touch started/{i}; \
+                 while [ \"$(ls started | wc -l)\" -lt 64 ]; do sleep 0.05; done; \
+                 echo done-{i}"
+            );
+            call(
+                json!(i),
+                "shell",
+                json!({ "command": command, "timeout_ms": 60_000 }),
+            )
+        })
+        .collect();
+    server.send(&batch);
+    let mut answered = BTreeSet::new();
+    for _ in 0..64 {
+        let reply = server.reply();
+        let i = reply["id"].as_u64().unwrap_or_else(|| panic!("{reply}"));
+        assert!(text(&reply).contains(&format!("done-{i}")), "{reply}");
+        assert!(answered.insert(i), "two replies for id {i}");
+    }
+    assert_eq!(answered, (0..64).collect());
+}
+
+#[test]
+fn tools_cannot_read_the_protocol_from_stdin() {
+    // fd 0 of toolbox (and so of code and processes it starts) is /dev/null: the protocol
+    // reads a private copy. The request after this one would otherwise be eaten.
+    let mut server = Server::start();
+    server.send(&[
+        call(
+            json!(1),
+            "run_python_code",
+            json!({ "code": "import os\nos.read(0, 4096)" }),
+        ),
+        call(json!(2), "sleep", json!({ "seconds": 0 })),
+    ]);
+    let mut replies = [server.reply(), server.reply()];
+    replies.sort_by_key(|r| r["id"].as_u64());
+    assert_eq!(
+        text(&replies[0]).trim_end(),
+        "[result]\nb''",
+        "{}",
+        replies[0]
+    );
+    assert!(text(&replies[1]).starts_with("Slept"), "{}", replies[1]);
+}
