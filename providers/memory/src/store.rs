@@ -36,6 +36,7 @@ const SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// is never edited once released; a change is a new step.
 const MIGRATIONS: &[&str] = &[
     // 1: memories, exact tags, and the full-text index (bigrams for CJK, see text.rs).
+    //    `tag_keys` holds one opaque token per exact tag (weight 0: it filters, never ranks).
     "CREATE TABLE memories (
          id INTEGER PRIMARY KEY AUTOINCREMENT,
          title TEXT,
@@ -49,12 +50,11 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID;
      CREATE INDEX memory_tags_by_tag ON memory_tags(tag, memory_id);
      CREATE VIRTUAL TABLE memory_fts USING fts5(
-         title, body, tags, tails,
+         title, body, tags, tails, tag_keys,
          content = '', contentless_delete = 1,
          tokenize = 'unicode61 remove_diacritics 2'
      );
-     INSERT INTO memory_fts(memory_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 2.0, 1.0)');
-     CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, row);",
+     INSERT INTO memory_fts(memory_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 2.0, 1.0, 0.0)');",
 ];
 
 /// Where the database is.
@@ -107,8 +107,8 @@ pub struct Stores {
 type Opened = ((u64, u64), Arc<Mutex<Store>>);
 
 /// A word or bigram in more memories than this is left out of the "any word" tier of a
-/// search (see [`text::tiers`]).
-const COMMON_TOKEN_DOCUMENTS: u64 = 5_000;
+/// search (see [`text::Tiers::any`]).
+const COMMON_TOKEN_DOCUMENTS: u64 = if cfg!(test) { 4 } else { 5_000 };
 
 /// At most this many files stay open; beyond it the cache starts over.
 const MAX_OPEN: usize = 16;
@@ -428,6 +428,8 @@ impl Store {
         let title_form = title.map(|t| text::index_form(t, &mut tails));
         let body_form = text::index_form(text, &mut tails);
         let tags_form = text::index_form(&tags.join(" "), &mut tails);
+        let tag_keys: Vec<String> = tags.iter().map(|t| text::tag_key(t)).collect();
+        let tag_keys = tag_keys.join(" ");
         let write = |conn: &mut Connection| -> rusqlite::Result<i64> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.prepare_cached(
@@ -443,9 +445,9 @@ impl Store {
                     tag.execute(params![id, t])?;
                 }
                 tx.prepare_cached(
-                    "INSERT INTO memory_fts (rowid, title, body, tags, tails) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO memory_fts (rowid, title, body, tags, tails, tag_keys) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )?
-                .execute(params![id, title_form, body_form, tags_form, tails])?;
+                .execute(params![id, title_form, body_form, tags_form, tails, tag_keys])?;
             }
             tx.commit()?;
             Ok(id)
@@ -570,38 +572,26 @@ impl Store {
     }
 
     fn search_index(&self, terms: &[Term], tags: &[String], limit: usize) -> Result<Vec<i64>> {
-        // `+rowid`: the tag filter is applied to the index's ranked rows. Without the `+`,
-        // SQLite hands the tags' rowids to FTS5 and runs the whole match once per row.
-        let filter = tag_filter("+rowid", tags.len(), 3);
-        let sql = format!(
-            "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?1 {filter} ORDER BY rank LIMIT ?2"
-        );
-        let failed = std::cell::RefCell::new(None);
-        let is_common = |token: &str| match self.documents_with(token) {
-            Ok(n) => n > COMMON_TOKEN_DOCUMENTS,
-            Err(e) => {
-                failed.borrow_mut().get_or_insert(e);
-                false
+        // Tags are tokens of the index too, so FTS5 intersects them with the query and
+        // ranks only the memories that carry them.
+        let with_tags = |expr: String| -> String {
+            let mut out = format!("({expr})");
+            for t in tags {
+                out.push_str(&format!(" AND tag_keys : \"{}\"", text::tag_key(t)));
             }
+            out
         };
-        let tiers = text::tiers(terms, &is_common);
-        if let Some(e) = failed.into_inner() {
-            return Err(e);
-        }
+        let sql = "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?1 ORDER BY rank LIMIT ?2";
+        let tiers = text::tiers(terms);
         let mut found: Vec<i64> = Vec::with_capacity(limit);
-        for tier in tiers {
-            if found.len() >= limit {
-                break;
-            }
+        let run = |query: String, found: &mut Vec<i64>| -> Result<()> {
             // Earlier tiers' rows come back again here; ask for enough to fill up after them.
             let want = (limit + found.len()) as i64;
-            let mut values: Vec<rusqlite::types::Value> = vec![tier.into(), want.into()];
-            values.extend(tags.iter().map(|t| t.clone().into()));
             let ids: Vec<i64> = self
                 .conn
-                .prepare_cached(&sql)
+                .prepare_cached(sql)
                 .and_then(|mut s| {
-                    s.query_map(rusqlite::params_from_iter(values.iter()), |r| r.get(0))?
+                    s.query_map(params![with_tags(query), want], |r| r.get(0))?
                         .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .map_err(|e| self.err(e))?;
@@ -610,17 +600,38 @@ impl Store {
                     found.push(id);
                 }
             }
+            Ok(())
+        };
+        for tier in tiers.strict {
+            if found.len() >= limit {
+                return Ok(found);
+            }
+            run(tier, &mut found)?;
+        }
+        if found.len() >= limit || tiers.any.is_empty() {
+            return Ok(found);
+        }
+        let mut rare = Vec::with_capacity(tiers.any.len());
+        for expr in tiers.any {
+            if self.matches_at_most(&expr, COMMON_TOKEN_DOCUMENTS)? {
+                rare.push(expr);
+            }
+        }
+        if !rare.is_empty() {
+            run(rare.join(" OR "), &mut found)?;
         }
         Ok(found)
     }
 
-    /// How many memories have the indexed token `token` (already folded as the index folds
-    /// it: lower case).
-    fn documents_with(&self, token: &str) -> Result<u64> {
+    /// Whether the FTS5 expression `expr` matches at most `n` memories. Reads at most `n + 1`
+    /// rowids of the index, unranked, so it costs little even for "the".
+    fn matches_at_most(&self, expr: &str, n: u64) -> Result<bool> {
         self.conn
-            .prepare_cached("SELECT doc FROM memory_fts_vocab WHERE term = ?1")
-            .and_then(|mut s| s.query_row([token], |r| r.get::<_, i64>(0)).optional())
-            .map(|n| n.unwrap_or(0) as u64)
+            .prepare_cached(
+                "SELECT count(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT ?2)",
+            )
+            .and_then(|mut s| s.query_row(params![expr, n as i64 + 1], |r| r.get::<_, i64>(0)))
+            .map(|count| count as u64 <= n)
             .map_err(|e| self.err(e))
     }
 

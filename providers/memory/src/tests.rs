@@ -281,6 +281,18 @@ async fn exact_phrase_ranks_above_scattered_words_and_tags_filter_exactly() {
     .await
     .unwrap();
     assert_eq!(out, "No memories with tag rus match \"quick\".");
+    // The longest tag there can be, in four-byte characters.
+    let long_tag = "𝄞".repeat(64);
+    let long = save(&p, &ws, json!({"text": "quick note", "tags": [long_tag]})).await;
+    let out = call(
+        &p,
+        &ws,
+        "memory__search",
+        json!({"query": "quick", "tags": [long_tag]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&out), [long], "{out}");
     let out = call(
         &p,
         &ws,
@@ -290,6 +302,35 @@ async fn exact_phrase_ranks_above_scattered_words_and_tags_filter_exactly() {
     .await
     .unwrap();
     assert_eq!(ids(&out), [phrase], "{out}");
+}
+
+#[tokio::test]
+async fn words_in_very_many_memories_are_left_out_of_the_loosest_tier() {
+    // In unit tests a word is "very common" past 4 memories (5,000 in a build).
+    let (_dir, ws) = workspace();
+    let p = MemoryProvider::default();
+    for i in 0..5 {
+        save(&p, &ws, json!({"text": format!("the note {i}")})).await;
+    }
+    let zebra = save(&p, &ws, json!({"text": "a zebra"})).await;
+    let unicorn = save(&p, &ws, json!({"text": "the unicorn"})).await;
+    // Neither all three words nor the phrase anywhere: any word, but not "the".
+    let out = call(
+        &p,
+        &ws,
+        "memory__search",
+        json!({"query": "the zebra unicorn"}),
+    )
+    .await
+    .unwrap();
+    let mut found = ids(&out);
+    found.sort();
+    assert_eq!(found, [zebra, unicorn], "{out}");
+    // On its own, a common word is still searched.
+    let out = call(&p, &ws, "memory__search", json!({"query": "the"}))
+        .await
+        .unwrap();
+    assert_eq!(ids(&out).len(), 6, "{out}");
 }
 
 #[tokio::test]

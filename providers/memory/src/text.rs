@@ -126,6 +126,17 @@ pub fn index_form(text: &str, tails: &mut String) -> String {
     out
 }
 
+/// The index token standing for the exact tag `tag`: `tg` and the tag's UTF-8 bytes in hex,
+/// so case, spaces and punctuation all count and no tokenizer splits it.
+pub fn tag_key(tag: &str) -> String {
+    let mut out = String::with_capacity(2 + tag.len() * 2);
+    out.push_str("tg");
+    for b in tag.bytes() {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
 /// One searchable unit of a query: a word (letters and digits), or a CJK run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Term {
@@ -170,18 +181,28 @@ fn term_expr(term: &Term) -> String {
     }
 }
 
-/// The FTS5 queries for `terms`, strictest first: every term in order as one phrase (only
-/// when there are two or more terms), every term anywhere, then any word or any CJK bigram.
-///
-/// The last tier leaves out the words and bigrams `is_common` says are in very many
-/// memories: scoring every memory that has "the" costs much and says little, and the
-/// memories that also have the rarer words were found by the tiers before. It is left out
-/// altogether when it would match the same rows as the tier before it, or when every word
-/// in it is common.
-pub fn tiers(terms: &[Term], is_common: &dyn Fn(&str) -> bool) -> Vec<String> {
-    let mut out = Vec::new();
+/// The FTS5 queries for a search, strictest first.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Tiers {
+    /// Every term in order as one phrase (only with two or more terms), then every term
+    /// anywhere.
+    pub strict: Vec<String>,
+    /// The loosest tier, one expression per word or CJK bigram, to be joined with `OR`:
+    /// any of them. Empty when it would match the same rows as the last strict tier. The
+    /// caller leaves out the expressions that match very many memories before joining them:
+    /// scoring every memory that has "the" costs much and says little, and the memories
+    /// that also have the rarer words were found by the strict tiers.
+    pub any: Vec<String>,
+}
+
+/// The tiers of a search for `terms`.
+pub fn tiers(terms: &[Term]) -> Tiers {
+    let mut strict = Vec::new();
     if terms.is_empty() {
-        return out;
+        return Tiers {
+            strict,
+            any: Vec::new(),
+        };
     }
     if terms.len() > 1 {
         let parts: Vec<String> = terms
@@ -193,40 +214,27 @@ pub fn tiers(terms: &[Term], is_common: &dyn Fn(&str) -> bool) -> Vec<String> {
                 other => term_expr(other),
             })
             .collect();
-        out.push(parts.join(" + "));
+        strict.push(parts.join(" + "));
     }
     let all: Vec<String> = terms.iter().map(term_expr).collect();
-    out.push(all.join(" AND "));
-    // (expression, the token whose frequency decides whether it is common)
-    let mut any: Vec<(String, Option<String>)> = Vec::new();
+    strict.push(all.join(" AND "));
+    let mut any: Vec<String> = Vec::new();
     for t in terms {
         match t {
             Term::Cjk(chars) if chars.len() > 2 => {
                 for pair in chars.windows(2) {
-                    let pair: String = pair.iter().collect();
-                    any.push((quoted(&pair), Some(pair)));
+                    any.push(quoted(&pair.iter().collect::<String>()));
                 }
             }
-            Term::Cjk(chars) if chars.len() == 2 => {
-                any.push((term_expr(t), Some(chars.iter().collect())))
-            }
-            Term::Cjk(_) => any.push((term_expr(t), None)),
-            Term::Word(w) => any.push((term_expr(t), Some(w.to_lowercase()))),
+            other => any.push(term_expr(other)),
         }
     }
     let mut seen = std::collections::HashSet::new();
-    any.retain(|(expr, _)| seen.insert(expr.clone()));
-    if any.len() > 1 {
-        let kept: Vec<String> = any
-            .into_iter()
-            .filter(|(_, token)| !token.as_deref().is_some_and(is_common))
-            .map(|(expr, _)| expr)
-            .collect();
-        if !kept.is_empty() {
-            out.push(kept.join(" OR "));
-        }
+    any.retain(|expr| seen.insert(expr.clone()));
+    if any.len() < 2 {
+        any.clear();
     }
-    out
+    Tiers { strict, any }
 }
 
 /// Marks matches in a snippet.
@@ -398,6 +406,13 @@ mod tests {
     }
 
     #[test]
+    fn tag_keys_are_exact() {
+        assert_eq!(tag_key("Ab"), "tg4162");
+        assert_ne!(tag_key("ab"), tag_key("Ab"));
+        assert_eq!(tag_key("项目"), "tge9a1b9e79bae");
+    }
+
+    #[test]
     fn queries_become_quoted_strings_only() {
         let t = terms(r#"foo AND "bar" (baz*) col:qux NEAR(a b) -x ^y"#);
         let words: Vec<&str> = t
@@ -411,7 +426,8 @@ mod tests {
             words,
             ["foo", "AND", "bar", "baz", "col", "qux", "NEAR", "a", "b", "x", "y"]
         );
-        for tier in tiers(&t, &|_| false) {
+        let tiers = tiers(&t);
+        for tier in tiers.strict.iter().chain([&tiers.any.join(" OR ")]) {
             // Outside quoted strings there is nothing but our own operators.
             let mut outside = String::new();
             let mut in_quote = false;
@@ -433,45 +449,33 @@ mod tests {
 
     #[test]
     fn tiers_strictest_first() {
-        let t = terms("quick brown");
+        let t = |q: &str| {
+            let t = tiers(&terms(q));
+            let mut all = t.strict;
+            if !t.any.is_empty() {
+                all.push(t.any.join(" OR "));
+            }
+            all
+        };
         assert_eq!(
-            tiers(&t, &|_| false),
+            t("quick brown"),
             [
                 r#""quick" + "brown""#,
                 r#""quick" AND "brown""#,
                 r#""quick" OR "brown""#
             ]
         );
-        assert_eq!(tiers(&terms("数据"), &|_| false), [r#""数据""#]);
+        assert_eq!(t("数据"), [r#""数据""#]);
+        assert_eq!(t("the the"), [r#""the" + "the""#, r#""the" AND "the""#]);
+        assert_eq!(t("数据库"), [r#""数据 据库""#, r#""数据" OR "据库""#]);
+        assert_eq!(t("库"), [r#"("库"* OR tails : "库")"#]);
         assert_eq!(
-            tiers(&terms("数据库"), &|_| false),
-            [r#""数据 据库""#, r#""数据" OR "据库""#]
-        );
-        assert_eq!(
-            tiers(&terms("库"), &|_| false),
-            [r#"("库"* OR tails : "库")"#]
-        );
-        assert_eq!(
-            tiers(&terms("用 rust"), &|_| false),
+            t("用 rust"),
             [
                 r#""用"* + "rust""#,
                 r#"("用"* OR tails : "用") AND "rust""#,
                 r#"("用"* OR tails : "用") OR "rust""#
             ]
-        );
-    }
-
-    #[test]
-    fn common_words_are_left_out_of_the_loosest_tier() {
-        let common = |t: &str| t == "the" || t == "数据";
-        assert_eq!(
-            tiers(&terms("The zebra"), &common),
-            [r#""The" + "zebra""#, r#""The" AND "zebra""#, r#""zebra""#]
-        );
-        assert_eq!(tiers(&terms("the the"), &common).len(), 2);
-        assert_eq!(
-            tiers(&terms("数据库"), &common),
-            [r#""数据 据库""#, r#""据库""#]
         );
     }
 
