@@ -332,10 +332,7 @@ impl Store {
         let state = self.schema_state(&self.conn)?;
         self.check_ours(state)?;
         // WAL: readers never wait for a writer, and writers wait for each other (busy timeout).
-        let mode: String = self
-            .conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let mode = self.set_wal()?;
         if !mode.eq_ignore_ascii_case("wal") {
             // A file system without shared memory keeps the old journal; it still works.
             tracing::warn!(target: "toolbox", "{}: journal mode is {mode}, not wal", self.shown);
@@ -352,16 +349,52 @@ impl Store {
         Ok(())
     }
 
+    /// Switches a new file to WAL (a no-op read on a file that is in WAL already); returns
+    /// the journal mode in force.
+    ///
+    /// The switch needs the file to itself. When two connections make it at once, each
+    /// holding a read lock and waiting for the other's, SQLite answers one of them "busy" at
+    /// once instead of calling the busy handler (it would wait forever), so that one tries
+    /// again here, within the same [`BUSY_TIMEOUT`].
+    fn set_wal(&self) -> Result<String> {
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self
+                .conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            {
+                Err(e)
+                    if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                other => return other.map_err(|e| self.err(e)),
+            }
+        }
+    }
+
     /// `application_id`, `user_version`, and how many schema objects the file has.
+    ///
+    /// One statement, so one snapshot: read one at a time, another process's migration could
+    /// commit in between and make a store being created look like someone else's file.
     fn schema_state(&self, conn: &Connection) -> Result<SchemaState> {
-        let read = || -> rusqlite::Result<SchemaState> {
-            Ok(SchemaState {
-                application_id: conn.query_row("PRAGMA application_id", [], |r| r.get(0))?,
-                version: conn.query_row("PRAGMA user_version", [], |r| r.get(0))?,
-                objects: conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?,
-            })
-        };
-        read().map_err(|e| self.err(e))
+        conn.query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id),
+                    (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_schema)",
+            [],
+            |r| {
+                Ok(SchemaState {
+                    application_id: r.get(0)?,
+                    version: r.get(1)?,
+                    objects: r.get(2)?,
+                })
+            },
+        )
+        .map_err(|e| self.err(e))
     }
 
     fn check_ours(&self, s: SchemaState) -> Result<()> {

@@ -662,3 +662,30 @@ fn workspace_rules_allow_only_a_lower_text_cap() {
         Some(Tighten::AtMost(DEFAULT_MAX_TEXT_BYTES))
     ));
 }
+
+#[test]
+fn connections_racing_to_create_the_store_all_succeed() {
+    // Each thread has its own cache, so its own connection, like separate processes.
+    for round in 0..40 {
+        let (_dir, ws) = workspace();
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (ws, barrier) = (ws.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let stores = crate::store::Stores::default();
+                    barrier.wait();
+                    let store = stores
+                        .get(&crate::store::Location::Workspace(ws), true)
+                        .unwrap_or_else(|e| panic!("round {round}, thread {t}: {e:#}"))
+                        .unwrap();
+                    let mut store = store.lock().unwrap();
+                    store.save(None, &format!("thread {t}"), &[]).unwrap()
+                })
+            })
+            .collect();
+        let mut ids: Vec<i64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2, 3, 4], "round {round}");
+    }
+}
