@@ -482,6 +482,22 @@ async fn every_tool_reads_null_as_absent() {
         "strict",
     );
 
+    // Memory: both workspaces get the same saves, so the ids match; dates differ.
+    let (out, _) = t
+        .same_fuzzy("memory__save", json!({"text": "strict memory note"}))
+        .await;
+    done(&out, "Saved memory #1.");
+    let (out, _) = t
+        .same_fuzzy("memory__search", json!({"query": "strict"}))
+        .await;
+    done(&out, "**strict** memory note");
+    let (out, _) = t.same_fuzzy("memory__list", json!({})).await;
+    done(&out, "strict memory note");
+    let (out, _) = t.same_fuzzy("memory__get", json!({"id": 1})).await;
+    done(&out, "strict memory note");
+    let (out, _) = t.same_fuzzy("memory__delete", json!({"id": 1})).await;
+    done(&out, "Deleted [#1]");
+
     // The web and images, against the local server.
     let addr = t.server;
     done(

@@ -44,6 +44,8 @@ pub async fn stop_signal() -> &'static str {
 use toolbox_file_manager as _;
 #[cfg(feature = "image_gen")]
 use toolbox_image_gen as _;
+#[cfg(feature = "memory")]
+use toolbox_memory as _;
 #[cfg(feature = "notebook")]
 use toolbox_notebook as _;
 #[cfg(feature = "pdf")]
@@ -71,6 +73,8 @@ pub const PROVIDERS: &[&str] = &[
     "file_manager",
     #[cfg(feature = "image_gen")]
     "image_gen",
+    #[cfg(feature = "memory")]
+    "memory",
     #[cfg(feature = "notebook")]
     "notebook",
     #[cfg(feature = "pdf")]

@@ -1,0 +1,79 @@
+//! `memory__save`: stores a text with an optional title and tags, returns its id.
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+use toolbox_core::schema::{object_schema, prop};
+use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::{
+    settings, tags_arg, tags_prop, text, MemoryProvider, MAX_TAGS, MAX_TAG_CHARS, MAX_TITLE_BYTES,
+    TOOLSET,
+};
+
+pub(crate) const NAME: &str = "memory__save";
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Save a note to long-term memory, kept across sessions: a fact, a decision, a user \
+         preference, a result worth finding again. Returns the new memory's id. Write the \
+         text so it makes sense on its own later; add a short title and tags to find it \
+         by (memory__search, memory__list).",
+        object_schema(
+            &[
+                ("text", prop("string", "What to remember (any language).")),
+                ("title", prop("string", "A short title (optional).")),
+                (
+                    "tags",
+                    tags_prop(&format!(
+                        "Tags to file it under, e.g. [\"project-x\", \"decision\"] (optional; \
+                         at most {MAX_TAGS}, each up to {MAX_TAG_CHARS} characters; they \
+                         compare exactly)."
+                    )),
+                ),
+            ],
+            &["text"],
+        ),
+    )
+    .risk(ToolRisk::FileWrite)
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
+    let args = Args::new(NAME, &args)?;
+    args.reject_unknown(&["text", "content", "title", "tags", "tag"])?;
+    let max = settings(ctx)?.max_text_bytes;
+    let body = args.str("text", &["content"])?;
+    if body.trim().is_empty() {
+        bail!(
+            "{NAME}: text is empty; a memory needs 1 to {max} bytes of text ([memory] max_text_bytes)"
+        );
+    }
+    if body.len() as u64 > max {
+        bail!(
+            "{NAME}: text is {} bytes, more than the {max}-byte limit ([memory] max_text_bytes); save a summary, or split it into several memories",
+            body.len()
+        );
+    }
+    let title = args
+        .opt_str("title", &[])?
+        .map(text::one_line)
+        .filter(|t| !t.is_empty());
+    if let Some(t) = &title {
+        if t.len() > MAX_TITLE_BYTES {
+            bail!(
+                "{NAME}: title is {} bytes, more than the {MAX_TITLE_BYTES}-byte limit",
+                t.len()
+            );
+        }
+    }
+    let tags = tags_arg(&args)?;
+    let body = body.to_string();
+    let id = p
+        .with_store(NAME, ctx, true, move |store| {
+            let store = store.expect("created");
+            store.save(title.as_deref(), &body, &tags)
+        })
+        .await?;
+    Ok(Value::String(format!("Saved memory #{id}.")))
+}

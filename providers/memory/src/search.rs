@@ -1,0 +1,78 @@
+//! `memory__search`: full-text search, best first, with a highlighted snippet per result.
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+use toolbox_core::schema::{integer_in, object_schema, prop};
+use toolbox_core::{Args, ToolContext, ToolInfo};
+
+use crate::{header, tags_arg, tags_note, tags_prop, MemoryProvider, TOOLSET};
+
+pub(crate) const NAME: &str = "memory__search";
+const DEFAULT_LIMIT: u64 = 10;
+const MAX_LIMIT: u64 = 50;
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Search long-term memory. Type words or a phrase in any language (Chinese works; \
+         no special syntax: quotes, AND, * and the like are plain text). Memories with the \
+         exact phrase come first, then those with every word, then those with some; the \
+         title counts most. Each result has its id, title, date, tags and an excerpt with \
+         the matches in **bold**; read a whole memory with memory__get.",
+        object_schema(
+            &[
+                ("query", prop("string", "Words or a phrase to look for.")),
+                (
+                    "tags",
+                    tags_prop("Only memories carrying all of these tags (exact match)."),
+                ),
+                (
+                    "limit",
+                    integer_in(
+                        &format!("How many results at most (default {DEFAULT_LIMIT})."),
+                        1,
+                        Some(MAX_LIMIT),
+                    ),
+                ),
+            ],
+            &["query"],
+        ),
+    )
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
+    let args = Args::new(NAME, &args)?;
+    args.reject_unknown(&["query", "q", "tags", "tag", "limit"])?;
+    let query = args.str("query", &["q"])?.to_string();
+    if query.trim().is_empty() {
+        bail!("{NAME}: argument `query` is empty");
+    }
+    let tags = tags_arg(&args)?;
+    let limit = args.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let (q, filter) = (query.clone(), tags.clone());
+    let hits = p
+        .with_store(NAME, ctx, false, move |store| match store {
+            None => Ok(None),
+            Some(store) => store.search(&q, &filter, limit).map(Some),
+        })
+        .await?;
+    let which = tags_note(&tags);
+    let Some(hits) = hits else {
+        return Ok(Value::String("No memories saved yet.".into()));
+    };
+    if hits.is_empty() {
+        return Ok(Value::String(format!(
+            "No memories{which} match {query:?}."
+        )));
+    }
+    let mut out = format!(
+        "Found {} memor{}{which} for {query:?}, best first:\n",
+        hits.len(),
+        if hits.len() == 1 { "y" } else { "ies" }
+    );
+    for hit in &hits {
+        out.push_str(&format!("\n{}\n  {}\n", header(&hit.memory), hit.snippet));
+    }
+    Ok(Value::String(out))
+}
