@@ -3,23 +3,11 @@
 //! `[memory]`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-/// The binary with a clean environment: no TOOLBOX_* from the developer, no user config.
-fn toolbox(ws: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-    cmd.current_dir(ws);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("XDG_CONFIG_HOME", ws.join(".no-user-config"));
-    cmd.stdin(Stdio::null());
-    cmd
-}
+mod common;
+use common::toolbox;
 
 /// `toolbox call TOOL ARGS --mode full`: exit code, envelope, stderr.
 fn call(ws: &Path, tool: &str, args: &str) -> (i32, Value, String) {

@@ -8,19 +8,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-/// The binary with a clean environment: no TOOLBOX_* from the developer, no user config.
-fn toolbox(ws: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-    cmd.current_dir(ws);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("XDG_CONFIG_HOME", ws.join(".no-user-config"));
-    cmd.stdin(Stdio::null());
-    cmd
-}
+mod common;
+use common::toolbox;
 
 /// The tool names in `toolbox tools` output (the first column).
 fn names(listing: &str) -> Vec<String> {

@@ -4,23 +4,14 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn toolbox(ws: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-    cmd.current_dir(ws);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.stdin(Stdio::null());
-    cmd
-}
+mod common;
+use common::toolbox;
 
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

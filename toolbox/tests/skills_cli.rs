@@ -3,21 +3,10 @@
 //! not add any.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-fn toolbox(ws: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-    cmd.current_dir(ws);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    // A developer's own ~/.config/toolbox/config.toml must not change what tests see.
-    cmd.env("XDG_CONFIG_HOME", ws.join(".no-user-config"));
-    cmd.stdin(Stdio::null());
-    cmd
-}
+mod common;
+use common::toolbox;
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd.output().expect("toolbox runs");
