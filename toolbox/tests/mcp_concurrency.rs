@@ -4,12 +4,14 @@
 //! proofs are the order of the replies and a barrier that only opens once all 64 calls run.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+mod common;
 
 /// Generous for a debug build on a busy machine; only a regression waits this long.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -25,12 +27,7 @@ impl Server {
     /// A `toolbox mcp --mode full` after the initialize handshake.
     fn start() -> Server {
         let ws = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = common::toolbox(ws.path());
         let mut child = cmd
             .env("XDG_CONFIG_HOME", ws.path().join(".no-user-config"))
             .args(["mcp", "--mode", "full", "--workspace"])
@@ -42,15 +39,7 @@ impl Server {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (tx, replies) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let replies = common::line_reader(stdout);
         let mut server = Server {
             stdin: child.stdin.take().unwrap(),
             child,

@@ -2,12 +2,14 @@
 //! lines on the real binary's stdin, replies read from its stdout, every read bounded so a
 //! regression fails instead of hanging.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+mod common;
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -30,12 +32,7 @@ impl Server {
     fn start() -> Server {
         let ws = tempfile::tempdir().unwrap();
         std::fs::write(ws.path().join("notes.txt"), "still here\n").unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = common::toolbox(ws.path());
         let mut child = cmd
             .args(["mcp", "--mode", "full", "--workspace"])
             .arg(ws.path())
@@ -46,15 +43,7 @@ impl Server {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (tx, replies) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let replies = common::line_reader(stdout);
         let mut server = Server {
             stdin: child.stdin.take(),
             child,
@@ -375,12 +364,7 @@ fn requests_read_from_a_file_are_answered_into_a_file() {
     // The last line has no newline: it still counts.
     std::fs::write(&requests, lines.join("\n")).unwrap();
     let replies = ws.path().join("replies.jsonl");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = common::toolbox(ws.path());
     let mut child = cmd
         .args(["mcp", "--mode", "full", "--workspace"])
         .arg(ws.path())

@@ -4,11 +4,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStderr, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, Stdio};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+mod common;
 
 /// Generous for a debug build on a busy machine; only a regression waits this long.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -32,12 +34,7 @@ impl Server {
 
     fn start_with_env(flags: &[&str], env: &[(&str, &str)]) -> Server {
         let ws = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = common::toolbox(ws.path());
         let mut child = cmd
             .env("XDG_CONFIG_HOME", ws.path().join(".no-user-config"))
             // Logs too go to the unread stderr.

@@ -1,5 +1,8 @@
 //! Helpers shared by the binary's integration tests (`mod common;` in each test file).
 
+// Each test file uses some of these helpers, never all.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -17,4 +20,20 @@ pub fn toolbox(ws: &Path) -> Command {
     cmd.env("XDG_CONFIG_HOME", ws.join(".no-user-config"));
     cmd.stdin(Stdio::null());
     cmd
+}
+
+/// Reads `stdout` line by line on a thread of its own, so a test can wait for a reply with a
+/// timeout (`recv_timeout`) instead of blocking forever on a broken server.
+pub fn line_reader(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
 }
