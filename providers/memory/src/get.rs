@@ -3,9 +3,9 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{ToolContext, ToolInfo};
 
-use crate::{header, id_arg, id_prop, unknown_id, MemoryProvider, TOOLSET};
+use crate::{header, id_prop, MemoryProvider, TOOLSET};
 
 pub(crate) const NAME: &str = "memory__get";
 
@@ -20,14 +20,8 @@ pub(crate) fn info() -> ToolInfo {
 }
 
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
-    let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["id", "memory_id"])?;
-    let id = id_arg(&args)?;
     let memory = p
-        .with_store(NAME, ctx, false, move |store| match store {
-            None => Err(unknown_id(id)),
-            Some(store) => store.get(id)?.ok_or_else(|| unknown_id(id)),
-        })
+        .with_memory(NAME, &args, ctx, |store, id| store.get(id))
         .await?;
     Ok(Value::String(format!(
         "{}\n\n{}",

@@ -174,6 +174,27 @@ impl MemoryProvider {
     }
 }
 
+impl MemoryProvider {
+    /// The shape `memory__get` and `memory__delete` share: the `id` argument parsed, `op`
+    /// run on the existing store, and an unknown id (or no store yet) a clear error.
+    async fn with_memory(
+        &self,
+        tool: &'static str,
+        args: &Value,
+        ctx: &ToolContext,
+        op: fn(&mut Store, i64) -> Result<Option<Memory>>,
+    ) -> Result<Memory> {
+        let args = Args::new(tool, args)?;
+        args.reject_unknown(&["id", "memory_id"])?;
+        let id = id_arg(&args)?;
+        self.with_store(tool, ctx, false, move |store| match store {
+            None => Err(unknown_id(id)),
+            Some(store) => op(store, id)?.ok_or_else(|| unknown_id(id)),
+        })
+        .await
+    }
+}
+
 /// The `id` argument: a whole number, or the `#12` form the tools print.
 fn id_arg(args: &Args<'_>) -> Result<i64> {
     let id = match args.opt_u64("id", &["memory_id"]) {
