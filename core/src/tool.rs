@@ -74,6 +74,11 @@ pub struct ToolInfo {
     /// result). Set with [`ToolInfo::file_reader`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub file_reader: bool,
+    /// The tool is served by whoever drives a model's turn, not by the executor (the team
+    /// provider's `call_agent`, which runs a sub-turn): it is listed only where such a runtime
+    /// runs, and the executor refuses it. Set with [`ToolInfo::intercepted`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub intercepted: bool,
 }
 
 impl ToolInfo {
@@ -92,6 +97,7 @@ impl ToolInfo {
             toolsets: Vec::new(),
             open_world: None,
             file_reader: false,
+            intercepted: false,
         }
     }
 
@@ -129,6 +135,13 @@ impl ToolInfo {
     /// Marks the tool as a reader of workspace text files (see [`ToolInfo::file_reader`]).
     pub fn file_reader(mut self) -> Self {
         self.file_reader = true;
+        self
+    }
+
+    /// Marks the tool as served by the agent runtime, not the executor (see
+    /// [`ToolInfo::intercepted`]).
+    pub fn intercepted(mut self) -> Self {
+        self.intercepted = true;
         self
     }
 }

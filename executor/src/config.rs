@@ -51,8 +51,11 @@ impl std::fmt::Display for PermissionMode {
 /// What a permission check concludes for one tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
+    /// The call runs.
     Allow,
+    /// The call waits for an approval.
     Ask,
+    /// The call is refused (and the tool hidden from schemas).
     Deny,
 }
 
@@ -99,6 +102,16 @@ impl Permissions {
         }
     }
 
+    /// The gate of a call whose turn asked for `request`, under these permissions as the
+    /// ceiling: for each risk the stricter decision of the two wins, so a request (a turn's
+    /// mode, its legacy flags) can lower what runs but never raise it.
+    pub fn narrowed(&self, request: &Permissions) -> Gate {
+        Gate {
+            ceiling: *self,
+            request: Some(*request),
+        }
+    }
+
     /// Whether a tool of this risk appears in schemas at all.
     pub fn visible(&self, risk: ToolRisk) -> bool {
         self.decide(risk) != Decision::Deny
@@ -117,6 +130,52 @@ impl Permissions {
                 "tool {tool} is not allowed in permission mode {} (risk: {risk})",
                 self.mode
             ),
+        }
+    }
+}
+
+/// The permissions one call is gated by: the process's ceiling, narrowed by its turn's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gate {
+    ceiling: Permissions,
+    request: Option<Permissions>,
+}
+
+impl From<Permissions> for Gate {
+    fn from(ceiling: Permissions) -> Self {
+        Gate {
+            ceiling,
+            request: None,
+        }
+    }
+}
+
+impl Gate {
+    /// Whether a call of a tool with this risk runs, is refused, or asks first.
+    pub fn decide(&self, risk: ToolRisk) -> Decision {
+        let ceiling = self.ceiling.decide(risk);
+        let Some(request) = self.request else {
+            return ceiling;
+        };
+        match (ceiling, request.decide(risk)) {
+            (Decision::Deny, _) | (_, Decision::Deny) => Decision::Deny,
+            (Decision::Ask, _) | (_, Decision::Ask) => Decision::Ask,
+            _ => Decision::Allow,
+        }
+    }
+
+    /// Whether a tool of this risk appears in schemas at all.
+    pub fn visible(&self, risk: ToolRisk) -> bool {
+        self.decide(risk) != Decision::Deny
+    }
+
+    /// Why a call of this risk is refused outright, naming whichever side refused it.
+    pub(crate) fn denial_reason(&self, tool: &str, risk: ToolRisk) -> String {
+        match self.request {
+            Some(request) if self.ceiling.decide(risk) != Decision::Deny => {
+                format!("{} for this turn", request.denial_reason(tool, risk))
+            }
+            _ => self.ceiling.denial_reason(tool, risk),
         }
     }
 }

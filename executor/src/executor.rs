@@ -35,6 +35,14 @@ pub struct ToolRequest {
     /// Overrides the configured per-call timeout for this call.
     #[serde(skip)]
     pub timeout: Option<Duration>,
+    /// The permissions of the turn this call belongs to. They can only narrow the
+    /// executor's own (the process's ceiling): for each risk the stricter decision wins.
+    #[serde(skip)]
+    pub permissions: Option<Permissions>,
+    /// Where this call's streamed output and approval request go instead of the executor's
+    /// sink (an agent runtime routes them to the call's session).
+    #[serde(skip)]
+    pub events: Option<EventSink>,
 }
 
 impl ToolRequest {
@@ -46,6 +54,8 @@ impl ToolRequest {
             arguments,
             session_id: None,
             timeout: None,
+            permissions: None,
+            events: None,
         }
     }
 
@@ -58,6 +68,18 @@ impl ToolRequest {
     /// Overrides the configured per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Narrows the executor's permissions for this call (see [`ToolRequest::permissions`]).
+    pub fn permissions(mut self, permissions: impl Into<Permissions>) -> Self {
+        self.permissions = Some(permissions.into());
+        self
+    }
+
+    /// Sends this call's events to `events` (see [`ToolRequest::events`]).
+    pub fn events(mut self, events: EventSink) -> Self {
+        self.events = Some(events);
         self
     }
 }
@@ -227,19 +249,37 @@ impl ToolExecutor {
 
     /// Expands `toolsets` (all tools when `None`) and keeps the tools `permissions` let a
     /// model see, in registration order. An unknown toolset is an error naming the known ones.
+    ///
+    /// Tools only an agent runtime serves ([`ToolInfo::intercepted`](toolbox_core::ToolInfo::intercepted),
+    /// such as `call_agent`) are left out; a runtime asks for them with
+    /// [`resolve_runtime_tools`](Self::resolve_runtime_tools).
     pub fn resolve_agent_tools(
         &self,
         toolsets: Option<&[&str]>,
         permissions: impl Into<Permissions>,
     ) -> Result<Vec<&RegisteredTool>> {
+        let mut tools = self.resolve_runtime_tools(toolsets, permissions)?;
+        tools.retain(|t| !t.info.intercepted);
+        Ok(tools)
+    }
+
+    /// Like [`resolve_agent_tools`](Self::resolve_agent_tools), keeping the tools an agent
+    /// runtime intercepts: for the runtime that serves them. The permissions are narrowed to
+    /// this executor's own, as a call's are.
+    pub fn resolve_runtime_tools(
+        &self,
+        toolsets: Option<&[&str]>,
+        permissions: impl Into<Permissions>,
+    ) -> Result<Vec<&RegisteredTool>> {
         let permissions = permissions.into();
+        let ceiling = self.inner.config.permissions;
         let tools = match toolsets {
             Some(sets) => self.inner.registry.expand_toolsets(sets)?,
             None => self.inner.registry.tools().iter().collect(),
         };
         Ok(tools
             .into_iter()
-            .filter(|t| permissions.visible(t.info.risk))
+            .filter(|t| ceiling.narrowed(&permissions).visible(t.info.risk))
             .collect())
     }
 
@@ -384,12 +424,17 @@ impl ToolExecutor {
         claim: toolbox_core::SpoolClaim,
     ) -> (String, Result<String, (ErrorKind, String)>) {
         let inner = &*self.inner;
-        if request.name == "call_agent" {
+        let intercepted = match inner.registry.get(&request.name) {
+            Some(tool) => tool.info.intercepted,
+            None => request.name == "call_agent",
+        };
+        if intercepted {
+            let shown = shorten(&request.name, 200);
             return (
-                request.name.clone(),
+                shown.clone(),
                 Err((
                     ErrorKind::InvalidRequest,
-                    "call_agent reached the tool executor: it should have been intercepted by the agent runtime before dispatch (this is a bug in the runtime)".into(),
+                    format!("{shown} reached the tool executor, but it is served by the agent runtime, which must intercept it before dispatch. It works inside a turn (toolbox chat, toolbox serve), not through toolbox call or MCP"),
                 )),
             );
         }
@@ -420,13 +465,18 @@ impl ToolExecutor {
         let arguments = normalize_arguments(name, &request.arguments)
             .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
         let workspace = inner.workspace.with_session_id(session_id.clone());
+        let permissions = match &request.permissions {
+            Some(turn) => inner.config.permissions.narrowed(turn),
+            None => inner.config.permissions.into(),
+        };
+        let events = request.events.as_ref().unwrap_or(&inner.events);
 
-        match inner.config.permissions.decide(tool.info.risk) {
+        match permissions.decide(tool.info.risk) {
             Decision::Allow => {}
             Decision::Deny => {
                 return Err((
                     ErrorKind::Denied,
-                    inner.config.permissions.denial_reason(name, tool.info.risk),
+                    permissions.denial_reason(name, tool.info.risk),
                 ))
             }
             Decision::Ask => {
@@ -437,6 +487,7 @@ impl ToolExecutor {
                     &arguments,
                     session_id,
                     &cancel,
+                    events,
                 )
                 .await?
             }
@@ -449,7 +500,7 @@ impl ToolExecutor {
             call_id: request.id.clone(),
             tool: name.to_string(),
             cancel: call_cancel.clone(),
-            events: inner.events.clone(),
+            events: events.clone(),
             config: inner.provider_config.clone(),
             spool: claim,
         };
@@ -497,6 +548,7 @@ impl ToolExecutor {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn await_approval(
         &self,
         name: &str,
@@ -505,21 +557,20 @@ impl ToolExecutor {
         arguments: &Value,
         session_id: &SessionId,
         cancel: &CancellationToken,
+        events: &EventSink,
     ) -> Result<(), (ErrorKind, String)> {
         let inner = &*self.inner;
         if inner.approvals.approved_for_session(session_id, name) {
             return Ok(());
         }
         let rx = inner.approvals.open(session_id, &request.id);
-        inner
-            .events
-            .emit(ToolEvent::ApprovalRequested(ApprovalRequest {
-                session_id: session_id.clone(),
-                call_id: request.id.clone(),
-                tool: name.to_string(),
-                arguments: arguments.clone(),
-                risk,
-            }));
+        events.emit(ToolEvent::ApprovalRequested(ApprovalRequest {
+            session_id: session_id.clone(),
+            call_id: request.id.clone(),
+            tool: name.to_string(),
+            arguments: arguments.clone(),
+            risk,
+        }));
         let wait = inner.config.approval_timeout;
         let answer = tokio::select! {
             _ = cancel.cancelled() => {

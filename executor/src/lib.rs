@@ -26,7 +26,9 @@ pub mod spool;
 pub mod trajectory;
 
 pub use approval::ApprovalDecision;
-pub use config::{user_config_path, ExecutorConfig, LoadOptions, PermissionMode, Permissions};
+pub use config::{
+    user_config_path, Decision, ExecutorConfig, Gate, LoadOptions, PermissionMode, Permissions,
+};
 pub use executor::{CallStatus, ErrorKind, ToolCallInfo, ToolExecutor, ToolRequest};
 pub use registry::{RegisteredTool, Registry};
 pub use schema::{SchemaFormat, SchemaRendering};

@@ -89,11 +89,12 @@ impl Registry {
             .find(|t| t.info.file_reader && permissions.visible(t.info.risk))
     }
 
-    /// The tools the given permissions let a model see.
+    /// The tools the given permissions let a model see, without the ones only an agent
+    /// runtime serves ([`ToolInfo::intercepted`]).
     pub fn visible(&self, permissions: &Permissions) -> Vec<&RegisteredTool> {
         self.tools
             .iter()
-            .filter(|t| permissions.visible(t.info.risk))
+            .filter(|t| !t.info.intercepted && permissions.visible(t.info.risk))
             .collect()
     }
 

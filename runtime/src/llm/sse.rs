@@ -1,0 +1,1 @@
+//! A Server-Sent Events parser. (Stub.)
