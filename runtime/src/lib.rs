@@ -11,4 +11,16 @@
 
 #![deny(missing_docs)]
 
+pub mod agent;
+pub mod conversation;
+pub mod events;
 pub mod llm;
+mod runtime;
+mod turn;
+
+pub use agent::ActiveAgent;
+pub use events::{EventHub, RuntimeEvent, SessionEvent, StopReason, Subscription};
+pub use runtime::{
+    ApprovalAnswer, Runtime, RuntimeOptions, TurnError, TurnOutcome, TurnRequest, DEFAULT_AGENT,
+};
+pub use turn::CALL_AGENT;

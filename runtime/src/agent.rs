@@ -1,0 +1,16 @@
+//! The agent a turn (or a `call_agent` sub-turn) runs as.
+
+/// What the turn loop needs of an agent: its prompt, its tools and its limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActiveAgent {
+    /// The agent's name, carried by every event of its turn.
+    pub name: String,
+    /// The system prompt.
+    pub prompt: String,
+    /// The toolsets it may use; `None` means every tool the permissions allow.
+    pub toolsets: Option<Vec<String>>,
+    /// A model other than the configured one.
+    pub model: Option<String>,
+    /// Model requests per turn before it is stopped; `None` uses the runtime's default.
+    pub max_steps: Option<u32>,
+}

@@ -1,0 +1,319 @@
+//! [`Runtime`]: turns, one at a time per session, over one executor and one model.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+use toolbox_core::{CancellationToken, SessionId};
+use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, ToolExecutor};
+
+use crate::agent::ActiveAgent;
+use crate::events::{EventHub, RuntimeEvent, StopReason};
+use crate::llm::{LlmClient, Usage};
+
+/// Settings of the runtime itself.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Model requests per turn for an agent that sets no `max_steps`.
+    pub default_max_steps: u32,
+    /// How deep `call_agent` may nest (the turn's agent is depth 0).
+    pub max_agent_depth: u32,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            default_max_steps: 25,
+            max_agent_depth: 3,
+        }
+    }
+}
+
+/// One turn as a front end asks for it (the HTTP body of `POST /api/sessions/{sid}/turns`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TurnRequest {
+    /// The user's message.
+    pub message: String,
+    /// The agent to run as [default: `default`].
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// The turn's permission mode; never above the process's.
+    #[serde(default)]
+    pub permission_mode: Option<PermissionMode>,
+    /// Legacy switch; wins over `permission_mode` for Shell tools when both are given.
+    #[serde(default)]
+    pub allow_shell: Option<bool>,
+    /// Legacy switch; wins over `permission_mode` for FileWrite tools when both are given.
+    #[serde(default)]
+    pub allow_file_write: Option<bool>,
+}
+
+impl TurnRequest {
+    /// A turn saying `message` to the default agent in the process's mode.
+    pub fn new(message: impl Into<String>) -> Self {
+        TurnRequest {
+            message: message.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The turn's own permissions: its mode (the ceiling's when it gives none) and its
+    /// legacy switches, which win over the mode for their risks.
+    pub fn permissions(&self, ceiling: &Permissions) -> Permissions {
+        Permissions {
+            mode: self.permission_mode.unwrap_or(ceiling.mode),
+            allow_shell: self.allow_shell,
+            allow_file_write: self.allow_file_write,
+        }
+    }
+}
+
+/// Why a turn could not start. Once started, a turn always ends with `turn_finished`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TurnError {
+    /// The session id cannot be used (it names a folder).
+    #[error("{0}")]
+    InvalidSession(String),
+    /// Another turn of the session is still running.
+    #[error("session {0} already has a turn running; wait for it or cancel it")]
+    Busy(String),
+    /// No such agent.
+    #[error("{0}")]
+    UnknownAgent(String),
+    /// The request is malformed (an empty message, say).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No model is configured.
+    #[error("{0}")]
+    NoModel(String),
+}
+
+/// What a finished turn came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// The turn's id.
+    pub turn_id: String,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// The model's last text.
+    pub text: String,
+    /// Model requests made.
+    pub steps: u32,
+    /// Tokens used.
+    pub usage: Usage,
+}
+
+/// What answering an approval request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalAnswer {
+    /// The waiting call got the answer.
+    Delivered,
+    /// That call asked, but was answered already or stopped waiting (timed out, cancelled).
+    AlreadyAnswered,
+    /// No call of that id asked for approval in that session.
+    Unknown,
+}
+
+pub(crate) struct SessionState {
+    pub(crate) cancel: CancellationToken,
+}
+
+pub(crate) struct Inner {
+    pub(crate) executor: ToolExecutor,
+    pub(crate) llm: Option<Arc<dyn LlmClient>>,
+    pub(crate) llm_problem: String,
+    pub(crate) hub: EventHub,
+    pub(crate) options: RuntimeOptions,
+    pub(crate) running: Mutex<HashMap<SessionId, SessionState>>,
+    /// Every (session, call id) that asked for approval, to tell a late answer from a wrong one.
+    pub(crate) asked: Mutex<HashSet<(String, String)>>,
+    pub(crate) next_turn: std::sync::atomic::AtomicU64,
+}
+
+/// Runs turns. Cheap to clone; one runtime serves every session of a process.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Runtime {
+    /// A runtime over `executor` (whose permissions are the ceiling of every turn) talking to
+    /// `llm`. Without a model (`Err` with why, e.g. the `[llm]` settings are wrong) turns are
+    /// refused with that reason, while single tool calls still work.
+    pub fn new(
+        executor: ToolExecutor,
+        llm: Result<Arc<dyn LlmClient>, String>,
+        options: RuntimeOptions,
+    ) -> Self {
+        let (llm, llm_problem) = match llm {
+            Ok(client) => (Some(client), String::new()),
+            Err(why) => (None, why),
+        };
+        Runtime {
+            inner: Arc::new(Inner {
+                executor,
+                llm,
+                llm_problem,
+                hub: EventHub::default(),
+                options,
+                running: Mutex::new(HashMap::new()),
+                asked: Mutex::new(HashSet::new()),
+                next_turn: std::sync::atomic::AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The executor every call goes through.
+    pub fn executor(&self) -> &ToolExecutor {
+        &self.inner.executor
+    }
+
+    /// Every session's events.
+    pub fn events(&self) -> &EventHub {
+        &self.inner.hub
+    }
+
+    /// Runs one turn to its end. Errors only when it cannot start; see [`TurnError`].
+    pub async fn run_turn(
+        &self,
+        session: &str,
+        request: TurnRequest,
+    ) -> Result<TurnOutcome, TurnError> {
+        let started = self.begin(session, &request)?;
+        Ok(crate::turn::run(self.clone(), started, request).await)
+    }
+
+    /// Starts a turn in the background and returns its id at once (for a server's 202).
+    pub fn start_turn(&self, session: &str, request: TurnRequest) -> Result<String, TurnError> {
+        let started = self.begin(session, &request)?;
+        let turn_id = started.turn_id.clone();
+        let me = self.clone();
+        tokio::spawn(async move {
+            crate::turn::run(me, started, request).await;
+        });
+        Ok(turn_id)
+    }
+
+    /// Cancels the running turn of `session` and its running tools. False when none runs.
+    pub fn cancel(&self, session: &str) -> bool {
+        let Ok(sid) = SessionId::parse(session) else {
+            return false;
+        };
+        let running = lock(&self.inner.running);
+        match running.get(&sid) {
+            Some(state) => {
+                state.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `session` has a turn running.
+    pub fn is_running(&self, session: &str) -> bool {
+        SessionId::parse(session).is_ok_and(|sid| lock(&self.inner.running).contains_key(&sid))
+    }
+
+    /// Answers the approval request of call `call_id` in `session`.
+    pub fn respond_approval(
+        &self,
+        session: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+    ) -> ApprovalAnswer {
+        if self
+            .inner
+            .executor
+            .respond_approval(session, call_id, decision)
+        {
+            return ApprovalAnswer::Delivered;
+        }
+        let key = (session.to_string(), call_id.to_string());
+        if lock(&self.inner.asked).contains(&key) {
+            ApprovalAnswer::AlreadyAnswered
+        } else {
+            ApprovalAnswer::Unknown
+        }
+    }
+
+    /// Checks the request, claims the session and resolves the agent.
+    fn begin(&self, session: &str, request: &TurnRequest) -> Result<Started, TurnError> {
+        let sid =
+            SessionId::parse(session).map_err(|e| TurnError::InvalidSession(e.to_string()))?;
+        if request.message.trim().is_empty() {
+            return Err(TurnError::BadRequest(
+                "message is empty: a turn needs the user's message".into(),
+            ));
+        }
+        let Some(llm) = self.inner.llm.clone() else {
+            return Err(TurnError::NoModel(self.inner.llm_problem.clone()));
+        };
+        let agent = self.find_agent(request.agent.as_deref().unwrap_or(DEFAULT_AGENT))?;
+        let cancel = CancellationToken::new();
+        {
+            let mut running = lock(&self.inner.running);
+            if running.contains_key(&sid) {
+                return Err(TurnError::Busy(sid.to_string()));
+            }
+            running.insert(
+                sid.clone(),
+                SessionState {
+                    cancel: cancel.clone(),
+                },
+            );
+        }
+        let n = self
+            .inner
+            .next_turn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Ok(Started {
+            session: sid,
+            turn_id: format!("turn_{millis}_{n}"),
+            agent,
+            llm,
+            cancel,
+        })
+    }
+
+    /// The agent called `name`, or an error listing the known ones.
+    pub(crate) fn find_agent(&self, name: &str) -> Result<ActiveAgent, TurnError> {
+        if name == DEFAULT_AGENT {
+            return Ok(ActiveAgent {
+                name: DEFAULT_AGENT.into(),
+                prompt: "You are a helpful assistant with tools.".into(),
+                toolsets: None,
+                model: None,
+                max_steps: None,
+            });
+        }
+        Err(TurnError::UnknownAgent(format!("unknown agent: {name}")))
+    }
+
+    pub(crate) fn emit(&self, session: &SessionId, event: RuntimeEvent) {
+        self.inner.hub.emit(session, event);
+    }
+
+    pub(crate) fn finish(&self, session: &SessionId) {
+        lock(&self.inner.running).remove(session);
+    }
+}
+
+/// The agent a turn runs as when the request names none.
+pub const DEFAULT_AGENT: &str = "default";
+
+/// A turn that passed [`Runtime::begin`].
+pub(crate) struct Started {
+    pub(crate) session: SessionId,
+    pub(crate) turn_id: String,
+    pub(crate) agent: ActiveAgent,
+    pub(crate) llm: Arc<dyn LlmClient>,
+    pub(crate) cancel: CancellationToken,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

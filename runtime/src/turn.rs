@@ -1,0 +1,600 @@
+//! The turn loop: model → tool calls → gate → executor → tool messages → model, until the
+//! model answers without tools or the agent's `max_steps` is reached; `call_agent` runs a
+//! sub-turn here, never in the executor.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+use toolbox_core::{CancellationToken, EventSink, OutputStream, SessionId, ToolEvent};
+use toolbox_executor::{schema, CallStatus, ErrorKind, PermissionMode, Permissions, ToolRequest};
+
+use crate::agent::ActiveAgent;
+use crate::conversation::{self, ConversationWriter};
+use crate::events::{preview, RuntimeEvent, StopReason};
+use crate::llm::{ChatRequest, LlmClient, Message, ToolCall, Usage};
+use crate::runtime::{lock, Runtime, Started, TurnOutcome, TurnRequest};
+
+/// The intercepted tool that runs a sub-turn.
+pub const CALL_AGENT: &str = "call_agent";
+
+/// Everything one turn shares across its agents.
+struct Turn {
+    rt: Runtime,
+    session: SessionId,
+    turn_id: String,
+    permissions: Permissions,
+    cancel: CancellationToken,
+    llm: std::sync::Arc<dyn LlmClient>,
+    usage: Mutex<Usage>,
+    steps: AtomicU32,
+}
+
+/// How one agent's run ended.
+struct AgentEnd {
+    stop: StopReason,
+    text: String,
+    notice: Option<String>,
+}
+
+/// Runs a started turn to its end; always emits `turn_finished` and frees the session.
+pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> TurnOutcome {
+    let Started {
+        session,
+        turn_id,
+        agent,
+        llm,
+        cancel,
+    } = started;
+    let ceiling = rt.executor().permissions();
+    let permissions = request.permissions(&ceiling);
+    rt.emit(
+        &session,
+        RuntimeEvent::TurnStarted {
+            turn_id: turn_id.clone(),
+            agent: agent.name.clone(),
+            message: request.message.clone(),
+            permission_mode: effective_mode(&ceiling, &permissions).to_string(),
+        },
+    );
+    let turn = Turn {
+        rt: rt.clone(),
+        session: session.clone(),
+        turn_id: turn_id.clone(),
+        permissions,
+        cancel,
+        llm,
+        usage: Mutex::new(Usage::default()),
+        steps: AtomicU32::new(0),
+    };
+    let end = match open_conversation(&turn, &request.message) {
+        Ok((mut messages, writer)) => {
+            let chain = vec![agent.name.clone()];
+            run_agent(&turn, &agent, 0, &chain, &mut messages, Some(&writer)).await
+        }
+        Err(message) => {
+            turn.error(message.clone());
+            AgentEnd {
+                stop: StopReason::Error,
+                text: String::new(),
+                notice: Some(message),
+            }
+        }
+    };
+    let usage = *lock(&turn.usage);
+    let steps = turn.steps.load(Ordering::Relaxed);
+    rt.emit(
+        &session,
+        RuntimeEvent::TurnFinished {
+            turn_id: turn_id.clone(),
+            stop_reason: end.stop,
+            steps,
+            usage,
+            notice: end.notice,
+        },
+    );
+    rt.finish(&session);
+    TurnOutcome {
+        turn_id,
+        stop_reason: end.stop,
+        text: end.text,
+        steps,
+        usage,
+    }
+}
+
+/// The mode a turn actually runs in, for people: the request's, never above the ceiling's.
+fn effective_mode(ceiling: &Permissions, turn: &Permissions) -> PermissionMode {
+    let rank = |m: PermissionMode| match m {
+        PermissionMode::ReadOnly => 0,
+        PermissionMode::Auto => 1,
+        PermissionMode::Full => 2,
+    };
+    if rank(turn.mode) <= rank(ceiling.mode) {
+        turn.mode
+    } else {
+        ceiling.mode
+    }
+}
+
+/// Reads the session's conversation, reports what was repaired, and appends the user's message.
+fn open_conversation(
+    turn: &Turn,
+    message: &str,
+) -> Result<(Vec<Message>, ConversationWriter), String> {
+    let workspace = turn.rt.executor().workspace();
+    let loaded = conversation::load(workspace, &turn.session).map_err(|e| format!("{e:#}"))?;
+    for warning in loaded.warnings {
+        tracing::warn!(target: "toolbox", session = %turn.session, "{warning}");
+        turn.error(format!("warning: {warning}"));
+    }
+    let writer =
+        ConversationWriter::open(workspace, &turn.session).map_err(|e| format!("{e:#}"))?;
+    let user = Message::User {
+        content: message.to_string(),
+    };
+    writer
+        .append(std::slice::from_ref(&user))
+        .map_err(|e| format!("{e:#}"))?;
+    let mut messages = loaded.messages;
+    messages.push(user);
+    Ok((messages, writer))
+}
+
+impl Turn {
+    fn emit(&self, event: RuntimeEvent) {
+        self.rt.emit(&self.session, event);
+    }
+
+    fn error(&self, message: String) {
+        self.emit(RuntimeEvent::Error {
+            turn_id: Some(self.turn_id.clone()),
+            message,
+        });
+    }
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs `agent` over `messages` until it answers without tools. `writer` persists the
+/// messages (the turn's own agent); a sub-agent's conversation lives only in memory.
+fn run_agent<'a>(
+    turn: &'a Turn,
+    agent: &'a ActiveAgent,
+    depth: u32,
+    chain: &'a [String],
+    messages: &'a mut Vec<Message>,
+    writer: Option<&'a ConversationWriter>,
+) -> BoxFuture<'a, AgentEnd> {
+    Box::pin(async move {
+        let executor = turn.rt.executor();
+        let toolsets: Option<Vec<&str>> = agent
+            .toolsets
+            .as_ref()
+            .map(|sets| sets.iter().map(String::as_str).collect());
+        let tools = match executor.resolve_runtime_tools(toolsets.as_deref(), turn.permissions) {
+            Ok(tools) => tools,
+            Err(e) => {
+                let message = format!("agent {}: {e:#}", agent.name);
+                turn.error(message.clone());
+                return AgentEnd {
+                    stop: StopReason::Error,
+                    text: String::new(),
+                    notice: Some(message),
+                };
+            }
+        };
+        let offered: HashSet<String> = tools.iter().map(|t| t.info.name.clone()).collect();
+        let schemas = schema::render(tools.iter().map(|t| &t.info), turn.llm.schema_format());
+        let max_steps = agent
+            .max_steps
+            .unwrap_or(turn.rt.inner.options.default_max_steps)
+            .max(1);
+        let persist = |new: &[Message]| {
+            if let Some(writer) = writer {
+                if let Err(e) = writer.append(new) {
+                    turn.error(format!("{e:#}"));
+                }
+            }
+        };
+        for _ in 0..max_steps {
+            if turn.cancel.is_cancelled() {
+                return cancelled(agent);
+            }
+            let on_text = |text: &str| {
+                turn.emit(RuntimeEvent::TextDelta {
+                    turn_id: turn.turn_id.clone(),
+                    agent: agent.name.clone(),
+                    depth,
+                    text: text.to_string(),
+                })
+            };
+            let request = ChatRequest {
+                system: &agent.prompt,
+                messages,
+                tools: &schemas,
+                model: agent.model.as_deref(),
+            };
+            let completion = tokio::select! {
+                biased;
+                _ = turn.cancel.cancelled() => return cancelled(agent),
+                result = turn.llm.complete(request, &on_text) => result,
+            };
+            turn.steps.fetch_add(1, Ordering::Relaxed);
+            let mut completion = match completion {
+                Ok(completion) => completion,
+                Err(e) => {
+                    let message = format!("the model request failed: {e}");
+                    turn.error(message.clone());
+                    return AgentEnd {
+                        stop: StopReason::Error,
+                        text: String::new(),
+                        notice: Some(message),
+                    };
+                }
+            };
+            *lock(&turn.usage) += completion.usage;
+            unique_call_ids(
+                &mut completion.tool_calls,
+                turn.steps.load(Ordering::Relaxed),
+            );
+            let calls = completion.tool_calls.clone();
+            let assistant = Message::Assistant {
+                content: completion.text.clone(),
+                tool_calls: completion.tool_calls,
+            };
+            persist(std::slice::from_ref(&assistant));
+            messages.push(assistant);
+            if calls.is_empty() {
+                return AgentEnd {
+                    stop: StopReason::EndTurn,
+                    text: completion.text,
+                    notice: None,
+                };
+            }
+            let results = futures_util::future::join_all(
+                calls
+                    .iter()
+                    .map(|call| run_call(turn, agent, depth, chain, &offered, call)),
+            )
+            .await;
+            let answers: Vec<Message> = calls
+                .iter()
+                .zip(results)
+                .map(|(call, content)| Message::Tool {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content,
+                })
+                .collect();
+            persist(&answers);
+            messages.extend(answers);
+            if turn.cancel.is_cancelled() {
+                return cancelled(agent);
+            }
+        }
+        let notice = format!(
+            "agent {} stopped after {max_steps} model requests (its max_steps) while it still \
+             wanted tools; the tool results so far are kept. Send another message to go on, or \
+             raise max_steps in the agent's frontmatter",
+            agent.name
+        );
+        AgentEnd {
+            stop: StopReason::MaxSteps,
+            text: String::new(),
+            notice: Some(notice),
+        }
+    })
+}
+
+fn cancelled(agent: &ActiveAgent) -> AgentEnd {
+    AgentEnd {
+        stop: StopReason::Cancelled,
+        text: String::new(),
+        notice: Some(format!("the turn of agent {} was cancelled", agent.name)),
+    }
+}
+
+/// Gives calls without an id one, and repeated ids a suffix: results are matched by id.
+fn unique_call_ids(calls: &mut [ToolCall], step: u32) {
+    let mut seen = HashSet::new();
+    for (i, call) in calls.iter_mut().enumerate() {
+        if call.id.trim().is_empty() {
+            call.id = format!("call_{step}_{i}");
+        }
+        while !seen.insert(call.id.clone()) {
+            call.id = format!("{}_{i}", call.id);
+        }
+    }
+}
+
+/// The arguments for events: the object the model sent, or its text when it is not JSON.
+fn shown_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// Runs one call and returns the envelope the model gets.
+async fn run_call(
+    turn: &Turn,
+    agent: &ActiveAgent,
+    depth: u32,
+    chain: &[String],
+    offered: &HashSet<String>,
+    call: &ToolCall,
+) -> String {
+    turn.emit(RuntimeEvent::ToolCallStarted {
+        turn_id: turn.turn_id.clone(),
+        agent: agent.name.clone(),
+        depth,
+        id: call.id.clone(),
+        name: call.name.clone(),
+        arguments: shown_arguments(&call.arguments),
+    });
+    let executor = turn.rt.executor();
+    let registered = executor.registry().get(&call.name);
+    if let Some(tool) = registered {
+        if tool.info.intercepted && tool.info.name == CALL_AGENT && offered.contains(CALL_AGENT) {
+            return call_agent(turn, agent, depth, chain, call).await;
+        }
+        if !offered.contains(&tool.info.name) {
+            let sets = match &agent.toolsets {
+                Some(sets) => sets.join(", "),
+                None => "all".into(),
+            };
+            let message = format!(
+                "tool {} is not among the tools of agent {} (toolsets: {sets}) in this turn's \
+                 permission mode; use only the tools you were given",
+                tool.info.name, agent.name
+            );
+            return finish_local(turn, agent, depth, call, CallStatus::Error, message, 0);
+        }
+    }
+    let sink = call_events(turn, agent, depth);
+    let request = ToolRequest::new(&call.id, &call.name, Value::String(call.arguments.clone()))
+        .session(turn.session.as_str())
+        .permissions(turn.permissions)
+        .events(sink);
+    let info = executor
+        .run_cancellable(request, turn.cancel.child_token())
+        .await;
+    turn.emit(RuntimeEvent::ToolCallFinished {
+        turn_id: turn.turn_id.clone(),
+        id: info.id.clone(),
+        tool: info.tool.clone(),
+        status: info.status,
+        error_kind: info.error_kind,
+        result_preview: preview(&info.result),
+        spool_path: info.spool_path.clone(),
+        elapsed_ms: info.elapsed_ms,
+        agent: agent.name.clone(),
+        depth,
+    });
+    info.envelope()
+}
+
+/// Emits `tool_call_finished` for a call the runtime answered itself; returns its envelope.
+fn finish_local(
+    turn: &Turn,
+    agent: &ActiveAgent,
+    depth: u32,
+    call: &ToolCall,
+    status: CallStatus,
+    result: String,
+    elapsed_ms: u64,
+) -> String {
+    turn.emit(RuntimeEvent::ToolCallFinished {
+        turn_id: turn.turn_id.clone(),
+        id: call.id.clone(),
+        tool: call.name.clone(),
+        status,
+        error_kind: (status == CallStatus::Error).then_some(ErrorKind::Tool),
+        result_preview: preview(&result),
+        spool_path: None,
+        elapsed_ms,
+        agent: agent.name.clone(),
+        depth,
+    });
+    json!({"status": status.as_str(), "result": result}).to_string()
+}
+
+/// Routes a call's streamed output and approval request to the session's events.
+fn call_events(turn: &Turn, agent: &ActiveAgent, depth: u32) -> EventSink {
+    let rt = turn.rt.clone();
+    let session = turn.session.clone();
+    let agent = agent.name.clone();
+    EventSink::new(move |event| match event {
+        ToolEvent::Output {
+            call_id,
+            tool,
+            stream,
+            text,
+        } => rt.emit(
+            &session,
+            RuntimeEvent::ToolCallOutput {
+                call_id,
+                tool,
+                stream: match stream {
+                    OutputStream::Stdout => "stdout",
+                    OutputStream::Stderr => "stderr",
+                }
+                .into(),
+                text,
+                agent: agent.clone(),
+                depth,
+            },
+        ),
+        ToolEvent::Progress {
+            call_id,
+            tool,
+            message,
+        } => rt.emit(
+            &session,
+            RuntimeEvent::ToolCallOutput {
+                call_id,
+                tool,
+                stream: "progress".into(),
+                text: message,
+                agent: agent.clone(),
+                depth,
+            },
+        ),
+        ToolEvent::ApprovalRequested(request) => {
+            lock(&rt.inner.asked).insert((session.to_string(), request.call_id.clone()));
+            rt.emit(
+                &session,
+                RuntimeEvent::ToolApprovalRequest {
+                    session_id: session.to_string(),
+                    call_id: request.call_id,
+                    tool: request.tool,
+                    arguments: request.arguments,
+                    risk: request.risk,
+                    agent: agent.clone(),
+                    depth,
+                },
+            )
+        }
+    })
+}
+
+/// `call_agent`: a sub-turn with another agent, in the same session and permissions.
+async fn call_agent(
+    turn: &Turn,
+    parent: &ActiveAgent,
+    depth: u32,
+    chain: &[String],
+    call: &ToolCall,
+) -> String {
+    let started = std::time::Instant::now();
+    let fail = |message: String| {
+        finish_local(
+            turn,
+            parent,
+            depth,
+            call,
+            CallStatus::Error,
+            message,
+            started.elapsed().as_millis() as u64,
+        )
+    };
+    let args = match serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
+        "{}"
+    } else {
+        &call.arguments
+    }) {
+        Ok(Value::Object(args)) => args,
+        Ok(_) => {
+            return fail("call_agent: arguments must be a JSON object with agent and task".into())
+        }
+        Err(e) => return fail(format!("call_agent: arguments are not valid JSON: {e}")),
+    };
+    let text_arg = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let Some(name) = text_arg("agent") else {
+        return fail("call_agent requires agent: the name of an agent (see list_agents)".into());
+    };
+    let Some(task) = text_arg("task") else {
+        return fail("call_agent requires task: what the agent should do, in full".into());
+    };
+    let max_depth = turn.rt.inner.options.max_agent_depth;
+    let shown_chain = chain.join(" → ");
+    if chain.contains(&name) {
+        return fail(format!(
+            "call_agent: agent {name} is already running in this chain ({shown_chain}); an \
+             agent cannot call itself, directly or through others"
+        ));
+    }
+    if depth + 1 > max_depth {
+        return fail(format!(
+            "call_agent: the agent depth limit ({max_depth}) is reached ({shown_chain}); \
+             {} cannot call another agent. Do the task yourself",
+            parent.name
+        ));
+    }
+    let sub = match turn.rt.find_agent(&name) {
+        Ok(agent) => agent,
+        Err(e) => return fail(format!("call_agent: {e}")),
+    };
+    turn.emit(RuntimeEvent::AgentStarted {
+        turn_id: turn.turn_id.clone(),
+        agent: sub.name.clone(),
+        depth: depth + 1,
+        parent: parent.name.clone(),
+        call_id: call.id.clone(),
+        task: task.clone(),
+    });
+    let mut sub_chain = chain.to_vec();
+    sub_chain.push(sub.name.clone());
+    let mut messages = vec![Message::User { content: task }];
+    let end = run_agent(turn, &sub, depth + 1, &sub_chain, &mut messages, None).await;
+    turn.emit(RuntimeEvent::AgentFinished {
+        turn_id: turn.turn_id.clone(),
+        agent: sub.name.clone(),
+        depth: depth + 1,
+        call_id: call.id.clone(),
+        stop_reason: end.stop,
+        result_preview: preview(&end.text),
+    });
+    let elapsed = started.elapsed().as_millis() as u64;
+    match end.stop {
+        StopReason::EndTurn => finish_local(
+            turn,
+            parent,
+            depth,
+            call,
+            CallStatus::Done,
+            end.text,
+            elapsed,
+        ),
+        _ => finish_local(
+            turn,
+            parent,
+            depth,
+            call,
+            CallStatus::Error,
+            format!(
+                "agent {} gave no answer: {}",
+                sub.name,
+                end.notice.unwrap_or_else(|| end.stop.as_str().into())
+            ),
+            elapsed,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_are_made_unique() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        };
+        let mut calls = vec![call("a"), call("a"), call(""), call("")];
+        unique_call_ids(&mut calls, 2);
+        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["a", "a_1", "call_2_2", "call_2_3"]);
+    }
+
+    #[test]
+    fn a_turn_never_runs_above_the_ceiling() {
+        let ceiling = Permissions::from(PermissionMode::Auto);
+        let turn = Permissions::from(PermissionMode::Full);
+        assert_eq!(effective_mode(&ceiling, &turn), PermissionMode::Auto);
+        let turn = Permissions::from(PermissionMode::ReadOnly);
+        assert_eq!(effective_mode(&ceiling, &turn), PermissionMode::ReadOnly);
+    }
+}
