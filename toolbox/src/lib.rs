@@ -62,6 +62,7 @@ use toolbox_web as _;
 
 pub use toolbox_core as core;
 pub use toolbox_executor as executor;
+pub use toolbox_runtime as runtime;
 pub use toolbox_executor::{
     ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,
     SchemaFormat, SchemaRendering, ToolCallInfo, ToolExecutor, ToolRequest,

@@ -10,6 +10,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use toolbox::core::{ApprovalRequest, EventSink, SessionId, ToolEvent};
+mod chat;
+
 use toolbox::{
     ApprovalDecision, ExecutorConfig, LoadOptions, PermissionMode, SchemaFormat, ToolExecutor,
     ToolRequest,
@@ -55,6 +57,26 @@ enum Command {
     Mcp(McpArgs),
     /// List the skills (SKILL.md folders) of the workspace and the configured skill folders.
     Skills(SkillsArgs),
+    /// Run one turn of an agent: the model's text streams, tool calls are shown, risky calls
+    /// are asked on the terminal. The model comes from [llm] / TOOLBOX_LLM_*.
+    Chat(ChatArgs),
+}
+
+#[derive(clap::Args)]
+struct ChatArgs {
+    /// The user's message, or - to read it from stdin.
+    message: String,
+    #[command(flatten)]
+    common: Common,
+    /// The agent to run as (see `toolbox agents`) [default: default].
+    #[arg(long, short = 'a')]
+    agent: Option<String>,
+    /// Session id: the conversation continues from .toolbox/sessions/<id>/messages.jsonl.
+    #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
+    session: SessionId,
+    /// In auto mode: ask on the terminal, or answer yes / no without asking.
+    #[arg(long, value_enum, default_value_t = Approve::Ask)]
+    approve: Approve,
 }
 
 #[derive(clap::Args)]
@@ -131,7 +153,7 @@ struct McpArgs {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Approve {
+pub(crate) enum Approve {
     Ask,
     Yes,
     No,
@@ -150,9 +172,9 @@ fn parse_format(s: &str) -> Result<SchemaFormat, String> {
 }
 
 /// A failure the user caused: bad flags, bad JSON, a bad config. Exit code 2.
-struct UsageError(String);
+pub(crate) struct UsageError(String);
 
-fn usage(error: impl std::fmt::Display) -> UsageError {
+pub(crate) fn usage(error: impl std::fmt::Display) -> UsageError {
     UsageError(format!("{error:#}"))
 }
 
@@ -195,6 +217,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
             Command::Call(args) => call(args).await,
             Command::Mcp(args) => mcp(args).await,
             Command::Skills(args) => skills(args),
+            Command::Chat(args) => chat_command(args).await,
         }
     });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
@@ -406,6 +429,31 @@ async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `toolbox chat`: one turn in the terminal.
+async fn chat_command(args: ChatArgs) -> Result<ExitCode, UsageError> {
+    let message = match args.message.as_str() {
+        "-" => {
+            let mut buf = String::new();
+            std::io::stdin()
+                .read_to_string(&mut buf)
+                .map_err(|e| UsageError(format!("cannot read the message from stdin: {e}")))?;
+            buf
+        }
+        text => text.to_string(),
+    };
+    let config = load_config(&args.common)?;
+    chat::chat(
+        config,
+        chat::ChatOptions {
+            session: args.session,
+            agent: args.agent,
+            approve: args.approve,
+            message,
+        },
+    )
+    .await
+}
+
 fn build(config: ExecutorConfig, events: EventSink) -> Result<ToolExecutor, UsageError> {
     ToolExecutor::with_events(config, events).map_err(usage)
 }
@@ -475,7 +523,7 @@ fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink 
 }
 
 /// The user's answer on the terminal, or why nobody could be asked.
-fn ask_on_terminal(request: &ApprovalRequest) -> Result<ApprovalDecision, String> {
+pub(crate) fn ask_on_terminal(request: &ApprovalRequest) -> Result<ApprovalDecision, String> {
     let no_terminal = || {
         let reason = format!(
             "tool {} needs approval (permission mode auto) and there is no terminal to ask on; \
