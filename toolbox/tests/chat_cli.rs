@@ -1,0 +1,501 @@
+//! `toolbox chat` through the real binary against the scripted LLM server (both wire
+//! formats, real streaming): tools, parallel calls, bad arguments, the gate in every mode,
+//! call_agent, max_steps, retries, a refused key, and a session resumed by a new process.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+use toolbox_tests::scripted_llm::{RecordedRequest, Scripted, ScriptedLlm};
+
+const KEY: &str = "sk-scripted-secret-4242";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+/// `toolbox chat` in `ws` talking to `llm` over `wire`, with extra args.
+fn chat_command(ws: &Path, llm: &ScriptedLlm, wire: Wire, args: &[&str]) -> Command {
+    let mut cmd = common::toolbox(ws);
+    let (provider, base) = match wire {
+        Wire::OpenAi => ("openai", llm.openai_base_url()),
+        Wire::Anthropic => ("anthropic", llm.anthropic_base_url()),
+    };
+    cmd.env("TOOLBOX_LLM_PROVIDER", provider)
+        .env("TOOLBOX_LLM_BASE_URL", base)
+        .env("TOOLBOX_LLM_MODEL", "scripted-model")
+        .env("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_KEY")
+        .env("SCRIPTED_KEY", KEY)
+        .arg("chat")
+        .args(args);
+    cmd
+}
+
+fn chat(ws: &Path, llm: &ScriptedLlm, wire: Wire, args: &[&str]) -> Output {
+    chat_command(ws, llm, wire, args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Every tool-result text the request sent back to the model, in order, for either wire.
+fn tool_results(request: &RecordedRequest) -> Vec<String> {
+    let mut out = Vec::new();
+    for message in request.body["messages"].as_array().into_iter().flatten() {
+        if message["role"] == "tool" {
+            out.push(message["content"].as_str().unwrap_or_default().to_string());
+        }
+        if let Some(blocks) = message["content"].as_array() {
+            for block in blocks {
+                if block["type"] == "tool_result" {
+                    let content = match &block["content"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    out.push(content);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The tool names a request offered the model, for either wire.
+fn offered_tools(request: &RecordedRequest) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            t["function"]["name"]
+                .as_str()
+                .or_else(|| t["name"].as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn a_model_reads_a_file_and_then_answers_in_both_wire_formats() {
+    for wire in [Wire::OpenAi, Wire::Anthropic] {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("notes.txt"), "the secret word is heron\n").unwrap();
+        let llm = ScriptedLlm::start(vec![
+            Scripted::call("c1", "file_manager__read", json!({"path": "notes.txt"})),
+            Scripted::text("The word is heron."),
+        ]);
+        let out = chat(ws.path(), &llm, wire, &["What is the word?"]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("The word is heron."), "{stdout}");
+        assert!(stderr.contains("→ file_manager__read"), "{stderr}");
+        assert!(stderr.contains("← file_manager__read done"), "{stderr}");
+        let requests = llm.requests();
+        assert_eq!(requests.len(), 2);
+        let results = tool_results(&requests[1]);
+        assert_eq!(results.len(), 1, "{:?}", requests[1].body);
+        let envelope: Value = serde_json::from_str(&results[0]).unwrap();
+        assert_eq!(envelope["status"], "done");
+        assert!(envelope["result"].as_str().unwrap().contains("heron"));
+        let key_header = match wire {
+            Wire::OpenAi => requests[0].header("authorization").map(str::to_string),
+            Wire::Anthropic => requests[0].header("x-api-key").map(str::to_string),
+        };
+        assert!(key_header.unwrap_or_default().contains(KEY));
+        assert!(!stderr.contains(KEY) && !stdout.contains(KEY));
+        // The conversation is kept for the next turn.
+        let kept =
+            std::fs::read_to_string(ws.path().join(".toolbox/sessions/default/messages.jsonl"))
+                .unwrap();
+        assert_eq!(kept.lines().count(), 4, "{kept}");
+    }
+}
+
+#[test]
+fn parallel_tool_calls_run_at_the_same_time_and_answer_in_order() {
+    let ws = tempfile::tempdir().unwrap();
+    // Each command waits (up to 10 s) for the other's file: run one after the other, the
+    // first would time out and say so.
+    let wait_for = |mine: &str, other: &str| {
+        format!(
+            "touch {mine}; for i in $(seq 100); do [ -e {other} ] && echo met-{mine} && exit 0; \
+             sleep 0.1; done; echo alone-{mine}"
+        )
+    };
+    let llm = ScriptedLlm::start(vec![
+        Scripted::calls(vec![
+            ("p1", "shell", json!({"command": wait_for("a", "b")})),
+            ("p2", "shell", json!({"command": wait_for("b", "a")})),
+        ]),
+        Scripted::text("both ran"),
+    ]);
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["--mode", "full", "go"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let results = tool_results(&llm.requests()[1]);
+    assert_eq!(results.len(), 2);
+    assert!(results[0].contains("met-a"), "{results:?}");
+    assert!(results[1].contains("met-b"), "{results:?}");
+    let ids: Vec<String> = llm.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["p1", "p2"]);
+}
+
+#[test]
+fn arguments_that_are_not_json_reach_the_model_as_an_error_and_the_turn_goes_on() {
+    for wire in [Wire::OpenAi, Wire::Anthropic] {
+        let ws = tempfile::tempdir().unwrap();
+        let llm = ScriptedLlm::start(vec![
+            Scripted::ToolCalls {
+                text: String::new(),
+                calls: vec![(
+                    "bad".into(),
+                    "file_manager__read".into(),
+                    "{\"path\": \"x.txt".into(),
+                )],
+            },
+            Scripted::text("sorry, fixed"),
+        ]);
+        let out = chat(ws.path(), &llm, wire, &["read it"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("sorry, fixed"));
+        let results = tool_results(&llm.requests()[1]);
+        assert_eq!(results.len(), 1);
+        let envelope: Value = serde_json::from_str(&results[0]).unwrap();
+        assert_eq!(envelope["status"], "error");
+        assert!(
+            envelope["result"]
+                .as_str()
+                .unwrap()
+                .contains("not valid JSON"),
+            "{envelope}"
+        );
+    }
+}
+
+#[test]
+fn read_only_hides_writes_and_refuses_one_called_anyway() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call(
+            "w1",
+            "file_manager__write",
+            json!({"path": "out.txt", "content": "x"}),
+        ),
+        Scripted::text("could not write"),
+    ]);
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["--mode", "read_only", "write"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!ws.path().join("out.txt").exists());
+    let requests = llm.requests();
+    let offered = offered_tools(&requests[0]);
+    assert!(offered.iter().any(|t| t == "file_manager__read"), "{offered:?}");
+    assert!(!offered.iter().any(|t| t == "file_manager__write"), "{offered:?}");
+    assert!(!offered.iter().any(|t| t == "shell"), "{offered:?}");
+    let results = tool_results(&requests[1]);
+    assert!(results[0].contains("read_only"), "{results:?}");
+}
+
+#[test]
+fn auto_mode_approval_answered_yes_and_no() {
+    for (approve, written) in [("yes", true), ("no", false)] {
+        let ws = tempfile::tempdir().unwrap();
+        let llm = ScriptedLlm::start(vec![
+            Scripted::call(
+                "w1",
+                "file_manager__write",
+                json!({"path": "out.txt", "content": "x"}),
+            ),
+            Scripted::text("done"),
+        ]);
+        let out = chat(
+            ws.path(),
+            &llm,
+            Wire::OpenAi,
+            &["--mode", "auto", "--approve", approve, "write"],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(ws.path().join("out.txt").exists(), written, "{approve}");
+        let results = tool_results(&llm.requests()[1]);
+        let envelope: Value = serde_json::from_str(&results[0]).unwrap();
+        let expected = if written { "done" } else { "error" };
+        assert_eq!(envelope["status"], expected, "{envelope}");
+        if !written {
+            assert!(
+                envelope["result"].as_str().unwrap().contains("denied"),
+                "{envelope}"
+            );
+        }
+    }
+}
+
+/// The binary under `script`, so it has a terminal to ask on; stdin stays open. The
+/// environment is cleaned as `common::toolbox` cleans it.
+fn chat_on_terminal(ws: &Path, llm: &ScriptedLlm, args: &str, env: &[(&str, &str)]) -> Command {
+    assert!(
+        Path::new("/usr/bin/script").exists(),
+        "this test needs /usr/bin/script (bsdutils / util-linux); run scripts/test.sh"
+    );
+    let command = format!("{} chat {args}", env!("CARGO_BIN_EXE_toolbox"));
+    let mut script = Command::new("/usr/bin/script");
+    for (key, _) in std::env::vars() {
+        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+            script.env_remove(key);
+        }
+    }
+    script
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(ws)
+        .env("XDG_CONFIG_HOME", ws.join(".no-user-config"))
+        .env("TOOLBOX_LLM_BASE_URL", llm.openai_base_url())
+        .env("TOOLBOX_LLM_MODEL", "scripted-model")
+        .env("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_KEY")
+        .env("SCRIPTED_KEY", KEY)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    script
+}
+
+#[test]
+fn auto_mode_asks_on_the_terminal_and_a_yes_runs_the_call() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call(
+            "w1",
+            "file_manager__write",
+            json!({"path": "yes.txt", "content": "x"}),
+        ),
+        Scripted::text("written"),
+    ]);
+    let mut child = chat_on_terminal(ws.path(), &llm, "--mode auto write", &[])
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let screen = text(&out.stdout);
+    assert!(
+        screen.contains("allow file_manager__write (risk file_write)"),
+        "{screen}"
+    );
+    assert!(ws.path().join("yes.txt").exists(), "{screen}");
+}
+
+#[test]
+fn an_approval_nobody_answers_is_denied_after_the_timeout() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call(
+            "w1",
+            "file_manager__write",
+            json!({"path": "never.txt", "content": "x"}),
+        ),
+        Scripted::text("no answer came"),
+    ]);
+    let mut child = chat_on_terminal(
+        ws.path(),
+        &llm,
+        "--mode auto write",
+        &[("TOOLBOX_APPROVAL_TIMEOUT_MS", "700")],
+    )
+    .spawn()
+    .unwrap();
+    // Keep the terminal open and say nothing.
+    let stdin = child.stdin.take().unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let screen = text(&out.stdout);
+    assert!(!ws.path().join("never.txt").exists(), "{screen}");
+    let results = tool_results(&llm.requests()[1]);
+    assert!(results[0].contains("none came within 700 ms"), "{results:?}");
+}
+
+fn write_agent(ws: &Path, name: &str, toolsets: &str, extra: &str) {
+    let dir = ws.join(".toolbox/agents");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.md")),
+        format!(
+            "---\nname: {name}\ndescription: test agent {name}\ntoolsets: {toolsets}\n{extra}---\nYou are agent {name}.\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn call_agent_runs_a_sub_turn_whose_answer_is_the_result() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("data.txt"), "forty-two").unwrap();
+    write_agent(ws.path(), "reader", "[files]", "");
+    let llm = ScriptedLlm::start(vec![
+        // The default agent delegates.
+        Scripted::call(
+            "ca",
+            "call_agent",
+            json!({"agent": "reader", "task": "read data.txt"}),
+        ),
+        // The reader reads, then answers.
+        Scripted::call("r1", "file_manager__read", json!({"path": "data.txt"})),
+        Scripted::text("data.txt says forty-two"),
+        // The default agent answers with what it got.
+        Scripted::text("The reader found forty-two."),
+    ]);
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["delegate"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(text(&out.stdout).contains("The reader found forty-two."));
+    assert!(stderr.contains("agent reader"), "{stderr}");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4);
+    // The sub-turn had the reader's prompt and only its tools.
+    let sub = &requests[1].body;
+    assert!(sub.to_string().contains("You are agent reader."), "{sub}");
+    let offered = offered_tools(&requests[1]);
+    assert!(offered.iter().all(|t| t.starts_with("file_manager__")), "{offered:?}");
+    // Its answer came back as call_agent's result.
+    let results = tool_results(&requests[3]);
+    let envelope: Value = serde_json::from_str(&results[0]).unwrap();
+    assert_eq!(envelope["status"], "done");
+    assert_eq!(envelope["result"], "data.txt says forty-two");
+}
+
+#[test]
+fn call_agent_refuses_past_the_depth_limit_and_self_recursion() {
+    let ws = tempfile::tempdir().unwrap();
+    for name in ["a", "b", "c", "d"] {
+        write_agent(ws.path(), name, "[team]", "");
+    }
+    let delegate = |id: &str, to: &str| {
+        Scripted::call(id, "call_agent", json!({"agent": to, "task": "go on"}))
+    };
+    let llm = ScriptedLlm::start(vec![
+        delegate("1", "a"), // default (0) → a (1)
+        delegate("2", "b"), // a → b (2)
+        delegate("3", "c"), // b → c (3)
+        delegate("4", "d"), // c → d would be depth 4: refused without a model request
+        delegate("5", "a"), // c → a: a is already in the chain
+        Scripted::text("c gives up"),
+        Scripted::text("b done"),
+        Scripted::text("a done"),
+        Scripted::text("all done"),
+    ]);
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["start"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 9);
+    let depth = tool_results(&requests[4]);
+    assert!(depth.last().unwrap().contains("depth limit (3)"), "{depth:?}");
+    let cycle = tool_results(&requests[5]);
+    assert!(cycle.last().unwrap().contains("already running in this chain"), "{cycle:?}");
+}
+
+#[test]
+fn max_steps_ends_the_turn_with_a_notice() {
+    let ws = tempfile::tempdir().unwrap();
+    write_agent(ws.path(), "brief", "[files]", "max_steps: 2\n");
+    let read = |id: &str| Scripted::call(id, "file_manager__list", json!({"path": "."}));
+    let llm = ScriptedLlm::start(vec![read("1"), read("2"), Scripted::text("never sent")]);
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["--agent", "brief", "loop"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("max_steps"), "{stderr}");
+    assert_eq!(llm.requests().len(), 2);
+    assert_eq!(llm.remaining(), 1);
+}
+
+#[test]
+fn a_429_is_retried_after_retry_after_and_then_succeeds() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::Status {
+            code: 429,
+            retry_after: Some(1),
+            body: json!({"error": {"message": "slow down"}}).to_string(),
+        },
+        Scripted::text("after the wait"),
+    ]);
+    let started = std::time::Instant::now();
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["hello"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(text(&out.stdout).contains("after the wait"));
+    assert_eq!(llm.requests().len(), 2);
+}
+
+#[test]
+fn a_refused_key_is_a_clear_error_that_never_shows_the_key() {
+    for wire in [Wire::OpenAi, Wire::Anthropic] {
+        let ws = tempfile::tempdir().unwrap();
+        let llm = ScriptedLlm::start(vec![Scripted::Status {
+            code: 401,
+            retry_after: None,
+            body: json!({"error": {"message": "invalid api key"}}).to_string(),
+        }]);
+        let out = chat(ws.path(), &llm, wire, &["hello"]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("401"), "{stderr}");
+        assert!(stderr.contains("SCRIPTED_KEY"), "{stderr}");
+        assert!(!stderr.contains(KEY), "{stderr}");
+        assert_eq!(llm.requests().len(), 1, "a 401 is not retried");
+    }
+}
+
+#[test]
+fn a_second_process_continues_the_session() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::text("Noted: 31337."),
+        Scripted::text("It was 31337."),
+    ]);
+    let first = chat(ws.path(), &llm, Wire::Anthropic, &["-s", "mem", "remember 31337"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let second = chat(ws.path(), &llm, Wire::Anthropic, &["-s", "mem", "what was it?"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let body = llm.requests()[1].body.to_string();
+    assert!(body.contains("remember 31337"), "{body}");
+    assert!(body.contains("Noted: 31337."), "{body}");
+    assert!(body.contains("what was it?"), "{body}");
+}
+
+#[test]
+fn a_torn_conversation_line_is_skipped_with_a_warning() {
+    let ws = tempfile::tempdir().unwrap();
+    let dir = ws.path().join(".toolbox/sessions/t");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("messages.jsonl"),
+        "{\"role\":\"user\",\"content\":\"earlier\"}\n{\"role\":\"assistant\",\"content\":\"cut",
+    )
+    .unwrap();
+    let llm = ScriptedLlm::start(vec![Scripted::text("still fine")]);
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["-s", "t", "next"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cut short"), "{}", text(&out.stderr));
+    let body = llm.requests()[0].body.to_string();
+    assert!(body.contains("earlier") && body.contains("next"), "{body}");
+}
+
+#[test]
+fn no_model_configured_is_a_usage_error() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = common::toolbox(ws.path())
+        .args(["chat", "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("model"), "{}", text(&out.stderr));
+}
