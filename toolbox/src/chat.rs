@@ -167,9 +167,7 @@ impl View {
                     let decision = match approve {
                         Approve::Yes => ApprovalDecision::Approve,
                         Approve::No => ApprovalDecision::Deny,
-                        Approve::Ask => {
-                            ask_on_terminal(&request).unwrap_or(ApprovalDecision::Deny)
-                        }
+                        Approve::Ask => ask_on_terminal(&request).unwrap_or(ApprovalDecision::Deny),
                     };
                     runtime.respond_approval(
                         request.session_id.as_str(),

@@ -62,11 +62,11 @@ use toolbox_web as _;
 
 pub use toolbox_core as core;
 pub use toolbox_executor as executor;
-pub use toolbox_runtime as runtime;
 pub use toolbox_executor::{
     ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,
     SchemaFormat, SchemaRendering, ToolCallInfo, ToolExecutor, ToolRequest,
 };
+pub use toolbox_runtime as runtime;
 
 /// The providers compiled into this build, by registration name.
 pub const PROVIDERS: &[&str] = &[

@@ -194,13 +194,24 @@ fn read_only_hides_writes_and_refuses_one_called_anyway() {
         ),
         Scripted::text("could not write"),
     ]);
-    let out = chat(ws.path(), &llm, Wire::OpenAi, &["--mode", "read_only", "write"]);
+    let out = chat(
+        ws.path(),
+        &llm,
+        Wire::OpenAi,
+        &["--mode", "read_only", "write"],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!ws.path().join("out.txt").exists());
     let requests = llm.requests();
     let offered = offered_tools(&requests[0]);
-    assert!(offered.iter().any(|t| t == "file_manager__read"), "{offered:?}");
-    assert!(!offered.iter().any(|t| t == "file_manager__write"), "{offered:?}");
+    assert!(
+        offered.iter().any(|t| t == "file_manager__read"),
+        "{offered:?}"
+    );
+    assert!(
+        !offered.iter().any(|t| t == "file_manager__write"),
+        "{offered:?}"
+    );
     assert!(!offered.iter().any(|t| t == "shell"), "{offered:?}");
     let results = tool_results(&requests[1]);
     assert!(results[0].contains("read_only"), "{results:?}");
@@ -320,7 +331,10 @@ fn an_approval_nobody_answers_is_denied_after_the_timeout() {
     let screen = text(&out.stdout);
     assert!(!ws.path().join("never.txt").exists(), "{screen}");
     let results = tool_results(&llm.requests()[1]);
-    assert!(results[0].contains("none came within 700 ms"), "{results:?}");
+    assert!(
+        results[0].contains("none came within 700 ms"),
+        "{results:?}"
+    );
 }
 
 fn write_agent(ws: &Path, name: &str, toolsets: &str, extra: &str) {
@@ -364,7 +378,10 @@ fn call_agent_runs_a_sub_turn_whose_answer_is_the_result() {
     let sub = &requests[1].body;
     assert!(sub.to_string().contains("You are agent reader."), "{sub}");
     let offered = offered_tools(&requests[1]);
-    assert!(offered.iter().all(|t| t.starts_with("file_manager__")), "{offered:?}");
+    assert!(
+        offered.iter().all(|t| t.starts_with("file_manager__")),
+        "{offered:?}"
+    );
     // Its answer came back as call_agent's result.
     let results = tool_results(&requests[3]);
     let envelope: Value = serde_json::from_str(&results[0]).unwrap();
@@ -397,9 +414,18 @@ fn call_agent_refuses_past_the_depth_limit_and_self_recursion() {
     let requests = llm.requests();
     assert_eq!(requests.len(), 9);
     let depth = tool_results(&requests[4]);
-    assert!(depth.last().unwrap().contains("depth limit (3)"), "{depth:?}");
+    assert!(
+        depth.last().unwrap().contains("depth limit (3)"),
+        "{depth:?}"
+    );
     let cycle = tool_results(&requests[5]);
-    assert!(cycle.last().unwrap().contains("already running in this chain"), "{cycle:?}");
+    assert!(
+        cycle
+            .last()
+            .unwrap()
+            .contains("already running in this chain"),
+        "{cycle:?}"
+    );
 }
 
 #[test]
@@ -461,9 +487,19 @@ fn a_second_process_continues_the_session() {
         Scripted::text("Noted: 31337."),
         Scripted::text("It was 31337."),
     ]);
-    let first = chat(ws.path(), &llm, Wire::Anthropic, &["-s", "mem", "remember 31337"]);
+    let first = chat(
+        ws.path(),
+        &llm,
+        Wire::Anthropic,
+        &["-s", "mem", "remember 31337"],
+    );
     assert!(first.status.success(), "{}", text(&first.stderr));
-    let second = chat(ws.path(), &llm, Wire::Anthropic, &["-s", "mem", "what was it?"]);
+    let second = chat(
+        ws.path(),
+        &llm,
+        Wire::Anthropic,
+        &["-s", "mem", "what was it?"],
+    );
     assert!(second.status.success(), "{}", text(&second.stderr));
     let body = llm.requests()[1].body.to_string();
     assert!(body.contains("remember 31337"), "{body}");
@@ -484,7 +520,11 @@ fn a_torn_conversation_line_is_skipped_with_a_warning() {
     let llm = ScriptedLlm::start(vec![Scripted::text("still fine")]);
     let out = chat(ws.path(), &llm, Wire::OpenAi, &["-s", "t", "next"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("cut short"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cut short"),
+        "{}",
+        text(&out.stderr)
+    );
     let body = llm.requests()[0].body.to_string();
     assert!(body.contains("earlier") && body.contains("next"), "{body}");
 }
