@@ -350,10 +350,14 @@ impl Transport {
                     kind: LlmErrorKind::Transport,
                     what: format!(
                         "could not connect to {url}: {}",
-                        self.redact(&error_chain(&e))
+                        // reqwest's own text repeats the URL; its sources say what failed.
+                        self.redact(
+                            &std::error::Error::source(&e)
+                                .map_or_else(|| e.to_string(), error_chain)
+                        )
                     ),
                     retry_after: None,
-                })
+                });
             }
             Ok(Err(e)) => {
                 return Err(Failure::Fatal(LlmError::new(
