@@ -150,6 +150,7 @@ both_wires!(
     an_exhausted_script_is_a_server_error,
     a_connection_refused_is_retried_then_transport,
     a_silent_server_times_out,
+    a_server_that_does_not_stream_is_understood,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -550,6 +551,51 @@ async fn a_silent_server_times_out(wire: Wire) {
     assert!(started.elapsed() >= Duration::from_millis(300));
     drop(client);
     let _ = silent.join();
+}
+
+async fn a_server_that_does_not_stream_is_understood(wire: Wire) {
+    // One JSON completion (application/json) instead of a stream.
+    let body = match wire {
+        Wire::OpenAi => json!({
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "Reading.",
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "t", "arguments": "{\"a\":1}"}}],
+            }}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+        }),
+        Wire::Anthropic => json!({
+            "type": "message", "role": "assistant", "stop_reason": "tool_use",
+            "content": [{"type": "text", "text": "Reading."},
+                        {"type": "tool_use", "id": "c1", "name": "t", "input": {"a": 1}}],
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+        }),
+    };
+    let server = ScriptedLlm::start(vec![Scripted::Status {
+        code: 200,
+        retry_after: None,
+        body: body.to_string(),
+    }]);
+    let client = client(wire, &server, json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let completion = result.expect("a completion");
+    assert_eq!(pieces, ["Reading."]);
+    assert_eq!(completion.text, "Reading.");
+    assert_eq!(
+        completion.tool_calls,
+        vec![ToolCall {
+            id: "c1".into(),
+            name: "t".into(),
+            arguments: "{\"a\":1}".into(),
+        }]
+    );
+    assert_eq!(
+        completion.usage,
+        Usage {
+            input_tokens: 3,
+            output_tokens: 4
+        }
+    );
 }
 
 #[tokio::test]
