@@ -1,10 +1,69 @@
-//! `[llm]` and `TOOLBOX_LLM_*`. (Stub: the helper implements loading.)
+//! `[llm]` and `TOOLBOX_LLM_*`: which server, which model, which key variable, and how long
+//! to wait.
+//!
+//! The table is read first (unknown keys and wrong types are refused, naming the key), then
+//! each `TOOLBOX_LLM_*` variable that is set and non-empty replaces its key. Defaults that
+//! depend on the provider (`base_url`, `api_key_env`) are filled in last, so
+//! `TOOLBOX_LLM_PROVIDER=anthropic` alone is enough to talk to Anthropic.
 
 use std::time::Duration;
 
 use serde_json::Value;
+use toolbox_core::trust::Tighten;
+use toolbox_core::ConfigTable;
 
 use super::{LlmError, LlmErrorKind};
+
+/// The default `base_url` for [`LlmProvider::OpenAi`].
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// The default `base_url` for [`LlmProvider::Anthropic`] (without `/v1`, as the vendor's SDK
+/// takes it; one ending in `/v1` is accepted too).
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The default `connect_timeout_ms`.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// The default `idle_timeout_ms`.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
+/// The default `request_timeout_ms`.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 600_000;
+/// The default `max_retries`.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+/// The default `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The largest `max_retries` accepted.
+const MAX_MAX_RETRIES: u64 = 20;
+
+/// Every key `[llm]` understands.
+pub const KEYS: &[&str] = &[
+    "provider",
+    "base_url",
+    "model",
+    "api_key_env",
+    "connect_timeout_ms",
+    "idle_timeout_ms",
+    "request_timeout_ms",
+    "max_retries",
+    "max_tokens",
+];
+
+// What an untrusted workspace's toolbox.toml may set in [llm]: shorter timeouts, fewer
+// retries, shorter answers. The provider, URL, model and key variable are the operator's
+// alone: a repository must not redirect prompts or keys to a server of its choosing.
+toolbox_core::workspace_config_rules!(
+    "llm",
+    [
+        (
+            "connect_timeout_ms",
+            Tighten::AtMost(DEFAULT_CONNECT_TIMEOUT_MS)
+        ),
+        ("idle_timeout_ms", Tighten::AtMost(DEFAULT_IDLE_TIMEOUT_MS)),
+        (
+            "request_timeout_ms",
+            Tighten::AtMost(DEFAULT_REQUEST_TIMEOUT_MS)
+        ),
+        ("max_retries", Tighten::AtMost(DEFAULT_MAX_RETRIES as u64)),
+        ("max_tokens", Tighten::AtMost(DEFAULT_MAX_TOKENS as u64)),
+    ]
+);
 
 /// Which wire format the model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -16,7 +75,43 @@ pub enum LlmProvider {
     Anthropic,
 }
 
+impl LlmProvider {
+    /// The provider's name in `[llm] provider`: `openai` or `anthropic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LlmProvider::OpenAi => "openai",
+            LlmProvider::Anthropic => "anthropic",
+        }
+    }
+
+    /// The `base_url` used when none is set.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            LlmProvider::OpenAi => OPENAI_BASE_URL,
+            LlmProvider::Anthropic => ANTHROPIC_BASE_URL,
+        }
+    }
+
+    /// The `api_key_env` used when none is set.
+    pub fn default_api_key_env(self) -> &'static str {
+        match self {
+            LlmProvider::OpenAi => "OPENAI_API_KEY",
+            LlmProvider::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "openai" => Some(LlmProvider::OpenAi),
+            "anthropic" => Some(LlmProvider::Anthropic),
+            _ => None,
+        }
+    }
+}
+
 /// The model settings: the `[llm]` table, then `TOOLBOX_LLM_*` variables over it.
+///
+/// It holds the *name* of the variable with the key, never the key, so printing it is safe.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlmConfig {
     /// `provider`: `openai` or `anthropic`.
@@ -39,13 +134,323 @@ pub struct LlmConfig {
     pub max_tokens: u32,
 }
 
+impl Default for LlmConfig {
+    /// The defaults for OpenAI, with no model.
+    fn default() -> Self {
+        let provider = LlmProvider::OpenAi;
+        LlmConfig {
+            provider,
+            base_url: provider.default_base_url().to_string(),
+            model: String::new(),
+            api_key_env: provider.default_api_key_env().to_string(),
+            connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
+            max_retries: DEFAULT_MAX_RETRIES,
+            max_tokens: DEFAULT_MAX_TOKENS,
+        }
+    }
+}
+
+fn config_error(message: impl Into<String>) -> LlmError {
+    LlmError::new(LlmErrorKind::Config, message)
+}
+
 impl LlmConfig {
     /// Reads `table` (the `[llm]` table, if any) and then the variables `env` returns.
+    ///
+    /// `env` is how variables are read (`|name| std::env::var(name).ok()` in a program); a
+    /// variable set to the empty string counts as not set.
     pub fn from_table(
         table: Option<&Value>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, LlmError> {
-        let _ = (table, env);
-        Err(LlmError::new(LlmErrorKind::Config, "not implemented yet"))
+        let t = ConfigTable::new("llm", table, KEYS).map_err(|e| config_error(e.to_string()))?;
+        let string = |key: &str| -> Result<Option<String>, LlmError> {
+            t.string(key)
+                .map(|s| s.map(str::to_string))
+                .map_err(|e| config_error(e.to_string()))
+        };
+        let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+
+        // The provider first: the defaults of base_url and api_key_env follow it.
+        let mut provider = LlmProvider::default();
+        if let Some(name) = string("provider")? {
+            provider = LlmProvider::parse(&name).ok_or_else(|| {
+                config_error(format!(
+                    "[llm] provider must be \"openai\" or \"anthropic\", got {name:?}"
+                ))
+            })?;
+        }
+        if let Some(name) = var("TOOLBOX_LLM_PROVIDER") {
+            provider = LlmProvider::parse(&name).ok_or_else(|| {
+                config_error(format!(
+                    "TOOLBOX_LLM_PROVIDER must be \"openai\" or \"anthropic\", got {name:?}"
+                ))
+            })?;
+        }
+
+        // Each value with where it came from, for the error messages.
+        let pick_string =
+            |key: &str, var_name: &str| -> Result<Option<(String, String)>, LlmError> {
+                if let Some(v) = var(var_name) {
+                    return Ok(Some((v, var_name.to_string())));
+                }
+                Ok(string(key)?.map(|v| (v, format!("[llm] {key}"))))
+            };
+        let pick_number =
+            |key: &str, var_name: &str, min: u64, max: u64| -> Result<Option<u64>, LlmError> {
+                if let Some(v) = var(var_name) {
+                    let n: u64 = v.trim().parse().map_err(|_| {
+                        config_error(format!("{var_name} must be a whole number, got {v:?}"))
+                    })?;
+                    if n < min || n > max {
+                        return Err(config_error(format!(
+                            "{var_name} must be between {min} and {max}, got {n}"
+                        )));
+                    }
+                    return Ok(Some(n));
+                }
+                t.u64_in(key, min, max)
+                    .map_err(|e| config_error(e.to_string()))
+            };
+
+        let (base_url, base_url_from) = pick_string("base_url", "TOOLBOX_LLM_BASE_URL")?
+            .unwrap_or_else(|| {
+                (
+                    provider.default_base_url().to_string(),
+                    "the default base_url".to_string(),
+                )
+            });
+        let base_url = check_base_url(&base_url, &base_url_from)?;
+        let model = pick_string("model", "TOOLBOX_LLM_MODEL")?
+            .map(|(m, _)| m.trim().to_string())
+            .unwrap_or_default();
+        let api_key_env = match pick_string("api_key_env", "TOOLBOX_LLM_API_KEY_ENV")? {
+            None => provider.default_api_key_env().to_string(),
+            Some((name, from)) => {
+                let name = name.trim().to_string();
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    return Err(config_error(format!(
+                        "{from} must name an environment variable (like OPENAI_API_KEY), got {name:?}"
+                    )));
+                }
+                name
+            }
+        };
+        let u32_max: u64 = u32::MAX.into();
+        let timeout = |key: &str, var_name: &str, default: u64| -> Result<Duration, LlmError> {
+            Ok(Duration::from_millis(
+                pick_number(key, var_name, 1, u32_max)?.unwrap_or(default),
+            ))
+        };
+        Ok(LlmConfig {
+            provider,
+            base_url,
+            model,
+            api_key_env,
+            connect_timeout: timeout(
+                "connect_timeout_ms",
+                "TOOLBOX_LLM_CONNECT_TIMEOUT_MS",
+                DEFAULT_CONNECT_TIMEOUT_MS,
+            )?,
+            idle_timeout: timeout(
+                "idle_timeout_ms",
+                "TOOLBOX_LLM_IDLE_TIMEOUT_MS",
+                DEFAULT_IDLE_TIMEOUT_MS,
+            )?,
+            request_timeout: timeout(
+                "request_timeout_ms",
+                "TOOLBOX_LLM_TIMEOUT_MS",
+                DEFAULT_REQUEST_TIMEOUT_MS,
+            )?,
+            max_retries: pick_number("max_retries", "TOOLBOX_LLM_MAX_RETRIES", 0, MAX_MAX_RETRIES)?
+                .map_or(DEFAULT_MAX_RETRIES, |n| n as u32),
+            max_tokens: pick_number("max_tokens", "TOOLBOX_LLM_MAX_TOKENS", 1, u32_max)?
+                .map_or(DEFAULT_MAX_TOKENS, |n| n as u32),
+        })
+    }
+
+    /// The API key: the value of the variable named by [`api_key_env`](Self::api_key_env),
+    /// read through `env`; `None` when it is unset or empty. Never log what this returns.
+    pub fn api_key(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        env(&self.api_key_env).filter(|k| !k.trim().is_empty())
+    }
+
+    /// The error when no model is set, or `Ok` when one is.
+    pub fn require_model(&self) -> Result<(), LlmError> {
+        if self.model.trim().is_empty() {
+            return Err(config_error(format!(
+                "no model is set for the {} server at {}: set [llm] model or TOOLBOX_LLM_MODEL",
+                self.provider.as_str(),
+                self.base_url
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `url` if it is an absolute http(s) URL with a host, without a trailing `/`.
+fn check_base_url(url: &str, from: &str) -> Result<String, LlmError> {
+    let trimmed = url.trim();
+    let bad = |why: &str| {
+        config_error(format!(
+            "{from} must be an http or https URL like {OPENAI_BASE_URL}, got {url:?} ({why})"
+        ))
+    };
+    let parsed = reqwest::Url::parse(trimmed).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad(&format!("the scheme is {:?}", parsed.scheme())));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("it has no host"));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(bad("it must not have a query or a fragment"));
+    }
+    Ok(trimmed.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn err(table: Value, env: &dyn Fn(&str) -> Option<String>) -> String {
+        let e = LlmConfig::from_table(Some(&table), env).unwrap_err();
+        assert_eq!(e.kind, LlmErrorKind::Config, "{e}");
+        e.message
+    }
+
+    #[test]
+    fn defaults_follow_the_provider() {
+        let c = LlmConfig::from_table(None, &no_env).unwrap();
+        assert_eq!(c, LlmConfig::default());
+        assert_eq!(c.base_url, OPENAI_BASE_URL);
+        assert_eq!(c.api_key_env, "OPENAI_API_KEY");
+        assert_eq!(c.idle_timeout, Duration::from_secs(120));
+        assert_eq!(c.request_timeout, Duration::from_secs(600));
+        assert_eq!(c.connect_timeout, Duration::from_secs(10));
+        assert_eq!((c.max_retries, c.max_tokens), (3, 4096));
+
+        let c = LlmConfig::from_table(Some(&json!({"provider": "anthropic"})), &no_env).unwrap();
+        assert_eq!(c.provider, LlmProvider::Anthropic);
+        assert_eq!(c.base_url, ANTHROPIC_BASE_URL);
+        assert_eq!(c.api_key_env, "ANTHROPIC_API_KEY");
+
+        let env = |name: &str| (name == "TOOLBOX_LLM_PROVIDER").then(|| "Anthropic".to_string());
+        let c = LlmConfig::from_table(None, &env).unwrap();
+        assert_eq!(c.base_url, ANTHROPIC_BASE_URL);
+    }
+
+    #[test]
+    fn the_table_is_read_and_variables_override_it() {
+        let table = json!({
+            "provider": "openai", "base_url": "http://127.0.0.1:8000/v1/", "model": "m1",
+            "api_key_env": "MY_KEY", "connect_timeout_ms": 5, "idle_timeout_ms": 6,
+            "request_timeout_ms": 7, "max_retries": 0, "max_tokens": 9,
+        });
+        let c = LlmConfig::from_table(Some(&table), &no_env).unwrap();
+        assert_eq!(c.base_url, "http://127.0.0.1:8000/v1");
+        assert_eq!(c.model, "m1");
+        assert_eq!(c.api_key_env, "MY_KEY");
+        assert_eq!(c.connect_timeout, Duration::from_millis(5));
+        assert_eq!(c.idle_timeout, Duration::from_millis(6));
+        assert_eq!(c.request_timeout, Duration::from_millis(7));
+        assert_eq!((c.max_retries, c.max_tokens), (0, 9));
+
+        let env = |name: &str| {
+            Some(
+                match name {
+                    "TOOLBOX_LLM_BASE_URL" => "https://example.test/v1",
+                    "TOOLBOX_LLM_MODEL" => "m2",
+                    "TOOLBOX_LLM_API_KEY_ENV" => "OTHER_KEY",
+                    "TOOLBOX_LLM_CONNECT_TIMEOUT_MS" => "15",
+                    "TOOLBOX_LLM_IDLE_TIMEOUT_MS" => "16",
+                    "TOOLBOX_LLM_TIMEOUT_MS" => "17",
+                    "TOOLBOX_LLM_MAX_RETRIES" => "5",
+                    "TOOLBOX_LLM_MAX_TOKENS" => "19",
+                    "TOOLBOX_LLM_PROVIDER" => "",
+                    _ => return None,
+                }
+                .to_string(),
+            )
+        };
+        let c = LlmConfig::from_table(Some(&table), &env).unwrap();
+        assert_eq!(c.provider, LlmProvider::OpenAi);
+        assert_eq!(c.base_url, "https://example.test/v1");
+        assert_eq!(c.model, "m2");
+        assert_eq!(c.api_key_env, "OTHER_KEY");
+        assert_eq!(c.connect_timeout, Duration::from_millis(15));
+        assert_eq!(c.idle_timeout, Duration::from_millis(16));
+        assert_eq!(c.request_timeout, Duration::from_millis(17));
+        assert_eq!((c.max_retries, c.max_tokens), (5, 19));
+    }
+
+    #[test]
+    fn mistakes_name_the_key() {
+        for (table, want) in [
+            (json!({"modle": "x"}), "[llm] has an unknown key `modle`"),
+            (json!({"provider": "gemini"}), "[llm] provider must be"),
+            (json!({"provider": 1}), "[llm] provider must be a string"),
+            (
+                json!({"base_url": "ftp://x"}),
+                "[llm] base_url must be an http",
+            ),
+            (
+                json!({"base_url": "not a url"}),
+                "[llm] base_url must be an http",
+            ),
+            (
+                json!({"request_timeout_ms": "soon"}),
+                "[llm] request_timeout_ms must be a whole number",
+            ),
+            (
+                json!({"max_retries": 99}),
+                "[llm] max_retries must be between 0 and 20",
+            ),
+            (json!({"max_tokens": 0}), "[llm] max_tokens must be between"),
+            (json!({"api_key_env": "A=B"}), "[llm] api_key_env must name"),
+            (json!([1]), "[llm] must be a table"),
+        ] {
+            let e = err(table.clone(), &no_env);
+            assert!(e.contains(want), "{table}: {e}");
+        }
+        let env = |name: &str| (name == "TOOLBOX_LLM_MAX_RETRIES").then(|| "many".to_string());
+        assert!(err(json!({}), &env).contains("TOOLBOX_LLM_MAX_RETRIES must be a whole number"));
+        let env = |name: &str| (name == "TOOLBOX_LLM_BASE_URL").then(|| "localhost".to_string());
+        assert!(err(json!({}), &env).contains("TOOLBOX_LLM_BASE_URL must be an http"));
+    }
+
+    #[test]
+    fn the_key_is_read_from_the_named_variable() {
+        let c = LlmConfig::from_table(Some(&json!({"api_key_env": "K1"})), &no_env).unwrap();
+        let env = |name: &str| (name == "K1").then(|| "secret".to_string());
+        assert_eq!(c.api_key(&env).as_deref(), Some("secret"));
+        assert_eq!(c.api_key(&|_| Some(String::new())), None);
+        assert!(!format!("{c:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_model_is_required() {
+        let c = LlmConfig::default();
+        let e = c.require_model().unwrap_err();
+        assert!(
+            e.message.contains("set [llm] model or TOOLBOX_LLM_MODEL"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_workspace_may_only_tighten() {
+        let rules = toolbox_core::trust::table_rules("llm").expect("[llm] rules are registered");
+        for key in ["base_url", "model", "api_key_env", "provider"] {
+            assert!(rules.rule(key).is_none(), "{key}");
+        }
+        assert!(rules.rule("request_timeout_ms").is_some());
     }
 }

@@ -180,3 +180,19 @@ pub fn client(config: &LlmConfig) -> Result<Arc<dyn LlmClient>, LlmError> {
         LlmProvider::Anthropic => Arc::new(anthropic::AnthropicClient::new(config.clone())?),
     })
 }
+
+/// Like [`client`], reading the key through `env` (as [`LlmConfig::from_table`] reads the
+/// settings) instead of the process environment: `env(&config.api_key_env)`.
+pub fn client_with_env(
+    config: &LlmConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn LlmClient>, LlmError> {
+    let key = config.api_key(env);
+    Ok(match config.provider {
+        LlmProvider::OpenAi => Arc::new(openai::OpenAiClient::with_api_key(config.clone(), key)?),
+        LlmProvider::Anthropic => Arc::new(anthropic::AnthropicClient::with_api_key(
+            config.clone(),
+            key,
+        )?),
+    })
+}

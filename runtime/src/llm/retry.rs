@@ -1,1 +1,660 @@
-//! Retries with backoff. (Stub.)
+//! Retries with backoff, and the request loop both clients share.
+//!
+//! The policy: a response with status 429, 500, 502, 503, 504 or 529, or a failure to
+//! connect (nothing was sent, so nothing can have been charged), is tried again, at most
+//! `max_retries` times. The wait before retry *n* (from 0) is 500 ms · 2ⁿ plus up to 20 %
+//! jitter, never more than 30 s, unless the server said how long to wait in `Retry-After`
+//! (seconds or an HTTP date): that is honoured up to 60 s. A server that asks for longer is
+//! not waited for: the call fails at once with [`LlmErrorKind::RateLimited`], saying how long
+//! the server asked for. Once a response has started streaming nothing is retried, since its
+//! text has already been handed to the caller.
+//!
+//! Every other refusal fails at once with the server's own message: 401/403 as
+//! [`LlmErrorKind::Auth`], 404 or a message about an unknown model as
+//! [`LlmErrorKind::UnknownModel`], the rest as [`LlmErrorKind::Server`].
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use serde_json::Value;
+
+use super::sse::error_chain;
+use super::{LlmConfig, LlmError, LlmErrorKind};
+
+/// The wait before the first retry; it doubles for each next one.
+pub(crate) const BASE_DELAY: Duration = Duration::from_millis(500);
+/// The longest backoff between two attempts.
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(30);
+/// The longest `Retry-After` honoured; a server asking for more is not waited for.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How much of an error response's body is read.
+const ERROR_BODY_CAP: usize = 64 * 1024;
+/// How much of a server's message an error quotes.
+const MESSAGE_CHARS: usize = 1000;
+
+/// Whether a response with `status` is tried again.
+pub(crate) fn is_retryable(status: u16) -> bool {
+    matches!(status, 429 | 500 | 502 | 503 | 504 | 529)
+}
+
+/// The wait before retry number `retry` (0 for the first), with jitter.
+pub(crate) fn backoff(retry: u32) -> Duration {
+    let exp = BASE_DELAY.saturating_mul(1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX));
+    let base = exp.min(MAX_DELAY);
+    (base + base.mul_f64(0.2 * jitter())).min(MAX_DELAY)
+}
+
+/// A number in `0.0..1.0` that differs between calls; good enough to spread retries apart.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    hasher.write_u32(nanos);
+    (hasher.finish() % 10_000) as f64 / 10_000.0
+}
+
+/// The wait a `Retry-After` value asks for: delta-seconds, or an HTTP date (a date in the
+/// past is no wait). `None` when it is neither.
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    if let Ok(seconds) = value.parse::<f64>() {
+        // Not in the RFC, but some servers send fractions.
+        if seconds.is_finite() && seconds >= 0.0 {
+            return Some(Duration::from_secs_f64(seconds.min(1e9)));
+        }
+        return None;
+    }
+    let at = parse_http_date(value)?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// An HTTP date in any of the three forms RFC 9110 says to accept:
+/// `Sun, 06 Nov 1994 08:49:37 GMT`, `Sunday, 06-Nov-94 08:49:37 GMT`,
+/// `Sun Nov  6 08:49:37 1994`.
+pub(crate) fn parse_http_date(text: &str) -> Option<SystemTime> {
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let month_of = |s: &str| {
+        MONTHS
+            .iter()
+            .position(|m| s.eq_ignore_ascii_case(m))
+            .map(|i| i as u32 + 1)
+    };
+    let tokens: Vec<&str> = text
+        .split([' ', ',', '-'])
+        .filter(|t| !t.is_empty())
+        .collect();
+    // The weekday first, then day-month-year-time, or (asctime) month-day-time-year.
+    let (day, month, year, time) = match tokens.as_slice() {
+        [_, m, d, t, y] if month_of(m).is_some() => (*d, *m, *y, *t),
+        [_, d, m, y, t, zone] if zone.eq_ignore_ascii_case("GMT") => (*d, *m, *y, *t),
+        _ => return None,
+    };
+    let month = month_of(month)?;
+    let day: u32 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
+    let mut year: i64 = year.parse().ok()?;
+    if year < 100 {
+        year += if year < 70 { 2000 } else { 1900 };
+    }
+    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    if hms.next().is_some() || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let seconds = u64::try_from(days).ok()? * 86_400 + h * 3600 + m * 60 + s;
+    Some(UNIX_EPOCH + Duration::from_secs(seconds))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = i64::from((month + 9) % 12);
+    let day_of_year = (153 * month_from_march + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The first `max` characters of `text`, trimmed, with `…` when cut.
+pub(crate) fn snippet(text: &str, max: usize) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+    }
+}
+
+/// What an error body says: its message and its error type or code, if it is JSON of the
+/// usual shapes (`{"error":{"message","type"}}`, `{"error":"…"}`, `{"message"}`,
+/// `{"detail"}`); otherwise the start of the body.
+pub(crate) fn server_message(body: &str) -> (String, Option<String>) {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    if let Ok(json) = serde_json::from_str::<Value>(body) {
+        let error = json.get("error");
+        let message = match error {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(e) => text(e.get("message")),
+            None => None,
+        }
+        .or_else(|| text(json.get("message")))
+        .or_else(|| text(json.get("detail")));
+        let kind = error
+            .and_then(|e| text(e.get("type")).or_else(|| text(e.get("code"))))
+            .or_else(|| text(json.get("type")).filter(|t| t != "error"));
+        if let Some(message) = message {
+            return (snippet(&message, MESSAGE_CHARS), kind);
+        }
+    }
+    if body.trim().is_empty() {
+        return ("(the response had no body)".to_string(), None);
+    }
+    (snippet(body, MESSAGE_CHARS), None)
+}
+
+/// Whether a server's message says it does not know the model.
+pub(crate) fn mentions_unknown_model(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("model")
+        && [
+            "not found",
+            "does not exist",
+            "not exist",
+            "unknown",
+            "no such",
+            "invalid model",
+            "not available",
+            "not supported",
+        ]
+        .iter()
+        .any(|p| m.contains(p))
+}
+
+/// What one attempt came to, when it did not produce a response to read.
+enum Failure {
+    /// Worth another attempt.
+    Retry {
+        kind: LlmErrorKind,
+        what: String,
+        retry_after: Option<Duration>,
+    },
+    /// Final.
+    Fatal(LlmError),
+}
+
+/// The HTTP side both clients share: the reqwest client, the settings, the key.
+///
+/// It has no `Debug`: it holds the key.
+pub(crate) struct Transport {
+    http: reqwest::Client,
+    pub(crate) config: LlmConfig,
+    key: Option<String>,
+}
+
+impl Transport {
+    /// A transport for `config`, sending `key` (when given) as the client adds it. Fails when
+    /// no model is set or the HTTP client cannot be built.
+    pub(crate) fn new(config: LlmConfig, key: Option<String>) -> Result<Self, LlmError> {
+        config.require_model()?;
+        // reqwest is built with `rustls-no-provider`: install ring unless the embedding
+        // program already installed a provider (then theirs is used).
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .user_agent(concat!("toolbox/", env!("CARGO_PKG_VERSION"), " (llm)"))
+            .build()
+            .map_err(|e| {
+                LlmError::new(
+                    LlmErrorKind::Config,
+                    format!("could not set up the HTTP client: {}", error_chain(&e)),
+                )
+            })?;
+        Ok(Transport {
+            http,
+            config,
+            key: key.filter(|k| !k.trim().is_empty()),
+        })
+    }
+
+    /// The API key, when the variable is set. Never log it.
+    pub(crate) fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// `text` with every occurrence of the key replaced.
+    fn redact(&self, text: &str) -> String {
+        match self.key() {
+            Some(key) if key.len() >= 4 => text.replace(key, "<redacted>"),
+            _ => text.to_string(),
+        }
+    }
+
+    /// `url` checked to be a URL, for a client to keep.
+    pub(crate) fn endpoint(&self, url: String) -> Result<String, LlmError> {
+        reqwest::Url::parse(&url).map_err(|e| {
+            LlmError::new(
+                LlmErrorKind::Config,
+                format!(
+                    "base_url {:?} does not make a valid request URL {url:?}: {e}",
+                    self.config.base_url
+                ),
+            )
+        })?;
+        Ok(url)
+    }
+
+    /// Runs `call` within `request_timeout` (retries included).
+    pub(crate) async fn within_request_timeout<T>(
+        &self,
+        call: impl Future<Output = Result<T, LlmError>>,
+    ) -> Result<T, LlmError> {
+        let limit = self.config.request_timeout;
+        tokio::time::timeout(limit, call).await.map_err(|_| {
+            LlmError::new(
+                LlmErrorKind::Timeout,
+                format!(
+                    "the model's answer took longer than {} ms (request_timeout_ms, \
+                     TOOLBOX_LLM_TIMEOUT_MS)",
+                    limit.as_millis()
+                ),
+            )
+        })?
+    }
+
+    /// POSTs `body` to `url` as JSON, with the headers `headers` adds, retrying as the
+    /// [module docs](self) say. Returns the first 2xx response, its body unread.
+    pub(crate) async fn post(
+        &self,
+        url: &str,
+        model: &str,
+        headers: &(dyn Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder + Sync),
+        body: &Value,
+    ) -> Result<reqwest::Response, LlmError> {
+        let max = self.config.max_retries;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let (kind, what, retry_after) = match self.attempt(url, model, headers, body).await {
+                Ok(response) => return Ok(response),
+                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Retry {
+                    kind,
+                    what,
+                    retry_after,
+                }) => (kind, what, retry_after),
+            };
+            if let Some(wait) = retry_after.filter(|w| *w > MAX_RETRY_AFTER) {
+                return Err(LlmError::new(
+                    LlmErrorKind::RateLimited,
+                    format!(
+                        "{what}; the server asked to wait {} s before trying again (Retry-After), \
+                         longer than the {} s toolbox waits, so it gave up after {attempts} \
+                         attempt{}; try again later",
+                        wait.as_secs(),
+                        MAX_RETRY_AFTER.as_secs(),
+                        plural(attempts)
+                    ),
+                ));
+            }
+            if attempts > max {
+                return Err(LlmError::new(
+                    kind,
+                    format!(
+                        "{what}; gave up after {attempts} attempt{} (max_retries = {max})",
+                        plural(attempts)
+                    ),
+                ));
+            }
+            let wait = retry_after.unwrap_or_else(|| backoff(attempts - 1));
+            tracing::warn!(
+                "LLM request failed ({what}); retrying in {} ms ({attempts} of {} attempts made)",
+                wait.as_millis(),
+                max + 1
+            );
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn attempt(
+        &self,
+        url: &str,
+        model: &str,
+        headers: &(dyn Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder + Sync),
+        body: &Value,
+    ) -> Result<reqwest::Response, Failure> {
+        let idle = self.config.idle_timeout;
+        let request = headers(self.http.post(url)).json(body);
+        let response = match tokio::time::timeout(idle, request.send()).await {
+            Err(_) => {
+                return Err(Failure::Fatal(LlmError::new(
+                    LlmErrorKind::Timeout,
+                    format!(
+                        "{url} did not answer within {} ms (idle_timeout_ms, \
+                         TOOLBOX_LLM_IDLE_TIMEOUT_MS)",
+                        idle.as_millis()
+                    ),
+                )))
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(Failure::Retry {
+                    kind: LlmErrorKind::Transport,
+                    what: format!(
+                        "could not connect to {url}: {}",
+                        // reqwest's own text repeats the URL; its sources say what failed.
+                        self.redact(
+                            &std::error::Error::source(&e)
+                                .map_or_else(|| e.to_string(), error_chain)
+                        )
+                    ),
+                    retry_after: None,
+                });
+            }
+            Ok(Err(e)) => {
+                return Err(Failure::Fatal(LlmError::new(
+                    if e.is_timeout() {
+                        LlmErrorKind::Timeout
+                    } else {
+                        LlmErrorKind::Transport
+                    },
+                    format!(
+                        "the request to {url} failed: {}",
+                        self.redact(&error_chain(&e))
+                    ),
+                )))
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after = retry_after(response.headers());
+        // A body that cannot be read still leaves the status to report.
+        let body = self
+            .read_body(response, ERROR_BODY_CAP, false)
+            .await
+            .unwrap_or_default();
+        let (message, error_type) = server_message(&String::from_utf8_lossy(&body));
+        let message = self.redact(&message);
+        let code = status.as_u16();
+        let status_text = match status.canonical_reason() {
+            Some(reason) => format!("HTTP {code} {reason}"),
+            None => format!("HTTP {code}"),
+        };
+        if is_retryable(code) {
+            return Err(Failure::Retry {
+                kind: if code == 429 {
+                    LlmErrorKind::RateLimited
+                } else {
+                    LlmErrorKind::Server
+                },
+                what: format!("{url} answered {status_text}: {message}"),
+                retry_after,
+            });
+        }
+        Err(Failure::Fatal(self.refusal(
+            code,
+            &status_text,
+            &message,
+            error_type.as_deref(),
+            url,
+            model,
+        )))
+    }
+
+    /// The error for a response that is not retried.
+    fn refusal(
+        &self,
+        code: u16,
+        status_text: &str,
+        message: &str,
+        error_type: Option<&str>,
+        url: &str,
+        model: &str,
+    ) -> LlmError {
+        let error_type = error_type.unwrap_or("");
+        let base_url = &self.config.base_url;
+        if matches!(code, 401 | 403)
+            || matches!(error_type, "authentication_error" | "permission_error")
+        {
+            let var = &self.config.api_key_env;
+            let state = if self.key.is_some() {
+                "which is set"
+            } else {
+                "which is not set, so no key was sent"
+            };
+            return LlmError::new(
+                LlmErrorKind::Auth,
+                format!(
+                    "the server at {base_url} refused the API key ({status_text}: {message}); \
+                     the key is read from the variable {var} (api_key_env), {state}"
+                ),
+            );
+        }
+        let about_model = mentions_unknown_model(message)
+            || (error_type == "not_found_error" && message.to_ascii_lowercase().contains("model"))
+            || error_type == "model_not_found";
+        if about_model || code == 404 {
+            let hint = if about_model || message.contains(model) {
+                String::new()
+            } else {
+                format!(
+                    "; if the model exists, check that base_url is the API's root (it is \
+                     {base_url}, the request went to {url})"
+                )
+            };
+            return LlmError::new(
+                LlmErrorKind::UnknownModel,
+                format!(
+                    "the server at {base_url} does not know the model {model:?} \
+                     ({status_text}: {message}){hint}; set [llm] model or TOOLBOX_LLM_MODEL \
+                     to a model it serves"
+                ),
+            );
+        }
+        LlmError::new(
+            LlmErrorKind::Server,
+            format!("the server at {base_url} refused the request ({status_text}): {message}"),
+        )
+    }
+
+    /// Reads up to `cap` bytes of `response`'s body, waiting at most `idle_timeout` for each
+    /// chunk. With `exact`, a longer body is an error; otherwise it is cut.
+    pub(crate) async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+        cap: usize,
+        exact: bool,
+    ) -> Result<Vec<u8>, LlmError> {
+        let idle = self.config.idle_timeout;
+        let mut body = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(idle, response.chunk())
+                .await
+                .map_err(|_| {
+                    LlmError::new(
+                        LlmErrorKind::Timeout,
+                        format!(
+                            "the response sent nothing for {} ms (idle_timeout_ms, \
+                             TOOLBOX_LLM_IDLE_TIMEOUT_MS)",
+                            idle.as_millis()
+                        ),
+                    )
+                })?
+                .map_err(|e| {
+                    LlmError::new(
+                        LlmErrorKind::Transport,
+                        format!(
+                            "the connection broke while the response was read: {}",
+                            error_chain(&e)
+                        ),
+                    )
+                })?;
+            let Some(chunk) = chunk else {
+                return Ok(body);
+            };
+            if body.len() + chunk.len() > cap {
+                if exact {
+                    return Err(LlmError::new(
+                        LlmErrorKind::BadResponse,
+                        format!("the response is larger than {cap} bytes"),
+                    ));
+                }
+                body.extend_from_slice(&chunk[..cap - body.len()]);
+                return Ok(body);
+            }
+            body.extend_from_slice(&chunk);
+        }
+    }
+}
+
+/// The wait a response's `Retry-After` header asks for, if it has a readable one.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?;
+    parse_retry_after(value, SystemTime::now())
+}
+
+fn plural(n: u32) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// Whether `response` is a whole JSON body (a server that ignored `stream: true`).
+pub(crate) fn is_json(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            let ct = ct.trim().to_ascii_lowercase();
+            ct.starts_with("application/json") || ct.contains("+json")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_retried() {
+        for code in [429, 500, 502, 503, 504, 529] {
+            assert!(is_retryable(code), "{code}");
+        }
+        for code in [200, 400, 401, 403, 404, 422, 501, 505] {
+            assert!(!is_retryable(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_with_a_little_jitter_and_a_cap() {
+        for (retry, base) in [(0, 500), (1, 1000), (2, 2000), (3, 4000)] {
+            let d = backoff(retry);
+            let base = Duration::from_millis(base);
+            assert!(d >= base && d <= base.mul_f64(1.2), "{retry}: {d:?}");
+        }
+        assert_eq!(backoff(6), MAX_DELAY);
+        assert_eq!(backoff(100), MAX_DELAY);
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(parse_retry_after("3", now), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("1.5", now),
+            Some(Duration::from_millis(1500))
+        );
+        for date in [
+            "Sun, 06 Nov 1994 08:49:47 GMT",
+            "Sunday, 06-Nov-94 08:49:47 GMT",
+            "Sun Nov  6 08:49:47 1994",
+        ] {
+            assert_eq!(
+                parse_retry_after(date, now),
+                Some(Duration::from_secs(10)),
+                "{date}"
+            );
+        }
+        // A date in the past means no wait.
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        for bad in ["", "soon", "-1", "Sun, 32 Nov 1994 08:49:37 GMT", "NaN"] {
+            assert_eq!(parse_retry_after(bad, now), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn http_dates_are_exact() {
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
+        assert_eq!(
+            parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"),
+            Some(UNIX_EPOCH)
+        );
+        assert_eq!(
+            parse_http_date("Tue, 29 Feb 2028 12:00:00 GMT"),
+            Some(UNIX_EPOCH + Duration::from_secs(1_835_438_400))
+        );
+    }
+
+    #[test]
+    fn server_messages_of_the_usual_shapes() {
+        assert_eq!(
+            server_message(r#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#),
+            (
+                "bad model".to_string(),
+                Some("invalid_request_error".to_string())
+            )
+        );
+        assert_eq!(
+            server_message(
+                r#"{"type":"error","error":{"type":"not_found_error","message":"model: x"}}"#
+            ),
+            ("model: x".to_string(), Some("not_found_error".to_string()))
+        );
+        assert_eq!(
+            server_message(r#"{"error":"model 'x' not found"}"#).0,
+            "model 'x' not found"
+        );
+        assert_eq!(server_message(r#"{"detail":"nope"}"#).0, "nope");
+        assert_eq!(server_message("<html>oops</html>").0, "<html>oops</html>");
+        assert_eq!(server_message("").0, "(the response had no body)");
+        assert!(server_message(&"x".repeat(5000)).0.ends_with('…'));
+    }
+
+    #[test]
+    fn unknown_model_messages() {
+        for m in [
+            "The model `gpt-9` does not exist or you do not have access to it.",
+            "model 'llama9' not found, try pulling it first",
+            "Unknown model: foo",
+        ] {
+            assert!(mentions_unknown_model(m), "{m}");
+        }
+        assert!(!mentions_unknown_model("context length exceeded"));
+    }
+
+    #[test]
+    fn snippets_cut_at_a_character() {
+        assert_eq!(snippet("  abc ", 5), "abc");
+        assert_eq!(snippet("ééééé", 2), "éé…");
+    }
+}

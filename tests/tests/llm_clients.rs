@@ -1,0 +1,663 @@
+//! Both LLM clients against the scripted LLM server, in both wire formats: streaming,
+//! parallel tool calls, the request bodies they send, retries, and how they fail.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use toolbox_runtime::llm::{
+    client_with_env, ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind,
+    Message, ToolCall, Usage,
+};
+use toolbox_tests::scripted_llm::{
+    RecordedRequest, Scripted, ScriptedLlm, EXHAUSTED, USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS,
+};
+
+const MODEL: &str = "scripted-model";
+const SECRET: &str = "sk-test-0123456789-secret";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+impl Wire {
+    fn provider(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "openai",
+            Wire::Anthropic => "anthropic",
+        }
+    }
+
+    fn base_url(self, server: &ScriptedLlm) -> String {
+        match self {
+            Wire::OpenAi => server.openai_base_url(),
+            Wire::Anthropic => server.anthropic_base_url(),
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "/v1/chat/completions",
+            Wire::Anthropic => "/v1/messages",
+        }
+    }
+
+    /// A variable name no other test (or the environment) uses.
+    fn key_var(self, test: &str) -> String {
+        format!(
+            "TOOLBOX_TEST_LLM_KEY_{}_{test}",
+            self.provider().to_uppercase()
+        )
+    }
+}
+
+/// The settings for `wire` at `base_url`, with `extra` keys over them; the key variable is
+/// `key_var` and nothing is read from the process environment.
+fn config_at(wire: Wire, base_url: &str, key_var: &str, extra: Value) -> LlmConfig {
+    let mut table = json!({
+        "provider": wire.provider(),
+        "base_url": base_url,
+        "model": MODEL,
+        "api_key_env": key_var,
+        "max_retries": 3,
+    });
+    if let (Some(table), Some(extra)) = (table.as_object_mut(), extra.as_object()) {
+        table.extend(extra.clone());
+    }
+    LlmConfig::from_table(Some(&table), &|_| None).expect("a valid [llm] table")
+}
+
+/// A client for `wire` talking to `server`, with no key.
+fn client(wire: Wire, server: &ScriptedLlm, extra: Value) -> Arc<dyn LlmClient> {
+    let config = config_at(wire, &wire.base_url(server), &wire.key_var("NONE"), extra);
+    client_with_env(&config, &|_| None).expect("a client")
+}
+
+/// Sends one user message and collects the streamed text pieces.
+async fn ask(
+    client: &dyn LlmClient,
+    messages: &[Message],
+) -> (Result<Completion, LlmError>, Vec<String>) {
+    let pieces = Mutex::new(Vec::new());
+    let sink = |text: &str| pieces.lock().unwrap().push(text.to_string());
+    let result = client
+        .complete(
+            ChatRequest {
+                system: "",
+                messages,
+                tools: &[],
+                model: None,
+            },
+            &sink,
+        )
+        .await;
+    (result, pieces.into_inner().unwrap())
+}
+
+fn hello() -> Vec<Message> {
+    vec![Message::User {
+        content: "hello".into(),
+    }]
+}
+
+async fn fails(client: &dyn LlmClient) -> LlmError {
+    match ask(client, &hello()).await.0 {
+        Ok(c) => panic!("expected an error, got {c:?}"),
+        Err(e) => e,
+    }
+}
+
+fn only_request(server: &ScriptedLlm) -> RecordedRequest {
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    requests.into_iter().next().unwrap()
+}
+
+/// Generates one `#[tokio::test]` per wire format for each async fn taking a [`Wire`].
+macro_rules! both_wires {
+    ($($name:ident),* $(,)?) => {
+        mod openai {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(super::Wire::OpenAi).await
+            })*
+        }
+        mod anthropic {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(super::Wire::Anthropic).await
+            })*
+        }
+    };
+}
+
+both_wires!(
+    streamed_text_arrives_in_pieces,
+    parallel_tool_calls_come_back_in_order,
+    arguments_are_kept_as_sent,
+    the_request_carries_system_tools_and_tool_results,
+    retry_after_is_honoured,
+    a_retry_after_beyond_the_cap_fails_at_once,
+    always_503_gives_up_after_max_retries,
+    a_refused_key_is_auth_and_never_shown,
+    no_key_sends_no_key_header,
+    an_unknown_model_is_named,
+    a_stream_event_that_is_not_json_is_bad_response,
+    an_exhausted_script_is_a_server_error,
+    a_connection_refused_is_retried_then_transport,
+    a_silent_server_times_out,
+    a_server_that_does_not_stream_is_understood,
+);
+
+async fn streamed_text_arrives_in_pieces(wire: Wire) {
+    let text = "Hello from the scripted model, in several pieces.";
+    let server = ScriptedLlm::start(vec![Scripted::text(text)]);
+    let client = client(wire, &server, json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let completion = result.expect("a completion");
+    assert!(pieces.len() > 1, "one piece only: {pieces:?}");
+    assert_eq!(pieces.concat(), text);
+    assert_eq!(completion.text, text);
+    assert!(completion.tool_calls.is_empty());
+    let stop = match wire {
+        Wire::OpenAi => "stop",
+        Wire::Anthropic => "end_turn",
+    };
+    assert_eq!(completion.stop_reason, stop);
+    assert_eq!(
+        completion.usage,
+        Usage {
+            input_tokens: USAGE_INPUT_TOKENS,
+            output_tokens: USAGE_OUTPUT_TOKENS
+        }
+    );
+    let request = only_request(&server);
+    assert_eq!(
+        (request.method.as_str(), request.path.as_str()),
+        ("POST", wire.path())
+    );
+    assert_eq!(server.remaining(), 0);
+}
+
+async fn parallel_tool_calls_come_back_in_order(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::calls(vec![
+        (
+            "call_a",
+            "file_manager__read",
+            json!({"path": "src/main.rs"}),
+        ),
+        (
+            "call_b",
+            "shell__run",
+            json!({"command": "ls -la", "timeout_ms": 5000}),
+        ),
+    ])]);
+    let client = client(wire, &server, json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let completion = result.expect("a completion");
+    assert!(pieces.is_empty(), "{pieces:?}");
+    assert_eq!(completion.text, "");
+    let got: Vec<(&str, &str, Value)> = completion
+        .tool_calls
+        .iter()
+        .map(|c| {
+            let args = serde_json::from_str(&c.arguments)
+                .unwrap_or_else(|e| panic!("{:?} is not JSON: {e}", c.arguments));
+            (c.id.as_str(), c.name.as_str(), args)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "call_a",
+                "file_manager__read",
+                json!({"path": "src/main.rs"})
+            ),
+            (
+                "call_b",
+                "shell__run",
+                json!({"command": "ls -la", "timeout_ms": 5000})
+            ),
+        ]
+    );
+    let stop = match wire {
+        Wire::OpenAi => "tool_calls",
+        Wire::Anthropic => "tool_use",
+    };
+    assert_eq!(completion.stop_reason, stop);
+}
+
+async fn arguments_are_kept_as_sent(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::ToolCalls {
+        text: "Let me look.".into(),
+        calls: vec![("c1".into(), "t".into(), "{\"path\": \"a.txt\"".into())],
+    }]);
+    let client = client(wire, &server, json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let completion = result.expect("a completion");
+    assert_eq!(pieces.concat(), "Let me look.");
+    assert_eq!(completion.text, "Let me look.");
+    assert_eq!(
+        completion.tool_calls,
+        vec![ToolCall {
+            id: "c1".into(),
+            name: "t".into(),
+            arguments: "{\"path\": \"a.txt\"".into(),
+        }]
+    );
+}
+
+async fn the_request_carries_system_tools_and_tool_results(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::text("There is one file.")]);
+    let client = client(wire, &server, json!({"max_tokens": 1000}));
+    let tools = match wire {
+        Wire::OpenAi => vec![json!({
+            "type": "function",
+            "function": {
+                "name": "shell__run",
+                "description": "Runs a command.",
+                "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+            },
+        })],
+        Wire::Anthropic => vec![json!({
+            "name": "shell__run",
+            "description": "Runs a command.",
+            "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+        })],
+    };
+    let result = r#"{"status":"ok","result":"a.txt"}"#;
+    let history = vec![
+        Message::User {
+            content: "What files are here?".into(),
+        },
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "shell__run".into(),
+                arguments: r#"{"command":"ls"}"#.into(),
+            }],
+        },
+        Message::Tool {
+            tool_call_id: "call_1".into(),
+            name: "shell__run".into(),
+            content: result.into(),
+        },
+    ];
+    let completion = client
+        .complete(
+            ChatRequest {
+                system: "You are terse.",
+                messages: &history,
+                tools: &tools,
+                model: None,
+            },
+            &|_| {},
+        )
+        .await
+        .expect("a completion");
+    assert_eq!(completion.text, "There is one file.");
+
+    let request = only_request(&server);
+    let body = &request.body;
+    assert_eq!(body["model"], json!(MODEL));
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["tools"], json!(tools));
+    assert_eq!(
+        request.header("content-type"),
+        Some("application/json"),
+        "{request:#?}"
+    );
+    match wire {
+        Wire::OpenAi => {
+            assert_eq!(body["stream_options"], json!({"include_usage": true}));
+            assert_eq!(body["max_tokens"], json!(1000));
+            assert_eq!(
+                body["messages"],
+                json!([
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "What files are here?"},
+                    {"role": "assistant", "content": null, "tool_calls": [{
+                        "id": "call_1", "type": "function",
+                        "function": {"name": "shell__run", "arguments": "{\"command\":\"ls\"}"},
+                    }]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": result},
+                ])
+            );
+        }
+        Wire::Anthropic => {
+            assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
+            assert_eq!(body["max_tokens"], json!(1000));
+            assert_eq!(body["system"], json!("You are terse."));
+            assert_eq!(
+                body["messages"],
+                json!([
+                    {"role": "user", "content": "What files are here?"},
+                    {"role": "assistant", "content": [{
+                        "type": "tool_use", "id": "call_1", "name": "shell__run",
+                        "input": {"command": "ls"},
+                    }]},
+                    {"role": "user", "content": [{
+                        "type": "tool_result", "tool_use_id": "call_1", "content": result,
+                    }]},
+                ])
+            );
+        }
+    }
+}
+
+async fn retry_after_is_honoured(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::rate_limited(1), Scripted::text("ok then")]);
+    let client = client(wire, &server, json!({}));
+    let started = Instant::now();
+    let (result, _) = ask(&*client, &hello()).await;
+    let elapsed = started.elapsed();
+    assert_eq!(
+        result.expect("a completion after the retry").text,
+        "ok then"
+    );
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "retried after {elapsed:?}, before the Retry-After second"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].body, requests[1].body);
+    assert_eq!(server.remaining(), 0);
+}
+
+async fn a_retry_after_beyond_the_cap_fails_at_once(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::rate_limited(3600), Scripted::text("no")]);
+    let client = client(wire, &server, json!({}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::RateLimited, "{e}");
+    assert!(e.message.contains("3600 s"), "{e}");
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(server.remaining(), 1);
+}
+
+async fn always_503_gives_up_after_max_retries(wire: Wire) {
+    let server = ScriptedLlm::start(
+        (0..4)
+            .map(|_| Scripted::error(503, "the model is overloaded"))
+            .collect(),
+    );
+    let client = client(wire, &server, json!({"max_retries": 2}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.remaining(), 1);
+    for want in ["3 attempts", "HTTP 503", "the model is overloaded"] {
+        assert!(e.message.contains(want), "{want:?} not in: {e}");
+    }
+}
+
+async fn a_refused_key_is_auth_and_never_shown(wire: Wire) {
+    // The server quotes the key back, as some do: it must not reach the message.
+    let server = ScriptedLlm::start(vec![Scripted::Status {
+        code: 401,
+        retry_after: None,
+        body: json!({"type": "error", "error": {
+            "type": "authentication_error",
+            "message": format!("Incorrect API key provided: {SECRET}"),
+        }})
+        .to_string(),
+    }]);
+    let var = wire.key_var("REFUSED");
+    let config = config_at(wire, &wire.base_url(&server), &var, json!({}));
+    let env = |name: &str| (name == var).then(|| SECRET.to_string());
+    let client = client_with_env(&config, &env).expect("a client");
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Auth, "{e}");
+    assert!(!e.message.contains(SECRET), "the key leaked: {e}");
+    assert!(!format!("{e:?}").contains(SECRET), "the key leaked: {e:?}");
+    assert!(e.message.contains(&var), "{e}");
+    assert!(e.message.contains("which is set"), "{e}");
+    assert!(e.message.contains("HTTP 401"), "{e}");
+    let request = only_request(&server);
+    match wire {
+        Wire::OpenAi => {
+            assert_eq!(
+                request.header("authorization"),
+                Some(format!("Bearer {SECRET}").as_str())
+            );
+            assert_eq!(request.header("x-api-key"), None);
+        }
+        Wire::Anthropic => {
+            assert_eq!(request.header("x-api-key"), Some(SECRET));
+            assert_eq!(request.header("authorization"), None);
+        }
+    }
+}
+
+async fn no_key_sends_no_key_header(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::error(403, "forbidden")]);
+    let client = client(wire, &server, json!({}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Auth, "{e}");
+    assert!(e.message.contains("not set"), "{e}");
+    let request = only_request(&server);
+    assert_eq!(request.header("authorization"), None);
+    assert_eq!(request.header("x-api-key"), None);
+}
+
+async fn an_unknown_model_is_named(wire: Wire) {
+    let body = match wire {
+        Wire::OpenAi => json!({"error": {
+            "message": format!("The model `{MODEL}` does not exist or you do not have access to it."),
+            "type": "invalid_request_error", "code": "model_not_found",
+        }}),
+        Wire::Anthropic => json!({"type": "error", "error": {
+            "type": "not_found_error", "message": format!("model: {MODEL}"),
+        }}),
+    };
+    let server = ScriptedLlm::start(vec![Scripted::Status {
+        code: 404,
+        retry_after: None,
+        body: body.to_string(),
+    }]);
+    let client = client(wire, &server, json!({}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::UnknownModel, "{e}");
+    assert!(e.message.contains(MODEL), "{e}");
+    assert!(e.message.contains(&wire.base_url(&server)), "{e}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+async fn a_stream_event_that_is_not_json_is_bad_response(wire: Wire) {
+    let server = ScriptedLlm::start(vec![Scripted::Garbage, Scripted::text("unused")]);
+    let client = client(wire, &server, json!({}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("not JSON"), "{e}");
+    assert!(e.message.contains("this is {not JSON"), "{e}");
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(server.remaining(), 1);
+}
+
+async fn an_exhausted_script_is_a_server_error(wire: Wire) {
+    let server = ScriptedLlm::start(vec![]);
+    let client = client(wire, &server, json!({"max_retries": 0}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
+    assert!(e.message.contains(EXHAUSTED), "{e}");
+    assert!(e.message.contains("1 attempt "), "{e}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+async fn a_connection_refused_is_retried_then_transport(wire: Wire) {
+    // A port nothing listens on: bind one, then let it go.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let base = match wire {
+        Wire::OpenAi => format!("http://127.0.0.1:{port}/v1"),
+        Wire::Anthropic => format!("http://127.0.0.1:{port}"),
+    };
+    let config = config_at(
+        wire,
+        &base,
+        &wire.key_var("NONE"),
+        json!({"max_retries": 1}),
+    );
+    let client = client_with_env(&config, &|_| None).expect("a client");
+    let started = Instant::now();
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Transport, "{e}");
+    assert!(e.message.contains("could not connect"), "{e}");
+    assert!(e.message.contains("2 attempts"), "{e}");
+    // One backoff (at least 500 ms) separated the two attempts.
+    assert!(started.elapsed() >= Duration::from_millis(500));
+}
+
+async fn a_silent_server_times_out(wire: Wire) {
+    // Accepts, reads the request, and says nothing until the client goes away (or 10 s).
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let silent = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut buf = [0u8; 4096];
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+    });
+    let base = match wire {
+        Wire::OpenAi => format!("http://127.0.0.1:{port}/v1"),
+        Wire::Anthropic => format!("http://127.0.0.1:{port}"),
+    };
+    let config = config_at(
+        wire,
+        &base,
+        &wire.key_var("NONE"),
+        json!({"idle_timeout_ms": 300}),
+    );
+    let client = client_with_env(&config, &|_| None).expect("a client");
+    let started = Instant::now();
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Timeout, "{e}");
+    assert!(e.message.contains("idle_timeout_ms"), "{e}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    drop(client);
+    let _ = silent.join();
+}
+
+async fn a_server_that_does_not_stream_is_understood(wire: Wire) {
+    // One JSON completion (application/json) instead of a stream.
+    let body = match wire {
+        Wire::OpenAi => json!({
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "Reading.",
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "t", "arguments": "{\"a\":1}"}}],
+            }}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+        }),
+        Wire::Anthropic => json!({
+            "type": "message", "role": "assistant", "stop_reason": "tool_use",
+            "content": [{"type": "text", "text": "Reading."},
+                        {"type": "tool_use", "id": "c1", "name": "t", "input": {"a": 1}}],
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+        }),
+    };
+    let server = ScriptedLlm::start(vec![Scripted::Status {
+        code: 200,
+        retry_after: None,
+        body: body.to_string(),
+    }]);
+    let client = client(wire, &server, json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let completion = result.expect("a completion");
+    assert_eq!(pieces, ["Reading."]);
+    assert_eq!(completion.text, "Reading.");
+    assert_eq!(
+        completion.tool_calls,
+        vec![ToolCall {
+            id: "c1".into(),
+            name: "t".into(),
+            arguments: "{\"a\":1}".into(),
+        }]
+    );
+    assert_eq!(
+        completion.usage,
+        Usage {
+            input_tokens: 3,
+            output_tokens: 4
+        }
+    );
+}
+
+#[tokio::test]
+async fn the_request_timeout_bounds_the_whole_call() {
+    let server = ScriptedLlm::start(vec![Scripted::rate_limited(5), Scripted::text("late")]);
+    let client = client(Wire::OpenAi, &server, json!({"request_timeout_ms": 300}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Timeout, "{e}");
+    assert!(e.message.contains("request_timeout_ms"), "{e}");
+    assert!(e.message.contains("TOOLBOX_LLM_TIMEOUT_MS"), "{e}");
+}
+
+#[tokio::test]
+async fn a_model_override_is_sent() {
+    let server = ScriptedLlm::start(vec![Scripted::text("hi")]);
+    let client = client(Wire::OpenAi, &server, json!({}));
+    assert_eq!(client.model(), MODEL);
+    client
+        .complete(
+            ChatRequest {
+                system: "",
+                messages: &hello(),
+                tools: &[],
+                model: Some("another-model"),
+            },
+            &|_| {},
+        )
+        .await
+        .expect("a completion");
+    assert_eq!(only_request(&server).body["model"], json!("another-model"));
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    for (table, want) in [
+        (json!({"modle": "x"}), "unknown key `modle`"),
+        (json!({"base_url": "not a url"}), "base_url"),
+        (json!({"base_url": "file:///tmp/x"}), "base_url"),
+        (json!({"provider": "gemini"}), "provider"),
+        (json!({"max_retries": "many"}), "max_retries"),
+    ] {
+        let e = LlmConfig::from_table(Some(&table), &|_| None).expect_err(&table.to_string());
+        assert_eq!(e.kind, LlmErrorKind::Config, "{table}: {e}");
+        assert!(e.message.contains(want), "{table}: {e}");
+    }
+    let env = |name: &str| (name == "TOOLBOX_LLM_PROVIDER").then(|| "gemini".to_string());
+    let e = LlmConfig::from_table(None, &env).expect_err("a bad provider");
+    assert!(e.message.contains("TOOLBOX_LLM_PROVIDER"), "{e}");
+}
+
+#[test]
+fn a_client_needs_a_model() {
+    for provider in ["openai", "anthropic"] {
+        let config =
+            LlmConfig::from_table(Some(&json!({"provider": provider})), &|_| None).expect("config");
+        let e = client_with_env(&config, &|_| None)
+            .err()
+            .expect("no client without a model");
+        assert_eq!(e.kind, LlmErrorKind::Config);
+        assert!(
+            e.message.contains("set [llm] model or TOOLBOX_LLM_MODEL"),
+            "{e}"
+        );
+    }
+}
