@@ -21,6 +21,7 @@ pub mod containment;
 mod context;
 mod dirfd;
 mod extract;
+pub mod frontmatter;
 pub mod limits;
 mod provider;
 mod runner;
