@@ -79,6 +79,22 @@ pub(crate) fn open_child(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> io
     .map_err(io::Error::from)
 }
 
+/// Opens the single name `name` inside `dir`, following a symbolic link there: only for a
+/// folder the operator chose (a configured folder of agents), never inside the workspace.
+pub(crate) fn open_child_following(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: OFlags,
+) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        flags | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(io::Error::from)
+}
+
 /// Opens or creates the folder `name` inside `dir`, refusing a symbolic link or a file there.
 ///
 /// This is how toolbox creates its own folders under `.toolbox/`: a planted link is an error

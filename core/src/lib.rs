@@ -6,6 +6,8 @@
 //! - [`ToolContext`] is everything a tool call may use: the [`Workspace`] jail with session
 //!   routing, the session and call ids, a cancellation token, an [`EventSink`] for streamed
 //!   output and the configuration.
+//! - [`AgentSet`] finds the agent definitions ([`AgentDef`]: Markdown files with YAML
+//!   [`frontmatter`]) that the agent runtime runs and the team provider lists.
 //! - [`Args`] parses untrusted model arguments with errors that name the tool and the argument.
 //! - [`containment`] keeps every process a tool starts inside toolbox's reach (a cgroup or a
 //!   subreaper, and a janitor process), so none outlives toolbox; [`limits`] is the
@@ -15,12 +17,14 @@
 
 #![deny(missing_docs)]
 
+pub mod agent;
 mod args;
 pub mod config_table;
 pub mod containment;
 mod context;
 mod dirfd;
 mod extract;
+pub mod frontmatter;
 pub mod limits;
 mod provider;
 mod runner;
@@ -32,6 +36,7 @@ mod tool;
 pub mod trust;
 mod workspace;
 
+pub use agent::{AgentDef, AgentName, AgentProblem, AgentSet, AgentsConfig, InvalidAgentName};
 pub use args::Args;
 pub use config_table::{ConfigTable, ParsedCache};
 pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};

@@ -14,3 +14,15 @@ pub struct ActiveAgent {
     /// Model requests per turn before it is stopped; `None` uses the runtime's default.
     pub max_steps: Option<u32>,
 }
+
+impl From<&toolbox_core::AgentDef> for ActiveAgent {
+    fn from(def: &toolbox_core::AgentDef) -> Self {
+        ActiveAgent {
+            name: def.name.to_string(),
+            prompt: def.prompt.clone(),
+            toolsets: def.toolsets.clone(),
+            model: def.model.clone(),
+            max_steps: def.max_steps,
+        }
+    }
+}

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
-use toolbox_core::{CancellationToken, SessionId};
+use serde_json::Value;
+use toolbox_core::{AgentSet, CancellationToken, SessionId};
 use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, ToolExecutor};
 
 use crate::agent::ActiveAgent;
@@ -279,18 +280,20 @@ impl Runtime {
         })
     }
 
-    /// The agent called `name`, or an error listing the known ones.
+    /// The agent called `name`, found afresh (agent files may change between turns), or an
+    /// error listing the known ones and any file skipped for being invalid.
     pub(crate) fn find_agent(&self, name: &str) -> Result<ActiveAgent, TurnError> {
-        if name == DEFAULT_AGENT {
-            return Ok(ActiveAgent {
-                name: DEFAULT_AGENT.into(),
-                prompt: "You are a helpful assistant with tools.".into(),
-                toolsets: None,
-                model: None,
-                max_steps: None,
-            });
+        let config = Value::Object(self.inner.executor.config().providers.clone());
+        let set = AgentSet::discover(self.inner.executor.workspace(), &config);
+        if let Some(agent) = set.get(name) {
+            return Ok(ActiveAgent::from(agent));
         }
-        Err(TurnError::UnknownAgent(format!("unknown agent: {name}")))
+        let known: Vec<&str> = set.agents().iter().map(|a| a.name.as_str()).collect();
+        let mut message = format!("unknown agent: {name} (known: {})", known.join(", "));
+        for problem in set.problems() {
+            message.push_str(&format!("; skipped {}: {}", problem.file, problem.reason));
+        }
+        Err(TurnError::UnknownAgent(message))
     }
 
     pub(crate) fn emit(&self, session: &SessionId, event: RuntimeEvent) {
@@ -303,7 +306,7 @@ impl Runtime {
 }
 
 /// The agent a turn runs as when the request names none.
-pub const DEFAULT_AGENT: &str = "default";
+pub const DEFAULT_AGENT: &str = toolbox_core::agent::DEFAULT_AGENT;
 
 /// A turn that passed [`Runtime::begin`].
 pub(crate) struct Started {

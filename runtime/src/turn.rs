@@ -187,7 +187,14 @@ fn run_agent<'a>(
                 };
             }
         };
-        let offered: HashSet<String> = tools.iter().map(|t| t.info.name.clone()).collect();
+        // What the agent may call at all; the permissions are the executor's to enforce, so a
+        // hidden risky tool called anyway gets the executor's refusal, not this one's.
+        let registry = executor.registry();
+        let allowed = match toolsets.as_deref() {
+            Some(sets) => registry.expand_toolsets(sets).unwrap_or_default(),
+            None => registry.tools().iter().collect(),
+        };
+        let offered: HashSet<String> = allowed.iter().map(|t| t.info.name.clone()).collect();
         let schemas = schema::render(tools.iter().map(|t| &t.info), turn.llm.schema_format());
         let max_steps = agent
             .max_steps
@@ -348,8 +355,8 @@ async fn run_call(
                 None => "all".into(),
             };
             let message = format!(
-                "tool {} is not among the tools of agent {} (toolsets: {sets}) in this turn's \
-                 permission mode; use only the tools you were given",
+                "tool {} is not among the tools of agent {} (toolsets: {sets}); use only the \
+                 tools you were given",
                 tool.info.name, agent.name
             );
             return finish_local(turn, agent, depth, call, CallStatus::Error, message, 0);

@@ -122,8 +122,7 @@ async fn routing_aliases_and_unknown_tools() {
     let info = exec.run(req("3", "call_agent", json!({}))).await;
     assert_eq!(info.status, CallStatus::Error);
     assert!(
-        info.result
-            .contains("should have been intercepted by the agent runtime"),
+        info.result.contains("must intercept it before dispatch"),
         "{}",
         info.result
     );

@@ -20,6 +20,42 @@ fn every_compiled_provider_registers() {
     assert_eq!(registered, expected);
 }
 
+/// How many registered tools the executor serves: all but the ones an agent runtime
+/// intercepts (`call_agent`), which schemas and listings leave out.
+fn served_by_executor(exec: &toolbox_executor::ToolExecutor) -> usize {
+    exec.registry()
+        .tools()
+        .iter()
+        .filter(|t| !t.info.intercepted)
+        .count()
+}
+
+#[test]
+fn call_agent_is_registered_but_left_out_of_schemas_and_list_agents_is_in() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let call_agent = exec
+        .registry()
+        .get("call_agent")
+        .expect("the team provider is linked");
+    assert!(call_agent.info.intercepted);
+    for format in SchemaFormat::ALL {
+        let rendered = Value::Array(
+            exec.resolve_agent_tool_schemas(None, PermissionMode::Full, format)
+                .unwrap(),
+        )
+        .to_string();
+        assert!(rendered.contains("\"list_agents\""), "{format}");
+        assert!(!rendered.contains("\"call_agent\""), "{format}");
+    }
+    let team: Vec<&str> = exec
+        .resolve_runtime_tools(Some(&["team"]), PermissionMode::Full)
+        .unwrap()
+        .iter()
+        .map(|t| t.info.name.as_str())
+        .collect();
+    assert_eq!(team, ["list_agents", "call_agent"]);
+}
+
 fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
@@ -30,7 +66,7 @@ fn valid_name(name: &str) -> bool {
 #[test]
 fn every_format_renders_valid_json_schema_and_names() {
     let (_d, exec) = executor(PermissionMode::Full);
-    let count = exec.registry().tools().len();
+    let count = served_by_executor(&exec);
     assert!(count >= 6);
     for format in SchemaFormat::ALL {
         let rendered = exec
@@ -119,7 +155,7 @@ fn risks_modes_and_toolsets() {
         .any(|n| n == "file_manager__write" || n == "file_manager__edit"));
     assert_eq!(
         names(PermissionMode::Auto, None).len(),
-        exec.registry().tools().len()
+        served_by_executor(&exec)
     );
 
     let files = names(PermissionMode::Full, Some(&["files"]));
@@ -185,7 +221,7 @@ fn strict_schemas_require_every_property_and_accept_null_for_optional_ones() {
         let rendered = exec
             .resolve_agent_tool_schemas(None, PermissionMode::Full, format.strict(true))
             .unwrap();
-        assert_eq!(rendered.len(), exec.registry().tools().len());
+        assert_eq!(rendered.len(), served_by_executor(&exec));
         for tool in &rendered {
             let (name, schema) = match format {
                 SchemaFormat::OpenAi => {

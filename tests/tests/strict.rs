@@ -235,7 +235,14 @@ impl Twins {
             assert_eq!(tool["strict"], true, "{name}");
             schemas.insert(name, tool["parameters"].clone());
         }
-        for tool in loose.exec.registry().tools() {
+        // call_agent is served by the agent runtime, never here: no schema, no call.
+        for tool in loose
+            .exec
+            .registry()
+            .tools()
+            .iter()
+            .filter(|t| !t.info.intercepted)
+        {
             let schema = &tool.info.input_schema;
             let required = schema["required"].as_array().cloned().unwrap_or_default();
             let names = schema["properties"]
@@ -419,6 +426,12 @@ async fn every_tool_reads_null_as_absent() {
         )
         .await,
         "pip install failed",
+    );
+
+    // Agents: the built-in default one at least.
+    done(
+        &t.same("list_agents", json!({})).await,
+        "\"name\": \"default\"",
     );
 
     // Skills: lookup with no query, loading, a file, a script through run_python_code.

@@ -49,11 +49,11 @@ pub async fn chat(config: ExecutorConfig, options: ChatOptions) -> Result<ExitCo
         agent: options.agent,
         ..TurnRequest::default()
     };
-    let turn = tokio::spawn({
-        let runtime = runtime.clone();
-        let session = options.session.to_string();
-        async move { runtime.run_turn(&session, request).await }
-    });
+    // Refused at once when it cannot start (unknown agent, bad session); from here on the
+    // turn always ends with turn_finished.
+    runtime
+        .start_turn(options.session.as_str(), request)
+        .map_err(|e| UsageError(e.to_string()))?;
     let stop = tokio::spawn({
         let runtime = runtime.clone();
         let session = options.session.to_string();
@@ -87,15 +87,10 @@ pub async fn chat(config: ExecutorConfig, options: ChatOptions) -> Result<ExitCo
         }
     }
     stop.abort();
-    let outcome = match turn.await {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(e)) => return Err(UsageError(e.to_string())),
-        Err(e) => return Err(UsageError(format!("the turn stopped: {e}"))),
-    };
-    Ok(match outcome.stop_reason {
-        StopReason::EndTurn => ExitCode::SUCCESS,
-        StopReason::Cancelled => ExitCode::from(130),
-        StopReason::MaxSteps | StopReason::Error => ExitCode::from(1),
+    Ok(match finished {
+        Some(StopReason::EndTurn) => ExitCode::SUCCESS,
+        Some(StopReason::Cancelled) => ExitCode::from(130),
+        Some(StopReason::MaxSteps | StopReason::Error) | None => ExitCode::from(1),
     })
 }
 

@@ -57,6 +57,8 @@ use toolbox_shell as _;
 /// Skills: finding them, the system-prompt index ([`skill::render_index`]), the checks.
 #[cfg(feature = "skill")]
 pub use toolbox_skill as skill;
+#[cfg(feature = "team")]
+use toolbox_team as _;
 #[cfg(feature = "web")]
 use toolbox_web as _;
 
@@ -86,6 +88,8 @@ pub const PROVIDERS: &[&str] = &[
     "shell",
     #[cfg(feature = "skill")]
     "skill",
+    #[cfg(feature = "team")]
+    "team",
     #[cfg(feature = "web")]
     "web",
 ];

@@ -1,5 +1,7 @@
-//! The `toolbox` command: list tools, print schemas, call one tool, serve MCP on stdio, or
-//! list and check skills.
+//! The `toolbox` command: list tools, print schemas, call one tool, serve MCP on stdio,
+//! list and check skills, or list agents.
+
+mod agents_cmd;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -60,6 +62,9 @@ enum Command {
     /// Run one turn of an agent: the model's text streams, tool calls are shown, risky calls
     /// are asked on the terminal. The model comes from [llm] / TOOLBOX_LLM_*.
     Chat(ChatArgs),
+    /// List the agents (.toolbox/agents/*.md, the configured [agents] dirs and the built-in
+    /// default); skipped files go to stderr as `FILE: REASON`.
+    Agents(AgentsArgs),
 }
 
 #[derive(clap::Args)]
@@ -77,6 +82,15 @@ struct ChatArgs {
     /// In auto mode: ask on the terminal, or answer yes / no without asking.
     #[arg(long, value_enum, default_value_t = Approve::Ask)]
     approve: Approve,
+}
+
+#[derive(clap::Args)]
+struct AgentsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -218,6 +232,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
             Command::Mcp(args) => mcp(args).await,
             Command::Skills(args) => skills(args),
             Command::Chat(args) => chat_command(args).await,
+            Command::Agents(args) => agents(args),
         }
     });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
@@ -342,6 +357,16 @@ fn skills(args: SkillsArgs) -> Result<ExitCode, UsageError> {
             "this toolbox was built without the skill provider (Cargo feature `skill`)".into(),
         ))
     }
+}
+
+/// `toolbox agents [--json]`: the agents on stdout, skipped files on stderr; exit 0 either way.
+fn agents(args: AgentsArgs) -> Result<ExitCode, UsageError> {
+    let config = load_config(&args.common)?;
+    let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+    let set = toolbox::core::AgentSet::discover(&workspace, &Value::Object(config.providers));
+    print!("{}", agents_cmd::render(&set, args.json));
+    eprint!("{}", agents_cmd::render_problems(&set));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `toolbox schema`: the visible tools rendered in one format.

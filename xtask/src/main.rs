@@ -89,7 +89,13 @@ fn bundles() -> Result<()> {
     let executor = full_executor()?;
     // What each provider contributes, from the full bundle.
     let mut by_provider: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for tool in executor.registry().tools() {
+    // Tools an agent runtime intercepts (call_agent) are never listed by `toolbox tools`.
+    for tool in executor
+        .registry()
+        .tools()
+        .iter()
+        .filter(|t| !t.info.intercepted)
+    {
         by_provider
             .entry(tool.provider_name().to_string())
             .or_default()

@@ -10,11 +10,13 @@
 //!   capped as they are read, and unknown keys are skipped without building anything. So a
 //!   "billion laughs" document costs a bounded walk, not memory; yaml_serde's own caps
 //!   (alias jumps, nesting depth 128) bound the walk;
-//! - the parse runs under `catch_unwind`: a parser bug is a skipped skill, never a crash.
+//! - the parse runs under `catch_unwind` ([`toolbox_core::frontmatter::deserialize_map`]): a
+//!   parser bug is a skipped skill, never a crash.
 
 use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use toolbox_core::frontmatter::{self, ScalarText as Text, SplitError};
 
 use crate::name::SkillName;
 
@@ -89,27 +91,14 @@ pub fn parse(bytes: &[u8], folder: &str) -> Result<SkillMd, Vec<String>> {
     check(raw, body, folder)
 }
 
-/// Splits `---\n<yaml>\n---\n<body>`; the closing line may also be `...`.
+/// Splits off the frontmatter ([`frontmatter::split`]), saying what SKILL.md must look like.
 fn split(text: &str) -> Result<(&str, &str), String> {
-    let mut lines = text.split_inclusive('\n');
-    let first = lines.next().unwrap_or("");
-    if first.trim_end() != "---" {
-        return Err(
-            "SKILL.md must begin with YAML frontmatter: a first line `---`, the keys (`name`, \
-             `description`, …), then a line `---`"
-                .to_string(),
-        );
-    }
-    let start = first.len();
-    let mut at = start;
-    for line in lines {
-        let bare = line.trim_end();
-        if bare == "---" || bare == "..." {
-            return Ok((&text[start..at], &text[at + line.len()..]));
-        }
-        at += line.len();
-    }
-    Err("the frontmatter has no closing `---` line".to_string())
+    frontmatter::split(text).map_err(|e| match e {
+        SplitError::NoOpeningLine => "SKILL.md must begin with YAML frontmatter: a first line \
+             `---`, the keys (`name`, `description`, …), then a line `---`"
+            .to_string(),
+        SplitError::NoClosingLine => e.to_string(),
+    })
 }
 
 /// The frontmatter keys as read, before the rules are checked.
@@ -126,46 +115,8 @@ struct RawFrontmatter {
 }
 
 fn read_yaml(yaml: &str) -> Result<RawFrontmatter, String> {
-    let parsed = std::panic::catch_unwind(|| {
-        let de = yaml_serde::Deserializer::from_str(yaml);
-        de.deserialize_map(FrontmatterVisitor)
-    });
-    match parsed {
-        Ok(Ok(raw)) => Ok(raw),
-        Ok(Err(e)) => Err(format!(
-            "the frontmatter is not valid: {}",
-            file_lines(&e.to_string())
-        )),
-        Err(_) => Err("the frontmatter could not be parsed (the YAML parser failed)".to_string()),
-    }
-}
-
-/// yaml_serde counts lines from the start of the frontmatter; SKILL.md has the `---` line
-/// above it, so `at line 3 column 5` becomes `at line 4 column 5 of SKILL.md` (every
-/// position in the message: libyaml names the problem's and its context's).
-fn file_lines(message: &str) -> String {
-    let mut out = String::with_capacity(message.len() + 32);
-    let mut rest = message;
-    while let Some(i) = rest.find("at line ") {
-        let (before, after) = rest.split_at(i + "at line ".len());
-        out.push_str(before);
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let Ok(n) = after[..digits].parse::<u64>() else {
-            rest = after;
-            continue;
-        };
-        out.push_str(&(n + 1).to_string());
-        rest = &after[digits..];
-        if let Some(r) = rest.strip_prefix(" column ") {
-            let d = r.bytes().take_while(u8::is_ascii_digit).count();
-            out.push_str(" column ");
-            out.push_str(&r[..d]);
-            rest = &r[d..];
-        }
-        out.push_str(" of SKILL.md");
-    }
-    out.push_str(rest);
-    out
+    // Positions name the line of SKILL.md, counting the `---` line above the YAML.
+    frontmatter::deserialize_map(yaml, FrontmatterVisitor, " of SKILL.md")
 }
 
 struct FrontmatterVisitor;
@@ -220,43 +171,6 @@ impl<'de> Visitor<'de> for FrontmatterVisitor {
             }
         }
         Ok(raw)
-    }
-}
-
-/// A scalar read as text (`license: MIT`, `name: 123`), capped.
-struct Text(String);
-
-impl<'de> de::Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Text;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("text")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
-                Ok(Text(v.to_string()))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Text, E> {
-                Ok(Text(v.to_string()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
-                Ok(Text(v.to_string()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Text, E> {
-                Ok(Text(v.to_string()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
-                Ok(Text(v.to_string()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
-                Ok(Text(String::new()))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Text, E> {
-                Ok(Text(String::new()))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 

@@ -1,0 +1,36 @@
+//! `list_agents`: the agents a model may hand work to, and the agent files that were skipped.
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+use toolbox_core::schema::object_schema;
+use toolbox_core::{AgentSet, Args, ToolContext, ToolInfo, ToolRisk};
+
+use crate::TOOLSET;
+
+/// The tool's name.
+pub const NAME: &str = "list_agents";
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "List the agents defined for this workspace (where call_agent is offered, it hands a \
+         task to one of them): each agent's name, what it is for (description), the toolsets \
+         it may use (\"all\" for every toolset), its model and step limit when set, and the \
+         file that defines it. Invalid agent files are listed under \"skipped\" with the \
+         reason. Takes no arguments.",
+        object_schema(&[], &[]),
+    )
+    .risk(ToolRisk::Read)
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    Args::new(NAME, &args)?.reject_unknown(&[])?;
+    let workspace = ctx.workspace.clone();
+    let config = ctx.config.clone();
+    // Reading folders blocks; keep it off the async threads.
+    let set = tokio::task::spawn_blocking(move || AgentSet::discover(&workspace, &config))
+        .await
+        .map_err(|e| anyhow!("{NAME}: looking for agents stopped unexpectedly: {e}"))?;
+    Ok(set.summary())
+}
