@@ -316,7 +316,18 @@ async fn it_is_a_file_write_tool_in_the_images_toolset() {
         )
         .unwrap();
     assert!(hidden.is_empty(), "{hidden:?}");
-    let shown = exec
+    // The executor's mode is the ceiling: asking for full cannot list it here...
+    let still_hidden = exec
+        .resolve_agent_tool_schemas(
+            Some(&["images"]),
+            PermissionMode::Full,
+            SchemaFormat::Anthropic,
+        )
+        .unwrap();
+    assert!(still_hidden.is_empty(), "{still_hidden:?}");
+    // ...but under a full executor it is listed.
+    let (_d2, full) = executor(config_for(&server), PermissionMode::Full);
+    let shown = full
         .resolve_agent_tool_schemas(
             Some(&["images"]),
             PermissionMode::Full,
