@@ -14,7 +14,7 @@ if ! command -v rg >/dev/null; then
     apt-get install -y -q ripgrep >/dev/null
   fi
 fi
-rg --version | head -n 1
+rg --version | sed -n 1p  # sed reads it all: head could make rg die of SIGPIPE under pipefail
 
 step "python test environment (target/test-venv)"
 PY=${PYTHON:-python3}
