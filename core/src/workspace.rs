@@ -317,6 +317,12 @@ impl Workspace {
         self.internal_dir(parts, true)
     }
 
+    /// Opens the existing `.toolbox/<parts...>` without following any link and without
+    /// creating anything: for readers (a missing folder is `NotFound`).
+    pub fn existing_toolbox_subdir(&self, parts: &[&OsStr]) -> io::Result<Dir> {
+        self.internal_dir(parts, false)
+    }
+
     fn internal_dir(&self, parts: &[&OsStr], create: bool) -> io::Result<Dir> {
         let mut names: Vec<&OsStr> = Vec::with_capacity(parts.len() + 1);
         names.push(OsStr::new(TOOLBOX_DIR));

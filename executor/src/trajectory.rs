@@ -107,6 +107,29 @@ pub fn arguments_truncated(arguments: &Value) -> bool {
     arguments.get("_toolbox_truncated") == Some(&Value::Bool(true))
 }
 
+/// Reads the trajectory of `session` back, opening it beneath the workspace without
+/// following links; a session with no calls has an empty one. Torn lines are skipped as
+/// [`read_trajectory`] does.
+pub fn read_session_trajectory(
+    workspace: &Workspace,
+    session: &SessionId,
+) -> Result<Vec<ToolCallInfo>> {
+    let shown = format!("{TOOLBOX_DIR}/{DIR_NAME}/{session}/{FILE_NAME}");
+    let dir = match workspace
+        .existing_toolbox_subdir(&[OsStr::new(DIR_NAME), OsStr::new(session.as_str())])
+    {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {shown}")),
+    };
+    let file = match dir.open_file(OsStr::new(FILE_NAME)) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {shown}")),
+    };
+    parse_records(file, &shown)
+}
+
 /// Reads a trajectory file back.
 ///
 /// A line that stops in the middle of a record (a write torn by a crash) is skipped wherever
@@ -114,6 +137,10 @@ pub fn arguments_truncated(arguments: &Value) -> bool {
 /// is corruption rather than a crash.
 pub fn read_trajectory(path: &Path) -> Result<Vec<ToolCallInfo>> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    parse_records(file, &path.display().to_string())
+}
+
+fn parse_records(file: File, shown: &str) -> Result<Vec<ToolCallInfo>> {
     let mut lines: Vec<String> = Vec::new();
     for line in BufReader::new(file).split(b'\n') {
         let line = line?;
@@ -130,7 +157,7 @@ pub fn read_trajectory(path: &Path) -> Result<Vec<ToolCallInfo>> {
             // next record on a fresh line, so such a line may sit anywhere; skip it.
             Err(e) if e.is_eof() => continue,
             Err(e) => {
-                return Err(e).with_context(|| format!("{} line {}", path.display(), i + 1));
+                return Err(e).with_context(|| format!("{shown} line {}", i + 1));
             }
         }
     }

@@ -40,6 +40,29 @@ pub struct Loaded {
     pub warnings: Vec<String>,
 }
 
+/// The sessions that have a conversation or a trajectory, sorted; folders whose names are no
+/// valid session id (or that are links) are left out.
+pub fn list_sessions(workspace: &Workspace) -> Vec<SessionId> {
+    let mut found = std::collections::BTreeSet::new();
+    for kind in [SESSIONS_DIR, "trajectories"] {
+        let Ok(dir) = workspace.existing_toolbox_subdir(&[OsStr::new(kind)]) else {
+            continue;
+        };
+        for entry in dir.entries().unwrap_or_default() {
+            if entry.kind != toolbox_core::EntryKind::Dir {
+                continue;
+            }
+            if let Some(sid) = entry.name.to_str().and_then(|n| SessionId::parse(n).ok()) {
+                found.insert(sid.to_string());
+            }
+        }
+    }
+    found
+        .into_iter()
+        .filter_map(|s| SessionId::parse(&s).ok())
+        .collect()
+}
+
 /// The path of a session's conversation, as shown to people.
 pub fn shown_path(session: &SessionId) -> String {
     format!("{TOOLBOX_DIR}/{SESSIONS_DIR}/{session}/{MESSAGES_FILE}")

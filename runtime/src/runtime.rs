@@ -210,6 +210,61 @@ impl Runtime {
         }
     }
 
+    /// Cancels every running turn (a server shutting down). Returns how many.
+    pub fn cancel_all(&self) -> usize {
+        let running = lock(&self.inner.running);
+        for state in running.values() {
+            state.cancel.cancel();
+        }
+        running.len()
+    }
+
+    /// Waits until no turn runs, at most `limit`. True when idle.
+    pub async fn wait_idle(&self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if lock(&self.inner.running).is_empty() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The sessions with a turn running now.
+    pub fn running_sessions(&self) -> Vec<String> {
+        lock(&self.inner.running)
+            .keys()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// Runs one tool outside any turn (a front end that runs its own model loop), through
+    /// the same gate: `permissions` narrowed by the process's, approval requests and streamed
+    /// output on the session's event stream (agent `""`, depth 0), answered with
+    /// [`respond_approval`](Self::respond_approval). `call_agent` is refused here: it needs a
+    /// turn.
+    pub async fn run_tool(
+        &self,
+        session: &str,
+        call_id: &str,
+        tool: &str,
+        arguments: Value,
+        permissions: Permissions,
+        cancel: CancellationToken,
+    ) -> Result<toolbox_executor::ToolCallInfo, TurnError> {
+        let sid =
+            SessionId::parse(session).map_err(|e| TurnError::InvalidSession(e.to_string()))?;
+        let sink = crate::turn::session_events(self, &sid, "", 0);
+        let request = toolbox_executor::ToolRequest::new(call_id, tool, arguments)
+            .session(sid.as_str())
+            .permissions(permissions)
+            .events(sink);
+        Ok(self.inner.executor.run_cancellable(request, cancel).await)
+    }
+
     /// Whether `session` has a turn running.
     pub fn is_running(&self, session: &str) -> bool {
         SessionId::parse(session).is_ok_and(|sid| lock(&self.inner.running).contains_key(&sid))

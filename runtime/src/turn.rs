@@ -412,9 +412,19 @@ fn finish_local(
 
 /// Routes a call's streamed output and approval request to the session's events.
 fn call_events(turn: &Turn, agent: &ActiveAgent, depth: u32) -> EventSink {
-    let rt = turn.rt.clone();
-    let session = turn.session.clone();
-    let agent = agent.name.clone();
+    session_events(&turn.rt, &turn.session, &agent.name, depth)
+}
+
+/// An event sink that turns a call's tool events into `session`'s runtime events.
+pub(crate) fn session_events(
+    rt: &Runtime,
+    session: &SessionId,
+    agent: &str,
+    depth: u32,
+) -> EventSink {
+    let rt = rt.clone();
+    let session = session.clone();
+    let agent = agent.to_string();
     EventSink::new(move |event| match event {
         ToolEvent::Output {
             call_id,

@@ -1,6 +1,153 @@
 //! toolbox-server is `toolbox serve`: the HTTP sidecar over the agent runtime.
 //!
-//! It only translates: HTTP, SSE and MCP in; runtime calls and runtime events out. See
-//! docs/server.md for the API.
+//! It only translates: HTTP, SSE and MCP in; runtime calls and runtime events out. Every
+//! front end renders the runtime's own events ([`toolbox_runtime::RuntimeEvent`]). See
+//! docs/server.md for the API, the events and the security rules.
+//!
+//! - [`api`]: the JSON API under `/api` and the SSE event stream.
+//! - [`security`]: loopback by default, a bearer token everywhere else, the `Host` check
+//!   against DNS rebinding, the `Origin` check, CORS only when configured.
+//! - [`console`]: the web console at `/`, embedded in the binary.
 
 #![deny(missing_docs)]
+
+pub mod api;
+pub mod console;
+mod error;
+pub mod security;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+use toolbox_runtime::Runtime;
+
+pub use error::ApiError;
+
+/// The largest request body the API takes (a tool's arguments, a turn's message).
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How `toolbox serve` was started.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to listen [default: 127.0.0.1:7878].
+    pub listen: SocketAddr,
+    /// The bearer token every `/api` and `/mcp` request must carry; required to listen
+    /// beyond loopback.
+    pub token: Option<String>,
+    /// Origins allowed cross-origin requests (CORS); none by default.
+    pub cors_origins: Vec<String>,
+    /// How long running turns get to stop after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            token: None,
+            cors_origins: Vec::new(),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    /// The runtime: turns, events, the executor.
+    pub runtime: Runtime,
+    /// The options the server was started with.
+    pub options: ServeOptions,
+    /// Cancelled when the server shuts down: open event streams end.
+    pub shutdown: CancellationToken,
+}
+
+/// Checks `options` before binding: listening beyond loopback needs a token.
+pub fn check_options(options: &ServeOptions) -> Result<()> {
+    if !options.listen.ip().is_loopback() && options.token.as_deref().unwrap_or("").is_empty() {
+        bail!(
+            "refusing to listen on {} without a token: anyone who can reach that address could \
+             run tools here. Pass --token (or set TOOLBOX_SERVE_TOKEN), or listen on 127.0.0.1",
+            options.listen
+        );
+    }
+    if let Some(token) = &options.token {
+        if token.len() < 16 {
+            bail!("the token is too short: use at least 16 characters (a random one, e.g. `openssl rand -hex 24`)");
+        }
+    }
+    for origin in &options.cors_origins {
+        security::parse_origin(origin).with_context(|| format!("--cors-origin {origin:?}"))?;
+    }
+    Ok(())
+}
+
+/// The whole application: the API, `/mcp` when given, the console, and the security layers.
+pub fn router(state: Arc<AppState>, mcp: Option<Router>) -> Router {
+    let mut app: Router = Router::new()
+        .nest("/api", api::routes())
+        .merge(console::routes())
+        .with_state(state.clone());
+    if let Some(mcp) = mcp {
+        app = app.nest("/mcp", mcp);
+    }
+    security::layers(app, state)
+}
+
+/// Binds, prints the URL on stderr, and serves until `stop` resolves; then stops accepting,
+/// cancels running turns and waits (bounded) for them to finish writing.
+pub async fn serve(
+    runtime: Runtime,
+    options: ServeOptions,
+    mcp: Option<Router>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    check_options(&options)?;
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", options.listen))?;
+    let local = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let state = Arc::new(AppState {
+        runtime: runtime.clone(),
+        options: options.clone(),
+        shutdown: shutdown.clone(),
+    });
+    let app = router(state, mcp);
+    eprintln!(
+        "toolbox serve: listening on http://{local} (workspace {}, mode {}){}",
+        runtime.executor().workspace().root().display(),
+        runtime.executor().permissions().mode,
+        if options.token.is_some() {
+            "; requests need Authorization: Bearer <token>"
+        } else {
+            ""
+        }
+    );
+    let grace = options.shutdown_grace;
+    let on_stop = {
+        let shutdown = shutdown.clone();
+        let runtime = runtime.clone();
+        async move {
+            stop.await;
+            let running = runtime.cancel_all();
+            tracing::info!(target: "toolbox", running, "shutting down: cancelling running turns");
+            // Event streams end now, so open connections close and the server can stop.
+            shutdown.cancel();
+        }
+    };
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(on_stop)
+    .await
+    .context("the server stopped")?;
+    if !runtime.wait_idle(grace).await {
+        tracing::warn!(target: "toolbox", "some turns were still running after the shutdown grace");
+    }
+    Ok(())
+}

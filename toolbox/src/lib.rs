@@ -69,6 +69,7 @@ pub use toolbox_executor::{
     SchemaFormat, SchemaRendering, ToolCallInfo, ToolExecutor, ToolRequest,
 };
 pub use toolbox_runtime as runtime;
+pub use toolbox_server as server;
 
 /// The providers compiled into this build, by registration name.
 pub const PROVIDERS: &[&str] = &[

@@ -65,6 +65,28 @@ enum Command {
     /// List the agents (.toolbox/agents/*.md, the configured [agents] dirs and the built-in
     /// default); skipped files go to stderr as `FILE: REASON`.
     Agents(AgentsArgs),
+    /// Serve the HTTP sidecar: the API, live events over SSE, approvals over HTTP, the web
+    /// console at /, and MCP over streamable HTTP at /mcp.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Address to listen on. Anything but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: std::net::SocketAddr,
+    /// Bearer token every /api and /mcp request must carry [env: TOOLBOX_SERVE_TOKEN].
+    #[arg(long)]
+    token: Option<String>,
+    /// Allow cross-origin requests from this origin (repeatable), e.g. http://localhost:3000.
+    #[arg(long = "cors-origin")]
+    cors_origins: Vec<String>,
+    /// Over /mcp in auto mode, when the client cannot be asked (no elicitation): yes runs
+    /// risky tools, no refuses them.
+    #[arg(long, value_enum, default_value_t = Approve::No)]
+    mcp_approve: Approve,
 }
 
 #[derive(clap::Args)]
@@ -233,6 +255,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
             Command::Skills(args) => skills(args),
             Command::Chat(args) => chat_command(args).await,
             Command::Agents(args) => agents(args),
+            Command::Serve(args) => serve(args).await,
         }
     });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
@@ -451,6 +474,38 @@ async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
             let _ = serving.await;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolbox serve`: the HTTP sidecar until SIGTERM or Ctrl-C.
+async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
+    let token = args
+        .token
+        .or_else(|| std::env::var("TOOLBOX_SERVE_TOKEN").ok())
+        .filter(|t| !t.is_empty());
+    let options = toolbox::server::ServeOptions {
+        listen: args.listen,
+        token,
+        cors_origins: args.cors_origins,
+        ..Default::default()
+    };
+    toolbox::server::check_options(&options).map_err(usage)?;
+    let config = load_config(&args.common)?;
+    let llm = chat::llm_client(&config);
+    if let Err(why) = &llm {
+        eprintln!("toolbox serve: no model, so turns are refused until one is configured: {why}");
+    }
+    let executor = ToolExecutor::new(config).map_err(usage)?;
+    let runtime =
+        toolbox::runtime::Runtime::new(executor, llm, toolbox::runtime::RuntimeOptions::default());
+    let _ = args.mcp_approve;
+    let stop = async {
+        let signal = toolbox::stop_signal().await;
+        eprintln!("toolbox serve: {signal}: stopping");
+    };
+    toolbox::server::serve(runtime, options, None, stop)
+        .await
+        .map_err(|e| UsageError(format!("serve: {e:#}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,435 @@
+//! The JSON API under `/api` and the SSE event stream. Handlers parse what the client sent
+//! (session ids through [`SessionId`], bodies as JSON with errors naming the problem) and
+//! call the runtime; they compute nothing of their own.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::Stream;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
+use toolbox_core::{AgentSet, SessionId};
+use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, SchemaFormat};
+use toolbox_runtime::{conversation, ApprovalAnswer, SessionEvent, TurnError, TurnRequest};
+
+use crate::{ApiError, AppState, MAX_BODY_BYTES};
+
+type AppResult<T> = Result<T, ApiError>;
+type Shared = State<Arc<AppState>>;
+
+/// The routes under `/api`.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/tools", get(tools))
+        .route("/agents", get(agents))
+        .route("/sessions", get(sessions))
+        .route("/sessions/{sid}/turns", post(start_turn))
+        .route("/sessions/{sid}/cancel", post(cancel))
+        .route("/sessions/{sid}/events", get(events))
+        .route("/sessions/{sid}/messages", get(messages))
+        .route("/sessions/{sid}/trajectory", get(trajectory))
+        .route("/sessions/{sid}/tools/{name}", post(run_tool))
+        .route("/tool-approval/{sid}/{call_id}", post(approval))
+        .fallback(|| async { ApiError::not_found("no such API endpoint; see docs/server.md") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// A JSON body, with errors that say what is wrong as `{"error": ...}`.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state).await.map_err(|e| {
+            let status = e.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    status,
+                    format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+                )
+            } else {
+                ApiError::new(status, format!("cannot read the body: {}", e.body_text()))
+            }
+        })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> AppResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request(
+            "the body is empty: expected a JSON object",
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!("the body is not valid JSON for this request: {e}"))
+    })
+}
+
+fn session(raw: &str) -> AppResult<SessionId> {
+    SessionId::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+fn turn_error(e: TurnError) -> ApiError {
+    let status = match &e {
+        TurnError::Busy(_) => StatusCode::CONFLICT,
+        TurnError::NoModel(_) => StatusCode::SERVICE_UNAVAILABLE,
+        TurnError::UnknownAgent(_) => StatusCode::NOT_FOUND,
+        TurnError::InvalidSession(_) | TurnError::BadRequest(_) => StatusCode::BAD_REQUEST,
+    };
+    let message = match e {
+        TurnError::NoModel(why) => format!("no model is configured, so turns cannot run: {why}"),
+        other => other.to_string(),
+    };
+    ApiError::new(status, message)
+}
+
+async fn health(State(state): Shared) -> Json<Value> {
+    let executor = state.runtime.executor();
+    let providers: BTreeSet<&str> = executor
+        .registry()
+        .tools()
+        .iter()
+        .map(|t| t.provider_name())
+        .collect();
+    Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "providers": providers,
+        "mode": executor.permissions().mode,
+        "workspace": executor.workspace().root(),
+    }))
+}
+
+#[derive(Deserialize)]
+struct ToolsQuery {
+    toolsets: Option<String>,
+    format: Option<String>,
+    mode: Option<String>,
+    strict: Option<bool>,
+}
+
+async fn tools(State(state): Shared, Query(query): Query<ToolsQuery>) -> AppResult<Json<Value>> {
+    let format: SchemaFormat = match query.format.as_deref() {
+        None | Some("") => SchemaFormat::OpenAi,
+        Some(f) => f
+            .parse()
+            .map_err(|e: anyhow::Error| ApiError::bad_request(format!("format: {e}")))?,
+    };
+    let executor = state.runtime.executor();
+    let mode: PermissionMode = match query.mode.as_deref() {
+        None | Some("") => executor.permissions().mode,
+        Some(m) => m
+            .parse()
+            .map_err(|e: anyhow::Error| ApiError::bad_request(format!("mode: {e}")))?,
+    };
+    let sets: Option<Vec<&str>> = query.toolsets.as_deref().map(|s| {
+        s.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect()
+    });
+    let rendering = format.strict(query.strict.unwrap_or(format.strict_by_default()));
+    let schemas = executor
+        .resolve_agent_tool_schemas(sets.as_deref(), Permissions::from(mode), rendering)
+        .map_err(|e| ApiError::bad_request(format!("toolsets: {e:#}")))?;
+    Ok(Json(Value::Array(schemas)))
+}
+
+async fn agents(State(state): Shared) -> Json<Value> {
+    let executor = state.runtime.executor();
+    let config = Value::Object(executor.config().providers.clone());
+    Json(AgentSet::discover(executor.workspace(), &config).summary())
+}
+
+async fn sessions(State(state): Shared) -> Json<Value> {
+    let running: BTreeSet<String> = state.runtime.running_sessions().into_iter().collect();
+    let mut all: BTreeSet<String> =
+        conversation::list_sessions(state.runtime.executor().workspace())
+            .into_iter()
+            .map(|s| s.to_string())
+            .collect();
+    all.extend(running.iter().cloned());
+    let rows: Vec<Value> = all
+        .into_iter()
+        .map(|id| json!({"id": id, "running": running.contains(&id)}))
+        .collect();
+    Json(json!({ "sessions": rows }))
+}
+
+async fn start_turn(
+    State(state): Shared,
+    Path(sid): Path<String>,
+    JsonBody(request): JsonBody<TurnRequest>,
+) -> AppResult<impl IntoResponse> {
+    let sid = session(&sid)?;
+    let turn_id = state
+        .runtime
+        .start_turn(sid.as_str(), request)
+        .map_err(turn_error)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"turn_id": turn_id, "session_id": sid.as_str()})),
+    ))
+}
+
+async fn cancel(State(state): Shared, Path(sid): Path<String>) -> AppResult<Json<Value>> {
+    let sid = session(&sid)?;
+    Ok(Json(
+        json!({"cancelled": state.runtime.cancel(sid.as_str())}),
+    ))
+}
+
+#[derive(Deserialize)]
+struct ApprovalBody {
+    decision: ApprovalDecision,
+}
+
+async fn approval(
+    State(state): Shared,
+    Path((sid, call_id)): Path<(String, String)>,
+    JsonBody(body): JsonBody<ApprovalBody>,
+) -> AppResult<Json<Value>> {
+    let sid = session(&sid)?;
+    match state
+        .runtime
+        .respond_approval(sid.as_str(), &call_id, body.decision)
+    {
+        ApprovalAnswer::Delivered => Ok(Json(json!({"ok": true}))),
+        ApprovalAnswer::AlreadyAnswered => Err(ApiError::conflict(format!(
+            "call {call_id} of session {sid} was already answered, or stopped waiting (it timed \
+             out or was cancelled)"
+        ))),
+        ApprovalAnswer::Unknown => Err(ApiError::not_found(format!(
+            "no call {call_id} of session {sid} asked for approval"
+        ))),
+    }
+}
+
+async fn messages(State(state): Shared, Path(sid): Path<String>) -> AppResult<Json<Value>> {
+    let sid = session(&sid)?;
+    let loaded = conversation::load(state.runtime.executor().workspace(), &sid)
+        .map_err(|e| ApiError::internal(format!("{e:#}")))?;
+    Ok(Json(
+        json!({"messages": loaded.messages, "warnings": loaded.warnings}),
+    ))
+}
+
+#[derive(Deserialize)]
+struct Page {
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// The most calls one trajectory page holds.
+pub const MAX_PAGE: usize = 1000;
+
+async fn trajectory(
+    State(state): Shared,
+    Path(sid): Path<String>,
+    Query(page): Query<Page>,
+) -> AppResult<Json<Value>> {
+    let sid = session(&sid)?;
+    let limit = page.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1..={MAX_PAGE} (got {limit})"
+        )));
+    }
+    let offset = page.offset.unwrap_or(0);
+    let calls = toolbox_executor::trajectory::read_session_trajectory(
+        state.runtime.executor().workspace(),
+        &sid,
+    )
+    .map_err(|e| ApiError::internal(format!("{e:#}")))?;
+    let total = calls.len();
+    let slice: Vec<_> = calls.into_iter().skip(offset).take(limit).collect();
+    Ok(Json(json!({
+        "calls": slice,
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+    })))
+}
+
+#[derive(Deserialize)]
+struct RunToolQuery {
+    call_id: Option<String>,
+    mode: Option<String>,
+}
+
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+async fn run_tool(
+    State(state): Shared,
+    Path((sid, name)): Path<(String, String)>,
+    Query(query): Query<RunToolQuery>,
+    body: Bytes,
+) -> AppResult<Json<Value>> {
+    let sid = session(&sid)?;
+    let arguments: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        parse_json(&body)?
+    };
+    if !arguments.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be the tool's arguments as a JSON object",
+        ));
+    }
+    let ceiling = state.runtime.executor().permissions();
+    let permissions = match query.mode.as_deref() {
+        None | Some("") => ceiling,
+        Some(m) => Permissions::from(
+            m.parse::<PermissionMode>()
+                .map_err(|e| ApiError::bad_request(format!("mode: {e}")))?,
+        ),
+    };
+    let call_id = match query.call_id {
+        Some(id) if !id.trim().is_empty() => {
+            if id.len() > 128
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(ApiError::bad_request(
+                    "call_id: 1 to 128 letters, digits, '-' or '_'",
+                ));
+            }
+            id
+        }
+        _ => format!(
+            "http-{}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0),
+            NEXT_CALL.fetch_add(1, Ordering::Relaxed)
+        ),
+    };
+    // A client that goes away drops this future, which drops the call and stops its work.
+    let cancel = state.shutdown.child_token();
+    let info = state
+        .runtime
+        .run_tool(
+            sid.as_str(),
+            &call_id,
+            &name,
+            arguments,
+            permissions,
+            cancel,
+        )
+        .await
+        .map_err(turn_error)?;
+    let mut out = json!({
+        "status": info.status.as_str(),
+        "result": info.result,
+        "call_id": info.id,
+        "tool": info.tool,
+        "elapsed_ms": info.elapsed_ms,
+    });
+    if let Some(path) = info.spool_path {
+        out["spool_path"] = Value::String(path);
+    }
+    if let Some(kind) = info.error_kind {
+        out["error_kind"] = json!(kind);
+    }
+    Ok(Json(out))
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    after: Option<u64>,
+}
+
+/// The SSE stream of a session: what was missed after `Last-Event-ID` (or `?after=`), then
+/// every new event as it happens. Each event's `id:` is its `seq`; its data is the event's
+/// JSON. The stream ends when the server shuts down; a client that reconnects with the last
+/// id it saw loses nothing (the runtime keeps the last 10 000 events of a session).
+async fn events(
+    State(state): Shared,
+    Path(sid): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> AppResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let sid = session(&sid)?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request("Last-Event-ID must be the number of an event")
+                })?,
+        ),
+        None => query.after,
+    };
+    let subscription = state.runtime.events().subscribe(&sid, after);
+    let stream = EventStream {
+        state: state.clone(),
+        session: sid,
+        pending: subscription.missed.into(),
+        live: subscription.live,
+        last: after.unwrap_or(0),
+    };
+    let stream = futures_util::stream::unfold(stream, |mut s| async move {
+        let event = s.next().await?;
+        Some((Ok(event), s))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+struct EventStream {
+    state: Arc<AppState>,
+    session: SessionId,
+    pending: std::collections::VecDeque<Arc<SessionEvent>>,
+    live: tokio::sync::broadcast::Receiver<Arc<SessionEvent>>,
+    last: u64,
+}
+
+impl EventStream {
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                if event.seq <= self.last {
+                    continue;
+                }
+                self.last = event.seq;
+                let data = serde_json::to_string(&*event).unwrap_or_else(|_| "{}".into());
+                return Some(Event::default().id(event.seq.to_string()).data(data));
+            }
+            let received = tokio::select! {
+                _ = self.state.shutdown.cancelled() => return None,
+                received = self.live.recv() => received,
+            };
+            match received {
+                Ok(event) => self.pending.push_back(event),
+                // Fell behind: catch up from what the runtime kept.
+                Err(RecvError::Lagged(_)) => {
+                    self.pending = self
+                        .state
+                        .runtime
+                        .events()
+                        .since(&self.session, self.last)
+                        .into();
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}

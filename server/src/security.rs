@@ -1,0 +1,195 @@
+//! Who may talk to the server.
+//!
+//! - It listens on loopback unless told otherwise, and refuses to listen anywhere else
+//!   without a token ([`check_options`](crate::check_options)).
+//! - With a token, every `/api` and `/mcp` request needs `Authorization: Bearer <token>`
+//!   (compared in constant time). The console's page itself is public; it asks for the token.
+//! - On loopback the `Host` header must name loopback (`localhost`, `127.0.0.1`, `[::1]`), so
+//!   a web page whose DNS name was rebound to 127.0.0.1 gets 403 (DNS rebinding).
+//! - A request carrying an `Origin` must come from the server's own origin or one configured
+//!   with `--cors-origin`: a page elsewhere cannot even send a POST (no CSRF), and browsers
+//!   get CORS headers only for the configured origins.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::{ApiError, AppState};
+
+/// Adds the checks below, and CORS when origins are configured, around `app`.
+pub fn layers(app: Router, state: Arc<AppState>) -> Router {
+    let origins: Vec<HeaderValue> = state
+        .options
+        .cors_origins
+        .iter()
+        .filter_map(|o| parse_origin(o).ok())
+        .filter_map(|o| HeaderValue::from_str(&o).ok())
+        .collect();
+    let app = app.layer(axum::middleware::from_fn_with_state(state, guard));
+    if origins.is_empty() {
+        app
+    } else {
+        // Outermost, so a preflight (which carries no token) is answered before the guard.
+        app.layer(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::list(origins))
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([
+                    header::AUTHORIZATION,
+                    header::CONTENT_TYPE,
+                    header::HeaderName::from_static("last-event-id"),
+                    header::HeaderName::from_static("mcp-session-id"),
+                    header::HeaderName::from_static("mcp-protocol-version"),
+                ])
+                .expose_headers([header::HeaderName::from_static("mcp-session-id")]),
+        )
+    }
+}
+
+/// An origin as `scheme://host[:port]`, lowercased, from a flag; an error says what is wrong.
+pub fn parse_origin(origin: &str) -> Result<String> {
+    let lower = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    let Some((scheme, rest)) = lower.split_once("://") else {
+        bail!("an origin is scheme://host[:port], like http://localhost:3000");
+    };
+    if scheme != "http" && scheme != "https" {
+        bail!("an origin's scheme is http or https");
+    }
+    if rest.is_empty() || rest.contains('/') || rest.contains('?') || rest.contains('#') {
+        bail!("an origin is scheme://host[:port] with no path, like http://localhost:3000");
+    }
+    Ok(lower)
+}
+
+/// The host name of a `Host` header (no port, brackets kept for IPv6).
+fn host_name(host: &str) -> &str {
+    if let Some(end) = host.strip_prefix('[').and_then(|h| h.find(']')) {
+        return &host[..end + 2];
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
+}
+
+fn is_loopback_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "localhost" || name == "127.0.0.1" || name == "[::1]" || name.ends_with(".localhost")
+}
+
+fn deny(status: StatusCode, message: String) -> Response {
+    let mut response = ApiError::new(status, message).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"toolbox\""),
+        );
+    }
+    response
+}
+
+/// Compares in time that does not depend on where the strings differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if state.options.listen.ip().is_loopback() && !is_loopback_name(host_name(host)) {
+        return deny(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host {host:?} is not allowed: this server listens on loopback and answers only \
+                 requests for localhost, 127.0.0.1 or [::1] (a guard against DNS rebinding)"
+            ),
+        );
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
+        let own = [format!("http://{host}"), format!("https://{host}")];
+        let configured = state
+            .options
+            .cors_origins
+            .iter()
+            .any(|o| parse_origin(o).is_ok_and(|o| o == origin));
+        if !own.iter().any(|o| o.eq_ignore_ascii_case(&origin)) && !configured {
+            return deny(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Origin {origin:?} is not allowed: only the server's own pages and origins \
+                     given with --cors-origin may call it"
+                ),
+            );
+        }
+    }
+    let path = request.uri().path();
+    let protected =
+        path == "/api" || path.starts_with("/api/") || path == "/mcp" || path.starts_with("/mcp/");
+    if let (true, Some(token)) = (protected, state.options.token.as_deref()) {
+        match bearer(headers) {
+            Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => {}
+            Some(_) => {
+                return deny(StatusCode::UNAUTHORIZED, "the bearer token is wrong".into());
+            }
+            None => {
+                return deny(
+                    StatusCode::UNAUTHORIZED,
+                    "this server needs Authorization: Bearer <token> (the token toolbox serve \
+                     was started with)"
+                        .into(),
+                );
+            }
+        }
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_and_loopback() {
+        assert_eq!(host_name("localhost:7878"), "localhost");
+        assert_eq!(host_name("[::1]:7878"), "[::1]");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert!(is_loopback_name("LOCALHOST"));
+        assert!(is_loopback_name("app.localhost"));
+        assert!(!is_loopback_name("evil.example"));
+        assert!(!is_loopback_name("127.0.0.1.evil.example"));
+    }
+
+    #[test]
+    fn origins_are_checked() {
+        assert_eq!(
+            parse_origin("http://LocalHost:3000/").unwrap(),
+            "http://localhost:3000"
+        );
+        assert!(parse_origin("localhost:3000").is_err());
+        assert!(parse_origin("ftp://x").is_err());
+        assert!(parse_origin("http://x/path").is_err());
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+    }
+}
