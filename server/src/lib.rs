@@ -4,3 +4,5 @@
 //! docs/server.md for the API.
 
 #![deny(missing_docs)]
+
+pub mod mcp;
