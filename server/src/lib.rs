@@ -14,6 +14,7 @@
 pub mod api;
 pub mod console;
 mod error;
+pub mod mcp;
 pub mod security;
 
 use std::net::SocketAddr;
@@ -42,6 +43,11 @@ pub struct ServeOptions {
     pub cors_origins: Vec<String>,
     /// How long running turns get to stop after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// The session every call over `/mcp` runs in.
+    pub mcp_session: toolbox_core::SessionId,
+    /// Over `/mcp` in mode `auto`, what happens when the client cannot be asked (it did not
+    /// declare the elicitation capability).
+    pub mcp_fallback: mcp::Fallback,
 }
 
 impl Default for ServeOptions {
@@ -51,6 +57,8 @@ impl Default for ServeOptions {
             token: None,
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
+            mcp_session: toolbox_core::SessionId::parse("mcp").expect("a valid session id"),
+            mcp_fallback: mcp::Fallback::Deny,
         }
     }
 }
@@ -85,15 +93,16 @@ pub fn check_options(options: &ServeOptions) -> Result<()> {
     Ok(())
 }
 
-/// The whole application: the API, `/mcp` when given, the console, and the security layers.
-pub fn router(state: Arc<AppState>, mcp: Option<Router>) -> Router {
-    let mut app: Router = Router::new()
+/// The whole application: the API, MCP at `/mcp`, the console, and the security layers.
+pub fn router(state: Arc<AppState>) -> Router {
+    let mut mcp_options = mcp::McpHttpOptions::new(state.options.mcp_session.clone());
+    mcp_options.fallback = state.options.mcp_fallback;
+    mcp_options.shutdown = state.shutdown.clone();
+    let app: Router = Router::new()
         .nest("/api", api::routes())
         .merge(console::routes())
-        .with_state(state.clone());
-    if let Some(mcp) = mcp {
-        app = app.nest("/mcp", mcp);
-    }
+        .with_state(state.clone())
+        .nest("/mcp", mcp::router(state.runtime.executor().clone(), mcp_options));
     security::layers(app, state)
 }
 
@@ -102,7 +111,6 @@ pub fn router(state: Arc<AppState>, mcp: Option<Router>) -> Router {
 pub async fn serve(
     runtime: Runtime,
     options: ServeOptions,
-    mcp: Option<Router>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     check_options(&options)?;
@@ -116,7 +124,7 @@ pub async fn serve(
         options: options.clone(),
         shutdown: shutdown.clone(),
     });
-    let app = router(state, mcp);
+    let app = router(state);
     eprintln!(
         "toolbox serve: listening on http://{local} (workspace {}, mode {}){}",
         runtime.executor().workspace().root().display(),

@@ -487,6 +487,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         listen: args.listen,
         token,
         cors_origins: args.cors_origins,
+        mcp_fallback: match args.mcp_approve {
+            Approve::Yes => toolbox::server::mcp::Fallback::Approve,
+            Approve::No | Approve::Ask => toolbox::server::mcp::Fallback::Deny,
+        },
         ..Default::default()
     };
     toolbox::server::check_options(&options).map_err(usage)?;
@@ -498,12 +502,11 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
     let executor = ToolExecutor::new(config).map_err(usage)?;
     let runtime =
         toolbox::runtime::Runtime::new(executor, llm, toolbox::runtime::RuntimeOptions::default());
-    let _ = args.mcp_approve;
     let stop = async {
         let signal = toolbox::stop_signal().await;
         eprintln!("toolbox serve: {signal}: stopping");
     };
-    toolbox::server::serve(runtime, options, None, stop)
+    toolbox::server::serve(runtime, options, stop)
         .await
         .map_err(|e| UsageError(format!("serve: {e:#}")))?;
     Ok(ExitCode::SUCCESS)

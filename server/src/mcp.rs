@@ -1,0 +1,740 @@
+//! MCP over streamable HTTP: every visible tool of one executor, for MCP clients that speak
+//! HTTP instead of stdio (`toolbox serve` mounts [`router`] at `/mcp`).
+//!
+//! The transport is rmcp's streamable HTTP server with sessions: a client POSTs `initialize`,
+//! gets an `Mcp-Session-Id` header, and sends every later message with it; answers come back
+//! as a JSON-RPC body or an SSE stream, on which the server can also send the client requests
+//! of its own (elicitation) and notifications (progress). What this module adds is the
+//! [`rmcp::ServerHandler`] over [`ToolExecutor`]:
+//!
+//! - `tools/list` lists the tools `toolbox mcp` lists on stdio: those the executor's mode
+//!   shows, without the ones an agent runtime intercepts (`call_agent`), rendered by
+//!   [`toolbox_executor::schema::render_tool`] in [`SchemaFormat::Mcp`] (annotations included);
+//! - `tools/call` runs one call through [`ToolExecutor::run_cancellable`]. Every outcome of a
+//!   call that reached the executor is a result (a failure has `isError: true` and the
+//!   executor's message as its text); only a name that is no tool at all is a protocol error
+//!   (-32602 `unknown tool: NAME`), as on stdio. `notifications/cancelled` for the call, or the
+//!   end of its MCP session, cancels it;
+//! - every call runs in one toolbox session, [`McpHttpOptions::session`], whichever MCP client
+//!   sends it: their trajectories, spool files and session folders are shared;
+//! - the approval gate: in permission mode `auto` a risky call asks for approval. A client
+//!   that declared the `elicitation` capability at `initialize` is asked with an
+//!   `elicitation/create` request on the call's own SSE stream: a form whose message names
+//!   the tool, its risk and its arguments, with one required field `decision`, `approve` or
+//!   `deny`. Only `accept` with `approve` runs the call; `deny`, `decline`, `cancel` or a
+//!   failed request refuse it. A client that did not declare the capability is answered per
+//!   [`McpHttpOptions::fallback`]. No answer within the executor's approval timeout refuses
+//!   the call as usual (the client's form is not withdrawn);
+//! - a call's streamed output (a shell command's lines) goes to the client as
+//!   `notifications/progress` when the call carried a `progressToken`, else as
+//!   `notifications/message` (level `info`) once the client asked for `info` or lower with
+//!   `logging/setLevel`, else nowhere. At most [`MAX_QUEUED_OUTPUT_BYTES`] wait to be sent
+//!   per call; beyond that output is dropped (the result has all of it).
+//!
+//! Protocol revisions: those with an `initialize` handshake (2024-11-05 up to 2025-11-25).
+//! The stateless 2026-07-28 revision forbids the server-to-client requests the approval gate
+//! needs, so it is not offered; clients fall back to `initialize`.
+//!
+//! A POST body that is not JSON gets `400` with a JSON-RPC -32700 error (see
+//! [`MAX_BODY_BYTES`] for the size limit); everything else about the transport (sessions,
+//! `Accept` and `Content-Type` checks, SSE) is rmcp's.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::IntoResponse;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema, Implementation,
+    ListToolsResult, PaginatedRequestParams, PrimitiveSchemaDefinition, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+};
+// MCP logging is deprecated by SEP-2577 (rmcp marks it so); `toolbox mcp` on stdio offers it,
+// and so does this endpoint, until clients stop asking for it.
+#[allow(deprecated)]
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, Peer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
+use toolbox_executor::{
+    schema, ApprovalDecision, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
+};
+
+/// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
+/// (it did not declare the `elicitation` capability at `initialize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// Run it: the client confirms tool calls with its user itself, as most MCP clients do.
+    Approve,
+    /// Refuse it, with a result saying that the client cannot be asked and how to allow
+    /// such calls.
+    Deny,
+}
+
+/// How [`router`] serves MCP.
+#[derive(Debug, Clone)]
+pub struct McpHttpOptions {
+    /// The toolbox session every call over this endpoint runs in, whichever MCP client sends
+    /// it (`toolbox serve` passes `mcp`). Trajectories, spool files and session folders
+    /// (`output/`, `scratchpad/`) are those of this session.
+    pub session: SessionId,
+    /// What happens in permission mode `auto` when the client cannot be asked.
+    pub fallback: Fallback,
+    /// The `Host` header values (`name` or `name:port`) the MCP transport itself accepts.
+    /// Empty (the default) means this router does not look at `Host`: the server's own
+    /// layers check it before a request gets here.
+    pub allowed_hosts: Vec<String>,
+    /// Cancelling this ends every MCP session and its open SSE streams (for a graceful
+    /// shutdown: an open stream would otherwise keep its connection busy).
+    pub shutdown: CancellationToken,
+}
+
+impl McpHttpOptions {
+    /// Calls in `session`, [`Fallback::Deny`], no `Host` check of its own, a fresh shutdown
+    /// token.
+    pub fn new(session: SessionId) -> Self {
+        McpHttpOptions {
+            session,
+            fallback: Fallback::Deny,
+            allowed_hosts: Vec::new(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+/// Streamed output waiting to be sent to the client, per call. Output that would go over
+/// is dropped: streaming is a courtesy, the tool result has it all.
+pub const MAX_QUEUED_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// The most argument text an approval form shows; longer arguments are cut (the message
+/// says so).
+const MAX_FORM_ARGUMENT_CHARS: usize = 4000;
+
+/// The form field the client's user answers in.
+const DECISION_FIELD: &str = "decision";
+
+const INSTRUCTIONS: &str =
+    "toolbox tools run inside one workspace folder; paths are relative to it.";
+
+/// The MCP service over `executor`, mounted at `/` of the returned router.
+///
+/// Mount it with `Router::nest("/mcp", mcp::router(..))` (or
+/// `nest_service("/mcp", mcp::router(..))`): clients then use the URL `http://HOST:PORT/mcp`,
+/// with `POST` for messages, `GET` for the session's own SSE stream and `DELETE` to end the
+/// session. Any path below it (`/mcp/x`) is not served. Layers of the outer router (bearer
+/// token, `Host` checks) apply as to any route.
+pub fn router(executor: ToolExecutor, options: McpHttpOptions) -> axum::Router {
+    let idle = session_idle_timeout(&executor);
+    let shared = Arc::new(Shared::new(executor, &options));
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(options.allowed_hosts.clone())
+        .with_cancellation_token(options.shutdown.clone());
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(idle);
+    // One handler per MCP session: the log level is the session's own.
+    let service = StreamableHttpService::new(
+        move || Ok(McpHandler::new(shared.clone())),
+        Arc::new(sessions),
+        config,
+    );
+    axum::Router::new()
+        .route_service("/", service)
+        .layer(axum::middleware::from_fn(check_post_body))
+}
+
+/// How long an MCP session may see no message before it is closed (a client that vanished
+/// without `DELETE`). rmcp counts a session as idle even while one of its calls runs
+/// silently, and closing the session cancels the call, so this is never shorter than the
+/// longest a call can take: its approval wait plus its timeout, plus a minute.
+fn session_idle_timeout(executor: &ToolExecutor) -> Duration {
+    let config = executor.config();
+    let longest_call = config
+        .approval_timeout
+        .saturating_add(config.call_timeout)
+        .saturating_add(Duration::from_secs(60));
+    longest_call.max(SessionConfig::DEFAULT_KEEP_ALIVE)
+}
+
+/// The largest POST body read, as rmcp's own limit: 4 MiB.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Answers a POST whose body is no JSON-RPC message at all with a JSON-RPC error, as
+/// `toolbox mcp` does on stdio: 400 with -32700 (Parse error) for a body that is not JSON,
+/// 400 with -32600 (Invalid Request) for JSON that is neither an object nor an array, 413
+/// for a body over [`MAX_BODY_BYTES`]. rmcp alone would say `415 Unsupported Media Type`
+/// in plain text. Everything else goes to rmcp untouched.
+async fn check_post_body(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let declared = parts
+        .headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        jsonrpc_error(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            INVALID_REQUEST,
+            format!(
+                "Invalid Request: the body is over the limit of {MAX_BODY_BYTES} bytes (4 MiB) \
+                 or could not be read"
+            ),
+        )
+    };
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return too_large();
+    };
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        return jsonrpc_error(
+            axum::http::StatusCode::BAD_REQUEST,
+            PARSE_ERROR,
+            format!("Parse error: the body is not JSON ({e})"),
+        );
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if !matches!(first, Some(b'{') | Some(b'[')) {
+        return jsonrpc_error(
+            axum::http::StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            "Invalid Request: the body must be a JSON-RPC message (a JSON object)".into(),
+        );
+    }
+    let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    next.run(request).await
+}
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+
+/// A JSON-RPC error response without an id (none could be read).
+fn jsonrpc_error(
+    status: axum::http::StatusCode,
+    code: i64,
+    message: String,
+) -> axum::response::Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": code, "message": message },
+    });
+    (status, axum::Json(body)).into_response()
+}
+
+/// What every session of one router shares.
+struct Shared {
+    executor: ToolExecutor,
+    session: SessionId,
+    fallback: Fallback,
+    /// Rendered once: the visible tools never change.
+    tools: Arc<Vec<Tool>>,
+}
+
+impl Shared {
+    fn new(executor: ToolExecutor, options: &McpHttpOptions) -> Self {
+        let tools = listed_tools(&executor);
+        Shared {
+            executor,
+            session: options.session.clone(),
+            fallback: options.fallback,
+            tools: Arc::new(tools),
+        }
+    }
+}
+
+/// The tools `toolbox mcp` lists: visible in the executor's mode, not intercepted.
+fn listed_tools(executor: &ToolExecutor) -> Vec<Tool> {
+    let tools = match executor.resolve_agent_tools(None, executor.permissions()) {
+        Ok(tools) => tools,
+        // Only an unknown toolset fails, and no toolset is asked for.
+        Err(e) => {
+            tracing::error!("mcp: cannot list the tools: {e:#}");
+            return Vec::new();
+        }
+    };
+    tools
+        .into_iter()
+        .filter_map(|tool| {
+            let rendered = schema::render_tool(&tool.info, SchemaFormat::Mcp);
+            match serde_json::from_value::<Tool>(rendered) {
+                Ok(tool) => Some(tool),
+                Err(e) => {
+                    tracing::error!(tool = %tool.info.name, "mcp: tool not listed, its MCP rendering does not parse: {e}");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Call ids are unique in the process: approvals are keyed by session and call id, and
+/// every MCP client shares one session.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// `logging/setLevel` not yet called: no log notifications.
+const LOGGING_OFF: u8 = u8::MAX;
+/// Tool output is logged at `info`.
+const LEVEL_INFO: u8 = 1;
+
+/// The handler of one MCP session.
+#[derive(Clone)]
+struct McpHandler {
+    shared: Arc<Shared>,
+    /// The level this session asked for with `logging/setLevel`, as a [`level_rank`].
+    log_level: Arc<AtomicU8>,
+}
+
+impl McpHandler {
+    fn new(shared: Arc<Shared>) -> Self {
+        McpHandler {
+            shared,
+            log_level: Arc::new(AtomicU8::new(LOGGING_OFF)),
+        }
+    }
+
+    /// Answers one approval request of a running call: by asking the client, or per the
+    /// fallback when it cannot be asked.
+    async fn answer(&self, request: ApprovalRequest, peer: Peer<RoleServer>, can_elicit: bool) {
+        let executor = &self.shared.executor;
+        let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+        if !can_elicit {
+            match self.shared.fallback {
+                Fallback::Approve => {
+                    executor.respond_approval(session, call, ApprovalDecision::Approve);
+                }
+                Fallback::Deny => {
+                    executor.deny_approval(session, call, cannot_ask(&request));
+                }
+            }
+            return;
+        }
+        let answer = peer.create_elicitation(approval_form(&request)).await;
+        match answer.map(|result| approval_decision(&result)) {
+            Ok(true) => {
+                executor.respond_approval(session, call, ApprovalDecision::Approve);
+            }
+            Ok(false) => {
+                let reason = format!("the MCP client's user denied tool {}", request.tool);
+                executor.deny_approval(session, call, reason);
+            }
+            Err(e) => {
+                tracing::debug!(call, "mcp: elicitation failed: {e}");
+                let reason = format!(
+                    "tool {} needs approval (permission mode auto, risk {}) and asking the MCP \
+                     client failed ({e}), so the call was denied",
+                    request.tool, request.risk
+                );
+                executor.deny_approval(session, call, reason);
+            }
+        }
+    }
+}
+
+/// The `elicitation/create` request for one approval: a message naming the tool, its risk
+/// and its arguments, and a form with one required field, `decision`, either `approve` or
+/// `deny`.
+fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
+    let arguments = serde_json::to_string_pretty(&request.arguments)
+        .unwrap_or_else(|_| request.arguments.to_string());
+    let arguments = match arguments.char_indices().nth(MAX_FORM_ARGUMENT_CHARS) {
+        Some((cut, _)) => format!("{}\n… (arguments cut here)", &arguments[..cut]),
+        None => arguments,
+    };
+    let message = format!(
+        "toolbox wants to run the tool {} (risk: {}) with these arguments:\n{arguments}\n\n\
+         Approve this call?",
+        request.tool, request.risk
+    );
+    let decision = EnumSchema::builder(vec!["approve".into(), "deny".into()])
+        .enum_titles(vec!["Approve: run it".into(), "Deny: do not run it".into()])
+        .map(|schema| schema.title("Decision").build())
+        .unwrap_or_else(|_| EnumSchema::builder(vec!["approve".into(), "deny".into()]).build());
+    let requested_schema = ElicitationSchema::builder()
+        .required_property(DECISION_FIELD, PrimitiveSchemaDefinition::Enum(decision))
+        .description(format!("Approve or deny the call of {}", request.tool))
+        .build()
+        .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema,
+    }
+}
+
+/// Whether the client's answer approves: `accept` with `decision` `approve` (or `true`).
+/// Anything else, `decline` and `cancel` included, denies.
+fn approval_decision(result: &ElicitResult) -> bool {
+    if result.action != ElicitationAction::Accept {
+        return false;
+    }
+    match result.content.as_ref().and_then(|c| c.get(DECISION_FIELD)) {
+        Some(Value::String(s)) => s == "approve",
+        Some(Value::Bool(b)) => *b,
+        _ => false,
+    }
+}
+
+/// The result of a call refused because the client cannot be asked.
+fn cannot_ask(request: &ApprovalRequest) -> String {
+    format!(
+        "tool {} needs approval (permission mode auto, risk {}) but this MCP client cannot be \
+         asked: it did not declare the elicitation capability at initialize, so the call was \
+         refused without asking. To allow such calls, use an MCP client that supports \
+         elicitation, or run the server with --mode full (no approvals); to stop offering \
+         them, use --mode read_only.",
+        request.tool, request.risk
+    )
+}
+
+/// Rank of an MCP log level, `debug` lowest.
+#[allow(deprecated)]
+fn level_rank(level: &LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// Where one call's streamed output goes.
+#[derive(Clone)]
+enum OutputRoute {
+    Progress(ProgressToken),
+    Log,
+}
+
+/// The sending half of one call's output: a queue capped in bytes.
+struct OutputQueue {
+    tx: mpsc::UnboundedSender<String>,
+    queued: Arc<AtomicUsize>,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl OutputQueue {
+    fn push(&self, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        let len = text.len();
+        let fits = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued + len <= MAX_QUEUED_OUTPUT_BYTES).then_some(queued + len)
+            })
+            .is_ok();
+        if !fits || self.tx.send(text).is_err() {
+            if fits {
+                self.queued.fetch_sub(len, Ordering::AcqRel);
+            }
+            self.dropped.fetch_add(len, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One tool output chunk as an `info` log message.
+#[allow(deprecated)]
+async fn send_log(
+    peer: &Peer<RoleServer>,
+    tool: String,
+    text: String,
+) -> Result<(), rmcp::ServiceError> {
+    let params = LoggingMessageNotificationParam::new(LoggingLevel::Info, Value::String(text))
+        .with_logger(tool);
+    peer.notify_logging_message(params).await
+}
+
+/// Sends a call's queued output to the client until `done`, then what is still queued, then
+/// a note on what was dropped. Runs as a task of its own, so a client slow to read never
+/// stalls the call.
+async fn forward_output(
+    peer: Peer<RoleServer>,
+    route: OutputRoute,
+    tool: String,
+    mut rx: mpsc::UnboundedReceiver<String>,
+    queued: Arc<AtomicUsize>,
+    dropped: Arc<AtomicUsize>,
+    done: CancellationToken,
+) {
+    let mut progress = 0u64;
+    let send = |text: String, progress: u64| {
+        let peer = peer.clone();
+        let route = route.clone();
+        let tool = tool.clone();
+        async move {
+            let sent = match route {
+                OutputRoute::Progress(token) => {
+                    let params =
+                        ProgressNotificationParam::new(token, progress as f64).with_message(text);
+                    peer.notify_progress(params).await
+                }
+                OutputRoute::Log => send_log(&peer, tool, text).await,
+            };
+            if let Err(e) = sent {
+                tracing::debug!("mcp: output notification not sent: {e}");
+            }
+        }
+    };
+    loop {
+        let text = tokio::select! {
+            biased;
+            text = rx.recv() => match text {
+                Some(text) => text,
+                None => break,
+            },
+            _ = done.cancelled() => break,
+        };
+        queued.fetch_sub(text.len(), Ordering::AcqRel);
+        progress += 1;
+        send(text, progress).await;
+    }
+    while let Ok(text) = rx.try_recv() {
+        progress += 1;
+        send(text, progress).await;
+    }
+    let dropped = dropped.load(Ordering::Relaxed);
+    if dropped > 0 {
+        progress += 1;
+        send(
+            format!(
+                "[toolbox: {dropped} bytes of output were not streamed because the client did \
+                 not read them fast enough; the tool result has the output]"
+            ),
+            progress,
+        )
+        .await;
+    }
+}
+
+impl ServerHandler for McpHandler {
+    #[allow(deprecated)]
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("toolbox", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.shared.tools.as_ref().clone(),
+        ))
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level
+            .store(level_rank(&request.level), Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let executor = &self.shared.executor;
+        let name = request.name.to_string();
+        if executor.registry().get(&name).is_none() {
+            let shown: String = name.chars().take(200).collect();
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {shown}"),
+                None,
+            ));
+        }
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let call_id = format!("mcp-http-{}", CALLS.fetch_add(1, Ordering::Relaxed));
+        let peer = context.peer.clone();
+        let can_elicit = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some());
+
+        // Output: progress when the call has a token, log messages when the session asked.
+        let route = match context.meta.get_progress_token() {
+            Some(token) => Some(OutputRoute::Progress(token)),
+            None if self.log_level.load(Ordering::Relaxed) <= LEVEL_INFO => Some(OutputRoute::Log),
+            None => None,
+        };
+        let done = CancellationToken::new();
+        let (output, forwarder) = match route {
+            Some(route) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let queued = Arc::new(AtomicUsize::new(0));
+                let dropped = Arc::new(AtomicUsize::new(0));
+                let forwarder = tokio::spawn(forward_output(
+                    peer.clone(),
+                    route,
+                    name.clone(),
+                    rx,
+                    queued.clone(),
+                    dropped.clone(),
+                    done.clone(),
+                ));
+                let queue = OutputQueue {
+                    tx,
+                    queued,
+                    dropped,
+                };
+                (Some(queue), Some(forwarder))
+            }
+            None => (None, None),
+        };
+
+        // The sink runs synchronously inside the executor: approval requests go to this
+        // task (so the elicitation rides this request's SSE stream), output to the forwarder.
+        let (approvals_tx, mut approvals) = mpsc::unbounded_channel::<ApprovalRequest>();
+        let sink = EventSink::new(move |event| match event {
+            ToolEvent::ApprovalRequested(request) => {
+                let _ = approvals_tx.send(request);
+            }
+            ToolEvent::Output { text, .. } | ToolEvent::Progress { message: text, .. } => {
+                if let Some(output) = &output {
+                    output.push(text);
+                }
+            }
+        });
+        let call = ToolRequest::new(call_id, name, arguments)
+            .session(self.shared.session.to_string())
+            .events(sink);
+        let run = executor.run_cancellable(call, context.ct.clone());
+        tokio::pin!(run);
+        let mut asking = FuturesUnordered::new();
+        let info = loop {
+            tokio::select! {
+                info = &mut run => break info,
+                Some(request) = approvals.recv() => {
+                    asking.push(self.answer(request, peer.clone(), can_elicit));
+                }
+                Some(()) = asking.next(), if !asking.is_empty() => {}
+            }
+        };
+        // Every output notification goes before the result: MCP allows none after it.
+        done.cancel();
+        if let Some(forwarder) = forwarder {
+            if let Err(e) = forwarder.await {
+                tracing::error!("mcp: the output forwarder failed: {e}");
+            }
+        }
+        let content = vec![ContentBlock::text(info.result)];
+        let result = if info.status == CallStatus::Done {
+            CallToolResult::success(content)
+        } else {
+            CallToolResult::error(content)
+        };
+        Ok(result.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolbox_core::ToolRisk;
+
+    fn request(arguments: Value) -> ApprovalRequest {
+        ApprovalRequest {
+            session_id: SessionId::parse("mcp").unwrap(),
+            call_id: "c1".into(),
+            tool: "file_manager__write".into(),
+            arguments,
+            risk: ToolRisk::FileWrite,
+        }
+    }
+
+    #[test]
+    fn the_form_names_tool_risk_and_arguments_and_asks_one_choice() {
+        let form = serde_json::to_value(approval_form(&request(json!({"path": "a.txt"})))).unwrap();
+        assert_eq!(form["mode"], "form");
+        let message = form["message"].as_str().unwrap();
+        assert!(message.contains("file_manager__write"), "{message}");
+        assert!(message.contains("a.txt"), "{message}");
+        assert!(
+            message.contains(&ToolRisk::FileWrite.to_string()),
+            "{message}"
+        );
+        let schema = &form["requestedSchema"];
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["required"], json!([DECISION_FIELD]));
+        let values: Vec<Value> = schema["properties"][DECISION_FIELD]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["const"].clone())
+            .collect();
+        assert_eq!(values, vec![json!("approve"), json!("deny")]);
+    }
+
+    #[test]
+    fn long_arguments_are_cut_on_a_character_boundary() {
+        let form = approval_form(&request(json!({"content": "é".repeat(10_000)})));
+        let ElicitRequestParams::FormElicitationParams { message, .. } = form else {
+            panic!("not a form");
+        };
+        assert!(message.contains("arguments cut here"));
+        assert!(message.chars().count() < MAX_FORM_ARGUMENT_CHARS + 500);
+    }
+
+    #[test]
+    fn only_an_accepted_approve_approves() {
+        let answer = |action, content: Option<Value>| {
+            let mut result = ElicitResult::new(action);
+            result.content = content;
+            approval_decision(&result)
+        };
+        assert!(answer(
+            ElicitationAction::Accept,
+            Some(json!({"decision": "approve"}))
+        ));
+        assert!(answer(
+            ElicitationAction::Accept,
+            Some(json!({"decision": true}))
+        ));
+        assert!(!answer(
+            ElicitationAction::Accept,
+            Some(json!({"decision": "deny"}))
+        ));
+        assert!(!answer(
+            ElicitationAction::Accept,
+            Some(json!({"decision": "APPROVE"}))
+        ));
+        assert!(!answer(ElicitationAction::Accept, None));
+        assert!(!answer(
+            ElicitationAction::Decline,
+            Some(json!({"decision": "approve"}))
+        ));
+        assert!(!answer(ElicitationAction::Cancel, None));
+    }
+}
