@@ -15,6 +15,16 @@ if ! command -v rg >/dev/null; then
   fi
 fi
 rg --version | sed -n 1p  # sed reads it all: head could make rg die of SIGPIPE under pipefail
+# chromium and chromium-driver: toolbox/tests/console_browser.rs drives the web console in a
+# headless browser (through the Python selenium package of tests/requirements.txt).
+if ! command -v chromium >/dev/null || [ ! -x /usr/bin/chromedriver ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q chromium chromium-driver >/dev/null
+  fi
+fi
+chromedriver --version | sed -n 1p
 
 step "python test environment (target/test-venv)"
 PY=${PYTHON:-python3}
