@@ -206,16 +206,52 @@ pub fn preview(text: &str) -> String {
     }
 }
 
-/// An event as a session's stream delivers it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An event as a session's stream delivers it: one JSON object with the event's own fields
+/// and `type`, plus `seq` and `session_id` (written once, even for the events that carry a
+/// `session_id` of their own, such as `tool_approval_request`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionEvent {
     /// Its number in the session's stream, from 1; SSE's `id:`.
     pub seq: u64,
     /// The session.
     pub session_id: String,
     /// The event itself; its fields sit beside `seq` and `session_id` in JSON.
-    #[serde(flatten)]
     pub event: RuntimeEvent,
+}
+
+impl Serialize for SessionEvent {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let mut map = match serde_json::to_value(&self.event).map_err(S::Error::custom)? {
+            Value::Object(map) => map,
+            _ => return Err(S::Error::custom("an event is a JSON object")),
+        };
+        map.insert("seq".into(), Value::from(self.seq));
+        map.insert("session_id".into(), Value::from(self.session_id.clone()));
+        map.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = Value::deserialize(deserializer)?;
+        let seq = value
+            .get("seq")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| D::Error::missing_field("seq"))?;
+        let session_id = value
+            .get("session_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| D::Error::missing_field("session_id"))?
+            .to_string();
+        let event = RuntimeEvent::deserialize(value).map_err(D::Error::custom)?;
+        Ok(SessionEvent {
+            seq,
+            session_id,
+            event,
+        })
+    }
 }
 
 /// How many events of each session are kept for replay.
@@ -286,11 +322,16 @@ impl EventHub {
 
     /// Subscribes to `session`, with the kept events numbered above `after` (all of them for
     /// `None`) as `missed`.
+    ///
+    /// An `after` beyond the last event numbered so far comes from an earlier run of the
+    /// process (numbers start at 1 again after a restart): the subscriber then gets every
+    /// kept event rather than waiting for numbers to catch up.
     pub fn subscribe(&self, session: &SessionId, after: Option<u64>) -> Subscription {
         let stream = self.stream(session);
         let state = lock(&stream.state);
         let live = stream.live.subscribe();
         let after = after.unwrap_or(0);
+        let after = if after >= state.next_seq { 0 } else { after };
         Subscription {
             missed: state
                 .history
@@ -370,6 +411,37 @@ mod tests {
         assert_eq!(sub.missed.len(), 1);
         let next = sub.live.recv().await.unwrap();
         assert_eq!(next.seq, 2);
+    }
+
+    #[test]
+    fn an_event_with_its_own_session_id_writes_it_once() {
+        let hub = EventHub::default();
+        hub.emit(
+            &sid("a"),
+            RuntimeEvent::ToolApprovalRequest {
+                session_id: "a".into(),
+                call_id: "c".into(),
+                tool: "shell".into(),
+                arguments: Value::Null,
+                risk: ToolRisk::Shell,
+                agent: "default".into(),
+                depth: 0,
+            },
+        );
+        let event = &hub.since(&sid("a"), 0)[0];
+        let text = serde_json::to_string(&**event).unwrap();
+        assert_eq!(text.matches("\"session_id\"").count(), 1, "{text}");
+        let back: SessionEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, **event);
+    }
+
+    #[test]
+    fn a_last_id_from_an_earlier_run_replays_everything() {
+        let hub = EventHub::default();
+        hub.emit(&sid("a"), error("x"));
+        hub.emit(&sid("a"), error("y"));
+        assert_eq!(hub.subscribe(&sid("a"), Some(500)).missed.len(), 2);
+        assert_eq!(hub.subscribe(&sid("a"), Some(2)).missed.len(), 0);
     }
 
     #[test]

@@ -102,7 +102,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .nest("/api", api::routes())
         .merge(console::routes())
         .with_state(state.clone())
-        .nest("/mcp", mcp::router(state.runtime.executor().clone(), mcp_options));
+        .nest(
+            "/mcp",
+            mcp::router(state.runtime.executor().clone(), mcp_options),
+        );
     security::layers(app, state)
 }
 
