@@ -64,7 +64,7 @@ fn alive(pid: i32) -> bool {
 }
 
 #[test]
-fn fifty_concurrent_sessions_each_run_a_turn_and_see_only_their_own_events() {
+fn concurrent_sessions_each_run_a_turn_and_see_only_their_own_events() {
     let n: usize = std::env::var("TOOLBOX_SERVE_SESSIONS")
         .ok()
         .and_then(|v| v.parse().ok())
