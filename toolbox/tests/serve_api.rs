@@ -598,6 +598,42 @@ fn one_tool_call_over_http_passes_the_same_gate() {
     server.post("/api/tool-approval/o1/raised", &json!({"decision": "deny"}));
     assert_eq!(raised.join().unwrap().json()["error_kind"], "denied");
 
+    // approve_for_session: this call runs, and the next shell call of the session does not
+    // ask (it would wait for an answer that never comes, and the request would time out).
+    let first = {
+        let req = server
+            .req("POST", "/api/sessions/o1/tools/shell?call_id=sess-1")
+            .json(&json!({"command": "echo first"}));
+        std::thread::spawn(move || req.send())
+    };
+    let asked = events.until("tool_approval_request");
+    assert_eq!(asked.last().unwrap().data["call_id"], "sess-1");
+    server.post(
+        "/api/tool-approval/o1/sess-1",
+        &json!({"decision": "approve_for_session"}),
+    );
+    assert_eq!(first.join().unwrap().json()["status"], "done");
+    let second = server.post(
+        "/api/sessions/o1/tools/shell?call_id=sess-2",
+        &json!({"command": "echo second"}),
+    );
+    assert_eq!(second.json()["status"], "done", "{}", second.text());
+    // Another session still asks.
+    let elsewhere = {
+        let req = server
+            .req("POST", "/api/sessions/o2/tools/shell?call_id=other-1")
+            .json(&json!({"command": "echo other"}));
+        std::thread::spawn(move || req.send())
+    };
+    let other_events = server.events("o2", None);
+    let asked = other_events.until("tool_approval_request");
+    assert_eq!(asked.last().unwrap().data["call_id"], "other-1");
+    server.post(
+        "/api/tool-approval/o2/other-1",
+        &json!({"decision": "deny"}),
+    );
+    assert_eq!(elsewhere.join().unwrap().json()["error_kind"], "denied");
+
     let trajectory = server.get("/api/sessions/o1/trajectory").json();
     let ids: Vec<&str> = trajectory["calls"]
         .as_array()
@@ -606,7 +642,9 @@ fn one_tool_call_over_http_passes_the_same_gate() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert!(
-        ids.contains(&"one-yes") && ids.contains(&"one-no") && ids.contains(&"raised"),
+        ["one-yes", "one-no", "raised", "sess-1", "sess-2"]
+            .iter()
+            .all(|id| ids.contains(id)),
         "{ids:?}"
     );
 }
