@@ -355,8 +355,13 @@ impl Runtime {
         self.inner.hub.emit(session, event);
     }
 
-    pub(crate) fn finish(&self, session: &SessionId) {
-        lock(&self.inner.running).remove(session);
+    /// Emits the turn's last event and frees the session, as one step: a front end that
+    /// sees `turn_finished` and at once starts the next turn must not get `Busy`, and no
+    /// other turn of the session may start before that event is out.
+    pub(crate) fn finish(&self, session: &SessionId, last: RuntimeEvent) {
+        let mut running = lock(&self.inner.running);
+        self.inner.hub.emit(session, last);
+        running.remove(session);
     }
 }
 

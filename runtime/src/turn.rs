@@ -86,7 +86,7 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
     };
     let usage = *lock(&turn.usage);
     let steps = turn.steps.load(Ordering::Relaxed);
-    rt.emit(
+    rt.finish(
         &session,
         RuntimeEvent::TurnFinished {
             turn_id: turn_id.clone(),
@@ -96,7 +96,6 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
             notice: end.notice,
         },
     );
-    rt.finish(&session);
     TurnOutcome {
         turn_id,
         stop_reason: end.stop,

@@ -10,16 +10,17 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use toolbox_core::{AgentSet, SessionId};
 use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, SchemaFormat};
 use toolbox_runtime::{conversation, ApprovalAnswer, SessionEvent, TurnError, TurnRequest};
@@ -45,6 +46,52 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/tool-approval/{sid}/{call_id}", post(approval))
         .fallback(|| async { ApiError::not_found("no such API endpoint; see docs/server.md") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(json_errors))
+}
+
+/// Every error under `/api` is JSON `{"error": ...}`. axum answers some requests itself, in
+/// plain text or with no body at all: a query string that does not parse, a body over the
+/// limit read as raw bytes, a method the path does not take. This rewrites those with the
+/// same status (and headers such as `Allow`), and leaves JSON errors alone.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            format!("method not allowed here; this path takes: {allowed}")
+        }
+        _ if !text.is_empty() => text,
+        _ => status
+            .canonical_reason()
+            .unwrap_or("the request failed")
+            .to_string(),
+    };
+    let mut out = ApiError::new(status, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 /// A JSON body, with errors that say what is wrong as `{"error": ...}`.
@@ -177,6 +224,12 @@ async fn start_turn(
     JsonBody(request): JsonBody<TurnRequest>,
 ) -> AppResult<impl IntoResponse> {
     let sid = session(&sid)?;
+    if state.shutdown.is_cancelled() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down and takes no new turns",
+        ));
+    }
     let turn_id = state
         .runtime
         .start_turn(sid.as_str(), request)
@@ -358,8 +411,9 @@ struct EventsQuery {
 
 /// The SSE stream of a session: what was missed after `Last-Event-ID` (or `?after=`), then
 /// every new event as it happens. Each event's `id:` is its `seq`; its data is the event's
-/// JSON. The stream ends when the server shuts down; a client that reconnects with the last
-/// id it saw loses nothing (the runtime keeps the last 10 000 events of a session).
+/// JSON. When the server shuts down, the stream ends once the session's cancelled turn has
+/// sent its `turn_finished` (at most the shutdown grace); a client that reconnects with the
+/// last id it saw loses nothing (the runtime keeps the last 10 000 events of a session).
 async fn events(
     State(state): Shared,
     Path(sid): Path<String>,
@@ -386,6 +440,7 @@ async fn events(
         pending: subscription.missed.into(),
         live: subscription.live,
         last: after.unwrap_or(0),
+        drain_until: None,
     };
     let stream = futures_util::stream::unfold(stream, |mut s| async move {
         let event = s.next().await?;
@@ -400,6 +455,9 @@ struct EventStream {
     pending: std::collections::VecDeque<Arc<SessionEvent>>,
     live: tokio::sync::broadcast::Receiver<Arc<SessionEvent>>,
     last: u64,
+    /// Set when the server began shutting down: the stream ends once the session's
+    /// (cancelled) turn has finished and its last events are sent, or at this instant.
+    drain_until: Option<tokio::time::Instant>,
 }
 
 impl EventStream {
@@ -413,9 +471,39 @@ impl EventStream {
                 let data = serde_json::to_string(&*event).unwrap_or_else(|_| "{}".into());
                 return Some(Event::default().id(event.seq.to_string()).data(data));
             }
-            let received = tokio::select! {
-                _ = self.state.shutdown.cancelled() => return None,
-                received = self.live.recv() => received,
+            let received = match self.drain_until {
+                None => tokio::select! {
+                    _ = self.state.shutdown.cancelled() => {
+                        let grace = self.state.options.shutdown_grace;
+                        self.drain_until = Some(tokio::time::Instant::now() + grace);
+                        continue;
+                    }
+                    received = self.live.recv() => received,
+                },
+                Some(deadline) => {
+                    // A turn emits its last event before it stops counting as running, so
+                    // once it is not running, everything it sent is already queued here.
+                    let idle = !self.state.runtime.is_running(self.session.as_str());
+                    match self.live.try_recv() {
+                        Ok(event) => Ok(event),
+                        Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                        Err(TryRecvError::Closed) => return None,
+                        Err(TryRecvError::Empty) if idle => return None,
+                        Err(TryRecvError::Empty) => {
+                            if tokio::time::Instant::now() >= deadline {
+                                return None;
+                            }
+                            let wait = tokio::time::sleep_until(
+                                deadline
+                                    .min(tokio::time::Instant::now() + Duration::from_millis(50)),
+                            );
+                            tokio::select! {
+                                _ = wait => continue,
+                                received = self.live.recv() => received,
+                            }
+                        }
+                    }
+                }
             };
             match received {
                 Ok(event) => self.pending.push_back(event),

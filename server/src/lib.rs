@@ -144,10 +144,12 @@ pub async fn serve(
         let runtime = runtime.clone();
         async move {
             stop.await;
+            // First refuse new turns, then cancel the running ones. Event streams stay open
+            // until their session's turn has sent `turn_finished` (at most the grace), so a
+            // connected front end sees the turn end; then connections close and serving stops.
+            shutdown.cancel();
             let running = runtime.cancel_all();
             tracing::info!(target: "toolbox", running, "shutting down: cancelling running turns");
-            // Event streams end now, so open connections close and the server can stop.
-            shutdown.cancel();
         }
     };
     axum::serve(
@@ -157,6 +159,8 @@ pub async fn serve(
     .with_graceful_shutdown(on_stop)
     .await
     .context("the server stopped")?;
+    // Again: a turn may have started between the signal and the first cancel.
+    runtime.cancel_all();
     if !runtime.wait_idle(grace).await {
         tracing::warn!(target: "toolbox", "some turns were still running after the shutdown grace");
     }

@@ -13,7 +13,13 @@
 //!
 //! Every event is written and flushed on its own, a couple of milliseconds apart, so the
 //! client really streams. Every response says `Connection: close`. When the script is used
-//! up, requests get a 500 whose message is `scripted LLM: script exhausted`.
+//! up, requests get a 500 whose message is `scripted LLM: script exhausted`, unless the
+//! server was started with a responder ([`ScriptedLlm::start_with`]): then every request the
+//! script has no reply for is answered with what the responder makes of it, which lets
+//! concurrent sessions each get their own answers (echo a marker from the last user message,
+//! call a tool first and answer once the last message is a tool result). A responder runs on
+//! the connection's thread, so it may block (wait for the test's go-ahead) without holding up
+//! other requests.
 //!
 //! Only std (and serde_json): one accept thread, one thread per connection, each with 10 s
 //! read and write timeouts so a confused client cannot hang a test.
@@ -129,11 +135,16 @@ impl RecordedRequest {
     }
 }
 
+/// Makes a reply from a request: see [`ScriptedLlm::start_with`].
+pub type Responder = dyn Fn(&RecordedRequest) -> Scripted + Send + Sync;
+
 #[derive(Default)]
 struct Shared {
     /// The replies not served yet, and the requests so far: one lock, so the order a
     /// request was recorded in is the order it took its reply.
     state: Mutex<(VecDeque<Scripted>, Vec<RecordedRequest>)>,
+    /// Answers what the script has no reply for.
+    responder: Option<Arc<Responder>>,
 }
 
 impl Shared {
@@ -155,12 +166,30 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// Starts a server on a free port that answers with `script`, in order.
     pub fn start(script: Vec<Scripted>) -> ScriptedLlm {
+        Self::launch(script, None)
+    }
+
+    /// Starts a server on a free port that answers every model request with
+    /// `responder(&request)` (once anything [`push`](Self::push)ed is used up). The request
+    /// is recorded before the responder sees it. The responder runs on the connection's own
+    /// thread, outside every lock: concurrent requests are answered concurrently, and a
+    /// responder may block, e.g. until the test lets the "model" answer.
+    pub fn start_with(
+        responder: impl Fn(&RecordedRequest) -> Scripted + Send + Sync + 'static,
+    ) -> ScriptedLlm {
+        Self::launch(Vec::new(), Some(Arc::new(responder)))
+    }
+
+    fn launch(script: Vec<Scripted>, responder: Option<Arc<Responder>>) -> ScriptedLlm {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("the listener's address");
         listener
             .set_nonblocking(true)
             .expect("a non-blocking listener");
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            state: Mutex::default(),
+            responder,
+        });
         shared.lock().0.extend(script);
         let stop = Arc::new(AtomicBool::new(false));
         let accept = {
@@ -258,15 +287,21 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
         .and_then(Value::as_str)
         .unwrap_or("scripted")
         .to_string();
-    let reply = {
+    let recorded = RecordedRequest {
+        method: request.method,
+        path: request.target,
+        headers,
+        body,
+    };
+    let scripted = {
         let mut state = shared.lock();
-        state.1.push(RecordedRequest {
-            method: request.method,
-            path: request.target,
-            headers,
-            body,
-        });
+        state.1.push(recorded.clone());
         wire.and_then(|_| state.0.pop_front())
+    };
+    // Outside the lock: a responder may take its time without holding up other requests.
+    let reply = match (wire, scripted, &shared.responder) {
+        (Some(_), None, Some(responder)) => Some(responder(&recorded)),
+        (_, scripted, _) => scripted,
     };
     let _ = match (wire, reply) {
         (Some(wire), Some(reply)) => answer(&mut stream, wire, &model, reply),
