@@ -23,20 +23,25 @@ pub mod stderr_pump;
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C), with the signal's name.
 /// Never resolves if the handlers cannot be installed.
 ///
-/// Installing it replaces the default action of both signals (die at once), so the caller
-/// can stop cleanly: end its work, then call [`core::containment::shutdown`] so nothing a
-/// tool started outlives the process.
-pub async fn stop_signal() -> &'static str {
+/// The handlers are installed when this is called, not when the future is first polled, so
+/// a signal that arrives between the call and the first poll is not lost to the default
+/// action. Installing them replaces that default action (die at once), so the caller can
+/// stop cleanly: end its work, then call [`core::containment::shutdown`] so nothing a tool
+/// started outlives the process. Call it from inside the tokio runtime.
+pub fn stop_signal() -> impl std::future::Future<Output = &'static str> + Send {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     }
 }
 

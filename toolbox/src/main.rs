@@ -502,8 +502,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
     let executor = ToolExecutor::new(config).map_err(usage)?;
     let runtime =
         toolbox::runtime::Runtime::new(executor, llm, toolbox::runtime::RuntimeOptions::default());
-    let stop = async {
-        let signal = toolbox::stop_signal().await;
+    // Installed now, before binding: a SIGTERM right after "listening" still stops cleanly.
+    let signal = toolbox::stop_signal();
+    let stop = async move {
+        let signal = signal.await;
         eprintln!("toolbox serve: {signal}: stopping");
     };
     toolbox::server::serve(runtime, options, stop)
