@@ -256,8 +256,14 @@ impl<'de> Deserialize<'de> for SessionEvent {
 
 /// How many events of each session are kept for replay.
 pub const HISTORY: usize = 10_000;
-/// How far a live subscriber may fall behind before it has to catch up from the history.
-const CHANNEL: usize = 4096;
+/// How far a live subscriber may fall behind before it has to catch up from the history
+/// (the channel's slots are allocated up front, per session).
+const CHANNEL: usize = 256;
+/// Streams kept before idle ones (nobody subscribed, no turn in flight) are dropped with
+/// their history: the
+/// conversation and the trajectory on disk are the durable record, and a client naming
+/// session after session must not grow memory without bound.
+pub const MAX_STREAMS: usize = 4096;
 
 struct Stream {
     state: Mutex<StreamState>,
@@ -286,6 +292,17 @@ pub struct Subscription {
 impl EventHub {
     fn stream(&self, session: &SessionId) -> Arc<Stream> {
         let mut streams = lock(&self.streams);
+        if streams.len() >= MAX_STREAMS && !streams.contains_key(session) {
+            // Only quiet ones: nobody listening and the last turn over (a turn in flight
+            // keeps its numbering).
+            streams.retain(|_, s| {
+                s.live.receiver_count() > 0
+                    || !lock(&s.state)
+                        .history
+                        .back()
+                        .is_none_or(|e| matches!(e.event, RuntimeEvent::TurnFinished { .. }))
+            });
+        }
         streams
             .entry(session.clone())
             .or_insert_with(|| {
@@ -453,6 +470,19 @@ mod tests {
         let all = hub.since(&sid("a"), 0);
         assert_eq!(all.len(), HISTORY);
         assert_eq!(all[0].seq, 11);
+    }
+
+    #[test]
+    fn idle_streams_are_dropped_past_the_cap() {
+        let hub = EventHub::default();
+        let watched = hub.subscribe(&sid("watched"), None);
+        for i in 0..MAX_STREAMS + 10 {
+            hub.emit(&sid(&format!("s{i}")), error("x"));
+        }
+        let count = lock(&hub.streams).len();
+        assert!(count <= MAX_STREAMS, "{count}");
+        assert!(lock(&hub.streams).contains_key(&sid("watched")));
+        drop(watched);
     }
 
     #[test]
