@@ -476,12 +476,22 @@ mod tests {
     fn idle_streams_are_dropped_past_the_cap() {
         let hub = EventHub::default();
         let watched = hub.subscribe(&sid("watched"), None);
+        let finished = || RuntimeEvent::TurnFinished {
+            turn_id: "t".into(),
+            stop_reason: StopReason::EndTurn,
+            steps: 1,
+            usage: Usage::default(),
+            notice: None,
+        };
+        // A turn in flight (its last event is no turn_finished) keeps its stream.
+        hub.emit(&sid("busy"), error("x"));
         for i in 0..MAX_STREAMS + 10 {
-            hub.emit(&sid(&format!("s{i}")), error("x"));
+            hub.emit(&sid(&format!("s{i}")), finished());
         }
         let count = lock(&hub.streams).len();
         assert!(count <= MAX_STREAMS, "{count}");
         assert!(lock(&hub.streams).contains_key(&sid("watched")));
+        assert!(lock(&hub.streams).contains_key(&sid("busy")));
         drop(watched);
     }
 
