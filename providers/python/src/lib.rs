@@ -26,6 +26,7 @@ mod config;
 pub mod embedded;
 mod install;
 pub mod isolated;
+pub mod jupyter;
 mod lookup;
 mod render;
 pub mod run;
@@ -35,7 +36,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
 
-pub use config::{Backend, PythonConfig};
+pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
 
 toolbox_core::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
