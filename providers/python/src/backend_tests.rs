@@ -759,3 +759,160 @@ async fn the_same_cells_render_the_same_on_every_backend() {
         text("script:tools/bad.py")
     );
 }
+
+#[tokio::test]
+async fn jupyter_timeouts_interrupt_the_kernel_and_keep_the_session() {
+    let (_d, ctx) = setup(RUN, "jtimeout", backend_table("jupyter", json!({})));
+    run(&ctx, "kept = 'yes'").await.unwrap();
+    // A blocking system call: SIGINT to the kernel's process group wakes it.
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_ms": 500}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code timed out after 500 ms: the code was interrupted (KeyboardInterrupt \
+             was raised inside it). The session is intact"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("[stdout]\nstarted\n"),
+        "partial output kept: {e}"
+    );
+    assert!(
+        e.contains("[error] KeyboardInterrupt: \nTraceback (most recent call last):\n  File \"<cell>\", line 3, in <module>\n    time.sleep(60)\n"),
+        "{e}"
+    );
+    // A busy pure-Python loop.
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "n = 0\nwhile True:\n    n += 1", "timeout_ms": 300}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("the code was interrupted"), "{e}");
+    // The kernel is usable and kept everything.
+    assert_eq!(
+        run(&ctx, "(kept, n > 0)").await.unwrap(),
+        "[result]\n('yes', True)\n"
+    );
+}
+
+#[tokio::test]
+async fn jupyter_cancellation_interrupts_the_kernel() {
+    let (_d, ctx) = setup(RUN, "jcancel", backend_table("jupyter", json!({})));
+    run(&ctx, "before = 1").await.unwrap();
+    let cancel = ctx.cancel.clone();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancel.cancel();
+    });
+    let e = run(&ctx, "import time\ntime.sleep(60)").await.unwrap_err();
+    canceller.await.unwrap();
+    assert!(
+        e.starts_with("run_python_code was cancelled: the code was interrupted"),
+        "{e}"
+    );
+}
+
+/// The kernel's pid, asked of the kernel.
+async fn kernel_pid(ctx: &toolbox_core::ToolContext) -> i32 {
+    let text = run(ctx, "import os\nos.getpid()").await.unwrap();
+    text.trim()
+        .rsplit_once("[result]\n")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {text:?}"))
+}
+
+#[tokio::test]
+async fn jupyter_kernel_killed_mid_call_is_reported_and_restarted() {
+    let (_d, ctx) = setup(RUN, "jdeath", backend_table("jupyter", json!({})));
+    run(&ctx, "lost = 1").await.unwrap();
+    let pid = kernel_pid(&ctx).await;
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // SAFETY: plain kill(2) of the kernel toolbox started for this test.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let e = run(
+        &ctx,
+        "import time\nprint('working', flush=True)\ntime.sleep(60)",
+    )
+    .await
+    .unwrap_err();
+    killer.await.unwrap();
+    assert!(
+        e.starts_with(&format!(
+            "run_python_code: the kernel toolbox started from kernelspec \"python3\" (pid \
+             {pid}) died during the call (its process was killed by signal 9 (SIGKILL)"
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains("The session's state (variables, imports) is lost. A new kernel was started for this session"),
+        "{e}"
+    );
+    assert!(
+        e.contains("Output before that:\n[stdout]\nworking\n"),
+        "{e}"
+    );
+    // The next call runs in the new kernel, says so, and the old state is gone.
+    let text = run(&ctx, "'lost' in globals()").await.unwrap();
+    assert!(
+        text.starts_with("note: this session's kernel was restarted after the previous call"),
+        "{text}"
+    );
+    assert!(text.ends_with("[result]\nFalse\n"), "{text}");
+    assert_ne!(kernel_pid(&ctx).await, pid);
+}
+
+#[tokio::test]
+async fn jupyter_kernel_that_ignores_interrupts_is_killed_and_restarted() {
+    let (_d, ctx) = setup(RUN, "jstuck", backend_table("jupyter", json!({})));
+    let pid = kernel_pid(&ctx).await;
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)", "timeout_ms": 300}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code timed out after 300 ms and the kernel toolbox started from \
+             kernelspec \"python3\""
+        ) && e.contains("did not stop within 5 s of being interrupted, so it was killed"),
+        "{e}"
+    );
+    assert!(
+        e.contains("A new kernel was started for this session"),
+        "{e}"
+    );
+    assert_ne!(kernel_pid(&ctx).await, pid);
+    assert!(
+        !crate::jupyter::tests_support_running(pid),
+        "the old kernel still runs"
+    );
+}
+
+#[tokio::test]
+async fn jupyter_without_a_kernelspec_says_where_it_looked() {
+    let (_d, ctx) = setup(
+        RUN,
+        "jnospec",
+        backend_table("jupyter", json!({"kernel_name": "no-such-kernel"})),
+    );
+    let e = run(&ctx, "1").await.unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code: [python] kernel_name \"no-such-kernel\": no such kernelspec in "
+        ),
+        "{e}"
+    );
+    assert!(e.contains("installed: ") && e.contains("python3"), "{e}");
+}

@@ -336,7 +336,7 @@ pub async fn request(
             }
             let how = match kernel.process.as_mut() {
                 Some(process) => match process.exited() {
-                    Some(_) => process.describe_exit().await,
+                    Some(_) => format!("its process {}", process.describe_exit().await),
                     None => how,
                 },
                 None => how,
@@ -450,9 +450,15 @@ async fn open_kernel(
             if let Err(e) = wait_listening(&info, &mut process, deadline).await {
                 return Err(e).with_context(what);
             }
-            connect(info, process, spec.interrupt_mode, name, deadline)
+            let kernel = connect(info, process, spec.interrupt_mode, name, deadline)
                 .await
-                .with_context(what)
+                .with_context(what)?;
+            if let Some(process) = &kernel.process {
+                // Start-up chatter (ipykernel's warning about TCP, say) is not news when the
+                // kernel later dies.
+                process.forget_output();
+            }
+            Ok(kernel)
         }
     }
 }
@@ -1213,6 +1219,12 @@ fn shutdown_started_kernels() {
         spec::kill_group(k.pid);
         let _ = std::fs::remove_dir_all(&k.folder);
     }
+}
+
+/// Whether process `pid` still runs (for tests of this crate).
+#[cfg(test)]
+pub(crate) fn tests_support_running(pid: i32) -> bool {
+    spec::running(pid)
 }
 
 #[cfg(test)]

@@ -414,6 +414,14 @@ impl Process {
         }
     }
 
+    /// Forgets what the kernel printed so far.
+    pub fn forget_output(&self) {
+        self.output_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     /// The last lines the kernel printed to its stdout and stderr.
     pub fn output(&self) -> String {
         let tail = self.output_tail.lock().unwrap_or_else(|e| e.into_inner());
