@@ -68,6 +68,42 @@ impl TestKernel {
         }
     }
 
+    /// A new kernel on the connection file of `old` (which must be dead): same ports, same
+    /// key, as a restart by Jupyter.
+    fn start_again(old: &TestKernel) -> TestKernel {
+        let before = std::fs::read_to_string(&old.connection_file).unwrap();
+        let cwd = tempfile::tempdir().unwrap();
+        let connection_file = cwd.path().join("kernel-test.json");
+        std::fs::write(&connection_file, &before).unwrap();
+        let mut command = Command::new(test_python());
+        command
+            .args(["-m", "ipykernel_launcher", "-f"])
+            .arg(&connection_file)
+            .arg("--IPKernelApp.exec_lines=['shared_value = 41']")
+            .current_dir(cwd.path())
+            .env("JPY_PARENT_PID", std::process::id().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        let child = command.spawn().unwrap();
+        let info: Value = serde_json::from_str(&before).unwrap();
+        let shell = format!("127.0.0.1:{}", info["shell_port"]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&shell).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the restarted kernel did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        TestKernel {
+            child,
+            connection_file,
+            cwd,
+        }
+    }
+
     fn pid(&self) -> i32 {
         self.child.id() as i32
     }
@@ -251,6 +287,41 @@ async fn an_attached_kernel_killed_mid_call_gives_a_clear_error() {
         "{}",
         info.result
     );
+}
+
+#[tokio::test]
+async fn a_kernel_its_owner_restarted_is_found_again_and_the_loss_is_said() {
+    let mut kernel = TestKernel::start();
+    let (_d, exec) = attached(&kernel, "");
+    done(&exec, "s1", "before_restart = 1").await;
+    // The owner restarts the kernel: a new process on the same connection file (same ports
+    // and key), as Jupyter's restart does.
+    kernel.kill();
+    let restarted = TestKernel::start_again(&kernel);
+    let info = run(&exec, "s1", "'before_restart' in globals()").await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(
+        info.result.starts_with(&format!(
+            "note: the attached kernel (connection file {}) was restarted since toolbox's \
+             previous call (by its owner?): variables and imports from before that are gone\n",
+            kernel.connection_file.display()
+        )),
+        "{}",
+        info.result
+    );
+    assert!(
+        info.result.ends_with("[result]\nFalse\n"),
+        "{}",
+        info.result
+    );
+    // The helper is back: tracebacks are the plain ones again.
+    let text = done(&exec, "s1", "1 / 0").await;
+    assert!(
+        text.starts_with("[error] ZeroDivisionError: division by zero\nTraceback (most recent call last):\n  File \"<cell>\", line 1"),
+        "{text}"
+    );
+    assert_eq!(done(&exec, "s1", "shared_value").await, "[result]\n41\n");
+    drop(restarted);
 }
 
 #[tokio::test]

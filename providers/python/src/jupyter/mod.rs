@@ -96,6 +96,11 @@ struct Kernel {
     hb_seq: u64,
     bad_signatures: u64,
     executable: Option<PathBuf>,
+    /// The kernel's own session id (in the header of everything it sends); a new one means
+    /// the kernel was restarted behind toolbox's back (an attached kernel's owner did).
+    kernel_session: String,
+    /// Set when a reply came from a kernel session other than `kernel_session`.
+    restarted_as: Option<String>,
 }
 
 #[derive(Default)]
@@ -276,6 +281,20 @@ pub async fn request(
     )
     .await?;
     call.armed = false;
+    if let Some(new_session) = kernel.restarted_as.take() {
+        // Its state, toolbox's helper included, is gone: install the helper again.
+        kernel.kernel_session = new_session;
+        kernel.executable = None;
+        if kernel.helper {
+            let deadline = Instant::now() + config.kernel_timeout;
+            kernel.helper = install_helper(kernel, deadline).await;
+        }
+        notes.push(format!(
+            "{} was restarted since toolbox's previous call (by its owner?): variables and \
+             imports from before that are gone",
+            kernel.name
+        ));
+    }
 
     let mut result = to_result(collected, ctx);
     for note in notes.into_iter().rev() {
@@ -388,6 +407,15 @@ async fn ensure_kernel(
     tool: &str,
 ) -> Result<Option<String>> {
     let mut note = None;
+    let mut known_session = None;
+    if let Some(kernel) = slot.kernel.as_mut() {
+        if kernel.process.is_none() && kernel.channels.peer_lost().await {
+            // The attached kernel went away since the last call (its owner restarted or
+            // stopped it): connect afresh, and tell whether it is another kernel now.
+            known_session = Some(kernel.kernel_session.clone());
+            slot.kernel = None;
+        }
+    }
     if let Some(kernel) = slot.kernel.as_mut() {
         if let Some(process) = kernel.process.as_mut() {
             if process.exited().is_some() {
@@ -407,7 +435,15 @@ async fn ensure_kernel(
         kernel = open_kernel(target, config, ctx) => kernel,
         _ = ctx.cancel.cancelled() => bail!("{tool} was cancelled while the kernel was starting"),
     };
-    slot.kernel = Some(kernel.map_err(|e| anyhow!("{tool}: {e:#}"))?);
+    let kernel = kernel.map_err(|e| anyhow!("{tool}: {e:#}"))?;
+    if known_session.is_some_and(|s| s != kernel.kernel_session) {
+        note = Some(format!(
+            "{} was restarted since toolbox's previous call (by its owner?): variables and \
+             imports from before that are gone",
+            kernel.name
+        ));
+    }
+    slot.kernel = Some(kernel);
     Ok(note)
 }
 
@@ -556,6 +592,8 @@ async fn connect(
         hb_seq: 0,
         bad_signatures: 0,
         executable: None,
+        kernel_session: String::new(),
+        restarted_as: None,
     };
     let kernel_info = match handshake(&mut kernel, deadline).await {
         Ok(info) => info,
@@ -595,6 +633,7 @@ async fn handshake(kernel: &mut Kernel, deadline: Instant) -> Result<Value> {
                 session,
                 process,
                 bad_signatures,
+                kernel_session,
                 ..
             } = &mut *kernel;
             tokio::select! {
@@ -606,6 +645,7 @@ async fn handshake(kernel: &mut Kernel, deadline: Instant) -> Result<Value> {
                 m = wire::recv(&mut channels.shell) => match m.map(|m| wire::decode(&session.signer, m)) {
                     Ok(Received::Message(m)) if m.parent_id() == id && m.msg_type() == "kernel_info_reply" => {
                         answered_once = true;
+                        *kernel_session = m.header["session"].as_str().unwrap_or("").to_string();
                         reply = Some(m.content);
                     }
                     Ok(Received::BadSignature) => *bad_signatures += 1,
@@ -924,6 +964,10 @@ async fn run_request(
                     {
                         if let Some(n) = m.content["execution_count"].as_u64() {
                             c.execution_count.get_or_insert(n);
+                        }
+                        let from = m.header["session"].as_str().unwrap_or("");
+                        if !from.is_empty() && from != kernel.kernel_session {
+                            kernel.restarted_as = Some(from.to_string());
                         }
                         c.reply = Some(m.content);
                     }

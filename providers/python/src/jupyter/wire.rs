@@ -20,7 +20,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use ring::hmac;
 use serde_json::{json, Value};
-use zeromq::{DealerSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+use zeromq::{
+    DealerSocket, Socket, SocketEvent, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage,
+};
 
 /// The frame that separates routing identities from the message.
 const DELIMITER: &[u8] = b"<IDS|MSG>";
@@ -297,6 +299,8 @@ pub struct Channels {
     pub control: DealerSocket,
     pub iopub: SubSocket,
     pub hb: DealerSocket,
+    /// Connection events of the iopub socket (the one that reports a lost peer).
+    iopub_events: futures_channel::mpsc::Receiver<SocketEvent>,
 }
 
 impl Channels {
@@ -329,12 +333,36 @@ impl Channels {
                 .await
                 .with_context(|| format!("cannot connect the {}", name(channel, port)))?;
         }
+        let iopub_events = iopub.monitor();
         Ok(Channels {
             shell,
             control,
             iopub,
             hb,
+            iopub_events,
         })
+    }
+
+    /// Whether the kernel's end went away since the last call (between calls nothing reads
+    /// the sockets, so a dead peer is only noticed here). Takes whatever iopub messages are
+    /// waiting (other clients' output) on the way.
+    pub async fn peer_lost(&mut self) -> bool {
+        for _ in 0..10_000 {
+            match tokio::time::timeout(Duration::ZERO, self.iopub.recv()).await {
+                Ok(Ok(_)) => continue,
+                Ok(Err(_)) => return true,
+                Err(_) => break,
+            }
+        }
+        let mut lost = false;
+        loop {
+            match self.iopub_events.try_recv() {
+                Ok(SocketEvent::Disconnected(_)) => lost = true,
+                Ok(_) => {}
+                Err(futures_channel::mpsc::TryRecvError::Empty) => return lost,
+                Err(futures_channel::mpsc::TryRecvError::Closed) => return true,
+            }
+        }
     }
 }
 
