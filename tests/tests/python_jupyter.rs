@@ -298,6 +298,9 @@ async fn a_kernel_its_owner_restarted_is_found_again_and_the_loss_is_said() {
     // and key), as Jupyter's restart does.
     kernel.kill();
     let restarted = TestKernel::start_again(&kernel);
+    // The test's blocking waits above held up its (single-threaded) runtime; a moment
+    // passes before the next call, as it does between an owner's restart and a tool call.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let info = run(&exec, "s1", "'before_restart' in globals()").await;
     assert_eq!(info.status, CallStatus::Done, "{}", info.result);
     assert!(

@@ -409,7 +409,7 @@ async fn ensure_kernel(
     let mut note = None;
     let mut known_session = None;
     if let Some(kernel) = slot.kernel.as_mut() {
-        if kernel.process.is_none() && kernel.channels.peer_lost().await {
+        if kernel.process.is_none() && kernel.channels.peer_lost() {
             // The attached kernel went away since the last call (its owner restarted or
             // stopped it): connect afresh, and tell whether it is another kernel now.
             known_session = Some(kernel.kernel_session.clone());
@@ -637,7 +637,7 @@ async fn handshake(kernel: &mut Kernel, deadline: Instant) -> Result<Value> {
                 ..
             } = &mut *kernel;
             tokio::select! {
-                m = wire::recv(&mut channels.iopub) => {
+                m = channels.iopub.recv() => {
                     if let Ok(Received::Message(m)) = m.map(|m| wire::decode(&session.signer, m)) {
                         iopub_seen |= m.parent_id() == id;
                     }
@@ -934,7 +934,7 @@ async fn run_request(
             channels, process, ..
         } = &mut *kernel;
         let event = tokio::select! {
-            m = wire::recv(&mut channels.iopub), if iopub_ok => Event::Iopub(m),
+            m = channels.iopub.recv(), if iopub_ok => Event::Iopub(m),
             m = wire::recv(&mut channels.shell), if shell_ok => Event::Shell(m),
             m = wire::recv(&mut channels.hb), if hb_ok => Event::Beat(m),
             status = exit_of(process) => Event::Exit(status),

@@ -293,14 +293,81 @@ impl Session {
     }
 }
 
-/// The four sockets of one connection to a kernel.
+/// The four channels of one connection to a kernel.
 pub struct Channels {
     pub shell: DealerSocket,
     pub control: DealerSocket,
-    pub iopub: SubSocket,
+    pub iopub: Iopub,
     pub hb: DealerSocket,
-    /// Connection events of the iopub socket (the one that reports a lost peer).
-    iopub_events: futures_channel::mpsc::Receiver<SocketEvent>,
+}
+
+/// How many iopub messages wait for a reader before the iopub reader stops taking more
+/// (the kernel's publisher then drops them for this subscriber, as ZeroMQ's PUB does).
+const IOPUB_BACKLOG: usize = 4096;
+
+/// The iopub channel, read all the time by a task of its own: between calls nothing else
+/// reads it, and a dead peer is only noticed by reading (the task notices at once).
+pub struct Iopub {
+    messages: tokio::sync::mpsc::Receiver<ZmqMessage>,
+    lost: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Iopub {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Iopub {
+    fn start(
+        mut socket: SubSocket,
+        mut events: futures_channel::mpsc::Receiver<SocketEvent>,
+    ) -> Iopub {
+        use std::sync::atomic::Ordering;
+        let (feed, messages) = tokio::sync::mpsc::channel(IOPUB_BACKLOG);
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = lost.clone();
+        let reader = tokio::spawn(async move {
+            loop {
+                // Room first, so a message read is never dropped.
+                let permit = tokio::select! {
+                    permit = feed.reserve() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return,
+                    },
+                    event = events.recv() => match event {
+                        Ok(SocketEvent::Disconnected(_)) | Err(_) => break,
+                        Ok(_) => continue,
+                    },
+                };
+                tokio::select! {
+                    message = socket.recv() => match message {
+                        Ok(message) => permit.send(message),
+                        Err(_) => break,
+                    },
+                    event = events.recv() => match event {
+                        Ok(SocketEvent::Disconnected(_)) | Err(_) => break,
+                        Ok(_) => {}
+                    },
+                }
+            }
+            flag.store(true, Ordering::SeqCst);
+        });
+        Iopub {
+            messages,
+            lost,
+            reader,
+        }
+    }
+
+    /// The next message; an error once the connection is gone.
+    pub async fn recv(&mut self) -> Result<ZmqMessage> {
+        self.messages
+            .recv()
+            .await
+            .ok_or_else(|| anyhow!("the iopub connection was lost"))
+    }
 }
 
 impl Channels {
@@ -333,36 +400,21 @@ impl Channels {
                 .await
                 .with_context(|| format!("cannot connect the {}", name(channel, port)))?;
         }
-        let iopub_events = iopub.monitor();
+        let events = iopub.monitor();
         Ok(Channels {
             shell,
             control,
-            iopub,
+            iopub: Iopub::start(iopub, events),
             hb,
-            iopub_events,
         })
     }
 
-    /// Whether the kernel's end went away since the last call (between calls nothing reads
-    /// the sockets, so a dead peer is only noticed here). Takes whatever iopub messages are
-    /// waiting (other clients' output) on the way.
-    pub async fn peer_lost(&mut self) -> bool {
-        for _ in 0..10_000 {
-            match tokio::time::timeout(Duration::ZERO, self.iopub.recv()).await {
-                Ok(Ok(_)) => continue,
-                Ok(Err(_)) => return true,
-                Err(_) => break,
-            }
-        }
-        let mut lost = false;
-        loop {
-            match self.iopub_events.try_recv() {
-                Ok(SocketEvent::Disconnected(_)) => lost = true,
-                Ok(_) => {}
-                Err(futures_channel::mpsc::TryRecvError::Empty) => return lost,
-                Err(futures_channel::mpsc::TryRecvError::Closed) => return true,
-            }
-        }
+    /// Whether the kernel's end of the connection went away (the kernel stopped, or was
+    /// restarted by its owner). Drops the iopub messages waiting from before (other
+    /// clients' output), which no call will ask for.
+    pub fn peer_lost(&mut self) -> bool {
+        while self.iopub.messages.try_recv().is_ok() {}
+        self.iopub.lost.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
