@@ -250,13 +250,26 @@ async fn an_attached_kernel_killed_mid_call_gives_a_clear_error() {
     let (_d, exec) = attached(&kernel, "");
     done(&exec, "s1", "x = 1").await;
     let pid = kernel.pid();
+    // Killed once the code is running (it says so by creating a file).
+    let mark = kernel.cwd.path().join("running");
+    let seen = mark.clone();
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(800));
-        // SAFETY: kill(2) of the process group this test created.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        for _ in 0..6000 {
+            if seen.exists() {
+                // SAFETY: kill(2) of the process group this test created.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     });
-    let info = run(&exec, "s1", "import time\ntime.sleep(60)").await;
-    killer.join().unwrap();
+    let code = format!(
+        "import time\nopen({:?}, 'w').close()\ntime.sleep(60)",
+        mark.to_str().unwrap()
+    );
+    let info = run(&exec, "s1", &code).await;
+    assert!(killer.join().unwrap(), "the code never ran");
     kernel.kill();
     assert_eq!(info.status, CallStatus::Error);
     assert!(

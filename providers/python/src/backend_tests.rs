@@ -834,18 +834,26 @@ async fn jupyter_kernel_killed_mid_call_is_reported_and_restarted() {
     let (_d, ctx) = setup(RUN, "jdeath", backend_table("jupyter", json!({})));
     run(&ctx, "lost = 1").await.unwrap();
     let pid = kernel_pid(&ctx).await;
+    // Killed once the code is running (it says so by creating a file).
+    let mark = ctx.workspace.root().join("running");
+    let seen = mark.clone();
     let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        // SAFETY: plain kill(2) of the kernel toolbox started for this test.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        for _ in 0..6000 {
+            if seen.exists() {
+                // SAFETY: plain kill(2) of the kernel toolbox started for this test.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
     });
-    let e = run(
-        &ctx,
-        "import time\nprint('working', flush=True)\ntime.sleep(60)",
-    )
-    .await
-    .unwrap_err();
-    killer.await.unwrap();
+    let code = format!(
+        "import time\nprint('working', flush=True)\nopen({:?}, 'w').close()\ntime.sleep(60)",
+        mark.to_str().unwrap()
+    );
+    let e = run(&ctx, &code).await.unwrap_err();
+    assert!(killer.await.unwrap(), "the code never ran");
     assert!(
         e.starts_with(&format!(
             "run_python_code: the kernel toolbox started from kernelspec \"python3\" (pid \

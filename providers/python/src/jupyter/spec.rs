@@ -207,6 +207,8 @@ fn is_bare_python(program: &str) -> bool {
 pub struct Process {
     pub child: Child,
     pub pid: i32,
+    /// Set once the process group was killed: never signal the id again (it may be reused).
+    killed: bool,
     output_tail: Arc<Mutex<VecDeque<String>>>,
     /// The private folder of the connection file; removed with the process.
     _dir: tempfile::TempDir,
@@ -353,6 +355,7 @@ pub fn spawn(spec: &KernelSpec, cwd: &Path) -> Result<(Process, ConnectionInfo)>
         Process {
             child,
             pid,
+            killed: false,
             output_tail,
             _dir: dir,
         },
@@ -392,6 +395,9 @@ impl Process {
 
     /// Kills the kernel's process group (it and whatever it started).
     pub fn kill(&mut self) {
+        if std::mem::replace(&mut self.killed, true) {
+            return;
+        }
         kill_group(self.pid);
         let _ = self.child.start_kill();
         let pid = self.pid;
