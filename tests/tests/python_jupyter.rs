@@ -215,13 +215,13 @@ async fn an_interrupted_sleep_leaves_the_attached_kernel_usable() {
         &exec,
         "s1",
         "run_python_code",
-        json!({"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "timeout_ms": 1000}),
+        json!({"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "timeout_ms": 2000}),
     )
     .await;
     assert_eq!(info.status, CallStatus::Error);
     assert!(
         info.result.starts_with(
-            "run_python_code timed out after 1000 ms: the code was interrupted \
+            "run_python_code timed out after 2000 ms: the code was interrupted \
              (KeyboardInterrupt was raised inside it)"
         ),
         "{}",

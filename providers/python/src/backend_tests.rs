@@ -768,13 +768,13 @@ async fn jupyter_timeouts_interrupt_the_kernel_and_keep_the_session() {
     let e = call(
         &ctx,
         RUN,
-        json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_ms": 500}),
+        json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_ms": 2000}),
     )
     .await
     .unwrap_err();
     assert!(
         e.starts_with(
-            "run_python_code timed out after 500 ms: the code was interrupted (KeyboardInterrupt \
+            "run_python_code timed out after 2000 ms: the code was interrupted (KeyboardInterrupt \
              was raised inside it). The session is intact"
         ),
         "{e}"
@@ -791,7 +791,7 @@ async fn jupyter_timeouts_interrupt_the_kernel_and_keep_the_session() {
     let e = call(
         &ctx,
         RUN,
-        json!({"code": "n = 0\nwhile True:\n    n += 1", "timeout_ms": 300}),
+        json!({"code": "n = 0\nwhile True:\n    n += 1", "timeout_ms": 1000}),
     )
     .await
     .unwrap_err();
@@ -807,13 +807,26 @@ async fn jupyter_timeouts_interrupt_the_kernel_and_keep_the_session() {
 async fn jupyter_cancellation_interrupts_the_kernel() {
     let (_d, ctx) = setup(RUN, "jcancel", backend_table("jupyter", json!({})));
     run(&ctx, "before = 1").await.unwrap();
+    // Cancelled once the code is running (it says so by creating a file).
+    let mark = ctx.workspace.root().join("running");
+    let seen = mark.clone();
     let cancel = ctx.cancel.clone();
     let canceller = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        cancel.cancel();
+        for _ in 0..6000 {
+            if seen.exists() {
+                cancel.cancel();
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
     });
-    let e = run(&ctx, "import time\ntime.sleep(60)").await.unwrap_err();
-    canceller.await.unwrap();
+    let code = format!(
+        "import time\nopen({:?}, 'w').close()\ntime.sleep(60)",
+        mark.to_str().unwrap()
+    );
+    let e = run(&ctx, &code).await.unwrap_err();
+    assert!(canceller.await.unwrap(), "the code never ran");
     assert!(
         e.starts_with("run_python_code was cancelled: the code was interrupted"),
         "{e}"
@@ -886,13 +899,13 @@ async fn jupyter_kernel_that_ignores_interrupts_is_killed_and_restarted() {
     let e = call(
         &ctx,
         RUN,
-        json!({"code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)", "timeout_ms": 300}),
+        json!({"code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)", "timeout_ms": 2000}),
     )
     .await
     .unwrap_err();
     assert!(
         e.starts_with(
-            "run_python_code timed out after 300 ms and the kernel toolbox started from \
+            "run_python_code timed out after 2000 ms and the kernel toolbox started from \
              kernelspec \"python3\""
         ) && e.contains("did not stop within 5 s of being interrupted, so it was killed"),
         "{e}"
