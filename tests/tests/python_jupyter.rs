@@ -341,6 +341,43 @@ async fn a_kernel_its_owner_restarted_is_found_again_and_the_loss_is_said() {
 }
 
 #[tokio::test]
+async fn a_kernel_that_stops_answering_does_not_hang_the_call() {
+    let kernel = TestKernel::start();
+    // A call of up to five minutes; the kernel freezes (SIGSTOP: sockets open, no answers,
+    // heartbeat included) once the code runs.
+    let (_d, exec) = attached(&kernel, "timeout_ms = 300000\n");
+    let pid = kernel.pid();
+    let mark = kernel.cwd.path().join("running");
+    let seen = mark.clone();
+    let freezer = std::thread::spawn(move || {
+        for _ in 0..6000 {
+            if seen.exists() {
+                // SAFETY: kill(2) of the process group this test created.
+                unsafe { libc::kill(-pid, libc::SIGSTOP) };
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    });
+    let code = format!(
+        "import time\nopen({:?}, 'w').close()\ntime.sleep(60)",
+        mark.to_str().unwrap()
+    );
+    let info = run(&exec, "s1", &code).await;
+    assert!(freezer.join().unwrap(), "the code never ran");
+    assert_eq!(info.status, CallStatus::Error);
+    assert!(
+        info.result
+            .contains("died during the call (it stopped answering, heartbeat included, for "),
+        "{}",
+        info.result
+    );
+    // SAFETY: as above; the kernel is killed with its group when `kernel` drops.
+    unsafe { libc::kill(-pid, libc::SIGCONT) };
+}
+
+#[tokio::test]
 async fn bad_connection_files_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let fails = |file: PathBuf, extra: &'static str| async move {

@@ -922,6 +922,47 @@ async fn jupyter_kernel_that_ignores_interrupts_is_killed_and_restarted() {
 }
 
 #[tokio::test]
+async fn jupyter_kernelspecs_asking_for_message_interrupts_get_interrupt_request() {
+    // A kernelspec of its own (found through [python] venv's share/jupyter): the test venv's
+    // ipykernel, with interrupt_mode "message".
+    let prefix = tempfile::tempdir().unwrap();
+    let spec = prefix.path().join("share/jupyter/kernels/by-message");
+    std::fs::create_dir_all(&spec).unwrap();
+    let python = test_venv().join("bin/python");
+    std::fs::write(
+        spec.join("kernel.json"),
+        json!({"argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+               "display_name": "by message", "language": "python",
+               "interrupt_mode": "message"})
+        .to_string(),
+    )
+    .unwrap();
+    let (_d, ctx) = setup(
+        RUN,
+        "jmessage",
+        json!({"backend": "jupyter", "kernel_name": "by-message",
+               "venv": prefix.path().to_string_lossy()}),
+    );
+    run(&ctx, "kept = 2").await.unwrap();
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import time\ntime.sleep(60)", "timeout_ms": 2000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code timed out after 2000 ms: the code was interrupted (KeyboardInterrupt"
+        ),
+        "{e}"
+    );
+    assert_eq!(run(&ctx, "kept").await.unwrap(), "[result]\n2\n");
+    // The venv named only a place to find kernelspecs: nothing was created there.
+    assert!(!prefix.path().join("pyvenv.cfg").exists());
+}
+
+#[tokio::test]
 async fn jupyter_without_a_kernelspec_says_where_it_looked() {
     let (_d, ctx) = setup(
         RUN,
