@@ -57,7 +57,7 @@ fn kernels_toolbox_started_are_shut_down_cleanly_at_exit() {
     // The kernel writes the marker only if it exits normally (atexit handlers do not run
     // when a process is killed).
     let code = format!(
-        "import atexit, os, sys\natexit.register(lambda: open({:?}, 'w').write('bye'))\nprint(os.getpid())\nprint(sys.argv[sys.argv.index('-f') + 1])",
+        "import atexit, os, sys\natexit.register(lambda: open({:?}, 'w').write('bye'))\nprint(os.getpid())\nf = sys.argv[sys.argv.index('-f') + 1]\nprint(f)\nprint(os.path.exists(f))",
         marker.to_str().unwrap()
     );
     let out = common::toolbox(ws.path())
@@ -79,6 +79,10 @@ fn kernels_toolbox_started_are_shut_down_cleanly_at_exit() {
     assert_eq!(lines[0], "[stdout]", "{result}");
     let pid: i32 = lines[1].parse().unwrap();
     let connection_file = PathBuf::from(lines[2]);
+    assert_eq!(
+        lines[3], "False",
+        "the connection file is still there: {result}"
+    );
     assert!(
         connection_file
             .parent()
@@ -108,4 +112,5 @@ fn kernels_toolbox_started_are_shut_down_cleanly_at_exit() {
         !connection_file.parent().unwrap().exists(),
         "the kernel's connection folder was left behind"
     );
+    // Not even while it ran: toolbox removes it once the kernel has read it.
 }

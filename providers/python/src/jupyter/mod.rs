@@ -489,10 +489,12 @@ async fn open_kernel(
             let kernel = connect(info, process, spec.interrupt_mode, name, deadline)
                 .await
                 .with_context(what)?;
-            if let Some(process) = &kernel.process {
+            let mut kernel = kernel;
+            if let Some(process) = kernel.process.as_mut() {
                 // Start-up chatter (ipykernel's warning about TCP, say) is not news when the
                 // kernel later dies.
                 process.forget_output();
+                process.remove_connection_file();
             }
             Ok(kernel)
         }

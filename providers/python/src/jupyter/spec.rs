@@ -16,7 +16,8 @@
 //! `<prefix>/share/jupyter/kernels/`, else whatever `PATH` finds.
 //!
 //! A started kernel gets a private folder (mode 0700) holding its connection file (0600)
-//! with a fresh random key and free loopback ports; it runs in its own process group in the
+//! with a fresh random key and free loopback ports, removed once the kernel has answered
+//! ([`Process::remove_connection_file`]); it runs in its own process group in the
 //! session scratchpad, registered with toolbox's containment (so the janitor kills it if
 //! toolbox dies) and with `JPY_PARENT_PID` set (ipykernel then exits when its parent does).
 
@@ -210,8 +211,8 @@ pub struct Process {
     /// Set once the process group was killed: never signal the id again (it may be reused).
     killed: bool,
     output_tail: Arc<Mutex<VecDeque<String>>>,
-    /// The private folder of the connection file; removed with the process.
-    _dir: tempfile::TempDir,
+    /// The private folder of the connection file, until the kernel has read it.
+    dir: Option<tempfile::TempDir>,
 }
 
 /// A kernel toolbox started, as the exit hook needs it.
@@ -357,7 +358,7 @@ pub fn spawn(spec: &KernelSpec, cwd: &Path) -> Result<(Process, ConnectionInfo)>
             pid,
             killed: false,
             output_tail,
-            _dir: dir,
+            dir: Some(dir),
         },
         info,
     ))
@@ -417,6 +418,15 @@ impl Process {
             how
         } else {
             format!("{how}; its last output:\n{tail}")
+        }
+    }
+
+    /// Removes the connection file (and its folder) once the kernel has read it and
+    /// answered: nothing else connects to a kernel toolbox started, and the key should not
+    /// lie around, even if toolbox is killed before it can clean up.
+    pub fn remove_connection_file(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let _ = dir.close();
         }
     }
 
