@@ -150,9 +150,30 @@ pub fn current() -> Option<&'static Containment> {
 /// Kills everything tools started, now, and removes toolbox's cgroups; for a clean exit or a
 /// termination signal, just before the process exits. Bounded in time; a no-op if nothing
 /// was ever contained.
+///
+/// The hooks registered with [`before_shutdown`] run first, once, so that processes which
+/// can stop cleanly (a Jupyter kernel asked to shut down) get the chance before the kill.
 pub fn shutdown() {
+    let hooks = std::mem::take(&mut *SHUTDOWN_HOOKS.lock().unwrap_or_else(|e| e.into_inner()));
+    for hook in hooks {
+        hook();
+    }
     if let Some(c) = STATE.get() {
         c.shutdown();
+    }
+}
+
+static SHUTDOWN_HOOKS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+/// Registers `hook` to run at the start of [`shutdown`], before everything left is killed.
+///
+/// A hook asks its own processes to stop (a kernel's `shutdown_request`, say) and must bound
+/// its own time: [`shutdown`] runs on the way out of the process. Registering the same
+/// function twice runs it once.
+pub fn before_shutdown(hook: fn()) {
+    let mut hooks = SHUTDOWN_HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+    if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+        hooks.push(hook);
     }
 }
 

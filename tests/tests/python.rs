@@ -149,7 +149,7 @@ async fn configuration_picks_the_isolated_backend() {
     let info = call_in(&exec, "s1", "python", json!({"code": "1"})).await;
     assert!(
         info.result
-            .contains("[python] backend must be \"embedded\" or \"isolated\""),
+            .contains("[python] backend must be \"embedded\", \"isolated\" or \"jupyter\""),
         "{}",
         info.result
     );

@@ -1,7 +1,8 @@
 //! `notebook__run_cell`: run one code cell in the session's Python and store its outputs.
 //!
 //! The cell runs through the `python` [`CodeRunner`](toolbox_core::CodeRunner), i.e. in the
-//! same session namespace as `run_python_code` (working directory: the session scratchpad).
+//! same session namespace as `run_python_code` (working directory: the session scratchpad),
+//! on whatever `[python] backend` says — with `jupyter`, in the user's own kernel.
 //! Its result becomes nbformat outputs — `stream` (stdout, stderr), `display_data` (figures
 //! as base64 `image/png`, `display()` calls), `execute_result` (the final expression) and
 //! `error` — and they replace the cell's outputs together with the new `execution_count`.
@@ -96,8 +97,8 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         Some(limit) => tokio::time::timeout(limit, running).await.map_err(|_| {
             anyhow!(
                 "{NAME} timed out after {} ms and the cell was stopped (the embedded interpreter \
-                 interrupts it and keeps the session; an isolated worker is killed and the \
-                 session restarted); {shown} was not changed",
+                 and a Jupyter kernel interrupt it and keep the session; an isolated worker is \
+                 killed and the session restarted); {shown} was not changed",
                 limit.as_millis()
             )
         })?,

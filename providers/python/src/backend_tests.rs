@@ -15,6 +15,24 @@ use crate::{PythonConfig, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_PREFIX, BUILD_PY
 
 const RUN: &str = "run_python_code";
 const BACKENDS: [&str; 2] = ["embedded", "isolated"];
+/// Every backend; `jupyter` is an ipykernel toolbox starts from the test venv's kernelspec.
+const ALL_BACKENDS: [&str; 3] = ["embedded", "isolated", "jupyter"];
+
+/// The `[python]` table for `backend`, plus `extra` keys.
+fn backend_table(backend: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut table = json!({ "backend": backend });
+    if backend == "jupyter" {
+        // The venv is where the python3 kernelspec (ipykernel's) is found.
+        table["kernel_name"] = json!("python3");
+        table["venv"] = json!(test_venv().to_string_lossy());
+    }
+    if let Some(extra) = extra.as_object() {
+        for (k, v) in extra {
+            table[k] = v.clone();
+        }
+    }
+    table
+}
 
 async fn run(ctx: &toolbox_core::ToolContext, code: &str) -> Result<String, String> {
     call(ctx, RUN, json!({ "code": code })).await
@@ -51,8 +69,8 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 #[tokio::test]
 async fn namespaces_persist_per_session_and_stay_apart() {
     let _serial = serial().await;
-    for backend in BACKENDS {
-        let (_d, a) = setup(RUN, "alpha", json!({ "backend": backend }));
+    for backend in ALL_BACKENDS {
+        let (_d, a) = setup(RUN, "alpha", backend_table(backend, json!({})));
         let b = other_session(&a, "beta");
         assert_eq!(
             run(&a, "x = 1").await.unwrap(),
@@ -614,4 +632,349 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
             "{e}"
         );
     }
+}
+
+/// The same cells on every backend: the rendered results must be identical (workspace paths
+/// aside), and match what a notebook user expects.
+#[tokio::test]
+async fn the_same_cells_render_the_same_on_every_backend() {
+    let _serial = serial().await;
+    let venv = test_venv();
+    // (code or script, expected text on every backend; None: only compared across backends)
+    let cases: &[(&str, Option<&str>)] = &[
+        ("x = 1", Some("(no output)\n")),
+        ("x + 1", Some("[result]\n2\n")),
+        (
+            "import sys\nprint('hello')\nprint('warn', file=sys.stderr)\n{'a': [1, 2]}",
+            Some("[stdout]\nhello\n[stderr]\nwarn\n[result]\n{'a': [1, 2]}\n"),
+        ),
+        ("None", Some("(no output)\n")),
+        ("1 + 1;", Some("(no output)\n")),
+        ("print('héllo ✓')", Some("[stdout]\nhéllo ✓\n")),
+        (
+            "display('shown'); 3",
+            Some("[display_data]\n'shown'\n[result]\n3\n"),
+        ),
+        (
+            "class Frame:\n    def __repr__(self):\n        return '   a  b\\n0  1  2'\nFrame()",
+            Some("[result]\n   a  b\n0  1  2\n"),
+        ),
+        ("def f(n):\n    return 10 / n", Some("(no output)\n")),
+        ("print('before')\ny = 5\nf(0)", None),
+        ("y", Some("[result]\n5\n")),
+        ("for i in range(3)\n    pass", None),
+        ("raise ValueError('bad value')", None),
+        ("import os\nprint(os.getcwd())\nOUTPUT_DIR", None),
+        (
+            "open('helper_mod.py', 'w').write('VALUE = 7\\n')\nimport helper_mod\nhelper_mod.VALUE",
+            Some("[result]\n7\n"),
+        ),
+        ("script:tools/count.py a|b c", Some("[stdout]\nmain ['a', 'b c']\n")),
+        ("result", Some("[result]\n2\n")),
+        ("script:tools/bad.py", None),
+        (
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nplt.figure()\nplt.bar(['a'], [1]);",
+            Some("[display_data]\nimage/png output/figure-1.png\nimage/png output/figure-2.png\n"),
+        ),
+        ("len(plt.get_fignums())", Some("[result]\n0\n")),
+        (
+            "plt.plot([3, 1]);",
+            Some("[display_data]\nimage/png output/figure-3.png\n"),
+        ),
+        (
+            "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]}).head()",
+            Some("[result]\n   a  b\n0  1  3\n1  2  4\n"),
+        ),
+    ];
+    let mut rendered: Vec<(&str, Vec<String>)> = Vec::new();
+    for backend in ALL_BACKENDS {
+        let table = backend_table(backend, json!({ "venv": venv.to_string_lossy() }));
+        let (_d, ctx) = setup(RUN, "same", table);
+        let root = ctx.workspace.root().to_string_lossy().into_owned();
+        std::fs::create_dir_all(ctx.workspace.root().join("tools")).unwrap();
+        std::fs::write(
+            ctx.workspace.root().join("tools/count.py"),
+            "import sys\nresult = len(sys.argv) - 1\nif __name__ == '__main__':\n    print('main', sys.argv[1:])\n",
+        )
+        .unwrap();
+        std::fs::write(ctx.workspace.root().join("tools/bad.py"), "x = 1\n1 / 0\n").unwrap();
+        let mut texts = Vec::new();
+        for (code, want) in cases {
+            let outcome = match code.strip_prefix("script:") {
+                Some(script) => {
+                    let (path, args) = script.split_once(' ').unwrap_or((script, ""));
+                    let args: Vec<&str> = args.split('|').filter(|a| !a.is_empty()).collect();
+                    call(&ctx, RUN, json!({"script_path": path, "args": args})).await
+                }
+                None => run(&ctx, code).await,
+            };
+            let text = outcome
+                .unwrap_or_else(|e| panic!("{backend}: {code:?} failed: {e}"))
+                .replace(&root, "<root>");
+            if let Some(want) = want {
+                assert_eq!(&text, want, "{backend}: {code:?}");
+            }
+            texts.push(text);
+        }
+        for n in 1..=3 {
+            let png = std::fs::read(
+                ctx.workspace
+                    .resolve(&format!("output/figure-{n}.png"))
+                    .unwrap(),
+            )
+            .unwrap();
+            assert!(
+                png.starts_with(b"\x89PNG\r\n\x1a\n"),
+                "{backend}: figure {n}"
+            );
+        }
+        rendered.push((backend, texts));
+    }
+    let (reference, expected) = &rendered[0];
+    for (backend, texts) in &rendered[1..] {
+        for ((code, _), (want, got)) in cases.iter().zip(expected.iter().zip(texts)) {
+            assert_eq!(got, want, "{backend} differs from {reference} on {code:?}");
+        }
+    }
+    // The shared error cases, as all of them show them.
+    let text = |code: &str| {
+        let at = cases.iter().position(|(c, _)| *c == code).unwrap();
+        expected[at].clone()
+    };
+    assert_eq!(
+        text("print('before')\ny = 5\nf(0)"),
+        "[stdout]\nbefore\n[error] ZeroDivisionError: division by zero\nTraceback (most recent call last):\n  File \"<cell>\", line 3, in <module>\n    f(0)\n  File \"<cell In[9]>\", line 2, in f\n    return 10 / n\n           ~~~^~~\nZeroDivisionError: division by zero\n"
+    );
+    assert_eq!(
+        text("for i in range(3)\n    pass"),
+        "[error] SyntaxError: expected ':' (<cell>, line 1)\n  File \"<cell>\", line 1\n    for i in range(3)\n                     ^\nSyntaxError: expected ':'\n"
+    );
+    assert_eq!(
+        text("import os\nprint(os.getcwd())\nOUTPUT_DIR"),
+        "[stdout]\n<root>/.toolbox/sessions/same/scratchpad\n[result]\n'<root>/.toolbox/sessions/same/output'\n"
+    );
+    assert!(
+        text("script:tools/bad.py").contains("File \"tools/bad.py\", line 2, in <module>\n"),
+        "{}",
+        text("script:tools/bad.py")
+    );
+}
+
+#[tokio::test]
+async fn jupyter_timeouts_interrupt_the_kernel_and_keep_the_session() {
+    let (_d, ctx) = setup(RUN, "jtimeout", backend_table("jupyter", json!({})));
+    run(&ctx, "kept = 'yes'").await.unwrap();
+    // A blocking system call: SIGINT to the kernel's process group wakes it.
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "timeout_ms": 2000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code timed out after 2000 ms: the code was interrupted (KeyboardInterrupt \
+             was raised inside it). The session is intact"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("[stdout]\nstarted\n"),
+        "partial output kept: {e}"
+    );
+    assert!(
+        e.contains("[error] KeyboardInterrupt: \nTraceback (most recent call last):\n  File \"<cell>\", line 3, in <module>\n    time.sleep(60)\n"),
+        "{e}"
+    );
+    // A busy pure-Python loop.
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "n = 0\nwhile True:\n    n += 1", "timeout_ms": 1000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("the code was interrupted"), "{e}");
+    // The kernel is usable and kept everything.
+    assert_eq!(
+        run(&ctx, "(kept, n > 0)").await.unwrap(),
+        "[result]\n('yes', True)\n"
+    );
+}
+
+#[tokio::test]
+async fn jupyter_cancellation_interrupts_the_kernel() {
+    let (_d, ctx) = setup(RUN, "jcancel", backend_table("jupyter", json!({})));
+    run(&ctx, "before = 1").await.unwrap();
+    // Cancelled once the code is running (it says so by creating a file).
+    let mark = ctx.workspace.root().join("running");
+    let seen = mark.clone();
+    let cancel = ctx.cancel.clone();
+    let canceller = tokio::spawn(async move {
+        for _ in 0..6000 {
+            if seen.exists() {
+                cancel.cancel();
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    });
+    let code = format!(
+        "import time\nopen({:?}, 'w').close()\ntime.sleep(60)",
+        mark.to_str().unwrap()
+    );
+    let e = run(&ctx, &code).await.unwrap_err();
+    assert!(canceller.await.unwrap(), "the code never ran");
+    assert!(
+        e.starts_with("run_python_code was cancelled: the code was interrupted"),
+        "{e}"
+    );
+}
+
+/// The kernel's pid, asked of the kernel.
+async fn kernel_pid(ctx: &toolbox_core::ToolContext) -> i32 {
+    let text = run(ctx, "import os\nos.getpid()").await.unwrap();
+    text.trim()
+        .rsplit_once("[result]\n")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {text:?}"))
+}
+
+#[tokio::test]
+async fn jupyter_kernel_killed_mid_call_is_reported_and_restarted() {
+    let (_d, ctx) = setup(RUN, "jdeath", backend_table("jupyter", json!({})));
+    run(&ctx, "lost = 1").await.unwrap();
+    let pid = kernel_pid(&ctx).await;
+    // Killed once the code is running (it says so by creating a file).
+    let mark = ctx.workspace.root().join("running");
+    let seen = mark.clone();
+    let killer = tokio::spawn(async move {
+        for _ in 0..6000 {
+            if seen.exists() {
+                // SAFETY: plain kill(2) of the kernel toolbox started for this test.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    });
+    let code = format!(
+        "import time\nprint('working', flush=True)\nopen({:?}, 'w').close()\ntime.sleep(60)",
+        mark.to_str().unwrap()
+    );
+    let e = run(&ctx, &code).await.unwrap_err();
+    assert!(killer.await.unwrap(), "the code never ran");
+    assert!(
+        e.starts_with(&format!(
+            "run_python_code: the kernel toolbox started from kernelspec \"python3\" (pid \
+             {pid}) died during the call (its process was killed by signal 9 (SIGKILL)"
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains("The session's state (variables, imports) is lost. A new kernel was started for this session"),
+        "{e}"
+    );
+    assert!(
+        e.contains("Output before that:\n[stdout]\nworking\n"),
+        "{e}"
+    );
+    // The next call runs in the new kernel, says so, and the old state is gone.
+    let text = run(&ctx, "'lost' in globals()").await.unwrap();
+    assert!(
+        text.starts_with("note: this session's kernel was restarted after the previous call"),
+        "{text}"
+    );
+    assert!(text.ends_with("[result]\nFalse\n"), "{text}");
+    assert_ne!(kernel_pid(&ctx).await, pid);
+}
+
+#[tokio::test]
+async fn jupyter_kernel_that_ignores_interrupts_is_killed_and_restarted() {
+    let (_d, ctx) = setup(RUN, "jstuck", backend_table("jupyter", json!({})));
+    let pid = kernel_pid(&ctx).await;
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)", "timeout_ms": 2000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code timed out after 2000 ms and the kernel toolbox started from \
+             kernelspec \"python3\""
+        ) && e.contains("did not stop within 5 s of being interrupted, so it was killed"),
+        "{e}"
+    );
+    assert!(
+        e.contains("A new kernel was started for this session"),
+        "{e}"
+    );
+    assert_ne!(kernel_pid(&ctx).await, pid);
+    assert!(
+        !crate::jupyter::tests_support_running(pid),
+        "the old kernel still runs"
+    );
+}
+
+#[tokio::test]
+async fn jupyter_kernelspecs_asking_for_message_interrupts_get_interrupt_request() {
+    // A kernelspec of its own (found through [python] venv's share/jupyter): the test venv's
+    // ipykernel, with interrupt_mode "message".
+    let prefix = tempfile::tempdir().unwrap();
+    let spec = prefix.path().join("share/jupyter/kernels/by-message");
+    std::fs::create_dir_all(&spec).unwrap();
+    let python = test_venv().join("bin/python");
+    std::fs::write(
+        spec.join("kernel.json"),
+        json!({"argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+               "display_name": "by message", "language": "python",
+               "interrupt_mode": "message"})
+        .to_string(),
+    )
+    .unwrap();
+    let (_d, ctx) = setup(
+        RUN,
+        "jmessage",
+        json!({"backend": "jupyter", "kernel_name": "by-message",
+               "venv": prefix.path().to_string_lossy()}),
+    );
+    run(&ctx, "kept = 2").await.unwrap();
+    let e = call(
+        &ctx,
+        RUN,
+        json!({"code": "import time\ntime.sleep(60)", "timeout_ms": 2000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code timed out after 2000 ms: the code was interrupted (KeyboardInterrupt"
+        ),
+        "{e}"
+    );
+    assert_eq!(run(&ctx, "kept").await.unwrap(), "[result]\n2\n");
+    // The venv named only a place to find kernelspecs: nothing was created there.
+    assert!(!prefix.path().join("pyvenv.cfg").exists());
+}
+
+#[tokio::test]
+async fn jupyter_without_a_kernelspec_says_where_it_looked() {
+    let (_d, ctx) = setup(
+        RUN,
+        "jnospec",
+        backend_table("jupyter", json!({"kernel_name": "no-such-kernel"})),
+    );
+    let e = run(&ctx, "1").await.unwrap_err();
+    assert!(
+        e.starts_with(
+            "run_python_code: [python] kernel_name \"no-such-kernel\": no such kernelspec in "
+        ),
+        "{e}"
+    );
+    assert!(e.contains("installed: ") && e.contains("python3"), "{e}");
 }

@@ -19,6 +19,17 @@ pub enum Backend {
     Embedded,
     /// One worker process per session, killed on timeout.
     Isolated,
+    /// A Jupyter kernel: attached (`connection_file`) or started per session (`kernel_name`).
+    Jupyter,
+}
+
+/// Which Jupyter kernel the `jupyter` backend talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelTarget {
+    /// A running kernel, by the connection file Jupyter wrote for it; every session shares it.
+    Attach(PathBuf),
+    /// A kernelspec toolbox starts itself, one kernel per session.
+    Start(String),
 }
 
 /// The keys `[python]` accepts.
@@ -28,10 +39,16 @@ const KEYS: &[&str] = &[
     "timeout_ms",
     "install_timeout_ms",
     "pip_args",
+    "connection_file",
+    "kernel_name",
+    "kernel_timeout_ms",
 ];
 
 // What an untrusted workspace's toolbox.toml may set in [python]: a stricter backend and
-// shorter timeouts. `venv` and `pip_args` are the operator's alone.
+// shorter timeouts. `venv`, `pip_args` and everything about Jupyter kernels are the
+// operator's alone: "jupyter" is not in the backend's order, so a workspace can neither
+// switch to it nor away from it, and `connection_file` / `kernel_name` (which kernel runs the
+// code, and as whom) have no rule, so a workspace that sets them is refused.
 toolbox_core::workspace_config_rules!(
     "python",
     [
@@ -51,6 +68,8 @@ toolbox_core::workspace_config_rules!(
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The default limit of one `pip install`.
 pub const DEFAULT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// The default bound on a kernel starting, or answering its first request after connecting.
+pub const DEFAULT_KERNEL_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct PythonConfig {
@@ -62,6 +81,10 @@ pub struct PythonConfig {
     /// Extra `pip install` arguments set by whoever runs toolbox (never by the model), e.g.
     /// `["--no-index", "--find-links", "/srv/wheels"]`.
     pub pip_args: Vec<String>,
+    /// With `backend = "jupyter"`: the kernel to attach to or to start.
+    pub kernel: Option<KernelTarget>,
+    /// How long a kernel may take to start, or to answer when toolbox connects.
+    pub kernel_timeout: Duration,
 }
 
 impl PythonConfig {
@@ -76,9 +99,46 @@ impl PythonConfig {
     /// `workspace_root`.
     pub fn from_value(table: Option<&Value>, workspace_root: &Path) -> Result<Self> {
         let t = ConfigTable::new("python", table, KEYS)?;
-        let backend = match t.one_of("backend", &["embedded", "isolated"])? {
+        let backend = match t.one_of("backend", &["embedded", "isolated", "jupyter"])? {
             Some("isolated") => Backend::Isolated,
+            Some("jupyter") => Backend::Jupyter,
             _ => Backend::Embedded,
+        };
+        let connection_file = match t.string("connection_file")? {
+            Some(text) if text.trim().is_empty() => {
+                return Err(t.invalid("connection_file", "a file path"))
+            }
+            Some(text) => Some(expand_path(text, workspace_root)),
+            None => None,
+        };
+        let kernel_name = match t.string("kernel_name")? {
+            Some(name) if !valid_kernel_name(name) => {
+                return Err(t.invalid(
+                    "kernel_name",
+                    "a kernelspec name (letters, digits, '.', '_' and '-')",
+                ))
+            }
+            other => other.map(str::to_string),
+        };
+        let kernel = match (backend, connection_file, kernel_name) {
+            (Backend::Jupyter, Some(_), Some(_)) => bail!(
+                "[python] connection_file and kernel_name cannot both be set: connection_file \
+                 attaches to a running kernel, kernel_name starts one per session"
+            ),
+            (Backend::Jupyter, Some(file), None) => Some(KernelTarget::Attach(file)),
+            (Backend::Jupyter, None, Some(name)) => Some(KernelTarget::Start(name)),
+            (Backend::Jupyter, None, None) => bail!(
+                "[python] backend = \"jupyter\" needs connection_file (the JSON file of a \
+                 running kernel, to attach to it) or kernel_name (a kernelspec such as \
+                 \"python3\", to start one kernel per session)"
+            ),
+            (_, Some(_), _) => bail!(
+                "[python] connection_file only applies to backend = \"jupyter\"; set that too"
+            ),
+            (_, _, Some(_)) => {
+                bail!("[python] kernel_name only applies to backend = \"jupyter\"; set that too")
+            }
+            _ => None,
         };
         let venv = match t.string("venv")? {
             None => None,
@@ -96,6 +156,8 @@ impl PythonConfig {
             timeout: millis("timeout_ms", DEFAULT_TIMEOUT)?,
             install_timeout: millis("install_timeout_ms", DEFAULT_INSTALL_TIMEOUT)?,
             pip_args: t.string_list("pip_args")?.unwrap_or_default(),
+            kernel,
+            kernel_timeout: millis("kernel_timeout_ms", DEFAULT_KERNEL_TIMEOUT)?,
         })
     }
 
@@ -115,6 +177,26 @@ impl PythonConfig {
                 .join("site-packages")
         })
     }
+}
+
+/// A kernelspec name as Jupyter allows them; never a path.
+fn valid_kernel_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// `~/x` under the home folder, a relative path under the workspace, an absolute one as is.
+fn expand_path(text: &str, workspace_root: &Path) -> PathBuf {
+    if let Some(rest) = text.strip_prefix("~/") {
+        if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            return PathBuf::from(home).join(rest);
+        }
+    }
+    workspace_root.join(text)
 }
 
 /// `3.11` from `3.11.7 (main, …)`.
@@ -271,7 +353,7 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "[python] backend must be \"embedded\" or \"isolated\", got \"docker\""
+            "[python] backend must be \"embedded\", \"isolated\" or \"jupyter\", got \"docker\""
         );
         let e = PythonConfig::from_value(Some(&json!({"bakend": "isolated"})), root)
             .unwrap_err()
@@ -288,6 +370,72 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("pip_args must be a list of strings"), "{e}");
+    }
+
+    #[test]
+    fn jupyter_needs_exactly_one_kernel_and_names_the_keys() {
+        let root = Path::new("/ws");
+        let parse = |v: Value| PythonConfig::from_value(Some(&v), root);
+        let c = parse(json!({"backend": "jupyter", "connection_file": "k.json"})).unwrap();
+        assert_eq!(c.backend, Backend::Jupyter);
+        assert_eq!(
+            c.kernel,
+            Some(KernelTarget::Attach(PathBuf::from("/ws/k.json")))
+        );
+        assert_eq!(c.kernel_timeout, DEFAULT_KERNEL_TIMEOUT);
+        let c = parse(json!({"backend": "jupyter", "kernel_name": "python3",
+                             "kernel_timeout_ms": 5000}))
+        .unwrap();
+        assert_eq!(c.kernel, Some(KernelTarget::Start("python3".into())));
+        assert_eq!(c.kernel_timeout, Duration::from_secs(5));
+        let e = |v: Value| parse(v).unwrap_err().to_string();
+        assert!(
+            e(json!({"backend": "jupyter"})).starts_with(
+                "[python] backend = \"jupyter\" needs connection_file (the JSON file of a \
+                 running kernel"
+            ),
+            "{}",
+            e(json!({"backend": "jupyter"}))
+        );
+        assert!(e(json!({"backend": "jupyter", "connection_file": "/k.json",
+                         "kernel_name": "python3"}))
+        .starts_with("[python] connection_file and kernel_name cannot both be set"));
+        assert_eq!(
+            e(json!({"connection_file": "/k.json"})),
+            "[python] connection_file only applies to backend = \"jupyter\"; set that too"
+        );
+        assert_eq!(
+            e(json!({"backend": "isolated", "kernel_name": "python3"})),
+            "[python] kernel_name only applies to backend = \"jupyter\"; set that too"
+        );
+        for bad in ["../python3", "a/b", "", ".hidden", "py 3"] {
+            let msg = e(json!({"backend": "jupyter", "kernel_name": bad}));
+            assert!(
+                msg.starts_with("[python] kernel_name must be a kernelspec name"),
+                "{bad}: {msg}"
+            );
+        }
+        assert_eq!(
+            e(json!({"backend": "jupyter", "connection_file": " "})),
+            "[python] connection_file must be a file path, got \" \""
+        );
+    }
+
+    #[test]
+    fn a_workspace_cannot_choose_or_point_at_a_kernel() {
+        let rules = toolbox_core::trust::table_rules("python").expect("python rules");
+        for key in [
+            "connection_file",
+            "kernel_name",
+            "kernel_timeout_ms",
+            "venv",
+        ] {
+            assert!(rules.rule(key).is_none(), "a workspace may set {key}");
+        }
+        match rules.rule("backend") {
+            Some(Tighten::Ranked { order, .. }) => assert!(!order.contains(&"jupyter")),
+            other => panic!("backend rule: {other:?}"),
+        }
     }
 
     #[test]

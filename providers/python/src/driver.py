@@ -547,14 +547,21 @@ def _run(req):
             _STATE["cell_seq"] += 1
             filename = "<cell-%d>" % _STATE["cell_seq"]
             _CELL_FILES[filename] = (sid, count)
-            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+            # Each line ends with a newline, as in a file: Python 3.11 places the ^~~ marks of
+            # a traceback one column too far right on a last line without one.
+            lines = code.splitlines(True)
+            if lines and not lines[-1].endswith("\n"):
+                lines[-1] += "\n"
+            linecache.cache[filename] = (len(code), None, lines, filename)
             try:
                 body, last = _compile_cell(code, filename)
             except SyntaxError as e:
                 hint = _magic_hint(code, e)
                 if hint:
                     run.notes.append(hint)
-                raise
+                # Compiling is not the user's code: show the error alone, as Python does for
+                # a script (no frame of ast.py above it).
+                raise e.with_traceback(None)
             run.in_user_code = True
             try:
                 _execute(body, session.ns)
@@ -634,6 +641,7 @@ def _run_script(req, session, run):
 
 
 _CELL_REF = re.compile(r'"<cell-(\d+)>"')
+_BARE_CELL_REF = re.compile(r"<cell-(\d+)>")
 
 
 def _error_record(exc, root, filename_current):
@@ -662,6 +670,8 @@ def _error_record(exc, root, filename_current):
         text = text.replace(root.rstrip("/") + "/", "")
     evalue = str(exc)
     evalue = _CELL_REF.sub(name_cell, evalue)
+    # str(SyntaxError) names the file without quotes: "expected ':' (<cell-3>, line 1)".
+    evalue = _BARE_CELL_REF.sub(lambda m: name_cell(m)[1:-1], evalue)
     return {
         "ename": type(exc).__name__,
         "evalue": evalue,

@@ -1,4 +1,6 @@
-//! `kernel_install`: `pip install` into the session's interpreter, or the configured venv.
+//! `kernel_install`: `pip install` into the session's interpreter, or the configured venv;
+//! with the jupyter backend, into the interpreter the kernel runs (its `sys.executable`,
+//! asked of the kernel).
 //!
 //! The model names packages; it never passes pip options. Entries are checked one by one and
 //! anything that is not a plain requirement (`name`, `name[extra]`, `name>=1,<2`) is refused
@@ -20,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
 
-use crate::config::{ensure_venv, PythonConfig};
+use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::{object_schema, prop, TOOLSETS};
 
 pub const NAME: &str = "kernel_install";
@@ -101,8 +103,17 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         check_index_url(url)?;
     }
     let config = PythonConfig::from_ctx(ctx)?;
-    ensure_venv(&config, ctx).await?;
-    let interpreter = config.interpreter();
+    // A kernel's packages go into the kernel's own interpreter, as the kernel itself names
+    // it: an attached kernel may run any Python, anywhere.
+    let kernel_python = if config.backend == Backend::Jupyter {
+        Some(crate::jupyter::kernel_executable(ctx, &config, NAME).await?)
+    } else {
+        ensure_venv(&config, ctx).await?;
+        None
+    };
+    let interpreter = kernel_python
+        .clone()
+        .unwrap_or_else(|| config.interpreter());
 
     // pip and its build steps run inside toolbox's containment.
     toolbox_core::containment::ensure();
@@ -198,9 +209,13 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         );
     }
     GENERATION.fetch_add(1, Ordering::SeqCst);
-    let target = match &config.venv {
-        Some(venv) => format!("the venv {}", venv.display()),
-        None => format!("the interpreter {}", interpreter.display()),
+    let target = match (&kernel_python, &config.venv) {
+        (Some(python), _) => format!(
+            "the kernel's own interpreter {} (its sys.executable)",
+            python.display()
+        ),
+        (None, Some(venv)) => format!("the venv {}", venv.display()),
+        (None, None) => format!("the interpreter {}", interpreter.display()),
     };
     let mut text = format!(
         "Installed into {target}: {}. The session can import them now, without a restart.",

@@ -10,7 +10,11 @@
 //! Python-side logic lives in one driver, `src/driver.py`, embedded with `include_str!` and
 //! run either inside this process ([`embedded`], pyo3, the default: no process start, no
 //! serialisation through pipes — the fastest) or in one worker process per session
-//! ([`isolated`], the same interpreter, killed on timeout). `[python] backend` picks one.
+//! ([`isolated`], the same interpreter, killed on timeout). The third backend, [`jupyter`],
+//! runs the code in a real Jupyter kernel — one the user keeps running (attached by its
+//! connection file) or one per session started from a kernelspec — speaking the Jupyter
+//! protocol natively and turning the kernel's messages into the driver's result shape.
+//! `[python] backend` picks one.
 //!
 //! The interpreter is the one pyo3 was built against; `build.rs` bakes its path, version and
 //! prefix into [`BUILD_PYTHON_EXECUTABLE`], [`BUILD_PYTHON_VERSION`] and
@@ -26,6 +30,7 @@ mod config;
 pub mod embedded;
 mod install;
 pub mod isolated;
+pub mod jupyter;
 mod lookup;
 mod render;
 pub mod run;
@@ -35,7 +40,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
 
-pub use config::{Backend, PythonConfig};
+pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
 
 toolbox_core::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));

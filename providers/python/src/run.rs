@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use toolbox_core::{Args, RunFuture, ToolContext, ToolInfo, ToolRisk};
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
-use crate::{embedded, install, isolated, object_schema, prop, render, TOOLSETS};
+use crate::{embedded, install, isolated, jupyter, object_schema, prop, render, TOOLSETS};
 
 pub const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
@@ -172,7 +172,10 @@ pub async fn execute(
 ) -> Result<Value> {
     let limits = toolbox_core::limits::Limits::from_config(&ctx.config)
         .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))?;
-    ensure_venv(config, ctx).await?;
+    // For a kernel, the venv is only where its kernelspec is looked up: never created here.
+    if config.backend != Backend::Jupyter {
+        ensure_venv(config, ctx).await?;
+    }
     // Before the code runs: whatever it starts is inside toolbox's containment.
     let containment = toolbox_core::containment::ensure();
     let cwd = ctx
@@ -200,6 +203,7 @@ pub async fn execute(
             let interpreter = config.interpreter();
             isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd, limits).await
         }
+        Backend::Jupyter => jupyter::request(&request, ctx, timeout, tool, config).await,
     };
     // Without cgroups, the janitor learns what the code left running (see containment).
     containment.note_descendants();
@@ -210,9 +214,14 @@ pub async fn execute(
             .as_str()
             .unwrap_or("was stopped")
             .to_string();
+        // ExecutionInterrupted in-process; KeyboardInterrupt in a Jupyter kernel.
+        let raised = result["error"]["ename"]
+            .as_str()
+            .unwrap_or("an interrupt")
+            .to_string();
         bail!(
-            "{tool} {why}: the code was interrupted (ExecutionInterrupted was raised inside \
-             it). The session is intact: variables assigned before the interrupt are kept.\n\n{}",
+            "{tool} {why}: the code was interrupted ({raised} was raised inside it). The \
+             session is intact: variables assigned before the interrupt are kept.\n\n{}",
             render::render_result(&result)
         );
     }
