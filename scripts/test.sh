@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# A CI run builds from nothing once: incremental caches would only cost disk and time.
+if [ "${CI:-}" = "true" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 step "system packages the tests use"
 # ripgrep: a test checks that file_manager__grep searches exactly the files rg searches.
 if ! command -v rg >/dev/null; then
