@@ -25,8 +25,7 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use toolbox_executor::SchemaFormat;
 
-use super::retry::{is_json, snippet, Transport};
-use super::sse::EventStream;
+use super::retry::{parse_event_data, parse_json_body, snippet, Reply, Transport};
 use super::{
     ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind, Message, TextSink,
     ToolCall, Usage,
@@ -34,9 +33,6 @@ use super::{
 
 /// The API version sent in `anthropic-version`.
 pub const API_VERSION: &str = "2023-06-01";
-/// The largest non-streamed JSON message read.
-const JSON_BODY_CAP: usize = 32 * 1024 * 1024;
-
 /// A Messages API client.
 pub struct AnthropicClient {
     transport: Transport,
@@ -103,38 +99,27 @@ impl AnthropicClient {
                 None => rb,
             }
         };
-        let response = self
+        let mut events = match self
             .transport
-            .post(&self.url, model, &headers, &body)
-            .await?;
-        if is_json(&response) {
-            let body = self
-                .transport
-                .read_body(response, JSON_BODY_CAP, true)
-                .await?;
-            let completion = parse_whole(&body, &self.url)?;
-            if !completion.text.is_empty() {
-                on_text(&completion.text);
+            .send(&self.url, model, &headers, &body)
+            .await?
+        {
+            Reply::Whole(body) => {
+                let completion = parse_whole(&body, &self.url)?;
+                if !completion.text.is_empty() {
+                    on_text(&completion.text);
+                }
+                return Ok(completion);
             }
-            return Ok(completion);
-        }
-        let mut events = EventStream::new(response, self.transport.config.idle_timeout);
+            Reply::Stream(events) => events,
+        };
         let mut state = StreamState::default();
         while let Some(event) = events.next().await? {
             let data = event.data.trim();
             if data.is_empty() {
                 continue;
             }
-            let value: Value = serde_json::from_str(data).map_err(|e| {
-                LlmError::new(
-                    LlmErrorKind::BadResponse,
-                    format!(
-                        "{} sent a stream event that is not JSON ({e}): {}",
-                        self.url,
-                        snippet(data, 200)
-                    ),
-                )
-            })?;
+            let value = parse_event_data(data, &self.url)?;
             if state.apply(event.event.as_deref(), &value, on_text)? {
                 break;
             }
@@ -420,15 +405,7 @@ impl StreamState {
 
 /// A whole (non-streamed) message.
 fn parse_whole(body: &[u8], url: &str) -> Result<Completion, LlmError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        LlmError::new(
-            LlmErrorKind::BadResponse,
-            format!(
-                "{url} answered with JSON that does not parse ({e}): {}",
-                snippet(&String::from_utf8_lossy(body), 200)
-            ),
-        )
-    })?;
+    let value = parse_json_body(body, url)?;
     let mut state = StreamState::default();
     if value.get("type").and_then(Value::as_str) == Some("error") {
         state.apply(None, &value, &|_| {})?;

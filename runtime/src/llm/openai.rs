@@ -18,15 +18,11 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use toolbox_executor::SchemaFormat;
 
-use super::retry::{is_json, snippet, Transport};
-use super::sse::EventStream;
+use super::retry::{parse_event_data, parse_json_body, snippet, Reply, Transport};
 use super::{
     ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind, Message, TextSink,
     ToolCall, Usage,
 };
-
-/// The largest non-streamed JSON completion read.
-const JSON_BODY_CAP: usize = 32 * 1024 * 1024;
 
 /// A Chat Completions client for any compatible base URL.
 pub struct OpenAiClient {
@@ -104,22 +100,20 @@ impl OpenAiClient {
                 None => rb,
             }
         };
-        let response = self
+        let mut events = match self
             .transport
-            .post(&self.url, model, &headers, &body)
-            .await?;
-        if is_json(&response) {
-            let body = self
-                .transport
-                .read_body(response, JSON_BODY_CAP, true)
-                .await?;
-            let completion = parse_whole(&body, &self.url)?;
-            if !completion.text.is_empty() {
-                on_text(&completion.text);
+            .send(&self.url, model, &headers, &body)
+            .await?
+        {
+            Reply::Whole(body) => {
+                let completion = parse_whole(&body, &self.url)?;
+                if !completion.text.is_empty() {
+                    on_text(&completion.text);
+                }
+                return Ok(completion);
             }
-            return Ok(completion);
-        }
-        let mut events = EventStream::new(response, self.transport.config.idle_timeout);
+            Reply::Stream(events) => events,
+        };
         let mut state = StreamState::default();
         while let Some(event) = events.next().await? {
             let data = event.data.trim();
@@ -129,8 +123,7 @@ impl OpenAiClient {
             if data.is_empty() {
                 continue;
             }
-            let chunk: Value =
-                serde_json::from_str(data).map_err(|e| not_json(&self.url, data, &e))?;
+            let chunk = parse_event_data(data, &self.url)?;
             state.apply(&chunk, on_text)?;
         }
         Ok(state.finish())
@@ -204,16 +197,6 @@ fn messages(request: &ChatRequest<'_>) -> Vec<Value> {
         });
     }
     out
-}
-
-fn not_json(url: &str, data: &str, error: &serde_json::Error) -> LlmError {
-    LlmError::new(
-        LlmErrorKind::BadResponse,
-        format!(
-            "{url} sent a stream event that is not JSON ({error}): {}",
-            snippet(data, 200)
-        ),
-    )
 }
 
 /// An `{"error": …}` object a server sent in place of a completion or chunk.
@@ -377,15 +360,7 @@ impl StreamState {
 
 /// A whole (non-streamed) completion.
 fn parse_whole(body: &[u8], url: &str) -> Result<Completion, LlmError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        LlmError::new(
-            LlmErrorKind::BadResponse,
-            format!(
-                "{url} answered with JSON that does not parse ({e}): {}",
-                snippet(&String::from_utf8_lossy(body), 200)
-            ),
-        )
-    })?;
+    let value = parse_json_body(body, url)?;
     if let Some(e) = error_in(&value) {
         return Err(e);
     }

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
 
-use super::sse::error_chain;
+use super::sse::{error_chain, EventStream};
 use super::{LlmConfig, LlmError, LlmErrorKind};
 
 /// The wait before the first retry; it doubles for each next one.
@@ -269,6 +269,27 @@ impl Transport {
                 ),
             )
         })?
+    }
+
+    /// POSTs `body` to `url` with [`post`](Self::post) and says what came back: a stream of
+    /// events, or a whole JSON body from a server that ignored `stream: true` (read here, at
+    /// most [`JSON_BODY_CAP`] bytes).
+    pub(crate) async fn send(
+        &self,
+        url: &str,
+        model: &str,
+        headers: &(dyn Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder + Sync),
+        body: &Value,
+    ) -> Result<Reply, LlmError> {
+        let response = self.post(url, model, headers, body).await?;
+        if is_json(&response) {
+            let body = self.read_body(response, JSON_BODY_CAP, true).await?;
+            return Ok(Reply::Whole(body));
+        }
+        Ok(Reply::Stream(Box::new(EventStream::new(
+            response,
+            self.config.idle_timeout,
+        ))))
     }
 
     /// POSTs `body` to `url` as JSON, with the headers `headers` adds, retrying as the
@@ -532,8 +553,45 @@ fn plural(n: u32) -> &'static str {
     }
 }
 
+/// The largest whole (non-streamed) JSON response read.
+pub(crate) const JSON_BODY_CAP: usize = 32 * 1024 * 1024;
+
+/// What a model server answered a request with.
+pub(crate) enum Reply {
+    /// A whole JSON body (a server that ignored `stream: true`), unparsed.
+    Whole(Vec<u8>),
+    /// Server-sent events.
+    Stream(Box<EventStream>),
+}
+
+/// A whole JSON response body, or an error quoting the start of it.
+pub(crate) fn parse_json_body(body: &[u8], url: &str) -> Result<Value, LlmError> {
+    serde_json::from_slice(body).map_err(|e| {
+        LlmError::new(
+            LlmErrorKind::BadResponse,
+            format!(
+                "{url} answered with JSON that does not parse ({e}): {}",
+                snippet(&String::from_utf8_lossy(body), 200)
+            ),
+        )
+    })
+}
+
+/// One stream event's data as JSON, or an error quoting it.
+pub(crate) fn parse_event_data(data: &str, url: &str) -> Result<Value, LlmError> {
+    serde_json::from_str(data).map_err(|e| {
+        LlmError::new(
+            LlmErrorKind::BadResponse,
+            format!(
+                "{url} sent a stream event that is not JSON ({e}): {}",
+                snippet(data, 200)
+            ),
+        )
+    })
+}
+
 /// Whether `response` is a whole JSON body (a server that ignored `stream: true`).
-pub(crate) fn is_json(response: &reqwest::Response) -> bool {
+fn is_json(response: &reqwest::Response) -> bool {
     response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
