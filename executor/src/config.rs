@@ -30,6 +30,17 @@ impl PermissionMode {
     }
 }
 
+impl PermissionMode {
+    /// This mode, or `ceiling` when this one allows more: read_only < auto < full.
+    pub fn at_most(self, ceiling: PermissionMode) -> PermissionMode {
+        if rank(self) <= rank(ceiling) {
+            self
+        } else {
+            ceiling
+        }
+    }
+}
+
 impl FromStr for PermissionMode {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {

@@ -107,16 +107,7 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
 
 /// The mode a turn actually runs in, for people: the request's, never above the ceiling's.
 fn effective_mode(ceiling: &Permissions, turn: &Permissions) -> PermissionMode {
-    let rank = |m: PermissionMode| match m {
-        PermissionMode::ReadOnly => 0,
-        PermissionMode::Auto => 1,
-        PermissionMode::Full => 2,
-    };
-    if rank(turn.mode) <= rank(ceiling.mode) {
-        turn.mode
-    } else {
-        ceiling.mode
-    }
+    turn.mode.at_most(ceiling.mode)
 }
 
 /// Reads the session's conversation, reports what was repaired, and appends the user's message.
