@@ -54,12 +54,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::OFlags;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Value};
 
 use crate::config_table::ConfigTable;
 use crate::dirfd::{self, Dir, EntryKind};
-use crate::frontmatter::{self, ScalarText, SplitError};
+use crate::frontmatter::{self, set_once, OtherKeys, ScalarText, SplitError};
 use crate::workspace::{Workspace, TOOLBOX_DIR};
 
 // An untrusted workspace's toolbox.toml may set nothing in [agents]: `dirs` would let a
@@ -633,8 +633,7 @@ struct RawAgent {
     toolsets: Option<Vec<String>>,
     model: Option<String>,
     max_steps: Option<i128>,
-    unknown: Vec<String>,
-    unknown_count: usize,
+    unknown: OtherKeys,
 }
 
 struct FrontmatterVisitor;
@@ -651,7 +650,6 @@ impl<'de> Visitor<'de> for FrontmatterVisitor {
         while let Some(key) = map.next_key::<ScalarText>()? {
             let key = key.0;
             // yaml_serde's errors already name the key (`toolsets: invalid type …`).
-            let twice = || de::Error::custom(format!("`{key}` is given twice"));
             match key.as_str() {
                 "name" | "description" | "model" => {
                     let value = map.next_value::<ScalarText>()?.0;
@@ -660,30 +658,15 @@ impl<'de> Visitor<'de> for FrontmatterVisitor {
                         "description" => &mut raw.description,
                         _ => &mut raw.model,
                     };
-                    if slot.replace(value).is_some() {
-                        return Err(twice());
-                    }
+                    set_once(slot, value, &key)?;
                 }
                 "toolsets" => {
-                    let sets = map.next_value::<ToolsetList>()?.0;
-                    if raw.toolsets.replace(sets).is_some() {
-                        return Err(twice());
-                    }
+                    set_once(&mut raw.toolsets, map.next_value::<ToolsetList>()?.0, &key)?
                 }
                 "max_steps" => {
-                    let n = map.next_value::<WholeNumber>()?.0;
-                    if raw.max_steps.replace(n).is_some() {
-                        return Err(twice());
-                    }
+                    set_once(&mut raw.max_steps, map.next_value::<WholeNumber>()?.0, &key)?
                 }
-                _ => {
-                    // Walked, not built: an alias bomb under an unknown key allocates nothing.
-                    map.next_value::<IgnoredAny>()?;
-                    raw.unknown_count += 1;
-                    if raw.unknown.len() < MAX_UNKNOWN_KEYS_LISTED && !raw.unknown.contains(&key) {
-                        raw.unknown.push(key);
-                    }
-                }
+                _ => raw.unknown.skip(&mut map, key, MAX_UNKNOWN_KEYS_LISTED)?,
             }
         }
         Ok(raw)
@@ -841,18 +824,11 @@ fn check(raw: RawAgent, body: &str, source: &str) -> Result<AgentDef, Vec<String
             }
         },
     };
-    if !raw.unknown.is_empty() {
-        let mut listed: Vec<String> = raw
-            .unknown
-            .iter()
-            .map(|k| format!("`{}`", shorten(k)))
-            .collect();
-        if raw.unknown_count > raw.unknown.len() {
-            listed.push(format!("… {} more", raw.unknown_count - raw.unknown.len()));
-        }
+    if raw.unknown.count() > 0 {
+        let listed = raw.unknown.named(|k| format!("`{}`", shorten(k)));
         problems.push(format!(
             "unknown key{} {} (an agent file has only {KNOWN_KEYS})",
-            if raw.unknown_count == 1 { "" } else { "s" },
+            if raw.unknown.count() == 1 { "" } else { "s" },
             listed.join(", ")
         ));
     }

@@ -10,7 +10,56 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+/// Fills `slot` with `value` from the key `key`, or fails naming the key when it was given
+/// already (a YAML mapping read by a visitor may repeat a key).
+pub fn set_once<T, E: de::Error>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), E> {
+    if slot.replace(value).is_some() {
+        return Err(E::custom(format!("`{key}` is given twice")));
+    }
+    Ok(())
+}
+
+/// The keys a format does not know, as a visitor meets them: each value is walked, not built
+/// (an alias bomb under an unknown key allocates nothing); they are counted, and the first
+/// few distinct ones are kept to name them.
+#[derive(Debug, Default, Clone)]
+pub struct OtherKeys {
+    count: usize,
+    kept: Vec<String>,
+}
+
+impl OtherKeys {
+    /// Skips the value of `key` in `map` and notes the key, keeping at most `max` names.
+    pub fn skip<'de, A: MapAccess<'de>>(
+        &mut self,
+        map: &mut A,
+        key: String,
+        max: usize,
+    ) -> Result<(), A::Error> {
+        map.next_value::<IgnoredAny>()?;
+        self.count += 1;
+        if self.kept.len() < max && !self.kept.contains(&key) {
+            self.kept.push(key);
+        }
+        Ok(())
+    }
+
+    /// How many unknown keys there were.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The kept names as `show` writes them, then `… N more` for the rest.
+    pub fn named(&self, show: impl Fn(&str) -> String) -> Vec<String> {
+        let mut out: Vec<String> = self.kept.iter().map(|k| show(k)).collect();
+        if self.count > self.kept.len() {
+            out.push(format!("… {} more", self.count - self.kept.len()));
+        }
+        out
+    }
+}
 
 /// Why a text has no frontmatter to split off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

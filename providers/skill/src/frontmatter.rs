@@ -15,8 +15,8 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use toolbox_core::frontmatter::{self, ScalarText as Text, SplitError};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use toolbox_core::frontmatter::{self, set_once, OtherKeys, ScalarText as Text, SplitError};
 
 use crate::name::SkillName;
 
@@ -110,8 +110,7 @@ struct RawFrontmatter {
     compatibility: Option<String>,
     allowed_tools: Option<Vec<String>>,
     metadata: Option<Vec<(String, String)>>,
-    other_keys: Vec<String>,
-    other_count: usize,
+    other_keys: OtherKeys,
 }
 
 fn read_yaml(yaml: &str) -> Result<RawFrontmatter, String> {
@@ -132,7 +131,6 @@ impl<'de> Visitor<'de> for FrontmatterVisitor {
         let mut raw = RawFrontmatter::default();
         while let Some(key) = map.next_key::<String>()? {
             // yaml_serde's errors already name the key (`description: invalid type …`).
-            let twice = || de::Error::custom(format!("`{key}` is given twice"));
             match key.as_str() {
                 "name" | "description" | "license" | "compatibility" => {
                     let value = map.next_value::<Text>()?.0;
@@ -142,32 +140,15 @@ impl<'de> Visitor<'de> for FrontmatterVisitor {
                         "license" => &mut raw.license,
                         _ => &mut raw.compatibility,
                     };
-                    if slot.replace(value).is_some() {
-                        return Err(twice());
-                    }
+                    set_once(slot, value, &key)?;
                 }
-                "allowed-tools" => {
-                    let tools = map.next_value::<ToolList>()?.0;
-                    if raw.allowed_tools.replace(tools).is_some() {
-                        return Err(twice());
-                    }
-                }
-                "metadata" => {
-                    let entries = map.next_value::<Metadata>()?.0;
-                    if raw.metadata.replace(entries).is_some() {
-                        return Err(twice());
-                    }
-                }
-                _ => {
-                    // Walked, not built: an alias bomb under an unknown key allocates nothing.
-                    map.next_value::<IgnoredAny>()?;
-                    raw.other_count += 1;
-                    if raw.other_keys.len() < MAX_OTHER_KEYS_LISTED
-                        && !raw.other_keys.contains(&key)
-                    {
-                        raw.other_keys.push(key);
-                    }
-                }
+                "allowed-tools" => set_once(
+                    &mut raw.allowed_tools,
+                    map.next_value::<ToolList>()?.0,
+                    &key,
+                )?,
+                "metadata" => set_once(&mut raw.metadata, map.next_value::<Metadata>()?.0, &key)?,
+                _ => raw.other_keys.skip(&mut map, key, MAX_OTHER_KEYS_LISTED)?,
             }
         }
         Ok(raw)
@@ -324,10 +305,7 @@ fn check(raw: RawFrontmatter, body: &str, folder: &str) -> Result<SkillMd, Vec<S
     }
     match (name, description) {
         (Some(name), Some(description)) if problems.is_empty() => {
-            let mut other_keys = raw.other_keys;
-            if raw.other_count > other_keys.len() {
-                other_keys.push(format!("… {} more", raw.other_count - other_keys.len()));
-            }
+            let other_keys = raw.other_keys.named(str::to_string);
             Ok(SkillMd {
                 name,
                 description,
