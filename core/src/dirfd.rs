@@ -304,6 +304,18 @@ impl Dir {
         open_append_child(self.as_fd(), name)
     }
 
+    /// Like [`open_append`](Self::open_append), for a file of lines: also says whether its
+    /// last line was cut short (a crash mid-write), so the caller can end it before writing
+    /// a line of its own and records never glue together.
+    pub fn open_append_lines(&self, name: &OsStr) -> io::Result<(File, bool)> {
+        use std::os::unix::fs::FileExt;
+        let file = self.open_append(name)?;
+        let len = file.metadata()?.len();
+        let mut last = [0u8; 1];
+        let torn = len > 0 && file.read_at(&mut last, len - 1).is_ok() && last[0] != b'\n';
+        Ok((file, torn))
+    }
+
     /// Creates the new regular file `name` (fails if anything is there), never through a link.
     pub fn create_new(&self, name: &OsStr) -> io::Result<File> {
         create_new_child(self.as_fd(), name)

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -59,11 +58,9 @@ impl TrajectoryWriter {
         let mut line = record_line(info)?;
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
         if !files.contains_key(session) {
-            let file = self.open(session)?;
+            let (file, torn) = self.open(session)?;
             // A record torn by a crash has no newline; end it so ours starts on a fresh line.
-            let len = file.metadata()?.len();
-            let mut last = [0u8; 1];
-            if len > 0 && file.read_at(&mut last, len - 1).is_ok() && last[0] != b'\n' {
+            if torn {
                 line.insert(0, b'\n');
             }
             files.insert(session.clone(), file);
@@ -73,13 +70,13 @@ impl TrajectoryWriter {
         Ok(())
     }
 
-    fn open(&self, session: &SessionId) -> Result<File> {
+    fn open(&self, session: &SessionId) -> Result<(File, bool)> {
         let shown = format!("{TOOLBOX_DIR}/{DIR_NAME}/{session}/{FILE_NAME}");
         let dir = self
             .workspace
             .toolbox_subdir(&[OsStr::new(DIR_NAME), OsStr::new(session.as_str())])
             .with_context(|| format!("cannot open the trajectory folder for {shown}"))?;
-        dir.open_append(OsStr::new(FILE_NAME))
+        dir.open_append_lines(OsStr::new(FILE_NAME))
             .with_context(|| format!("cannot open {shown}"))
     }
 }

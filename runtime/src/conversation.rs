@@ -13,7 +13,6 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
@@ -172,12 +171,10 @@ impl ConversationWriter {
         let dir = workspace
             .toolbox_subdir(&[OsStr::new(SESSIONS_DIR), OsStr::new(session.as_str())])
             .with_context(|| format!("cannot open the folder of {shown}"))?;
-        let mut file = dir
-            .open_append(OsStr::new(MESSAGES_FILE))
+        let (mut file, torn) = dir
+            .open_append_lines(OsStr::new(MESSAGES_FILE))
             .with_context(|| format!("cannot open {shown}"))?;
-        let len = file.metadata()?.len();
-        let mut last = [0u8; 1];
-        if len > 0 && file.read_at(&mut last, len - 1).is_ok() && last[0] != b'\n' {
+        if torn {
             file.write_all(b"\n")
                 .with_context(|| format!("cannot write {shown}"))?;
         }
