@@ -393,6 +393,12 @@ impl Dir {
 /// `O_NONBLOCK` it was opened with stays: it means nothing for a regular file, and clearing
 /// it would cost two system calls per file on the hot path of a search.
 pub(crate) fn regular_file(fd: OwnedFd, name: &OsStr) -> io::Result<File> {
+    regular_file_sized(fd, name).map(|(file, _)| file)
+}
+
+/// [`regular_file`], with the file's size from the same `fstat` (a caller that needs the
+/// size then saves a second `stat`).
+pub(crate) fn regular_file_sized(fd: OwnedFd, name: &OsStr) -> io::Result<(File, u64)> {
     let st = rustix::fs::fstat(&fd)?;
     let t = FileType::from_raw_mode(st.st_mode);
     if t != FileType::RegularFile {
@@ -412,5 +418,5 @@ pub(crate) fn regular_file(fd: OwnedFd, name: &OsStr) -> io::Result<File> {
             format!("{} is {what}", Path::new(name).display()),
         ));
     }
-    Ok(File::from(fd))
+    Ok((File::from(fd), st.st_size as u64))
 }

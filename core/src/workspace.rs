@@ -520,9 +520,14 @@ impl Workspace {
     /// Opens an existing regular file for reading. Links are followed only while they stay
     /// inside; FIFOs, devices and folders are refused without blocking.
     pub fn open_read(&self, p: &WsPath) -> Result<File, PathError> {
+        self.open_read_sized(p).map(|(file, _)| file)
+    }
+
+    /// [`Self::open_read`], with the file's size when it was opened.
+    pub fn open_read_sized(&self, p: &WsPath) -> Result<(File, u64), PathError> {
         let base = self.base_dir(p, false)?;
         dirfd::open_beneath(base.fd(), &p.rel, OFlags::RDONLY | OFlags::NONBLOCK)
-            .and_then(|fd| dirfd::regular_file(fd, OsStr::new(&p.given)))
+            .and_then(|fd| dirfd::regular_file_sized(fd, OsStr::new(&p.given)))
             .map_err(|e| self.name_non_folder(p, PathError::from_io(&p.given, e)))
     }
 

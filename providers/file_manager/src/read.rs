@@ -82,8 +82,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     // Opened beneath the root by descriptor: what is read is what was checked. Opening is
     // a couple of system calls; a small file is then read right here, because a trip to the
     // blocking pool (two thread hand-offs) would cost more than the read itself.
-    let file = open(ws, &p, &shown)?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let (file, size) = open(ws, &p, &shown)?;
     if size <= INLINE_READ_BYTES {
         return read(ctx, file, size, &shown, offset, limit).map(Value::String);
     }
@@ -97,8 +96,13 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 /// Files up to this size are read on the calling task instead of the blocking pool.
 const INLINE_READ_BYTES: u64 = 64 * 1024;
 
-fn open(ws: &toolbox_core::Workspace, p: &toolbox_core::WsPath, shown: &str) -> Result<File> {
-    ws.open_read(p).map_err(|e| match e {
+/// The file, and its size when it was opened.
+fn open(
+    ws: &toolbox_core::Workspace,
+    p: &toolbox_core::WsPath,
+    shown: &str,
+) -> Result<(File, u64)> {
+    ws.open_read_sized(p).map_err(|e| match e {
         _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
         PathError::Io { ref source, .. } if source.kind() == io::ErrorKind::IsADirectory => {
             anyhow!(
@@ -127,19 +131,36 @@ fn read(
     let io_err = |e: io::Error| anyhow!("{NAME}: cannot read {shown}: {e}");
 
     let mut file = file;
-    let mut head = Vec::with_capacity(text::SNIFF_BYTES);
+    // A file smaller than the sniffing window is read in one go, up to the size it had when
+    // it was opened: no second read to find the end (what was appended since is not shown,
+    // as it would not be had the read come a moment earlier). A size of 0 may be a lie (a
+    // /proc file), so it reads the whole window.
+    let window = match size {
+        1.. if size < text::SNIFF_BYTES as u64 => size,
+        _ => text::SNIFF_BYTES as u64,
+    };
+    let mut head = Vec::with_capacity(window as usize);
     (&mut file)
-        .take(text::SNIFF_BYTES as u64)
+        .take(window)
         .read_to_end(&mut head)
         .map_err(io_err)?;
     if head.is_empty() {
         return Ok(format!("{shown} is empty (0 bytes)"));
     }
     // A head shorter than the window is the whole file.
-    if text::head_looks_binary(&head, head.len() < text::SNIFF_BYTES) {
+    let whole = head.len() < text::SNIFF_BYTES;
+    if text::head_looks_binary(&head, whole) {
         return Err(binary());
     }
-    let mut reader = BufReader::with_capacity(64 * 1024, io::Cursor::new(head).chain(file));
+    let rest: Box<dyn Read + Send> = if whole {
+        Box::new(io::empty())
+    } else {
+        Box::new(file)
+    };
+    let mut reader = BufReader::with_capacity(
+        if whole { head.len() } else { 64 * 1024 },
+        io::Cursor::new(head).chain(rest),
+    );
 
     let last_wanted = offset.saturating_add(limit - 1);
     let width = 6.max(last_wanted.to_string().len());
@@ -305,6 +326,42 @@ mod tests {
         .await
         .unwrap();
         assert!(out.starts_with("     1\tline 1\n") && out.ends_with("line 25"));
+    }
+
+    #[tokio::test]
+    async fn files_around_the_sniffing_window_are_read_whole() {
+        // A small file is read in one go up to its size; a larger one goes on past the
+        // window. Either way every line is there and counted.
+        let (_d, ctx) = setup(super::NAME);
+        let window = crate::text::SNIFF_BYTES;
+        for size in [1, 7, window - 1, window, window + 1, 3 * window + 5] {
+            // Lines of "x…x\n", the last one without its newline, `size` bytes in all.
+            let mut body = String::new();
+            while body.len() < size {
+                let take = (size - body.len()).min(10);
+                body.push_str(&"x".repeat(take));
+                if body.len() < size {
+                    body.push('\n');
+                }
+            }
+            assert_eq!(body.len(), size);
+            put(&ctx, "w.txt", &body);
+            let out = call(
+                &ctx,
+                "file_manager__read",
+                json!({"path": "w.txt", "limit": 20_000}),
+            )
+            .await
+            .unwrap();
+            let lines = body.split('\n').count();
+            assert_eq!(out.lines().count(), lines, "size {size}");
+            let last = out.lines().last().unwrap();
+            assert!(
+                last.trim_start().starts_with(&format!("{lines}\t"))
+                    && last.ends_with(body.rsplit('\n').next().unwrap()),
+                "size {size}: {last}"
+            );
+        }
     }
 
     #[tokio::test]
