@@ -3,7 +3,8 @@
 The same file runs in two places:
 
 - embedded: loaded as the module ``toolbox_driver`` into the interpreter that toolbox hosts
-  in-process (pyo3); Rust calls ``handle(request_json) -> response_json`` on its Python thread.
+  in-process (pyo3); Rust calls ``handle_object(request) -> response`` on its Python thread,
+  with plain dicts: no JSON text on the way in or out.
 - isolated: run by the build interpreter (or the configured venv's) as
   ``python -E -u -c <this file> --serve``; requests and responses are JSON lines on
   stdin/stdout (``serve``).
@@ -457,6 +458,8 @@ def _new_figure_file(folder):
 
 def _prepare_source(code):
     """Comments out `%matplotlib ...` lines (a no-op here: figures are always captured)."""
+    if "%matplotlib" not in code:
+        return code
     lines = code.split("\n")
     changed = False
     for i, line in enumerate(lines):
@@ -480,9 +483,14 @@ def _magic_hint(code, err):
     return None
 
 
+_TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+# inspect.CO_COROUTINE, without importing inspect on every run.
+_CO_COROUTINE = 0x80
+
+
 def _compile_cell(code, filename):
     """Compiles a cell; returns (body code, last-expression code or None)."""
-    flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+    flags = _TOP_LEVEL_AWAIT
     tree = ast.parse(code, filename, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -500,9 +508,7 @@ def _compile_cell(code, filename):
 
 
 def _execute(code_obj, ns):
-    import inspect
-
-    if code_obj.co_flags & inspect.CO_COROUTINE:
+    if code_obj.co_flags & _CO_COROUTINE:
         import asyncio
 
         coro = eval(code_obj, ns)
@@ -931,15 +937,30 @@ def _dispatch(req):
     raise ValueError("unknown op %r" % (op,))
 
 
+def handle_object(req):
+    """One request in, one response out, as plain dicts (the embedded backend hands them over
+    without JSON). Never raises for bad user code."""
+    try:
+        return {"ok": True, "result": _dispatch(req)}
+    except ExecutionInterrupted as e:
+        return {"ok": False, "error": "interrupted: %s" % (e or _INTERRUPT["reason"]), "interrupted": True}
+    except BaseException as e:
+        return {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+
+
 def handle(request_json):
-    """One request in, one response out, both JSON text. Never raises for bad user code."""
+    """One request in, one response out, both JSON text (the isolated worker's protocol)."""
     try:
         req = json.loads(request_json)
-        return json.dumps({"ok": True, "result": _dispatch(req)}, default=str)
-    except ExecutionInterrupted as e:
-        return json.dumps({"ok": False, "error": "interrupted: %s" % (e or _INTERRUPT["reason"]), "interrupted": True})
+        if not isinstance(req, dict):
+            raise ValueError("a request must be a JSON object")
     except BaseException as e:
         return json.dumps({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+    response = handle_object(req)
+    try:
+        return json.dumps(response, default=str)
+    except BaseException as e:
+        return json.dumps({"ok": False, "error": "the answer cannot be sent: %s: %s" % (type(e).__name__, e)})
 
 
 def serve():

@@ -49,8 +49,8 @@ static INTERPRETER: OnceCell<Result<Arc<Interpreter>, String>> = OnceCell::const
 
 struct Job {
     id: u64,
-    request: String,
-    reply: oneshot::Sender<Result<String, String>>,
+    request: Value,
+    reply: oneshot::Sender<Result<Value, String>>,
     /// Set when the caller gave up; a job not yet started is then skipped.
     abandoned: Arc<AtomicBool>,
 }
@@ -77,6 +77,12 @@ struct Interpreter {
     /// Python in this process first, on another thread).
     signal_interrupts: bool,
     driver: Py<PyModule>,
+}
+
+/// Starts the interpreter (its thread, its signal handler) unless it runs already.
+#[cfg(test)]
+pub(crate) async fn ready() -> Result<()> {
+    interpreter().await.map(drop)
 }
 
 /// The interpreter, started on first use.
@@ -245,7 +251,7 @@ pub fn loaded_libpython() -> String {
 
 impl Interpreter {
     /// Runs on the Python thread with the GIL held.
-    fn run_job(&self, py: Python<'_>, job: &Job) -> Result<String, String> {
+    fn run_job(&self, py: Python<'_>, job: &Job) -> Result<Value, String> {
         // Both written under the GIL, like the interrupter's check, so a job is either
         // skipped here or visible to the interrupter as running — never neither.
         self.running.store(job.id, Ordering::SeqCst);
@@ -254,9 +260,9 @@ impl Interpreter {
             return Err("abandoned".into());
         }
         let driver = self.driver.bind(py);
-        let response = driver
-            .call_method1("handle", (job.request.as_str(),))
-            .and_then(|v| v.extract::<String>())
+        let response = crate::pyvalue::to_python(py, &job.request)
+            .and_then(|request| driver.call_method1("handle_object", (request,)))
+            .and_then(|answer| crate::pyvalue::from_python(&answer))
             .map_err(|e| e.to_string());
         // An interrupt that arrived too late to hit the user's code must not hit the next
         // job. Neither step runs Python bytecode, so neither can trigger it.
@@ -394,7 +400,7 @@ pub async fn request(
         .jobs
         .send(Job {
             id,
-            request: request.to_string(),
+            request: request.clone(),
             reply,
             abandoned: abandoned.clone(),
         })
@@ -447,17 +453,16 @@ pub async fn request(
     }
 }
 
-/// Turns the driver's JSON answer into its `result`.
+/// Turns the driver's answer into its `result`.
 fn parse_response(
-    response: Result<Result<String, String>, oneshot::error::RecvError>,
+    response: Result<Result<Value, String>, oneshot::error::RecvError>,
     tool: &str,
 ) -> Result<Value> {
-    let text = match response {
-        Ok(Ok(text)) => text,
+    match response {
+        Ok(Ok(answer)) => crate::driver_result(answer, tool),
         Ok(Err(e)) => bail!("{tool}: the Python driver failed: {e}"),
         Err(_) => bail!("{tool}: the embedded Python thread stopped before answering"),
-    };
-    crate::parse_driver_response(&text, tool)
+    }
 }
 
 /// The embedded interpreter's identity: `sys.version`, `sys.prefix`, `sys.executable`, the

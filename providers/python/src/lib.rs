@@ -32,6 +32,7 @@ mod install;
 pub mod isolated;
 pub mod jupyter;
 mod lookup;
+mod pyvalue;
 mod render;
 pub mod run;
 
@@ -92,8 +93,13 @@ impl ToolProvider for PythonProvider {
 
 /// The driver's `{"ok": …}` answer → its `result`, or an error naming the tool.
 pub(crate) fn parse_driver_response(text: &str, tool: &str) -> Result<Value> {
-    let mut response: Value = serde_json::from_str(text.trim())
+    let response: Value = serde_json::from_str(text.trim())
         .map_err(|e| anyhow!("{tool}: the Python driver sent an unreadable answer: {e}"))?;
+    driver_result(response, tool)
+}
+
+/// The `result` of a driver answer (`{"ok": true, "result": …}`), or its error.
+pub(crate) fn driver_result(mut response: Value, tool: &str) -> Result<Value> {
     if response["ok"] == Value::Bool(true) {
         return Ok(response["result"].take());
     }
