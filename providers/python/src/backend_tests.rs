@@ -181,6 +181,42 @@ async fn exceptions_carry_ename_evalue_and_cell_lines() {
 }
 
 #[tokio::test]
+async fn old_cell_sources_are_forgotten_beyond_the_bound() {
+    // A long-lived server must not keep every cell's source forever. The isolated backend
+    // has a process of its own, so lowering the driver's bound there touches no other test.
+    let _serial = serial().await;
+    let (_d, ctx) = setup(RUN, "bound", json!({ "backend": "isolated" }));
+    run(&ctx, "def f(n):\n    return 10 / n").await.unwrap();
+    run(
+        &ctx,
+        "import sys\nsys._getframe(1).f_globals['MAX_KEPT_CELLS'] = 3",
+    )
+    .await
+    .unwrap();
+    for i in 0..4 {
+        run(&ctx, &format!("z = {i}")).await.unwrap();
+    }
+    let kept = run(
+        &ctx,
+        "import linecache\nlen([k for k in linecache.cache if k.startswith('<cell-')])",
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept, "[result]\n3\n");
+    // f's cell is gone: its frame is named as an earlier cell, without the source line.
+    let text = run(&ctx, "f(0)").await.unwrap();
+    assert!(
+        text.contains("  File \"<cell>\", line 1, in <module>\n    f(0)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  File \"<an earlier cell>\", line 2, in f\n"),
+        "{text}"
+    );
+    assert!(!text.contains("return 10 / n"), "{text}");
+}
+
+#[tokio::test]
 async fn working_directory_is_the_scratchpad() {
     let _serial = serial().await;
     for backend in BACKENDS {

@@ -70,8 +70,14 @@ _STATE = {
     "current": None,  # the _Run in progress, if any
     "fd_capture": False,
 }
-# filename "<cell-N>" -> (session id, execution count), to show tracebacks of earlier cells.
+# filename "<cell-N>" -> (session id, execution count, source characters), oldest first, to
+# show tracebacks of earlier cells. Each cell's source also sits in linecache. Both are bounded
+# (a server runs for weeks): past these, the oldest cells' sources are dropped, and a
+# traceback through a function defined there shows its file and line without the text.
 _CELL_FILES = {}
+_CELL_SOURCE = {"chars": 0}
+MAX_KEPT_CELLS = 10000
+MAX_KEPT_CELL_CHARS = 32 * 1024 * 1024
 
 
 def configure(embedded=True):
@@ -552,13 +558,7 @@ def _run(req):
             code = _prepare_source(req.get("code") or "")
             _STATE["cell_seq"] += 1
             filename = "<cell-%d>" % _STATE["cell_seq"]
-            _CELL_FILES[filename] = (sid, count)
-            # Each line ends with a newline, as in a file: Python 3.11 places the ^~~ marks of
-            # a traceback one column too far right on a last line without one.
-            lines = code.splitlines(True)
-            if lines and not lines[-1].endswith("\n"):
-                lines[-1] += "\n"
-            linecache.cache[filename] = (len(code), None, lines, filename)
+            _keep_cell_source(filename, sid, count, code)
             try:
                 body, last = _compile_cell(code, filename)
             except SyntaxError as e:
@@ -624,6 +624,24 @@ def _run(req):
     }
 
 
+def _keep_cell_source(filename, sid, count, code):
+    """Remembers a cell's source for tracebacks, forgetting the oldest beyond the bounds."""
+    _CELL_FILES[filename] = (sid, count, len(code))
+    _CELL_SOURCE["chars"] += len(code)
+    # Each line ends with a newline, as in a file: Python 3.11 places the ^~~ marks of a
+    # traceback one column too far right on a last line without one.
+    lines = code.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    linecache.cache[filename] = (len(code), None, lines, filename)
+    while len(_CELL_FILES) > MAX_KEPT_CELLS or (
+        _CELL_SOURCE["chars"] > MAX_KEPT_CELL_CHARS and len(_CELL_FILES) > 1
+    ):
+        oldest = next(iter(_CELL_FILES))
+        _CELL_SOURCE["chars"] -= _CELL_FILES.pop(oldest)[2]
+        linecache.cache.pop(oldest, None)
+
+
 def _current_cell():
     return "<cell-%d>" % _STATE["cell_seq"]
 
@@ -669,7 +687,8 @@ def _error_record(exc, root, filename_current):
         if fname == filename_current:
             return '"<cell>"'
         seen = _CELL_FILES.get(fname)
-        return '"<cell In[%d]>"' % seen[1] if seen else '"<cell>"'
+        # A cell too old to be remembered (see MAX_KEPT_CELLS).
+        return '"<cell In[%d]>"' % seen[1] if seen else '"<an earlier cell>"'
 
     text = _CELL_REF.sub(name_cell, text)
     if root:
