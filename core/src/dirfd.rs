@@ -252,6 +252,11 @@ impl Dir {
         self.fd.as_fd()
     }
 
+    /// The descriptor itself, for a caller that keeps it (to `fchdir` into the folder).
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
     /// The entries, sorted by name, without `.` and `..`.
     ///
     /// Read with `getdents64` straight from this folder's own descriptor (no second open of

@@ -412,16 +412,26 @@ impl Workspace {
         self.ensure_folder(SessionFolder::Output)
     }
 
+    /// [`Self::scratchpad`], and the folder itself, held open: code that must work in it
+    /// (`fchdir`) then uses the very folder that was checked, not whatever its path names a
+    /// moment later.
+    pub fn open_scratchpad(&self) -> io::Result<(PathBuf, Dir)> {
+        self.open_folder(SessionFolder::Scratchpad)
+    }
+
     fn ensure_folder(&self, kind: SessionFolder) -> io::Result<PathBuf> {
-        match &self.session {
-            Some(_) => {
-                self.session_folder(kind, true)?;
-            }
-            None => {
-                dirfd::ensure_child_dir(self.root_fd(), OsStr::new(kind.as_str()))?;
-            }
-        }
-        Ok(self.session_dir(kind.as_str()))
+        self.open_folder(kind).map(|(path, _)| path)
+    }
+
+    fn open_folder(&self, kind: SessionFolder) -> io::Result<(PathBuf, Dir)> {
+        let dir = match &self.session {
+            Some(_) => self.session_folder(kind, true)?,
+            None => Dir::from_fd(dirfd::ensure_child_dir(
+                self.root_fd(),
+                OsStr::new(kind.as_str()),
+            )?),
+        };
+        Ok((self.session_dir(kind.as_str()), dir))
     }
 
     /// Parses a path a model gave, without touching the disk: empty, NUL, absolute paths

@@ -252,6 +252,17 @@ async fn working_directory_is_the_scratchpad() {
         .unwrap();
         assert_eq!(text, "[result]\n7\n", "{backend}");
     }
+    // Whatever folder the code moves to, the next run starts in the scratchpad again.
+    let (_d, ctx) = setup(RUN, "cwd", json!({ "backend": "embedded" }));
+    run(&ctx, "import os\nos.chdir('/')").await.unwrap();
+    let text = run(&ctx, "import os\nos.getcwd()").await.unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "[result]\n'{}'\n",
+            ctx.workspace.scratchpad().unwrap().display()
+        )
+    );
 }
 
 #[tokio::test]

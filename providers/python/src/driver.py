@@ -69,6 +69,8 @@ _STATE = {
     "cell_seq": 0,
     "current": None,  # the _Run in progress, if any
     "fd_capture": False,
+    # Embedded: toolbox's own working directory, held open, to return to after each run.
+    "host_cwd_fd": None,
 }
 # filename "<cell-N>" -> (session id, execution count, source characters), oldest first, to
 # show tracebacks of earlier cells. Each cell's source also sits in linecache. Both are bounded
@@ -90,6 +92,12 @@ def configure(embedded=True):
     # protocol, in the worker case toolbox's requests.
     sys.stdin = io.StringIO("")
     if embedded:
+        # Runs change into their folder by descriptor and come back here the same way: no
+        # path is walked (or could be swapped) on either side of the code.
+        try:
+            _STATE["host_cwd_fd"] = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
+        except OSError:
+            _STATE["host_cwd_fd"] = None
         # From now on Python-level output never reaches the host's own stdout/stderr.
         sys.stdout = _Router("stdout")
         sys.stderr = _Router("stderr")
@@ -540,12 +548,17 @@ def _run(req):
     result = None
     interrupted = False
     old_cwd = None
+    back_to_host = False
+    cwd_fd = req.get("cwd_fd")
     old_main = sys.modules.get("__main__")
     old_argv = sys.argv
     _STATE["current"] = run
     capture.start()
     try:
-        if cwd:
+        if cwd_fd is not None and _STATE["host_cwd_fd"] is not None:
+            os.fchdir(cwd_fd)
+            back_to_host = True
+        elif cwd:
             try:
                 old_cwd = os.getcwd()
             except OSError:
@@ -605,11 +618,13 @@ def _run(req):
         sys.argv = old_argv
         if old_main is not None:
             sys.modules["__main__"] = old_main
-        if old_cwd is not None:
-            try:
+        try:
+            if back_to_host:
+                os.fchdir(_STATE["host_cwd_fd"])
+            elif old_cwd is not None:
                 os.chdir(old_cwd)
-            except OSError:
-                pass
+        except OSError:
+            pass
         stdout, stderr = capture.stop()
         _STATE["current"] = None
     return {

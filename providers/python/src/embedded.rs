@@ -25,6 +25,7 @@
 //!   session has its own namespace. Runs are serialised: one at a time, across sessions.
 
 use std::ffi::{c_void, CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,6 +51,9 @@ static INTERPRETER: OnceCell<Result<Arc<Interpreter>, String>> = OnceCell::const
 struct Job {
     id: u64,
     request: Value,
+    /// The folder the code runs in, held open until the job is over: the driver `fchdir`s
+    /// into it, so the folder that was checked is the one used, and no path is walked.
+    cwd: Option<OwnedFd>,
     reply: oneshot::Sender<Result<Value, String>>,
     /// Set when the caller gave up; a job not yet started is then skipped.
     abandoned: Arc<AtomicBool>,
@@ -261,7 +265,12 @@ impl Interpreter {
         }
         let driver = self.driver.bind(py);
         let response = crate::pyvalue::to_python(py, &job.request)
-            .and_then(|request| driver.call_method1("handle_object", (request,)))
+            .and_then(|request| {
+                if let Some(fd) = &job.cwd {
+                    request.set_item("cwd_fd", fd.as_raw_fd())?;
+                }
+                driver.call_method1("handle_object", (request,))
+            })
             .and_then(|answer| crate::pyvalue::from_python(&answer))
             .map_err(|e| e.to_string());
         // An interrupt that arrived too late to hit the user's code must not hit the next
@@ -382,11 +391,15 @@ impl Drop for DropGuard {
 
 /// Runs one driver request on the embedded interpreter and returns the driver's `result`.
 ///
+/// `cwd`, when given, is the folder a `run` request's code works in (the driver changes to
+/// it by descriptor, and back afterwards); the job keeps it open until it is over.
+///
 /// A run stopped by `timeout` or `ctx.cancel` that the interrupt ended comes back as its
 /// partial result with `"stopped": "<why>"` and `"interrupted": true`; one that could not be
 /// stopped, or never started, is an error.
 pub async fn request(
     request: &Value,
+    cwd: Option<OwnedFd>,
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,
@@ -401,6 +414,7 @@ pub async fn request(
         .send(Job {
             id,
             request: request.clone(),
+            cwd,
             reply,
             abandoned: abandoned.clone(),
         })
@@ -473,6 +487,7 @@ pub async fn info() -> Result<Value> {
     let ctx = ToolContext::new(workspace, "info", "info", "python_info");
     let mut info = request(
         &serde_json::json!({"op": "info"}),
+        None,
         &ctx,
         Duration::from_secs(60),
         "python_info",

@@ -178,9 +178,9 @@ pub async fn execute(
     }
     // Before the code runs: whatever it starts is inside toolbox's containment.
     let containment = toolbox_core::containment::ensure();
-    let cwd = ctx
+    let (cwd, cwd_dir) = ctx
         .workspace
-        .scratchpad()
+        .open_scratchpad()
         .map_err(|e| anyhow!("{tool}: cannot create the session scratchpad: {e}"))?;
     let output_dir = ctx
         .workspace
@@ -197,7 +197,7 @@ pub async fn execute(
             if let Some(site) = config.site_packages() {
                 request["site_dirs"] = json!([site.to_string_lossy()]);
             }
-            embedded::request(&request, ctx, timeout, tool).await
+            embedded::request(&request, Some(cwd_dir.into_fd()), ctx, timeout, tool).await
         }
         Backend::Isolated => {
             let interpreter = config.interpreter();
