@@ -2,7 +2,8 @@
 //!
 //! - **One thread.** The interpreter is started (and only ever entered by this crate) on a
 //!   dedicated thread, `toolbox-python`. Jobs arrive over a channel; each job attaches to the
-//!   interpreter, calls the driver's `handle`, detaches and answers over a oneshot channel.
+//!   interpreter, calls the driver's `handle_object` with the request as a dict (no JSON
+//!   text either way), detaches and answers over a oneshot channel.
 //!   Nothing here holds the GIL across an `.await`, and between jobs the GIL is free, so
 //!   threads that user code started keep running.
 //! - **Started from the build interpreter.** The interpreter is initialised with the build
@@ -398,7 +399,7 @@ impl Drop for DropGuard {
 /// partial result with `"stopped": "<why>"` and `"interrupted": true`; one that could not be
 /// stopped, or never started, is an error.
 pub async fn request(
-    request: &Value,
+    request: Value,
     cwd: Option<OwnedFd>,
     ctx: &ToolContext,
     timeout: Duration,
@@ -413,7 +414,7 @@ pub async fn request(
         .jobs
         .send(Job {
             id,
-            request: request.clone(),
+            request,
             cwd,
             reply,
             abandoned: abandoned.clone(),
@@ -486,7 +487,7 @@ pub async fn info() -> Result<Value> {
     let workspace = toolbox_core::Workspace::new(&ws)?;
     let ctx = ToolContext::new(workspace, "info", "info", "python_info");
     let mut info = request(
-        &serde_json::json!({"op": "info"}),
+        serde_json::json!({"op": "info"}),
         None,
         &ctx,
         Duration::from_secs(60),
