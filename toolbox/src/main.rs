@@ -629,11 +629,14 @@ pub(crate) fn ask_on_terminal(request: &ApprovalRequest) -> Result<ApprovalDecis
         return no_terminal();
     }
     let args = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
-    let _ = write!(
-        tty,
+    // What went to stderr before (the call's own line) shows first; then the prompt, in one
+    // write, so nothing written meanwhile can land inside it.
+    toolbox::stderr_pump::flush_installed(Duration::from_millis(100), Duration::from_millis(500));
+    let prompt = format!(
         "toolbox: allow {} (risk {}) with arguments\n{args}\n[y]es / [s]ession / [N]o: ",
         request.tool, request.risk
     );
+    let _ = tty.write_all(prompt.as_bytes());
     let _ = tty.flush();
     let mut line = String::new();
     let mut byte = [0u8; 1];

@@ -55,6 +55,9 @@ struct State {
     closed: bool,
 }
 
+/// The pump [`install`] set up, for [`flush_installed`].
+static INSTALLED: std::sync::OnceLock<Arc<Shared>> = std::sync::OnceLock::new();
+
 /// Points fd 2 at a pipe drained into a bounded queue, written to the real stderr by a thread
 /// of its own. Call it once, early, before other threads write to stderr.
 pub fn install() -> std::io::Result<StderrPump> {
@@ -71,8 +74,20 @@ pub fn install() -> std::io::Result<StderrPump> {
             return Err(std::io::Error::last_os_error());
         }
         drop(write);
-        StderrPump::start(read, real, CAPACITY)
+        let pump = StderrPump::start(read, real, CAPACITY)?;
+        let _ = INSTALLED.set(pump.shared.clone());
+        Ok(pump)
     }
+}
+
+/// [`StderrPump::flush`] on the pump [`install`] set up; true at once when there is none.
+///
+/// For output that bypasses fd 2 and must come after what was written there: a prompt
+/// written straight to `/dev/tty` would otherwise overtake lines still in the queue.
+pub fn flush_installed(stalled: Duration, at_most: Duration) -> bool {
+    INSTALLED
+        .get()
+        .is_none_or(|shared| shared.flush(stalled, at_most))
 }
 
 /// A pipe, both ends close-on-exec, the read end non-blocking.
@@ -126,20 +141,26 @@ impl StderrPump {
     /// (false) once stderr has taken nothing for `stalled`, or after `at_most` in all: a
     /// reader that went away must not keep toolbox from exiting.
     pub fn flush(&self, stalled: Duration, at_most: Duration) -> bool {
+        self.shared.flush(stalled, at_most)
+    }
+}
+
+impl Shared {
+    fn flush(&self, stalled: Duration, at_most: Duration) -> bool {
         let started = Instant::now();
         let mut progress_at = started;
-        let mut written = self.shared.written.load(Ordering::Relaxed);
+        let mut written = self.written.load(Ordering::Relaxed);
         loop {
             {
-                let _draining = lock(&self.shared.draining);
-                self.shared.drain_available();
-                let state = lock(&self.shared.state);
+                let _draining = lock(&self.draining);
+                self.drain_available();
+                let state = lock(&self.state);
                 if state.closed || (state.queue.is_empty() && !state.writing) {
                     return true;
                 }
             }
             let now = Instant::now();
-            let now_written = self.shared.written.load(Ordering::Relaxed);
+            let now_written = self.written.load(Ordering::Relaxed);
             if now_written != written {
                 written = now_written;
                 progress_at = now;
@@ -151,9 +172,7 @@ impl StderrPump {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-}
 
-impl Shared {
     fn drain_forever(&self) {
         loop {
             let mut poll = libc::pollfd {

@@ -302,6 +302,12 @@ fn auto_mode_asks_on_the_terminal_and_a_yes_runs_the_call() {
         screen.contains("allow file_manager__write (risk file_write)"),
         "{screen}"
     );
+    // The call's own line (stderr) is on the screen before the prompt (/dev/tty), whole.
+    let call_line = screen
+        .find("→ file_manager__write {")
+        .expect("the call's line");
+    let prompt = screen.find("toolbox: allow ").expect("the prompt");
+    assert!(call_line < prompt, "{screen}");
     assert!(ws.path().join("yes.txt").exists(), "{screen}");
 }
 
