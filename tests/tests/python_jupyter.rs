@@ -533,26 +533,8 @@ async fn notebook_cells_run_in_the_attached_kernel() {
     assert!(written["cells"][1]["execution_count"].as_u64().unwrap() >= 2);
 }
 
-/// A minimal pure-Python wheel, written by hand (no network).
-const WHEEL_BUILDER: &str = r#"
-import base64, hashlib, os, sys, zipfile
-name, version, out = sys.argv[1:4]
-dist = f"{name}-{version}"
-files = {
-    f"{name}/__init__.py": f"def hello():\n    return 'hello from {name}'\n",
-    f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-    f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: toolbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-with zipfile.ZipFile(os.path.join(out, f"{dist}-py3-none-any.whl"), "w") as z:
-    for path, text in files.items():
-        data = text.encode()
-        z.writestr(path, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist}.dist-info/RECORD,,")
-    z.writestr(f"{dist}.dist-info/RECORD", "\n".join(record) + "\n")
-"#;
+/// A minimal pure-Python wheel, written by hand (the python provider's test script).
+const WHEEL_BUILDER: &str = include_str!("../../providers/python/tests/make_wheel.py");
 
 #[tokio::test]
 async fn kernel_install_goes_into_the_attached_kernels_own_interpreter() {

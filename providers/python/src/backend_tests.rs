@@ -552,26 +552,9 @@ async fn embedded_interpreter_is_the_build_interpreter() {
     );
 }
 
-/// A minimal pure-Python wheel, written by hand (no setuptools, no network).
-const WHEEL_BUILDER: &str = r#"
-import base64, hashlib, os, sys, zipfile
-name, version, out = sys.argv[1:4]
-dist = f"{name}-{version}"
-files = {
-    f"{name}/__init__.py": f"def hello():\n    return 'hello from {name}'\n",
-    f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-    f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: toolbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-with zipfile.ZipFile(os.path.join(out, f"{dist}-py3-none-any.whl"), "w") as z:
-    for path, text in files.items():
-        data = text.encode()
-        z.writestr(path, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist}.dist-info/RECORD,,")
-    z.writestr(f"{dist}.dist-info/RECORD", "\n".join(record) + "\n")
-"#;
+/// A minimal pure-Python wheel, written by hand (no setuptools, no network); shared with
+/// the jupyter tests of tests/tests/python_jupyter.rs.
+const WHEEL_BUILDER: &str = include_str!("../tests/make_wheel.py");
 
 pub(crate) fn build_wheel(dir: &std::path::Path, name: &str) {
     let status = std::process::Command::new(BUILD_PYTHON_EXECUTABLE)
