@@ -25,6 +25,7 @@ mod context;
 mod dirfd;
 mod extract;
 pub mod frontmatter;
+pub mod handoff;
 pub mod limits;
 mod provider;
 mod runner;

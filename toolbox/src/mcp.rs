@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::{json, Value};
-use tokio::task::JoinSet;
 use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
 use toolbox_executor::{
     schema, ApprovalDecision, CallStatus, ExecutorConfig, SchemaFormat, ToolExecutor, ToolRequest,
@@ -192,7 +191,7 @@ impl McpServer {
             server: self,
             outbox: outbox.clone(),
             in_flight: Arc::default(),
-            tasks: JoinSet::new(),
+            running: Arc::default(),
         };
         let mut framer = stdio::Framer::new(MAX_LINE_BYTES);
         let mut chunk = Vec::new();
@@ -216,9 +215,7 @@ impl McpServer {
         }
         // End of input means no more requests, not that the client is gone: let the calls
         // already started finish and answer (a client that left is not hurt by the replies).
-        while let Some(joined) = dispatcher.tasks.join_next().await {
-            log_task_failure(joined);
-        }
+        dispatcher.running.all_finished().await;
         // Wait until every reply is written, so none is lost at exit.
         lock(&dispatcher.server.events.outbox).take();
         drop(dispatcher);
@@ -684,12 +681,11 @@ struct Dispatcher {
     server: McpServer,
     outbox: Outbox,
     in_flight: InFlightCalls,
-    tasks: JoinSet<()>,
+    running: Arc<RunningCalls>,
 }
 
 impl Dispatcher {
     fn handle(&mut self, parsed: Parsed) {
-        self.reap_finished();
         match parsed {
             Parsed::Message(Inbound::Request { id, method, params }) => {
                 self.request(id, &method, params)
@@ -789,7 +785,11 @@ impl Dispatcher {
         let events = self.server.events.clone();
         let outbox = self.outbox.clone();
         let in_flight = self.in_flight.clone();
-        self.tasks.spawn(async move {
+        let running = RunningCalls::start(&self.running);
+        // Continued in place by the thread that finishes the work (embedded Python): the
+        // trajectory line and the reply are written from there, without waking a worker.
+        toolbox_core::handoff::spawn(async move {
+            let _running = running;
             let info = executor.run_cancellable(request, cancel.clone()).await;
             // Before the reply: MCP allows no progress notification after it.
             events.close_route(&call_id);
@@ -811,22 +811,48 @@ impl Dispatcher {
             outbox.result(&id, &result.to_string());
         });
     }
+}
 
-    fn reap_finished(&mut self) {
-        while let Some(joined) = self.tasks.try_join_next() {
-            log_task_failure(joined);
+/// The calls of one connection still running: at the end of input, they finish and answer
+/// before the server returns.
+#[derive(Default)]
+struct RunningCalls {
+    count: Mutex<usize>,
+    none_left: tokio::sync::Notify,
+}
+
+/// One running call; counted until dropped (a call that panics is dropped too).
+struct Running(Arc<RunningCalls>);
+
+impl RunningCalls {
+    fn start(calls: &Arc<RunningCalls>) -> Running {
+        *lock(&calls.count) += 1;
+        Running(calls.clone())
+    }
+
+    async fn all_finished(&self) {
+        loop {
+            let notified = self.none_left.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if *lock(&self.count) == 0 {
+                return;
+            }
+            notified.await;
         }
     }
 }
 
-fn log_task_failure(joined: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = joined {
-        tracing::error!("mcp: a tools/call task failed: {e}");
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut count = lock(&self.0.count);
+        *count -= 1;
+        if *count == 0 {
+            self.0.none_left.notify_waiters();
+        }
     }
 }
 
-/// The maps behind these locks stay consistent even if a holder panicked: every update is
-/// one insert, remove or assignment.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -194,3 +194,68 @@ fn tools_cannot_read_the_protocol_from_stdin() {
     );
     assert!(text(&replies[1]).starts_with("Slept"), "{}", replies[1]);
 }
+
+/// Embedded Python answers from its own thread, which writes the call's reply itself (see
+/// `toolbox_core::handoff`). The other ways a Python call ends still work over MCP: a fast
+/// call sent while a cell sleeps is answered first; a cell that outlives its `timeout_ms` is
+/// interrupted and answered; a cancelled cell gets no reply and frees the interpreter; and
+/// the session's state carries over between calls.
+#[test]
+fn embedded_python_calls_end_every_way_over_one_connection() {
+    let mut server = Server::start();
+    std::fs::write(server.ws.path().join("n.txt"), "note\n").unwrap();
+    server.send(&[call(
+        json!(1),
+        "run_python_code",
+        json!({ "code": "x = 41" }),
+    )]);
+    assert_eq!(server.reply()["id"], 1);
+    server.send(&[call(
+        json!(2),
+        "run_python_code",
+        json!({ "code": "x + 1" }),
+    )]);
+    let reply = server.reply();
+    assert_eq!(reply["id"], 2);
+    assert!(text(&reply).contains("42"), "{reply}");
+
+    // Timed out: interrupted inside time.sleep, answered with what it printed first.
+    server.send(&[
+        call(
+            json!("slow"),
+            "run_python_code",
+            json!({ "code": "import time\nprint('before')\ntime.sleep(60)", "timeout_ms": 1000 }),
+        ),
+        call(
+            json!("fast"),
+            "file_manager__read",
+            json!({ "path": "n.txt" }),
+        ),
+    ]);
+    let fast = server.reply();
+    assert_eq!(fast["id"], "fast", "{fast}");
+    assert!(text(&fast).contains("note"), "{fast}");
+    let slow = server.reply();
+    assert_eq!(slow["id"], "slow", "{slow}");
+    let slow_text = slow["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(slow_text.contains("before"), "{slow}");
+    assert!(slow_text.contains("timed out"), "{slow}");
+
+    // Cancelled: no reply under its id, and the next cell runs.
+    server.send(&[call(
+        json!("doomed"),
+        "run_python_code",
+        json!({ "code": "import time\ntime.sleep(60)" }),
+    )]);
+    // Let the cell start before cancelling it (a cancel before the start also gives no reply).
+    server.send(&[call(json!("mark"), "sleep", json!({ "seconds": 0.3 }))]);
+    assert_eq!(server.reply()["id"], "mark");
+    server.send(&[
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": "doomed"}}),
+        call(json!(3), "run_python_code", json!({ "code": "x * 2" })),
+    ]);
+    let reply = server.reply();
+    assert_eq!(reply["id"], 3, "{reply}");
+    assert!(text(&reply).contains("82"), "{reply}");
+}

@@ -135,8 +135,13 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     while let Ok(job) = queue.recv() {
         let response = Python::attach(|py| interpreter.run_job(py, &job));
         interpreter.clear_stuck(job.id);
-        // The caller may have given up; nobody listening is fine.
-        let _ = job.reply.send(response);
+        // The caller may have given up; nobody listening is fine. A call started with
+        // `handoff::spawn` (an MCP call) finishes here, on this thread, without waking a
+        // runtime worker for its tail; the GIL is not held meanwhile.
+        let reply = job.reply;
+        toolbox_core::handoff::with_inline_wakeups(|| {
+            let _ = reply.send(response);
+        });
     }
 }
 

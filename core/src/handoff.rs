@@ -1,0 +1,240 @@
+//! Tasks that a worker thread outside the async runtime may carry on with, in place.
+//!
+//! A tool call that hands work to a dedicated thread (embedded Python runs on the thread that
+//! started the interpreter) waits for the answer on a channel. As a plain tokio task, the
+//! answer wakes the task, and a runtime worker that was asleep has to be woken to finish the
+//! call: one more thread hand-off between the work and the reply. On this kind of machine
+//! that hand-off costs more than the rest of the call's tail.
+//!
+//! A task started with [`spawn`] is polled on the runtime as usual, except when it is woken
+//! from inside [`with_inline_wakeups`] on the thread that finished the work. It is then
+//! polled right there, at once: the call's tail (its trajectory line and its reply) runs on
+//! the thread that already holds the answer, and nothing else has to wake up.
+//!
+//! Anything the task waits for later (a timer, another channel) wakes it on the runtime
+//! again. A task is polled by one thread at a time; a wake-up that arrives while it is being
+//! polled makes that poll go round once more. A panic in the task is caught and logged, on
+//! either side.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+
+use tokio::runtime::Handle;
+
+type BoxedTask = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Nobody polls the task and no wake-up is pending.
+const IDLE: u8 = 0;
+/// A poll has been asked for (on the runtime, or about to happen in place).
+const SCHEDULED: u8 = 1;
+/// Being polled.
+const RUNNING: u8 = 2;
+/// Being polled, and woken meanwhile: poll once more.
+const NOTIFIED: u8 = 3;
+/// Finished; wake-ups are ignored.
+const DONE: u8 = 4;
+
+thread_local! {
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Task {
+    state: AtomicU8,
+    future: Mutex<Option<BoxedTask>>,
+    runtime: Handle,
+}
+
+/// Starts `future` on the current runtime as a task that can be continued in place (see the
+/// module documentation). Must be called from within a tokio runtime.
+pub fn spawn(future: impl Future<Output = ()> + Send + 'static) {
+    let task = Arc::new(Task {
+        state: AtomicU8::new(SCHEDULED),
+        future: Mutex::new(Some(Box::pin(future))),
+        runtime: Handle::current(),
+    });
+    task.schedule_on_runtime();
+}
+
+/// Runs `f`; a task started with [`spawn`] that `f` wakes is polled in place, on this thread,
+/// before `f`'s wake-up call returns. For a thread outside the runtime that hands results
+/// back (with the runtime's handle available to what it polls).
+pub fn with_inline_wakeups<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            INLINE.with(|inline| inline.set(self.0));
+        }
+    }
+    let _reset = Reset(INLINE.with(|inline| inline.replace(true)));
+    f()
+}
+
+impl Task {
+    fn schedule_on_runtime(self: &Arc<Self>) {
+        let task = self.clone();
+        self.runtime.spawn(async move { task.run() });
+    }
+
+    /// Polls until the task is finished or nobody woke it during the last poll.
+    fn run(self: &Arc<Self>) {
+        loop {
+            self.state.store(RUNNING, Ordering::Release);
+            let finished = {
+                let mut slot = self.future.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(future) = slot.as_mut() else {
+                    return;
+                };
+                let waker = Waker::from(self.clone());
+                let mut cx = Context::from_waker(&waker);
+                let _runtime = self.runtime.enter();
+                let finished =
+                    match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+                        Ok(Poll::Pending) => false,
+                        Ok(Poll::Ready(())) => true,
+                        Err(_) => {
+                            tracing::error!("a task continued in place panicked");
+                            true
+                        }
+                    };
+                if finished {
+                    // Dropped here, under the lock, by whichever thread finished it.
+                    *slot = None;
+                }
+                finished
+            };
+            if finished {
+                self.state.store(DONE, Ordering::Release);
+                return;
+            }
+            if self
+                .state
+                .compare_exchange(RUNNING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+            // NOTIFIED: woken while polled; go round again.
+        }
+    }
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            let next = match state {
+                IDLE => SCHEDULED,
+                RUNNING => NOTIFIED,
+                _ => return,
+            };
+            match self
+                .state
+                .compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => state = now,
+            }
+        }
+        if state == RUNNING {
+            return;
+        }
+        if INLINE.with(Cell::get) {
+            // Not recursively: what the poll wakes in turn goes to the runtime.
+            INLINE.with(|inline| inline.set(false));
+            self.run();
+            INLINE.with(|inline| inline.set(true));
+        } else {
+            self.schedule_on_runtime();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or("").to_string()
+    }
+
+    /// The tail after a channel answered by a helper thread runs on that thread when the
+    /// helper wakes it inside `with_inline_wakeups`, and on the runtime otherwise; what the
+    /// task waits for next (a timer) wakes it on the runtime either way.
+    #[test]
+    fn the_waker_thread_continues_the_task_only_when_it_says_so() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("rt-worker")
+            .enable_all()
+            .build()
+            .unwrap();
+        for inline in [true, false] {
+            let (job_tx, job_rx) = std::sync::mpsc::channel::<tokio::sync::oneshot::Sender<u32>>();
+            let helper = std::thread::Builder::new()
+                .name("helper".into())
+                .spawn(move || {
+                    let reply = job_rx.recv().unwrap();
+                    let send = || reply.send(7).unwrap();
+                    if inline {
+                        with_inline_wakeups(send)
+                    } else {
+                        send()
+                    }
+                })
+                .unwrap();
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            runtime.block_on(async move {
+                spawn(async move {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    job_tx.send(tx).unwrap();
+                    let answer = rx.await.unwrap();
+                    let tail = thread_name();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    done_tx.send((answer, tail, thread_name())).unwrap();
+                });
+            });
+            helper.join().unwrap();
+            let (answer, tail, after_sleep) =
+                done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(answer, 7);
+            assert_eq!(tail, if inline { "helper" } else { "rt-worker" });
+            assert_eq!(after_sleep, "rt-worker");
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_is_contained() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>();
+        let seen = ran.clone();
+        runtime.block_on(async move {
+            spawn(async move {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                job_tx.send(tx).unwrap();
+                rx.await.unwrap();
+                seen.store(true, Ordering::SeqCst);
+                panic!("boom");
+            });
+        });
+        let reply = job_rx.recv().unwrap();
+        // The helper survives the task's panic.
+        with_inline_wakeups(|| reply.send(()).unwrap());
+        assert!(ran.load(Ordering::SeqCst));
+    }
+}
