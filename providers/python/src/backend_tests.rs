@@ -690,6 +690,14 @@ async fn the_same_cells_render_the_same_on_every_backend() {
             Some("[result]\n   a  b\n0  1  2\n"),
         ),
         ("def f(n):\n    return 10 / n", Some("(no output)\n")),
+        // Compiled once when the last statement is certainly not an expression (see
+        // tests/cell_tail.py), through the AST otherwise: the same results either way.
+        ("z = 1; 42", Some("[result]\n42\n")),
+        ("z = 1\n42", Some("[result]\n42\n")),
+        ("'a docstring'", Some("[result]\n'a docstring'\n")),
+        ("z = 2\nif z:\n    z = 3", Some("(no output)\n")),
+        ("from os import path as _p\nz: int = 4", Some("(no output)\n")),
+        ("z  # shown\n# a trailing comment\n", Some("[result]\n4\n")),
         ("print('before')\ny = 5\nf(0)", None),
         ("y", Some("[result]\n5\n")),
         ("for i in range(3)\n    pass", None),

@@ -502,9 +502,92 @@ _TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
 _CO_COROUTINE = 0x80
 
 
+def _opcode(name):
+    import opcode
+
+    return opcode.opmap.get(name, -1)
+
+
+# The bytecode shapes _may_end_in_expression reads, checked on these versions (see
+# providers/python/tests/cell_tail.py); on any other, every cell takes the AST path.
+_TAIL_SHAPES_CHECKED = (3, 10) <= sys.version_info[:2] <= (3, 13)
+if _TAIL_SHAPES_CHECKED:
+    _OP_POP_TOP, _OP_NOP, _OP_CACHE = _opcode("POP_TOP"), _opcode("NOP"), _opcode("CACHE")
+    _OP_STORE_NAME, _OP_LOAD_CONST = _opcode("STORE_NAME"), _opcode("LOAD_CONST")
+    _OP_RETURN_VALUE, _OP_RETURN_CONST = _opcode("RETURN_VALUE"), _opcode("RETURN_CONST")
+
+
+def _may_end_in_expression(code_obj, source):
+    """False only when the cell's last statement is certainly not an expression statement.
+
+    Read from the compiled module instead of an AST, which costs as much again as compiling
+    (building Python objects for every node, then compiling those): an expression statement
+    compiles to its value and a POP_TOP right before the module's implicit `return None`,
+    on the line of that return. A constant expression compiles to nothing (or a NOP), so the
+    instruction before the return then belongs to an earlier statement: on another line,
+    unless a `;` put both on one, and a cell with a `;` anywhere is not judged here. A
+    string first in a cell is stored as `__doc__`. Anything unexpected answers True, and the
+    caller then parses the cell.
+    """
+    if not _TAIL_SHAPES_CHECKED or ";" in source:
+        return True
+    units = code_obj.co_code
+    ret = len(units) - 2
+    if ret < 2:
+        return True
+    if units[ret] == _OP_RETURN_VALUE and units[ret - 2] == _OP_LOAD_CONST:
+        ret -= 2
+    elif units[ret] != _OP_RETURN_CONST:
+        return True
+    before = ret - 2
+    while before >= 0 and units[before] == _OP_CACHE:
+        before -= 2
+    if before < 0 or units[before] in (_OP_POP_TOP, _OP_NOP):
+        return True
+    if units[before] == _OP_STORE_NAME and "__doc__" in code_obj.co_names:
+        return True
+    line_of_return = line_before = None
+    for start, end, line in code_obj.co_lines():
+        if start <= ret < end:
+            line_of_return = line
+        if start <= before < end:
+            line_before = line
+    return line_of_return is None or line_of_return != line_before
+
+
+# How a last line that is a statement starts: indented (inside a block), a keyword, or an
+# assignment (plain, augmented or annotated) to a name, attribute or subscript. Only a guess
+# of which way to compile first; _may_end_in_expression decides.
+_STATEMENT_START = re.compile(
+    r"[ \t]|@|(?:import|from|def|class|for|while|if|elif|else|with|try|except|finally|return"
+    r"|del|pass|raise|assert|global|nonlocal|async|break|continue)\b"
+    r"|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)"
+    r"|[A-Za-z_][\w.]*\s*:"
+)
+
+
+def _looks_like_statement(code):
+    """Whether the cell's last line that is not blank or a comment looks like a statement."""
+    end = len(code)
+    while end > 0:
+        start = code.rfind("\n", 0, end) + 1
+        line = code[start:end]
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return _STATEMENT_START.match(line) is not None
+        end = start - 1
+    return False
+
+
 def _compile_cell(code, filename):
     """Compiles a cell; returns (body code, last-expression code or None)."""
     flags = _TOP_LEVEL_AWAIT
+    # Most cells end in a statement (`x = 1`, a def, a loop): one compile, no AST. A cell
+    # whose last line looks like an expression goes straight to the AST, which it needs.
+    if _looks_like_statement(code):
+        whole = compile(code, filename, "exec", flags=flags)
+        if not _may_end_in_expression(whole, code):
+            return whole, None
     tree = ast.parse(code, filename, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
