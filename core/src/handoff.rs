@@ -96,8 +96,9 @@ impl Task {
                     match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
                         Ok(Poll::Pending) => false,
                         Ok(Poll::Ready(())) => true,
-                        Err(_) => {
-                            tracing::error!("a task continued in place panicked");
+                        Err(panic) => {
+                            let message = crate::panic::message(&*panic);
+                            tracing::error!("a task (a tool call) panicked: {message}");
                             true
                         }
                     };

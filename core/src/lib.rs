@@ -27,6 +27,7 @@ mod extract;
 pub mod frontmatter;
 pub mod handoff;
 pub mod limits;
+pub mod panic;
 mod provider;
 mod runner;
 pub mod schema;

@@ -1,4 +1,3 @@
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -512,7 +511,10 @@ impl ToolExecutor {
             Ok(Err(err)) => Err((ErrorKind::Tool, format!("{err:#}"))),
             Err(panic) => Err((
                 ErrorKind::Panic,
-                format!("tool {name} panicked: {}", panic_message(&panic)),
+                format!(
+                    "tool {name} panicked: {}",
+                    toolbox_core::panic::message(&*panic)
+                ),
             )),
         };
         let stopped = tokio::select! {
@@ -653,15 +655,5 @@ fn stringify_tool_result(value: Value) -> String {
         Value::String(s) => s,
         other => serde_json::to_string_pretty(&other)
             .unwrap_or_else(|e| format!("<unprintable result: {e}>")),
-    }
-}
-
-fn panic_message(panic: &Box<dyn Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(non-string panic payload)".to_string()
     }
 }
