@@ -23,6 +23,11 @@ Prints figures only:
   echo tool;
 - run_python_code `x = 1` through toolbox mcp against the same cell in an ipykernel through
   jupyter_client;
+- for reference, the same cell in a bare line server: a dozen lines of Python on one
+  thread that compile and run the cell and answer, with none of what a tool layer does
+  (no permission gate, no trajectory, no output capture, no timeout, no tracebacks). It
+  shows the least that compiling and running a cell costs on this machine in each
+  schedule, against the same ipykernel;
 - throughput with 1, 8 and 64 fast calls in flight on one connection;
 - peak RSS of toolbox mcp while 64 calls each return 1 MB (spooled as usual).
 """
@@ -150,7 +155,26 @@ def timed(fn):
     return time.perf_counter() - t
 
 
-def compare(title, first, second, rounds):
+# The reference: what is left of an in-process Python tool server without a tool layer.
+BARE_SERVER = textwrap.dedent(
+    """
+    import json, sys
+    out = sys.stdout.buffer
+    ns = {}
+    for line in sys.stdin.buffer:
+        m = json.loads(line)
+        if "id" not in m:
+            continue
+        if m.get("method") == "tools/call":
+            exec(compile(m["params"]["arguments"]["code"], "<cell>", "exec"), ns)
+        r = {"jsonrpc": "2.0", "id": m["id"], "result": {"content": [], "isError": False}}
+        out.write(json.dumps(r).encode() + b"\\n")
+        out.flush()
+    """
+)
+
+
+def compare(title, first, second, rounds, who="toolbox"):
     """Runs the three schedules for two (name, call) pairs and prints medians and ratios."""
     (a_name, a_call), (b_name, b_call) = first, second
     run = 50
@@ -174,7 +198,7 @@ def compare(title, first, second, rounds):
         print(f"  {schedule}:")
         a = row(a_name, a_times)
         b = row(b_name, b_times)
-        print(f"  ratio: toolbox is {b / a:.1f}x faster")
+        print(f"  ratio: {who} is {b / a:.1f}x faster")
 
 
 def toolbox_server(ws):
@@ -242,6 +266,24 @@ def main():
             ),
             ROUNDS,
         )
+        with open(os.path.join(ws, "bare.py"), "w") as f:
+            f.write(BARE_SERVER)
+        bare = Server([sys.executable, "-S", os.path.join(ws, "bare.py")], ws)
+        for _ in range(30):
+            bare.call("run_python_code", code)
+        compare(
+            "reference: x = 1 in a bare line server (no tool layer)",
+            ("bare Python line server", lambda: bare.call("run_python_code", code)),
+            (
+                "ipykernel via jupyter_client",
+                lambda: kernel[1].execute_interactive(
+                    "x = 1", timeout=30, output_hook=lambda m: None
+                ),
+            ),
+            ROUNDS,
+            who="the bare server",
+        )
+        bare.close()
         kernel[1].stop_channels()
         kernel[0].shutdown_kernel(now=True)
     else:
