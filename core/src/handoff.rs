@@ -15,9 +15,16 @@
 //! again. A task is polled by one thread at a time; a wake-up that arrives while it is being
 //! polled makes that poll go round once more. A panic in the task is caught and logged, on
 //! either side.
+//!
+//! The same thread may also take up [`IdleWork`] while it has nothing to do: `toolbox mcp`
+//! offers its input, so that a request arriving while the embedded Python thread is idle
+//! wakes that thread, which reads it, starts the call in place ([`spawn_here`]), runs the
+//! cell and writes the reply, with no other thread involved. While the thread is busy, the
+//! runtime reads the input as usual.
 
 use std::cell::Cell;
 use std::future::Future;
+use std::os::fd::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -58,6 +65,99 @@ pub fn spawn(future: impl Future<Output = ()> + Send + 'static) {
         runtime: Handle::current(),
     });
     task.schedule_on_runtime();
+}
+
+/// Starts `future` as a task like [`spawn`] does, but polls it for the first time right
+/// here, on the calling thread, before returning. For a thread that took up [`IdleWork`].
+/// Must be called with a tokio runtime available (inside the runtime, or with a handle
+/// entered).
+pub fn spawn_here(future: impl Future<Output = ()> + Send + 'static) {
+    let task = Arc::new(Task {
+        state: AtomicU8::new(SCHEDULED),
+        future: Mutex::new(Some(Box::pin(future))),
+        runtime: Handle::current(),
+    });
+    // What this first poll wakes goes to the runtime, as in any other poll.
+    let inline = INLINE.with(|inline| inline.replace(false));
+    task.run();
+    INLINE.with(|was| was.set(inline));
+}
+
+/// Work a dedicated thread (the embedded Python thread) may take up while it has nothing
+/// else to do: a descriptor to wait on, and what to do when it is readable.
+///
+/// The thread calls [`watch`](Self::watch)`(true)` before it waits on [`fd`](Self::fd),
+/// [`take`](Self::take) when the descriptor is readable, and `watch(false)` before it turns
+/// to anything else, so that the work's owner takes over meanwhile.
+pub trait IdleWork: Send + Sync {
+    /// Readable when there is work. Stays open as long as this value lives.
+    fn fd(&self) -> RawFd;
+    /// True once there will never be work again (the input ended): stop waiting on it.
+    fn finished(&self) -> bool;
+    /// Whether the idle thread is watching `fd` (its owner holds back meanwhile).
+    fn watch(&self, watching: bool);
+    /// Takes the work that is there, on the idle thread; returns when it is started. What
+    /// takes time is started with [`spawn_here`] after `watch(false)`.
+    fn take(&self);
+}
+
+#[derive(Default)]
+struct Idle {
+    work: Option<Arc<dyn IdleWork>>,
+    /// Rung when `work` changes, so that a waiting thread looks again.
+    bells: Vec<Arc<dyn Fn() + Send + Sync>>,
+}
+
+static OFFER: Mutex<Idle> = Mutex::new(Idle {
+    work: None,
+    bells: Vec::new(),
+});
+
+fn idle() -> std::sync::MutexGuard<'static, Idle> {
+    OFFER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Offers `work` to idle threads until the returned value is dropped.
+pub fn offer_idle_work(work: Arc<dyn IdleWork>) -> IdleOffer {
+    let bells = {
+        let mut idle = idle();
+        idle.work = Some(work.clone());
+        idle.bells.clone()
+    };
+    bells.iter().for_each(|ring| ring());
+    IdleOffer { work }
+}
+
+/// The work on offer, if any.
+pub fn idle_work() -> Option<Arc<dyn IdleWork>> {
+    idle().work.clone()
+}
+
+/// Registers a thread that takes up idle work: `ring` wakes it when the offer changes.
+pub fn on_idle_work_changed(ring: Arc<dyn Fn() + Send + Sync>) {
+    idle().bells.push(ring);
+}
+
+/// Withdraws its work from idle threads when dropped.
+pub struct IdleOffer {
+    work: Arc<dyn IdleWork>,
+}
+
+impl Drop for IdleOffer {
+    fn drop(&mut self) {
+        let bells = {
+            let mut idle = idle();
+            if idle
+                .work
+                .as_ref()
+                .is_some_and(|current| Arc::ptr_eq(current, &self.work))
+            {
+                idle.work = None;
+            }
+            idle.bells.clone()
+        };
+        bells.iter().for_each(|ring| ring());
+    }
 }
 
 /// Runs `f`; a task started with [`spawn`] that `f` wakes is polled in place, on this thread,
@@ -212,6 +312,75 @@ mod tests {
             assert_eq!(tail, if inline { "helper" } else { "rt-worker" });
             assert_eq!(after_sleep, "rt-worker");
         }
+    }
+
+    struct Pipe {
+        read: std::os::fd::OwnedFd,
+        taken: std::sync::atomic::AtomicUsize,
+    }
+
+    impl IdleWork for Pipe {
+        fn fd(&self) -> RawFd {
+            std::os::fd::AsRawFd::as_raw_fd(&self.read)
+        }
+        fn finished(&self) -> bool {
+            false
+        }
+        fn watch(&self, _watching: bool) {}
+        fn take(&self) {
+            self.taken.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// An offer rings the idle threads' bells, is seen by `idle_work` while it stands, and
+    /// is withdrawn (with another ring) when dropped; an older offer's drop does not
+    /// withdraw a newer one. Calls started in place run their first poll before
+    /// `spawn_here` returns.
+    #[test]
+    fn idle_work_is_offered_until_withdrawn_and_calls_start_in_place() {
+        let rings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = rings.clone();
+        on_idle_work_changed(Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }));
+        let (read, _write) = std::io::pipe().unwrap();
+        let read: std::os::fd::OwnedFd = read.into();
+        let work = Arc::new(Pipe {
+            read,
+            taken: Default::default(),
+        });
+        let before = rings.load(Ordering::SeqCst);
+        let first = offer_idle_work(work.clone());
+        assert!(rings.load(Ordering::SeqCst) > before);
+        let offered = idle_work().expect("offered");
+        offered.take();
+        assert_eq!(work.taken.load(Ordering::SeqCst), 1);
+        let (read, _write2) = std::io::pipe().unwrap();
+        let newer = Arc::new(Pipe {
+            read: read.into(),
+            taken: Default::default(),
+        });
+        let second = offer_idle_work(newer);
+        drop(first);
+        assert!(idle_work().is_some(), "the newer offer stands");
+        let rung = rings.load(Ordering::SeqCst);
+        drop(second);
+        assert!(idle_work().is_none());
+        assert!(rings.load(Ordering::SeqCst) > rung);
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let first_poll = Arc::new(AtomicBool::new(false));
+        let polled = first_poll.clone();
+        spawn_here(async move {
+            polled.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        });
+        assert!(first_poll.load(Ordering::SeqCst));
     }
 
     #[test]

@@ -26,12 +26,16 @@
 
 mod stdio;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::{json, Value};
+use tokio::io::unix::AsyncFd;
+use toolbox_core::handoff::IdleWork;
 use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
 use toolbox_executor::{
     schema, ApprovalDecision, CallStatus, ExecutorConfig, SchemaFormat, ToolExecutor, ToolRequest,
@@ -180,52 +184,255 @@ impl McpServer {
         self.serve_on(input, output).await
     }
 
-    async fn serve_on(
-        self,
-        mut input: stdio::Input,
-        output: Arc<stdio::Output>,
-    ) -> anyhow::Result<()> {
+    async fn serve_on(self, input: stdio::Input, output: Arc<stdio::Output>) -> anyhow::Result<()> {
         let outbox = Outbox { output };
         *lock(&self.events.outbox) = Some(outbox.clone());
-        let mut dispatcher = Dispatcher {
+        let events = self.events.clone();
+        let dispatcher = Dispatcher {
             server: self,
             outbox: outbox.clone(),
             in_flight: Arc::default(),
             running: Arc::default(),
         };
-        let mut framer = stdio::Framer::new(MAX_LINE_BYTES);
-        let mut chunk = Vec::new();
-        loop {
-            if let Err(e) = input.read(&mut chunk).await {
-                tracing::warn!("mcp: cannot read stdin: {e}");
-                break;
-            }
-            if chunk.is_empty() {
-                if let Some(frame) = framer.finish() {
-                    let parsed = parse_frame(frame).await;
-                    dispatcher.handle(parsed);
-                }
-                break;
-            }
-            let mut pos = 0;
-            while let Some(frame) = framer.next(&chunk, &mut pos) {
-                let parsed = parse_frame(frame).await;
-                dispatcher.handle(parsed);
-            }
+        let running = dispatcher.running.clone();
+        match input {
+            stdio::Input::Polled { fd, pipe } => serve_polled(fd, pipe, dispatcher).await,
+            stdio::Input::Thread(input) => serve_read(input, dispatcher).await,
         }
         // End of input means no more requests, not that the client is gone: let the calls
         // already started finish and answer (a client that left is not hurt by the replies).
-        dispatcher.running.all_finished().await;
+        running.all_finished().await;
         // Wait until every reply is written, so none is lost at exit.
-        lock(&dispatcher.server.events.outbox).take();
-        drop(dispatcher);
+        lock(&events.outbox).take();
         outbox.output.finish().await;
         Ok(())
     }
 }
 
-/// Parses one frame: in place when it is small, on the blocking pool when it is large.
-async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
+/// Serves input read by a thread of its own (see `stdio::Input::Thread`).
+async fn serve_read(mut input: stdio::ThreadInput, mut dispatcher: Dispatcher) {
+    let mut framer = stdio::Framer::new(MAX_LINE_BYTES);
+    let mut chunk = Vec::new();
+    loop {
+        if let Err(e) = input.read(&mut chunk).await {
+            tracing::warn!("mcp: cannot read stdin: {e}");
+            break;
+        }
+        if chunk.is_empty() {
+            if let Some(frame) = framer.finish() {
+                let parsed = parse_frame(frame).await;
+                dispatcher.handle(parsed);
+            }
+            break;
+        }
+        let mut pos = 0;
+        while let Some(frame) = framer.next(&chunk, &mut pos) {
+            let parsed = parse_frame(frame).await;
+            dispatcher.handle(parsed);
+        }
+    }
+}
+
+/// Serves polled input (a pipe, socket or terminal) with two readers: this task, and the
+/// embedded Python thread while it is idle, to which the input is offered as
+/// [`IdleWork`](toolbox_core::handoff::IdleWork). A request that arrives while that thread
+/// waits wakes it; it reads and parses the request, starts the call in place, runs the cell
+/// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
+/// leaves the input alone; whenever the thread turns to something else, this task reads.
+/// Both read and dispatch under one lock, so requests are handled in the order they came.
+async fn serve_polled(fd: AsyncFd<OwnedFd>, pipe: bool, dispatcher: Dispatcher) {
+    let reader = Arc::new(SharedInput {
+        fd,
+        pipe,
+        state: tokio::sync::Mutex::new(InputState {
+            framer: stdio::Framer::new(MAX_LINE_BYTES),
+            chunk: Vec::new(),
+            dispatcher,
+            ended: false,
+        }),
+        watched: AtomicBool::new(false),
+        nudge: tokio::sync::Notify::new(),
+        ended: AtomicBool::new(false),
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let _offer = toolbox_core::handoff::offer_idle_work(reader.clone());
+    loop {
+        let ready = tokio::select! {
+            biased;
+            _ = reader.nudge.notified() => None,
+            ready = reader.fd.readable() => match ready {
+                Ok(mut guard) if reader.watched.load(Ordering::SeqCst) => {
+                    // The idle thread reads it; if it turns away first, it nudges.
+                    guard.clear_ready();
+                    continue;
+                }
+                Ok(guard) => Some(guard),
+                Err(e) => {
+                    tracing::warn!("mcp: cannot poll stdin: {e}");
+                    break;
+                }
+            },
+        };
+        let mut state = reader.state.lock().await;
+        if state.ended {
+            break;
+        }
+        let raw = reader.fd.get_ref().as_raw_fd();
+        let read = match ready {
+            Some(mut guard) => match guard.try_io(|_| stdio::read_chunk(raw, &mut state.chunk)) {
+                Ok(read) => {
+                    // A short read drained the pipe: say so now rather than learn it from one
+                    // more read(2) that fails with EAGAIN.
+                    if read.is_ok()
+                        && reader.pipe
+                        && !state.chunk.is_empty()
+                        && state.chunk.len() < stdio::READ_CHUNK
+                    {
+                        guard.clear_ready();
+                    }
+                    read
+                }
+                Err(_would_block) => continue,
+            },
+            None => match stdio::read_chunk(raw, &mut state.chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                read => read,
+            },
+        };
+        if let Err(e) = read {
+            tracing::warn!("mcp: cannot read stdin: {e}");
+            break;
+        }
+        let InputState {
+            framer,
+            chunk,
+            dispatcher,
+            ended,
+        } = &mut *state;
+        if chunk.is_empty() {
+            if let Some(frame) = framer.finish() {
+                let parsed = parse_frame(frame).await;
+                dispatcher.handle(parsed);
+            }
+            *ended = true;
+            break;
+        }
+        let mut pos = 0;
+        while let Some(frame) = framer.next(chunk, &mut pos) {
+            let parsed = parse_frame(frame).await;
+            dispatcher.handle(parsed);
+        }
+    }
+    reader.ended.store(true, Ordering::SeqCst);
+}
+
+/// The protocol input and what reads it, shared by the serving task and an idle thread.
+struct SharedInput {
+    fd: AsyncFd<OwnedFd>,
+    pipe: bool,
+    state: tokio::sync::Mutex<InputState>,
+    /// The idle thread is waiting on the input: the serving task leaves it alone.
+    watched: AtomicBool,
+    /// Tells the serving task to read: the idle thread turned away with input waiting.
+    nudge: tokio::sync::Notify,
+    ended: AtomicBool,
+    runtime: tokio::runtime::Handle,
+}
+
+struct InputState {
+    framer: stdio::Framer,
+    chunk: Vec<u8>,
+    dispatcher: Dispatcher,
+    ended: bool,
+}
+
+thread_local! {
+    /// Set while the idle thread dispatches: calls are collected here and started in place
+    /// once the input is unlocked.
+    static STARTED_HERE: RefCell<Option<Vec<Call>>> = const { RefCell::new(None) };
+}
+
+type Call = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl IdleWork for SharedInput {
+    fn fd(&self) -> RawFd {
+        self.fd.get_ref().as_raw_fd()
+    }
+
+    fn finished(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    fn watch(&self, watching: bool) {
+        let was = self.watched.swap(watching, Ordering::SeqCst);
+        // Input that came while the serving task held back is its to read now.
+        if was && !watching && stdio::readable_now(self.fd()) {
+            self.nudge.notify_one();
+        }
+    }
+
+    fn take(&self) {
+        let mut state = self.state.blocking_lock();
+        let _runtime = self.runtime.enter();
+        if state.ended {
+            return;
+        }
+        let raw = self.fd();
+        match stdio::read_chunk(raw, &mut state.chunk) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                tracing::warn!("mcp: cannot read stdin: {e}");
+                // As at the end of input: the serving task, nudged, ends the session.
+                state.ended = true;
+                self.ended.store(true, Ordering::SeqCst);
+                self.nudge.notify_one();
+                return;
+            }
+        }
+        STARTED_HERE.with(|calls| *calls.borrow_mut() = Some(Vec::new()));
+        let InputState {
+            framer,
+            chunk,
+            dispatcher,
+            ended,
+        } = &mut *state;
+        if chunk.is_empty() {
+            if let Some(frame) = framer.finish() {
+                dispatcher.handle(parse_frame_here(frame, self));
+            }
+            *ended = true;
+            self.ended.store(true, Ordering::SeqCst);
+            self.nudge.notify_one();
+        } else {
+            let mut pos = 0;
+            while let Some(frame) = framer.next(chunk, &mut pos) {
+                dispatcher.handle(parse_frame_here(frame, self));
+            }
+        }
+        let calls = STARTED_HERE.with(|calls| calls.borrow_mut().take().unwrap_or_default());
+        drop(state);
+        if !calls.is_empty() {
+            // From here this thread is busy: the serving task reads what comes meanwhile.
+            self.watch(false);
+            for call in calls {
+                toolbox_core::handoff::spawn_here(call);
+            }
+        }
+    }
+}
+
+/// [`parse_frame`] on the idle thread: a large line is parsed here too, after handing the
+/// input to the serving task for the while.
+fn parse_frame_here(frame: stdio::Frame<'_>, input: &SharedInput) -> Parsed {
+    if matches!(frame, stdio::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES) {
+        input.watch(false);
+    }
+    parse_frame_now(frame)
+}
+
+/// Parses one frame, here and now.
+fn parse_frame_now(frame: stdio::Frame<'_>) -> Parsed {
     match frame {
         stdio::Frame::TooLong => Parsed::Reject {
             id: Value::Null,
@@ -235,8 +442,14 @@ async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
                  it was skipped"
             ),
         },
-        stdio::Frame::Line(line) if line.len() <= INLINE_PARSE_BYTES => parse_line(line),
-        stdio::Frame::Line(line) => {
+        stdio::Frame::Line(line) => parse_line(line),
+    }
+}
+
+/// Parses one frame: in place when it is small, on the blocking pool when it is large.
+async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
+    match frame {
+        stdio::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES => {
             let line = line.to_vec();
             tokio::task::spawn_blocking(move || parse_line(&line))
                 .await
@@ -246,6 +459,7 @@ async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
                     message: format!("Parse error: {e}"),
                 })
         }
+        frame => parse_frame_now(frame),
     }
 }
 
@@ -788,7 +1002,7 @@ impl Dispatcher {
         let running = RunningCalls::start(&self.running);
         // Continued in place by the thread that finishes the work (embedded Python): the
         // trajectory line and the reply are written from there, without waking a worker.
-        toolbox_core::handoff::spawn(async move {
+        let call: Call = Box::pin(async move {
             let _running = running;
             let info = executor.run_cancellable(request, cancel.clone()).await;
             // Before the reply: MCP allows no progress notification after it.
@@ -810,6 +1024,17 @@ impl Dispatcher {
             });
             outbox.result(&id, &result.to_string());
         });
+        // Read by the idle thread: started in place once the input is unlocked.
+        let call = STARTED_HERE.with(|started| match started.borrow_mut().as_mut() {
+            Some(calls) => {
+                calls.push(call);
+                None
+            }
+            None => Some(call),
+        });
+        if let Some(call) = call {
+            toolbox_core::handoff::spawn(call);
+        }
     }
 }
 

@@ -259,3 +259,55 @@ fn embedded_python_calls_end_every_way_over_one_connection() {
     assert_eq!(reply["id"], 3, "{reply}");
     assert!(text(&reply).contains("82"), "{reply}");
 }
+
+/// Once embedded Python has started, its thread reads requests itself while it is idle (see
+/// `toolbox_core::handoff::IdleWork`). While it runs a cell, the server still reads: fast
+/// calls and pings sent after a cell started are answered before the cell ends, as are the
+/// requests that came in the same write as the cell.
+#[test]
+fn requests_that_come_while_python_runs_a_cell_are_still_answered_first() {
+    let mut server = Server::start();
+    std::fs::write(server.ws.path().join("n.txt"), "note\n").unwrap();
+    server.send(&[call(
+        json!(0),
+        "run_python_code",
+        json!({ "code": "x = 1" }),
+    )]);
+    assert_eq!(server.reply()["id"], 0);
+    for round in 0..2 {
+        let slow = format!("slow-{round}");
+        server.send(&[
+            call(
+                json!(slow),
+                "run_python_code",
+                json!({ "code": "import time\ntime.sleep(2)\nprint('woke')" }),
+            ),
+            call(
+                json!("same-write"),
+                "file_manager__read",
+                json!({ "path": "n.txt" }),
+            ),
+        ]);
+        let reply = server.reply();
+        assert_eq!(reply["id"], "same-write", "{reply}");
+        // The cell is running now (it sleeps 2 s): the next requests come in a write of
+        // their own, while the Python thread is busy.
+        std::thread::sleep(Duration::from_millis(200));
+        server.send(&[
+            call(
+                json!("later"),
+                "file_manager__read",
+                json!({ "path": "n.txt" }),
+            ),
+            json!({"jsonrpc": "2.0", "id": "ping", "method": "ping"}),
+        ]);
+        let mut first = vec![server.reply(), server.reply()];
+        first.sort_by_key(|r| r["id"].to_string());
+        assert_eq!(first[0]["id"], "later", "{first:?}");
+        assert!(text(&first[0]).contains("note"), "{first:?}");
+        assert_eq!(first[1]["id"], "ping", "{first:?}");
+        let reply = server.reply();
+        assert_eq!(reply["id"], slow, "{reply}");
+        assert!(text(&reply).contains("woke"), "{reply}");
+    }
+}

@@ -68,8 +68,68 @@ struct Stuck {
     since: Instant,
 }
 
-struct Interpreter {
+/// The Python thread's queue: jobs, and a bell (an eventfd) that wakes the thread, which
+/// waits on it together with any idle work on offer (see `handoff::IdleWork`).
+struct JobQueue {
     jobs: mpsc::Sender<Job>,
+    bell: Arc<OwnedFd>,
+}
+
+thread_local! {
+    /// True on the Python thread, which needs no bell to find the jobs it queues itself.
+    static ON_PYTHON_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl JobQueue {
+    fn send(&self, job: Job) -> Result<(), ()> {
+        self.jobs.send(job).map_err(drop)?;
+        if !ON_PYTHON_THREAD.with(|on| on.get()) {
+            ring(&self.bell);
+        }
+        Ok(())
+    }
+}
+
+fn ring(bell: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: an eventfd takes an 8-byte write; a full counter (never here) only fails.
+    unsafe {
+        libc::write(bell.as_raw_fd(), (&one as *const u64).cast(), 8);
+    }
+}
+
+/// Waits until the bell rings or `work` (if any) is readable; true when `work` is.
+fn wait(bell: &OwnedFd, work: Option<&dyn toolbox_core::handoff::IdleWork>) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: bell.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: work.map_or(-1, |work| work.fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfd entries (a negative fd is ignored by poll).
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+    if ready <= 0 {
+        // EINTR (an interrupt signal for a run that just ended): look again.
+        return false;
+    }
+    if fds[0].revents != 0 {
+        let mut count: u64 = 0;
+        // SAFETY: an 8-byte read of a non-blocking eventfd.
+        unsafe {
+            libc::read(bell.as_raw_fd(), (&mut count as *mut u64).cast(), 8);
+        }
+    }
+    fds[1].revents != 0
+}
+
+struct Interpreter {
+    jobs: JobQueue,
     next_id: AtomicU64,
     /// The job the Python thread is running (0: none). Written and read with the GIL held.
     running: AtomicU64,
@@ -111,6 +171,17 @@ async fn interpreter() -> Result<Arc<Interpreter>> {
 
 fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     let (jobs, queue) = mpsc::channel::<Job>();
+    // SAFETY: eventfd has no memory preconditions; the descriptor is owned at once.
+    let bell = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if bell < 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = ready.send(Err(format!(
+            "cannot create the Python thread's eventfd: {e}"
+        )));
+        return;
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    let bell = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(bell) });
     let started = match start_python() {
         Ok(started) => started,
         Err(e) => {
@@ -119,7 +190,10 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
         }
     };
     let interpreter = Arc::new(Interpreter {
-        jobs,
+        jobs: JobQueue {
+            jobs,
+            bell: bell.clone(),
+        },
         next_id: AtomicU64::new(1),
         running: AtomicU64::new(0),
         stuck: Mutex::new(None),
@@ -132,17 +206,56 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     if ready.send(Ok(interpreter.clone())).is_err() {
         return;
     }
-    while let Ok(job) = queue.recv() {
-        let response = Python::attach(|py| interpreter.run_job(py, &job));
-        interpreter.clear_stuck(job.id);
-        // The caller may have given up; nobody listening is fine. A call started with
-        // `handoff::spawn` (an MCP call) finishes here, on this thread, without waking a
-        // runtime worker for its tail; the GIL is not held meanwhile.
-        let reply = job.reply;
-        toolbox_core::handoff::with_inline_wakeups(|| {
-            let _ = reply.send(response);
-        });
+    {
+        let bell = bell.clone();
+        toolbox_core::handoff::on_idle_work_changed(Arc::new(move || ring(&bell)));
     }
+    ON_PYTHON_THREAD.with(|on| on.set(true));
+    // The work this thread is watching, if any (see `handoff::IdleWork`).
+    let mut watching: Option<Arc<dyn toolbox_core::handoff::IdleWork>> = None;
+    loop {
+        match queue.try_recv() {
+            Ok(job) => {
+                if let Some(work) = watching.take() {
+                    work.watch(false);
+                }
+                run_one(&interpreter, job);
+                continue;
+            }
+            Err(mpsc::TryRecvError::Disconnected) => return,
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        // Idle: wait for a job, or for the offered work (a request on `toolbox mcp`'s
+        // input, which this thread then reads and starts itself).
+        let offered = toolbox_core::handoff::idle_work().filter(|work| !work.finished());
+        if let Some(old) = watching.take() {
+            if !offered.as_ref().is_some_and(|new| Arc::ptr_eq(&old, new)) {
+                old.watch(false);
+            }
+        }
+        if let Some(work) = offered {
+            // Again after every take: starting a call turned it off.
+            work.watch(true);
+            watching = Some(work);
+        }
+        if wait(&bell, watching.as_deref()) {
+            if let Some(work) = &watching {
+                work.take();
+            }
+        }
+    }
+}
+
+/// Runs one job and hands its answer back. A call started with `handoff::spawn` (an MCP
+/// call) finishes here, on this thread, without waking a runtime worker for its tail; the
+/// GIL is not held meanwhile. The caller may have given up; nobody listening is fine.
+fn run_one(interpreter: &Arc<Interpreter>, job: Job) {
+    let response = Python::attach(|py| interpreter.run_job(py, &job));
+    interpreter.clear_stuck(job.id);
+    let reply = job.reply;
+    toolbox_core::handoff::with_inline_wakeups(|| {
+        let _ = reply.send(response);
+    });
 }
 
 struct Started {

@@ -3,8 +3,9 @@
 //!
 //! Fast path (a pipe, socket or terminal, which is what MCP clients give): the descriptors
 //! are non-blocking and registered with the runtime's epoll. The task serving the connection
-//! reads stdin itself, and a call's task writes its reply itself with one `write(2)`: no
-//! thread hand-off anywhere between a request line and its reply line. A reply that does not
+//! reads stdin itself (or, once embedded Python runs, the Python thread does while it is
+//! idle: see `serve_polled`), and a call's task writes its reply itself with one `write(2)`:
+//! no thread hand-off anywhere between a request line and its reply line. A reply that does not
 //! fit in the pipe (the client is not reading) is queued and written by a task that waits
 //! for the pipe to drain, so nothing ever blocks a runtime worker.
 //!
@@ -22,7 +23,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 /// Bytes asked of stdin per read.
-const READ_CHUNK: usize = 64 * 1024;
+pub(super) const READ_CHUNK: usize = 64 * 1024;
 
 // ---------------------------------------------------------------------------------------
 // The protocol's descriptors.
@@ -155,6 +156,36 @@ fn register(fd: OwnedFd, interest: Interest) -> Result<AsyncFd<OwnedFd>, std::fs
     }
 }
 
+/// Replaces `buf`'s contents with what one `read(2)` of the non-blocking `fd` gives (empty:
+/// end of input); `WouldBlock` when nothing is there.
+pub(super) fn read_chunk(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.resize(READ_CHUNK, 0);
+    loop {
+        match raw_read(fd, buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                buf.clear();
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Whether `fd` has something to read right now (or has ended).
+pub(super) fn readable_now(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout never blocks.
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+}
+
 fn raw_read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: buf is valid for writes of buf.len() bytes.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -184,12 +215,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Where request bytes come from.
 pub(super) enum Input {
-    /// Read by the serving task when epoll says there is something. `pipe`: a short read
-    /// means the pipe is empty (not so for a terminal, which hands out a line per read).
+    /// Read when epoll (or the idle thread's poll) says there is something (see
+    /// `serve_polled`). `pipe`: a short read means the pipe is empty (not so for a terminal,
+    /// which hands out a line per read).
     Polled { fd: AsyncFd<OwnedFd>, pipe: bool },
     /// Chunks from a reader thread (empty: end of input). Bounded, so the thread reads at
     /// most a few chunks ahead of the server.
-    Thread(tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>),
+    Thread(ThreadInput),
 }
 
 impl Input {
@@ -225,44 +257,26 @@ impl Input {
                     return;
                 }
             })?;
-        Ok(Input::Thread(rx))
+        Ok(Input::Thread(ThreadInput(rx)))
     }
+}
 
+/// Chunks read by the reader thread of [`Input::from_reader`].
+pub(super) struct ThreadInput(tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>);
+
+impl ThreadInput {
     /// Replaces `buf`'s contents with the next bytes; empty at end of input.
     pub(super) async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
-        match self {
-            Input::Polled { fd, pipe } => {
-                buf.resize(READ_CHUNK, 0);
-                loop {
-                    let mut guard = fd.readable().await?;
-                    match guard.try_io(|fd| raw_read(fd.as_raw_fd(), buf)) {
-                        Ok(Ok(n)) => {
-                            // A short read drained the pipe: say so now rather than learn it
-                            // from one more read(2) that fails with EAGAIN (as tokio's own
-                            // streams do; readiness that arrived meanwhile is kept).
-                            if *pipe && n > 0 && n < buf.len() {
-                                guard.clear_ready();
-                            }
-                            buf.truncate(n);
-                            return Ok(());
-                        }
-                        Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Ok(Err(e)) => return Err(e),
-                        Err(_would_block) => continue,
-                    }
-                }
+        match self.0.recv().await {
+            Some(Ok(chunk)) => {
+                *buf = chunk;
+                Ok(())
             }
-            Input::Thread(chunks) => match chunks.recv().await {
-                Some(Ok(chunk)) => {
-                    *buf = chunk;
-                    Ok(())
-                }
-                Some(Err(e)) => Err(e),
-                None => {
-                    buf.clear();
-                    Ok(())
-                }
-            },
+            Some(Err(e)) => Err(e),
+            None => {
+                buf.clear();
+                Ok(())
+            }
         }
     }
 }
