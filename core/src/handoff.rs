@@ -59,12 +59,17 @@ struct Task {
 /// Starts `future` on the current runtime as a task that can be continued in place (see the
 /// module documentation). Must be called from within a tokio runtime.
 pub fn spawn(future: impl Future<Output = ()> + Send + 'static) {
+    start(future);
+}
+
+fn start(future: impl Future<Output = ()> + Send + 'static) -> Arc<Task> {
     let task = Arc::new(Task {
         state: AtomicU8::new(SCHEDULED),
         future: Mutex::new(Some(Box::pin(future))),
         runtime: Handle::current(),
     });
     task.schedule_on_runtime();
+    task
 }
 
 /// Starts `future` as a task like [`spawn`] does, but polls it for the first time right
@@ -265,6 +270,18 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
+    /// Until the task has been polled and waits (bounded: a regression fails, never hangs).
+    fn wait_until_idle(task: &Arc<Task>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while task.state.load(Ordering::SeqCst) != IDLE {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the task never waited"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     fn thread_name() -> String {
         std::thread::current().name().unwrap_or("").to_string()
     }
@@ -282,10 +299,13 @@ mod tests {
             .unwrap();
         for inline in [true, false] {
             let (job_tx, job_rx) = std::sync::mpsc::channel::<tokio::sync::oneshot::Sender<u32>>();
+            let (go, go_rx) = std::sync::mpsc::channel::<()>();
             let helper = std::thread::Builder::new()
                 .name("helper".into())
                 .spawn(move || {
                     let reply = job_rx.recv().unwrap();
+                    // Only once the task waits for the answer (else it would simply find it).
+                    go_rx.recv().unwrap();
                     let send = || reply.send(7).unwrap();
                     if inline {
                         with_inline_wakeups(send)
@@ -295,16 +315,18 @@ mod tests {
                 })
                 .unwrap();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
-            runtime.block_on(async move {
-                spawn(async move {
+            let task = runtime.block_on(async move {
+                start(async move {
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     job_tx.send(tx).unwrap();
                     let answer = rx.await.unwrap();
                     let tail = thread_name();
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     done_tx.send((answer, tail, thread_name())).unwrap();
-                });
+                })
             });
+            wait_until_idle(&task);
+            go.send(()).unwrap();
             helper.join().unwrap();
             let (answer, tail, after_sleep) =
                 done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -393,16 +415,17 @@ mod tests {
         let ran = Arc::new(AtomicBool::new(false));
         let (job_tx, job_rx) = std::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>();
         let seen = ran.clone();
-        runtime.block_on(async move {
-            spawn(async move {
+        let task = runtime.block_on(async move {
+            start(async move {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 job_tx.send(tx).unwrap();
                 rx.await.unwrap();
                 seen.store(true, Ordering::SeqCst);
                 panic!("boom");
-            });
+            })
         });
         let reply = job_rx.recv().unwrap();
+        wait_until_idle(&task);
         // The helper survives the task's panic.
         with_inline_wakeups(|| reply.send(()).unwrap());
         assert!(ran.load(Ordering::SeqCst));
