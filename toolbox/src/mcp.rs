@@ -168,7 +168,10 @@ impl McpServer {
             stdio::take_stdout().map_err(|e| anyhow::anyhow!("cannot take stdout: {e}"))?;
         let output = stdio::Output::from_fd(stdout, stdout_polled)?;
         let input = stdio::Input::from_fd(stdin, stdin_polled)?;
-        self.serve_on(input, output).await
+        let tick = tokio::spawn(keep_a_timer_due());
+        let served = self.serve_on(input, output).await;
+        tick.abort();
+        served
     }
 
     /// Serves newline-delimited JSON-RPC read from `input`, answering on `output`, until
@@ -206,6 +209,19 @@ impl McpServer {
         lock(&events.outbox).take();
         outbox.output.finish().await;
         Ok(())
+    }
+}
+
+/// Keeps a timer of the runtime due within 10 s, for as long as the server runs.
+///
+/// Every call arms timers for its timeouts (minutes away). Armed when nothing is due sooner,
+/// a timer makes tokio wake its timer driver to re-arm its sleep: an eventfd write, from the
+/// thread running the call, and a wake-up of a parked worker, on every call. With a timer
+/// always due sooner, a call's timeouts are filed without waking anything; the price is one
+/// wake-up every 10 s.
+async fn keep_a_timer_due() {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
     }
 }
 
