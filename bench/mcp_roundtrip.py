@@ -255,15 +255,14 @@ def main():
         if kernel:
             kernel[1].execute_interactive("x = 1", timeout=30, output_hook=lambda m: None)
     if kernel:
+        ipykernel = (
+            "ipykernel via jupyter_client",
+            lambda: kernel[1].execute_interactive("x = 1", timeout=30, output_hook=lambda m: None),
+        )
         compare(
             "run_python_code x = 1",
             ("toolbox mcp, run_python_code (embedded)", lambda: tb.call("run_python_code", code)),
-            (
-                "ipykernel via jupyter_client",
-                lambda: kernel[1].execute_interactive(
-                    "x = 1", timeout=30, output_hook=lambda m: None
-                ),
-            ),
+            ipykernel,
             ROUNDS,
         )
         with open(os.path.join(ws, "bare.py"), "w") as f:
@@ -274,12 +273,7 @@ def main():
         compare(
             "reference: x = 1 in a bare line server (no tool layer)",
             ("bare Python line server", lambda: bare.call("run_python_code", code)),
-            (
-                "ipykernel via jupyter_client",
-                lambda: kernel[1].execute_interactive(
-                    "x = 1", timeout=30, output_hook=lambda m: None
-                ),
-            ),
+            ipykernel,
             ROUNDS,
             who="the bare server",
         )

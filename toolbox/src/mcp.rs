@@ -234,19 +234,32 @@ async fn serve_read(mut input: stdio::ThreadInput, mut dispatcher: Dispatcher) {
             tracing::warn!("mcp: cannot read stdin: {e}");
             break;
         }
-        if chunk.is_empty() {
-            if let Some(frame) = framer.finish() {
-                let parsed = parse_frame(frame).await;
-                dispatcher.handle(parsed);
-            }
+        if dispatch_chunk(&mut framer, &chunk, &mut dispatcher).await {
             break;
         }
-        let mut pos = 0;
-        while let Some(frame) = framer.next(&chunk, &mut pos) {
+    }
+}
+
+/// Handles the requests whose lines `chunk` completes; an empty chunk is the end of input
+/// (and completes a last line without a newline). True at the end of input.
+async fn dispatch_chunk(
+    framer: &mut stdio::Framer,
+    chunk: &[u8],
+    dispatcher: &mut Dispatcher,
+) -> bool {
+    if chunk.is_empty() {
+        if let Some(frame) = framer.finish() {
             let parsed = parse_frame(frame).await;
             dispatcher.handle(parsed);
         }
+        return true;
     }
+    let mut pos = 0;
+    while let Some(frame) = framer.next(chunk, &mut pos) {
+        let parsed = parse_frame(frame).await;
+        dispatcher.handle(parsed);
+    }
+    false
 }
 
 /// Serves polled input (a pipe, socket or terminal) with two readers: this task, and the
@@ -325,18 +338,9 @@ async fn serve_polled(fd: AsyncFd<OwnedFd>, pipe: bool, dispatcher: Dispatcher) 
             dispatcher,
             ended,
         } = &mut *state;
-        if chunk.is_empty() {
-            if let Some(frame) = framer.finish() {
-                let parsed = parse_frame(frame).await;
-                dispatcher.handle(parsed);
-            }
+        if dispatch_chunk(framer, chunk, dispatcher).await {
             *ended = true;
             break;
-        }
-        let mut pos = 0;
-        while let Some(frame) = framer.next(chunk, &mut pos) {
-            let parsed = parse_frame(frame).await;
-            dispatcher.handle(parsed);
         }
     }
     reader.ended.store(true, Ordering::SeqCst);
