@@ -18,7 +18,8 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
 
 struct Server {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once the test has closed it (end of input).
+    stdin: Option<ChildStdin>,
     replies: mpsc::Receiver<String>,
     ws: tempfile::TempDir,
 }
@@ -41,7 +42,7 @@ impl Server {
         let stdout = child.stdout.take().unwrap();
         let replies = common::line_reader(stdout);
         let mut server = Server {
-            stdin: child.stdin.take().unwrap(),
+            stdin: child.stdin.take(),
             child,
             replies,
             ws,
@@ -66,8 +67,9 @@ impl Server {
             bytes.extend_from_slice(message.to_string().as_bytes());
             bytes.push(b'\n');
         }
-        self.stdin.write_all(&bytes).unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("input still open");
+        stdin.write_all(&bytes).unwrap();
+        stdin.flush().unwrap();
     }
 
     fn reply(&self) -> Value {
@@ -310,4 +312,65 @@ fn requests_that_come_while_python_runs_a_cell_are_still_answered_first() {
         assert_eq!(reply["id"], slow, "{reply}");
         assert!(text(&reply).contains("woke"), "{reply}");
     }
+}
+
+/// Python cells queued when the input ends still run, and each is answered before the server
+/// exits; and an end of input that the idle Python thread reads itself ends the server
+/// cleanly too.
+#[test]
+fn python_calls_queued_at_the_end_of_input_are_answered_before_exit() {
+    let mut server = Server::start();
+    server.send(&[call(
+        json!(0),
+        "run_python_code",
+        json!({ "code": "x = 1" }),
+    )]);
+    assert_eq!(server.reply()["id"], 0);
+    // The Python thread is idle now, watching the input.
+    std::thread::sleep(Duration::from_millis(100));
+    let cells: Vec<Value> = (1..=3)
+        .map(|i| {
+            call(
+                json!(i),
+                "run_python_code",
+                json!({ "code": format!("import time\ntime.sleep(0.2)\n{i} * 10") }),
+            )
+        })
+        .collect();
+    server.send(&cells);
+    // End of input.
+    drop(server.stdin.take());
+    let mut answered = BTreeSet::new();
+    for _ in 0..3 {
+        let reply = server.reply();
+        let i = reply["id"].as_u64().unwrap_or_else(|| panic!("{reply}"));
+        assert!(text(&reply).contains(&format!("{}", i * 10)), "{reply}");
+        answered.insert(i);
+    }
+    assert_eq!(answered, (1..=3).collect());
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+
+    // The end of input read by the idle Python thread itself ends the server as cleanly.
+    let mut idle = Server::start();
+    idle.send(&[call(
+        json!(0),
+        "run_python_code",
+        json!({ "code": "x = 1" }),
+    )]);
+    assert_eq!(idle.reply()["id"], 0);
+    std::thread::sleep(Duration::from_millis(100));
+    drop(idle.stdin.take());
+    let deadline = std::time::Instant::now() + REPLY_TIMEOUT;
+    let status = loop {
+        if let Some(status) = idle.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not exit at the end of input"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
 }
