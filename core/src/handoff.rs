@@ -63,11 +63,7 @@ pub fn spawn(future: impl Future<Output = ()> + Send + 'static) {
 }
 
 fn start(future: impl Future<Output = ()> + Send + 'static) -> Arc<Task> {
-    let task = Arc::new(Task {
-        state: AtomicU8::new(SCHEDULED),
-        future: Mutex::new(Some(Box::pin(future))),
-        runtime: Handle::current(),
-    });
+    let task = Task::new(future);
     task.schedule_on_runtime();
     task
 }
@@ -77,11 +73,7 @@ fn start(future: impl Future<Output = ()> + Send + 'static) -> Arc<Task> {
 /// Must be called with a tokio runtime available (inside the runtime, or with a handle
 /// entered).
 pub fn spawn_here(future: impl Future<Output = ()> + Send + 'static) {
-    let task = Arc::new(Task {
-        state: AtomicU8::new(SCHEDULED),
-        future: Mutex::new(Some(Box::pin(future))),
-        runtime: Handle::current(),
-    });
+    let task = Task::new(future);
     // What this first poll wakes goes to the runtime, as in any other poll.
     let inline = INLINE.with(|inline| inline.replace(false));
     task.run();
@@ -180,6 +172,15 @@ pub fn with_inline_wakeups<R>(f: impl FnOnce() -> R) -> R {
 }
 
 impl Task {
+    /// A task about to be polled for the first time, on the current runtime.
+    fn new(future: impl Future<Output = ()> + Send + 'static) -> Arc<Task> {
+        Arc::new(Task {
+            state: AtomicU8::new(SCHEDULED),
+            future: Mutex::new(Some(Box::pin(future))),
+            runtime: Handle::current(),
+        })
+    }
+
     fn schedule_on_runtime(self: &Arc<Self>) {
         let task = self.clone();
         self.runtime.spawn(async move { task.run() });

@@ -13,12 +13,13 @@
 //! too; its text then reaches the caller in one piece.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use toolbox_executor::SchemaFormat;
 
-use super::retry::{parse_event_data, parse_json_body, snippet, Reply, Transport};
+use super::retry::{parse_event_data, parse_json_body, snippet, Transport};
 use super::{
     ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind, Message, TextSink,
     ToolCall, Usage,
@@ -100,20 +101,15 @@ impl OpenAiClient {
                 None => rb,
             }
         };
-        let mut events = match self
+        let reply = self
             .transport
             .send(&self.url, model, &headers, &body)
-            .await?
-        {
-            Reply::Whole(body) => {
-                let completion = parse_whole(&body, &self.url)?;
-                if !completion.text.is_empty() {
-                    on_text(&completion.text);
-                }
-                return Ok(completion);
-            }
-            Reply::Stream(events) => events,
-        };
+            .await?;
+        let mut events =
+            match reply.stream_or_finish(|body| parse_whole(body, &self.url), on_text)? {
+                ControlFlow::Continue(events) => events,
+                ControlFlow::Break(completion) => return Ok(completion),
+            };
         let mut state = StreamState::default();
         while let Some(event) = events.next().await? {
             let data = event.data.trim();

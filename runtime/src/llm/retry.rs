@@ -14,13 +14,14 @@
 //! [`LlmErrorKind::UnknownModel`], the rest as [`LlmErrorKind::Server`].
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
 
 use super::sse::{error_chain, EventStream};
-use super::{LlmConfig, LlmError, LlmErrorKind};
+use super::{Completion, LlmConfig, LlmError, LlmErrorKind, TextSink};
 
 /// The wait before the first retry; it doubles for each next one.
 pub(crate) const BASE_DELAY: Duration = Duration::from_millis(500);
@@ -562,6 +563,27 @@ pub(crate) enum Reply {
     Whole(Vec<u8>),
     /// Server-sent events.
     Stream(Box<EventStream>),
+}
+
+impl Reply {
+    /// The events to read on; or, for a whole body, the finished completion `parse` makes of
+    /// it, its text already handed to `on_text` (`Break`: nothing is left to stream).
+    pub(crate) fn stream_or_finish(
+        self,
+        parse: impl FnOnce(&[u8]) -> Result<Completion, LlmError>,
+        on_text: TextSink<'_>,
+    ) -> Result<ControlFlow<Completion, Box<EventStream>>, LlmError> {
+        match self {
+            Reply::Stream(events) => Ok(ControlFlow::Continue(events)),
+            Reply::Whole(body) => {
+                let completion = parse(&body)?;
+                if !completion.text.is_empty() {
+                    on_text(&completion.text);
+                }
+                Ok(ControlFlow::Break(completion))
+            }
+        }
+    }
 }
 
 /// A whole JSON response body, or an error quoting the start of it.
