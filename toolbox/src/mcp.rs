@@ -29,7 +29,7 @@ mod stdio;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -269,7 +269,7 @@ async fn dispatch_chunk(
 /// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
 /// leaves the input alone; whenever the thread turns to something else, this task reads.
 /// Both read and dispatch under one lock, so requests are handled in the order they came.
-async fn serve_polled(fd: AsyncFd<OwnedFd>, pipe: bool, dispatcher: Dispatcher) {
+async fn serve_polled(fd: AsyncFd<stdio::Gate>, pipe: bool, dispatcher: Dispatcher) {
     let reader = Arc::new(SharedInput {
         fd,
         pipe,
@@ -306,7 +306,7 @@ async fn serve_polled(fd: AsyncFd<OwnedFd>, pipe: bool, dispatcher: Dispatcher) 
         if state.ended {
             break;
         }
-        let raw = reader.fd.get_ref().as_raw_fd();
+        let raw = reader.fd.get_ref().input();
         let read = match ready {
             Some(mut guard) => match guard.try_io(|_| stdio::read_chunk(raw, &mut state.chunk)) {
                 Ok(read) => {
@@ -348,7 +348,8 @@ async fn serve_polled(fd: AsyncFd<OwnedFd>, pipe: bool, dispatcher: Dispatcher) 
 
 /// The protocol input and what reads it, shared by the serving task and an idle thread.
 struct SharedInput {
-    fd: AsyncFd<OwnedFd>,
+    /// Closed while `watched`, so that a request does not wake a runtime worker too.
+    fd: AsyncFd<stdio::Gate>,
     pipe: bool,
     state: tokio::sync::Mutex<InputState>,
     /// The idle thread is waiting on the input: the serving task leaves it alone.
@@ -376,7 +377,7 @@ type Call = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl IdleWork for SharedInput {
     fn fd(&self) -> RawFd {
-        self.fd.get_ref().as_raw_fd()
+        self.fd.get_ref().input()
     }
 
     fn finished(&self) -> bool {
@@ -385,8 +386,16 @@ impl IdleWork for SharedInput {
 
     fn watch(&self, watching: bool) {
         let was = self.watched.swap(watching, Ordering::SeqCst);
-        // Input that came while the serving task held back is its to read now.
-        if was && !watching && stdio::readable_now(self.fd()) {
+        if was == watching {
+            return;
+        }
+        if let Err(e) = self.fd.get_ref().set_open(!watching) {
+            // Closed or not, the serving task is nudged below when input waits.
+            tracing::warn!("mcp: cannot switch who polls stdin: {e}");
+        }
+        // Input that came while the serving task held back is its to read now. Checked after
+        // opening the gate: anything later wakes the serving task through it.
+        if !watching && stdio::readable_now(self.fd()) {
             self.nudge.notify_one();
         }
     }

@@ -147,30 +147,104 @@ fn register(fd: OwnedFd, interest: Interest) -> Result<AsyncFd<OwnedFd>, std::fs
     // closed only when it is dropped; its raw descriptor never changes.
     match unsafe { AsyncFd::register_with_interest(fd, interest) } {
         Ok(fd) => Ok(fd),
-        Err(e) => {
-            let (fd, _) = e.into_parts();
-            tracing::debug!("mcp: stdio cannot be polled, using a thread for it");
-            let _ = set_nonblocking(fd.as_raw_fd(), false);
-            Err(std::fs::File::from(fd))
+        Err(e) => Err(unpollable(e.into_parts().0)),
+    }
+}
+
+/// A descriptor epoll refuses, made blocking for a thread to serve.
+fn unpollable(fd: OwnedFd) -> std::fs::File {
+    tracing::debug!("mcp: stdio cannot be polled, using a thread for it");
+    let _ = set_nonblocking(fd.as_raw_fd(), false);
+    std::fs::File::from(fd)
+}
+
+/// The protocol's stdin inside an epoll instance of its own; the runtime polls that instance.
+///
+/// Closing the gate hides stdin from the runtime without a new registration: while the
+/// embedded Python thread waits on stdin itself (see `serve_polled`), a request wakes that
+/// thread alone. With stdin in the runtime's own epoll, every request also woke a runtime
+/// worker on the other CPU, only for it to find that someone else reads; on a guest that
+/// had gone idle, that cross-CPU wake-up cost more than the rest of a warm call.
+pub(super) struct Gate {
+    epoll: OwnedFd,
+    input: OwnedFd,
+}
+
+impl Gate {
+    /// Puts `input` behind a new, open gate; hands `input` back when epoll refuses it.
+    fn new(input: OwnedFd) -> io::Result<Result<Gate, OwnedFd>> {
+        // SAFETY: epoll_create1 has no memory preconditions; the descriptor is owned at once.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(io::Error::last_os_error());
         }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+        let gate = Gate { epoll, input };
+        match gate.ctl(libc::EPOLL_CTL_ADD, true) {
+            Ok(()) => Ok(Ok(gate)),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(Err(gate.input)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The protocol's stdin.
+    pub(super) fn input(&self) -> RawFd {
+        self.input.as_raw_fd()
+    }
+
+    /// Opens or closes the gate. Input already waiting when it opens may not wake the
+    /// runtime: the caller checks with [`readable_now`] after opening.
+    pub(super) fn set_open(&self, open: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, open)
+    }
+
+    fn ctl(&self, op: libc::c_int, open: bool) -> io::Result<()> {
+        // Level-triggered inside the gate; the runtime's registration of the gate is
+        // edge-triggered, and each new chunk of input is a new edge. Closed, only an error or
+        // hang-up gets through (epoll always reports those), which the serving task handles
+        // like any readiness.
+        let mut event = libc::epoll_event {
+            events: if open { libc::EPOLLIN as u32 } else { 0 },
+            u64: 0,
+        };
+        // SAFETY: both descriptors are valid and owned by self; event is a valid epoll_event.
+        let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, self.input(), &mut event) };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl AsRawFd for Gate {
+    fn as_raw_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
     }
 }
 
 /// Replaces `buf`'s contents with what one `read(2)` of the non-blocking `fd` gives (empty:
 /// end of input); `WouldBlock` when nothing is there.
+///
+/// The read goes into the buffer's spare capacity: zeroing 64 KiB first, on every request,
+/// cost more than the read itself and pushed the rest of the call out of the L1 cache.
 pub(super) fn read_chunk(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<()> {
-    buf.resize(READ_CHUNK, 0);
+    buf.clear();
+    buf.reserve(READ_CHUNK);
     loop {
-        match raw_read(fd, buf) {
-            Ok(n) => {
-                buf.truncate(n);
-                return Ok(());
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                buf.clear();
-                return Err(e);
-            }
+        let spare = buf.spare_capacity_mut();
+        let len = spare.len().min(READ_CHUNK);
+        // SAFETY: `spare` is valid for writes of `len` bytes; read(2) writes at most that.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), len) };
+        if n >= 0 {
+            // SAFETY: read(2) initialised the first n bytes of the spare capacity.
+            unsafe { buf.set_len(n as usize) };
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }
@@ -184,16 +258,6 @@ pub(super) fn readable_now(fd: RawFd) -> bool {
     };
     // SAFETY: one valid pollfd; a zero timeout never blocks.
     unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
-}
-
-fn raw_read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: buf is valid for writes of buf.len() bytes.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
 }
 
 fn raw_write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
@@ -218,7 +282,7 @@ pub(super) enum Input {
     /// Read when epoll (or the idle thread's poll) says there is something (see
     /// `serve_polled`). `pipe`: a short read means the pipe is empty (not so for a terminal,
     /// which hands out a line per read).
-    Polled { fd: AsyncFd<OwnedFd>, pipe: bool },
+    Polled { fd: AsyncFd<Gate>, pipe: bool },
     /// Chunks from a reader thread (empty: end of input). Bounded, so the thread reads at
     /// most a few chunks ahead of the server.
     Thread(ThreadInput),
@@ -229,10 +293,15 @@ impl Input {
     pub(super) fn from_fd(fd: OwnedFd, nonblocking: bool) -> io::Result<Input> {
         if nonblocking {
             let pipe = is_fifo(fd.as_raw_fd());
-            match register(fd, Interest::READABLE) {
-                Ok(fd) => return Ok(Input::Polled { fd, pipe }),
-                Err(file) => return Input::from_reader(file),
-            }
+            let gate = match Gate::new(fd)? {
+                Ok(gate) => gate,
+                Err(fd) => return Input::from_reader(unpollable(fd)),
+            };
+            // SAFETY: the gate's epoll descriptor is valid and owned by the AsyncFd from here
+            // on; its raw descriptor never changes.
+            let fd = unsafe { AsyncFd::register_with_interest(gate, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)?;
+            return Ok(Input::Polled { fd, pipe });
         }
         Input::from_reader(std::fs::File::from(fd))
     }
