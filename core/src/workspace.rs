@@ -1,10 +1,11 @@
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::fs::OFlags;
 
@@ -219,7 +220,19 @@ fn segments(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 struct Root {
     path: PathBuf,
     fd: OwnedFd,
+    /// The folders of the sessions met so far, held open (see [`Workspace::session_base`]).
+    sessions: Mutex<HashMap<SessionId, HeldSession>>,
 }
+
+/// A session's `.toolbox/sessions/<sid>`, and those of its folders opened so far.
+#[derive(Debug)]
+struct HeldSession {
+    base: Arc<OwnedFd>,
+    folders: [Option<Arc<OwnedFd>>; 3],
+}
+
+/// How many session folders a workspace holds open; past that, the set starts over.
+const MAX_OPEN_SESSIONS: usize = 256;
 
 /// The jail every tool path goes through.
 ///
@@ -271,7 +284,11 @@ impl Workspace {
             )
         })?;
         Ok(Workspace {
-            root: Arc::new(Root { path, fd }),
+            root: Arc::new(Root {
+                path,
+                fd,
+                sessions: Mutex::default(),
+            }),
             session: None,
         })
     }
@@ -391,14 +408,91 @@ impl Workspace {
             .session
             .as_ref()
             .expect("session folders are only routed with a session");
-        self.internal_dir(
-            &[
-                OsStr::new("sessions"),
-                OsStr::new(sid.as_str()),
-                OsStr::new(kind.as_str()),
-            ],
-            create,
-        )
+        let name = OsStr::new(kind.as_str());
+        let mut fresh = false;
+        loop {
+            let base = self.session_base(sid, create, fresh)?;
+            // Opened first, made only when missing: a mkdirat that finds the folder there
+            // still locks the parent, and cost more than the open. (ensure_child_dir also
+            // explains a planted link or file.)
+            let opened =
+                match dirfd::open_child(base.as_fd(), name, OFlags::DIRECTORY | OFlags::RDONLY) {
+                    Err(_) if create => dirfd::ensure_child_dir(base.as_fd(), name),
+                    opened => opened,
+                };
+            match opened {
+                Ok(fd) => return Ok(Dir::from_fd(fd)),
+                // The session folder held open may have been deleted since: look again once.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !fresh => fresh = true,
+                Err(e) => {
+                    let shown = Path::new(TOOLBOX_DIR)
+                        .join("sessions")
+                        .join(sid.as_str())
+                        .join(name);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", shown.display()),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// `.toolbox/sessions/<sid>`, opened (never through a link) on the session's first use
+    /// and held open after: a session folder is then one lookup in it rather than a walk of
+    /// four names from the root, on every call of the session. `fresh` drops what is held
+    /// and walks again (the folder was deleted). A session folder renamed elsewhere in the
+    /// workspace is still the session's until the process ends, like a working directory.
+    fn session_base(&self, sid: &SessionId, create: bool, fresh: bool) -> io::Result<Arc<OwnedFd>> {
+        let mut sessions = self.held_sessions();
+        if !fresh {
+            if let Some(held) = sessions.get(sid) {
+                return Ok(held.base.clone());
+            }
+        }
+        let dir = self.internal_dir(&[OsStr::new("sessions"), OsStr::new(sid.as_str())], create)?;
+        let base = Arc::new(dir.into_fd());
+        if sessions.len() >= MAX_OPEN_SESSIONS {
+            sessions.clear();
+        }
+        let held = HeldSession {
+            base: base.clone(),
+            folders: Default::default(),
+        };
+        sessions.insert(sid.clone(), held);
+        Ok(base)
+    }
+
+    fn held_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, HeldSession>> {
+        self.root
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A session folder, created if missing (never through a link), opened on first use and
+    /// held open after. What is held is checked to be still linked (one `fstat`): a folder
+    /// deleted meanwhile is made again. This spares each call of a session the open and
+    /// close of its working folder, which cost more than the call's other system calls.
+    fn held_folder(&self, sid: &SessionId, kind: SessionFolder) -> io::Result<Arc<OwnedFd>> {
+        let slot = SessionFolder::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("every kind is in ALL");
+        let held = self
+            .held_sessions()
+            .get(sid)
+            .and_then(|held| held.folders[slot].clone());
+        if let Some(fd) = held {
+            if rustix::fs::fstat(&fd).is_ok_and(|st| st.st_nlink > 0) {
+                return Ok(fd);
+            }
+        }
+        let fd = Arc::new(self.session_folder(kind, true)?.into_fd());
+        if let Some(held) = self.held_sessions().get_mut(sid) {
+            held.folders[slot] = Some(fd.clone());
+        }
+        Ok(fd)
     }
 
     /// The session scratchpad, created if missing (never through a planted link): the default
@@ -415,7 +509,7 @@ impl Workspace {
     /// [`Self::scratchpad`], and the folder itself, held open: code that must work in it
     /// (`fchdir`) then uses the very folder that was checked, not whatever its path names a
     /// moment later.
-    pub fn open_scratchpad(&self) -> io::Result<(PathBuf, Dir)> {
+    pub fn open_scratchpad(&self) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
         self.open_folder(SessionFolder::Scratchpad)
     }
 
@@ -423,15 +517,15 @@ impl Workspace {
         self.open_folder(kind).map(|(path, _)| path)
     }
 
-    fn open_folder(&self, kind: SessionFolder) -> io::Result<(PathBuf, Dir)> {
-        let dir = match &self.session {
-            Some(_) => self.session_folder(kind, true)?,
-            None => Dir::from_fd(dirfd::ensure_child_dir(
+    fn open_folder(&self, kind: SessionFolder) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
+        let fd = match &self.session {
+            Some(sid) => self.held_folder(sid, kind)?,
+            None => Arc::new(dirfd::ensure_child_dir(
                 self.root_fd(),
                 OsStr::new(kind.as_str()),
             )?),
         };
-        Ok((self.session_dir(kind.as_str()), dir))
+        Ok((self.session_dir(kind.as_str()), fd))
     }
 
     /// Parses a path a model gave, without touching the disk: empty, NUL, absolute paths
@@ -1012,6 +1106,50 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), ws.root().join(".toolbox/sessions/s1")).unwrap();
         assert!(s.scratchpad().is_err());
         assert!(s.resolve("output/x").is_err());
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_session_folder_held_open_is_walked_again_once_deleted() {
+        let (_d, ws) = ws();
+        let outside = tempfile::tempdir().unwrap();
+        let s = ws.with_session("s1").unwrap();
+        let base = ws.root().join(".toolbox/sessions/s1");
+        let (path, _dir) = s.open_scratchpad().unwrap();
+        assert_eq!(path, base.join("scratchpad"));
+        // The folder alone deleted: made again, not the deleted one handed out.
+        std::fs::remove_dir(base.join("scratchpad")).unwrap();
+        let (_, fd) = s.open_scratchpad().unwrap();
+        assert!(rustix::fs::fstat(&fd).unwrap().st_nlink > 0);
+        assert!(base.join("scratchpad").is_dir());
+        // The whole session deleted behind toolbox's back: made again where it belongs.
+        std::fs::remove_dir_all(&base).unwrap();
+        s.scratchpad().unwrap();
+        assert!(base.join("scratchpad").is_dir());
+        std::fs::write(base.join("scratchpad/x"), "x").unwrap();
+        // Another Workspace value of the same root (a later call) sees the same folder.
+        let again = ws.with_session("s1").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(again.resolve("scratchpad/x").unwrap()).unwrap(),
+            "x"
+        );
+        // Deleted and replaced by a link to elsewhere: refused, nothing made through it.
+        std::fs::remove_dir_all(&base).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &base).unwrap();
+        let e = s.scratchpad().unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(s.output_dir().is_err());
+        assert!(s.resolve("output/x").is_err());
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+        // A session folder's own folder planted as a link is refused too.
+        std::fs::remove_file(&base).unwrap();
+        s.scratchpad().unwrap();
+        std::os::unix::fs::symlink(outside.path(), base.join("output")).unwrap();
+        let e = s.output_dir().unwrap_err().to_string();
+        assert!(
+            e.contains("symbolic link") && e.contains("sessions/s1/output"),
+            "{e}"
+        );
         assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     }
 

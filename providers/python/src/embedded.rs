@@ -54,7 +54,7 @@ struct Job {
     request: Value,
     /// The folder the code runs in, held open until the job is over: the driver `fchdir`s
     /// into it, so the folder that was checked is the one used, and no path is walked.
-    cwd: Option<OwnedFd>,
+    cwd: Option<Arc<OwnedFd>>,
     reply: oneshot::Sender<Result<Value, String>>,
     /// Set when the caller gave up; a job not yet started is then skipped.
     abandoned: Arc<AtomicBool>,
@@ -518,7 +518,7 @@ impl Drop for DropGuard {
 /// stopped, or never started, is an error.
 pub async fn request(
     request: Value,
-    cwd: Option<OwnedFd>,
+    cwd: Option<Arc<OwnedFd>>,
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,

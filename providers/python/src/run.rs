@@ -197,7 +197,7 @@ pub async fn execute(
             if let Some(site) = config.site_packages() {
                 request["site_dirs"] = json!([site.to_string_lossy()]);
             }
-            embedded::request(request, Some(cwd_dir.into_fd()), ctx, timeout, tool).await
+            embedded::request(request, Some(cwd_dir), ctx, timeout, tool).await
         }
         Backend::Isolated => {
             let interpreter = config.interpreter();
