@@ -171,6 +171,8 @@ def _session(sid):
 class _Buffer:
     """Collects one stream of one run, up to MAX_STREAM_CHARS."""
 
+    __slots__ = ("parts", "size", "dropped")
+
     def __init__(self):
         self.parts = []
         self.size = 0
@@ -188,6 +190,8 @@ class _Buffer:
         self.size += len(text)
 
     def text(self):
+        if not self.parts and not self.dropped:
+            return ""
         out = "".join(self.parts)
         if self.dropped:
             out += "\n[... %d more characters dropped ...]\n" % self.dropped
@@ -244,10 +248,10 @@ class _MemoryCapture:
         self.out, self.err = _Buffer(), _Buffer()
         for router, buf in ((sys.stdout, self.out), (sys.stderr, self.err)):
             if isinstance(router, _Router):
-                pending = router.pending.text()
-                if pending:
-                    buf.add(pending)
-                router.pending = _Buffer()
+                pending = router.pending
+                if pending.parts or pending.dropped:
+                    buf.add(pending.text())
+                    router.pending = _Buffer()
                 router.current = buf
 
     def stop(self):
@@ -555,28 +559,38 @@ def _may_end_in_expression(code_obj, source):
     return line_of_return is None or line_of_return != line_before
 
 
-# How a last line that is a statement starts: indented (inside a block), a keyword, or an
-# assignment (plain, augmented or annotated) to a name, attribute or subscript. Only a guess
-# of which way to compile first; _may_end_in_expression decides.
-_STATEMENT_START = re.compile(
-    r"[ \t]|@|(?:import|from|def|class|for|while|if|elif|else|with|try|except|finally|return"
-    r"|del|pass|raise|assert|global|nonlocal|async|break|continue)\b"
-    r"|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)"
-    r"|[A-Za-z_][\w.]*\s*:"
+# Words that start a statement, not an expression.
+_STATEMENT_WORDS = frozenset(
+    "import from def class for while if elif else with try except finally return del pass "
+    "raise assert global nonlocal async break continue".split()
 )
 
 
 def _looks_like_statement(code):
-    """Whether the cell's last line that is not blank or a comment looks like a statement."""
+    """Whether the cell's last line that is not blank or a comment looks like a statement:
+    indented (inside a block), a decorator, a keyword, or an assignment (an `=` that is not
+    part of a comparison, with no call before it). Only a guess of which way to compile first,
+    made with string methods (a regular expression's engine costs more, run cold);
+    _may_end_in_expression decides."""
     end = len(code)
     while end > 0:
         start = code.rfind("\n", 0, end) + 1
         line = code[start:end]
         stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            return _STATEMENT_START.match(line) is not None
+        if stripped and stripped[0] != "#":
+            break
         end = start - 1
-    return False
+    else:
+        return False
+    if line[0] in " \t@":
+        return True
+    eq = line.find("=")
+    if eq > 0 and line[eq + 1 : eq + 2] != "=" and "(" not in line[:eq]:
+        # `x = 1`, `x += 1`, `x <<= 1`; not `x != 1`, `x <= 1`, `x >= 1`.
+        if line[eq - 1] not in "!<>" or line[eq - 2 : eq] in ("<<", ">>"):
+            return True
+    word = stripped.partition(" ")[0].partition(":")[0]
+    return word in _STATEMENT_WORDS
 
 
 def _compile_cell(code, filename):
