@@ -135,6 +135,29 @@ async fn output_streams_final_expression_and_display() {
 }
 
 #[tokio::test]
+async fn output_printed_between_runs_comes_with_the_next_run() {
+    let _serial = serial().await;
+    let (_d, ctx) = setup(RUN, "late", json!({ "backend": "embedded" }));
+    // A thread of the session prints after its cell has answered; nothing is lost, and
+    // nothing reaches the host's own stdout.
+    let text = run(
+        &ctx,
+        "import threading, time, sys\n\
+         def late():\n    time.sleep(0.2)\n    print('late out')\n    \
+         print('late err', file=sys.stderr)\n\
+         t = threading.Thread(target=late)\nt.start()",
+    )
+    .await
+    .unwrap();
+    assert_eq!(text, "(no output)\n");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let text = run(&ctx, "t.join()\nprint('now')").await.unwrap();
+    assert_eq!(text, "[stdout]\nlate out\nnow\n[stderr]\nlate err\n");
+    // Shown once: the next run starts empty.
+    assert_eq!(run(&ctx, "x = 1").await.unwrap(), "(no output)\n");
+}
+
+#[tokio::test]
 async fn exceptions_carry_ename_evalue_and_cell_lines() {
     let _serial = serial().await;
     for backend in BACKENDS {
