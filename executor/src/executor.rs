@@ -123,6 +123,37 @@ pub enum ErrorKind {
     Tool,
 }
 
+/// A finished call whose trajectory line is still to be written: by [`Finished::record`],
+/// or when it is dropped (a caller that returns early, or panics, still records the call).
+pub struct Finished {
+    info: Option<ToolCallInfo>,
+    /// None for a call refused for its session id: it has nowhere to be recorded.
+    session: Option<SessionId>,
+    executor: ToolExecutor,
+}
+
+impl Finished {
+    /// The outcome.
+    pub fn info(&self) -> &ToolCallInfo {
+        self.info.as_ref().expect("taken only by record and drop")
+    }
+
+    /// Appends the call's trajectory line, and returns the outcome.
+    pub fn record(mut self) -> ToolCallInfo {
+        let info = self.info.take().expect("taken only by record and drop");
+        self.executor.record(self.session.as_ref(), &info);
+        info
+    }
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        if let Some(info) = self.info.take() {
+            self.executor.record(self.session.as_ref(), &info);
+        }
+    }
+}
+
 /// The record of one call: what the model sees, what the trajectory keeps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallInfo {
@@ -339,11 +370,25 @@ impl ToolExecutor {
     }
 
     /// Like [`run`](Self::run); cancelling `cancel` stops the call with status `error`.
+    /// The call's trajectory line is written before this returns.
     pub async fn run_cancellable(
         &self,
         request: ToolRequest,
         cancel: CancellationToken,
     ) -> ToolCallInfo {
+        self.run_unrecorded(request, cancel).await.record()
+    }
+
+    /// Like [`run_cancellable`](Self::run_cancellable), but the trajectory line is written
+    /// when the caller says so ([`Finished::record`]) or drops the [`Finished`]: a server
+    /// sends its reply first, and the client does not wait for the disk. The price: if the
+    /// process dies between the reply and the record (microseconds later, on the same
+    /// thread), that one call is missing from the trajectory.
+    pub async fn run_unrecorded(
+        &self,
+        request: ToolRequest,
+        cancel: CancellationToken,
+    ) -> Finished {
         let started = Instant::now();
         let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         // The id names folders: parse it before anything else, and on failure write nothing.
@@ -351,7 +396,14 @@ impl ToolExecutor {
             None => SessionId::default_session(),
             Some(raw) => match SessionId::parse(raw) {
                 Ok(sid) => sid,
-                Err(e) => return refused_session(request, e, started_at, started),
+                Err(e) => {
+                    // Nothing is recorded: there is no session to record it in.
+                    return Finished {
+                        info: Some(refused_session(request, e, started_at, started)),
+                        session: None,
+                        executor: self.clone(),
+                    };
+                }
             },
         };
         let session_id = session.to_string();
@@ -397,11 +449,6 @@ impl ToolExecutor {
             started_at,
             elapsed_ms,
         };
-        if let Some(writer) = &self.inner.trajectory {
-            if let Err(e) = writer.append(&session, &info) {
-                tracing::warn!(target: "toolbox", tool_id = %info.id, error = %e, "could not append to the trajectory");
-            }
-        }
         tracing::debug!(
             target: "toolbox",
             tool_id = %info.id,
@@ -411,7 +458,19 @@ impl ToolExecutor {
             result_chars,
             "tool execution finished"
         );
-        info
+        Finished {
+            info: Some(info),
+            session: Some(session),
+            executor: self.clone(),
+        }
+    }
+
+    fn record(&self, session: Option<&SessionId>, info: &ToolCallInfo) {
+        if let (Some(writer), Some(session)) = (&self.inner.trajectory, session) {
+            if let Err(e) = writer.append(session, info) {
+                tracing::warn!(target: "toolbox", tool_id = %info.id, error = %e, "could not append to the trajectory");
+            }
+        }
     }
 
     /// Resolve, gate, run. Returns the name to record and the outcome.

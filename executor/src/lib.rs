@@ -29,6 +29,6 @@ pub use approval::ApprovalDecision;
 pub use config::{
     user_config_path, Decision, ExecutorConfig, Gate, LoadOptions, PermissionMode, Permissions,
 };
-pub use executor::{CallStatus, ErrorKind, ToolCallInfo, ToolExecutor, ToolRequest};
+pub use executor::{CallStatus, ErrorKind, Finished, ToolCallInfo, ToolExecutor, ToolRequest};
 pub use registry::{RegisteredTool, Registry};
 pub use schema::{SchemaFormat, SchemaRendering};

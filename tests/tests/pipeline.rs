@@ -394,6 +394,43 @@ async fn a_tool_that_ignores_cancellation_is_dropped_after_the_grace() {
 }
 
 #[tokio::test]
+async fn an_unrecorded_call_is_recorded_once_when_told_or_when_dropped() {
+    let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
+    let path = trajectory_path(dir.path(), "s1");
+    let lines = || read_trajectory(&path).map(|c| c.len()).unwrap_or(0);
+    let finished = exec
+        .run_unrecorded(
+            req("a", "say", json!({"content": "hi"})),
+            Default::default(),
+        )
+        .await;
+    assert_eq!(finished.info().status, CallStatus::Done);
+    // Not written until the caller has sent its reply.
+    assert_eq!(lines(), 0);
+    let info = finished.record();
+    assert_eq!(info.id, "a");
+    assert_eq!(lines(), 1);
+    // A caller that returns early (or panics) still records the call, once.
+    let finished = exec
+        .run_unrecorded(
+            req("b", "say", json!({"content": "hi"})),
+            Default::default(),
+        )
+        .await;
+    drop(finished);
+    let calls = read_trajectory(&path).unwrap();
+    assert_eq!(
+        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    // A call refused for its session id has nowhere to be recorded.
+    let bad = ToolRequest::new("c", "say", json!({"content": "hi"})).session("../x");
+    let finished = exec.run_unrecorded(bad, Default::default()).await;
+    assert_eq!(finished.record().status, CallStatus::Error);
+    assert_eq!(read_trajectory(&path).unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn large_results_are_spooled_and_the_trajectory_records_everything() {
     let (dir, exec) = setup(PermissionMode::Full, EventSink::none());
     let info = exec

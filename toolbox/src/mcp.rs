@@ -1033,7 +1033,9 @@ impl Dispatcher {
         // trajectory line and the reply are written from there, without waking a worker.
         let call: Call = Box::pin(async move {
             let _running = running;
-            let info = executor.run_cancellable(request, cancel.clone()).await;
+            // Recorded in the trajectory once the reply is out (or when this returns early).
+            let finished = executor.run_unrecorded(request, cancel.clone()).await;
+            let info = finished.info();
             // Before the reply: MCP allows no progress notification after it.
             events.close_route(&call_id);
             // Leave the in-flight set before replying: the client may reuse the id as soon as
@@ -1052,6 +1054,7 @@ impl Dispatcher {
                 "isError": info.status != CallStatus::Done,
             });
             outbox.result(&id, &result.to_string());
+            finished.record();
         });
         // Read by the idle thread: started in place once the input is unlocked.
         let call = STARTED_HERE.with(|started| match started.borrow_mut().as_mut() {
