@@ -155,6 +155,22 @@ async fn output_printed_between_runs_comes_with_the_next_run() {
     assert_eq!(text, "[stdout]\nlate out\nnow\n[stderr]\nlate err\n");
     // Shown once: the next run starts empty.
     assert_eq!(run(&ctx, "x = 1").await.unwrap(), "(no output)\n");
+    // Code that replaces sys.stdout gets what it asked for in that run; the next run is
+    // captured again.
+    let text = run(
+        &ctx,
+        "import io\nmine = io.StringIO()\nsys.stdout = mine\nprint('kept')\n\
+         sys.stderr = io.StringIO()",
+    )
+    .await
+    .unwrap();
+    assert_eq!(text, "(no output)\n");
+    let text = run(&ctx, "print('again', mine.getvalue().strip())")
+        .await
+        .unwrap();
+    assert_eq!(text, "[stdout]\nagain kept\n");
+    let text = run(&ctx, "print('err', file=sys.stderr)").await.unwrap();
+    assert_eq!(text, "[stderr]\nerr\n");
 }
 
 #[tokio::test]

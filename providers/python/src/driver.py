@@ -236,15 +236,15 @@ class _Router(io.TextIOBase):
 
 
 class _MemoryCapture:
-    """Embedded mode: Python-level writes only (the process's file descriptors are the host's)."""
-
-    def __init__(self):
-        if not isinstance(sys.stdout, _Router):
-            sys.stdout = _Router("stdout")
-        if not isinstance(sys.stderr, _Router):
-            sys.stderr = _Router("stderr")
+    """Embedded mode: Python-level writes only (the process's file descriptors are the host's).
+    One serves every run."""
 
     def start(self):
+        # Code may have replaced sys.stdout or sys.stderr: the capture puts its own back.
+        if sys.stdout.__class__ is not _Router:
+            sys.stdout = _Router("stdout")
+        if sys.stderr.__class__ is not _Router:
+            sys.stderr = _Router("stderr")
         self.out, self.err = _Buffer(), _Buffer()
         for router, buf in ((sys.stdout, self.out), (sys.stderr, self.err)):
             if isinstance(router, _Router):
@@ -263,6 +263,9 @@ class _MemoryCapture:
     def user_stdout(self):
         # The user may have replaced sys.stdout; the capture is still ours.
         return self.out
+
+
+_MEMORY_CAPTURE = _MemoryCapture()
 
 
 class _FdCapture:
@@ -416,6 +419,8 @@ def _cut(text):
 
 
 class _Run:
+    __slots__ = ("session", "output_dir", "display", "notes", "in_user_code")
+
     def __init__(self, session, output_dir):
         self.session = session
         self.output_dir = output_dir
@@ -628,19 +633,26 @@ def _execute(code_obj, ns):
 
 
 def _run(req):
-    sid = req.get("session") or "default"
-    session = _session(sid)
-    output_dir = req.get("output_dir") or ""
-    cwd = req.get("cwd") or None
-    root = req.get("root") or ""
-    if output_dir:
-        session.ns.setdefault("OUTPUT_DIR", output_dir)
-    _sync_site(req)
+    # Every cell comes through here: kept to few calls and objects, since run after a pause
+    # (an agent waiting on its model) each one costs cache misses.
+    get = req.get
+    sid = get("session") or "default"
+    session = _SESSIONS.get(sid) or _session(sid)
+    output_dir = get("output_dir") or ""
+    cwd = get("cwd") or None
+    root = get("root") or ""
+    if output_dir and "OUTPUT_DIR" not in session.ns:
+        session.ns["OUTPUT_DIR"] = output_dir
+    site_dirs = get("site_dirs")
+    if (site_dirs and not _STATE["site_dirs"].issuperset(site_dirs)) or get("generation") != _STATE[
+        "generation"
+    ]:
+        _sync_site(req)
 
     session.count += 1
     count = session.count
     run = _Run(session, output_dir)
-    capture = _FdCapture() if _STATE["fd_capture"] else _MemoryCapture()
+    capture = _FdCapture() if _STATE["fd_capture"] else _MEMORY_CAPTURE
     error = None
     result = None
     interrupted = False
@@ -665,7 +677,9 @@ def _run(req):
         if req.get("script_path"):
             _run_script(req, session, run)
         else:
-            code = _prepare_source(req.get("code") or "")
+            code = get("code") or ""
+            if "%matplotlib" in code:
+                code = _prepare_source(code)
             _STATE["cell_seq"] += 1
             filename = "<cell-%d>" % _STATE["cell_seq"]
             _keep_cell_source(filename, sid, count, code)
@@ -680,7 +694,10 @@ def _run(req):
                 raise e.with_traceback(None)
             run.in_user_code = True
             try:
-                _execute(body, session.ns)
+                if body.co_flags & _CO_COROUTINE:
+                    _execute(body, session.ns)
+                else:
+                    eval(body, session.ns)
                 if last is not None:
                     value = _execute(last, session.ns)
                     if value is not None:
@@ -708,10 +725,11 @@ def _run(req):
     finally:
         run.in_user_code = False
         _INTERRUPT["armed"] = False
-        try:
-            run.save_figures()
-        except BaseException as e:
-            run.notes.append("figures could not be saved: %s" % e)
+        if "matplotlib.pyplot" in sys.modules:
+            try:
+                run.save_figures()
+            except BaseException as e:
+                run.notes.append("figures could not be saved: %s" % e)
         sys.argv = old_argv
         if old_main is not None:
             sys.modules["__main__"] = old_main

@@ -386,9 +386,9 @@ impl Interpreter {
         let response = crate::pyvalue::to_python(py, &job.request)
             .and_then(|request| {
                 if let Some(fd) = &job.cwd {
-                    request.set_item("cwd_fd", fd.as_raw_fd())?;
+                    request.set_item(pyo3::intern!(py, "cwd_fd"), fd.as_raw_fd())?;
                 }
-                driver.call_method1("handle_object", (request,))
+                driver.call_method1(pyo3::intern!(py, "handle_object"), (request,))
             })
             .and_then(|answer| crate::pyvalue::from_python(&answer))
             .map_err(|e| e.to_string());
@@ -398,8 +398,8 @@ impl Interpreter {
         unsafe {
             ffi::PyThreadState_SetAsyncExc(self.ident as _, std::ptr::null_mut());
         }
-        if let Ok(state) = driver.getattr("_INTERRUPT") {
-            let _ = state.set_item("armed", false);
+        if let Ok(state) = driver.getattr(pyo3::intern!(py, "_INTERRUPT")) {
+            let _ = state.set_item(pyo3::intern!(py, "armed"), false);
         }
         self.running.store(0, Ordering::SeqCst);
         response
