@@ -598,6 +598,19 @@ def _looks_like_statement(code):
     return word in _STATEMENT_WORDS
 
 
+def _one_plain_assignment(code):
+    """True for a cell that is one line assigning to a name or an attribute (`x = 1`,
+    `df.a = f(b=2)`): certainly no expression, so the compiled module need not be read. Only
+    asked of a cell that compiled."""
+    code = code.strip()
+    if "\n" in code or ";" in code or "\\" in code:
+        return False
+    eq = code.find("=")
+    if eq <= 0 or code[eq + 1 : eq + 2] == "=":
+        return False
+    return code[:eq].rstrip().replace(".", "").replace("_", "a").isalnum()
+
+
 def _compile_cell(code, filename):
     """Compiles a cell; returns (body code, last-expression code or None)."""
     flags = _TOP_LEVEL_AWAIT
@@ -605,7 +618,7 @@ def _compile_cell(code, filename):
     # whose last line looks like an expression goes straight to the AST, which it needs.
     if _looks_like_statement(code):
         whole = compile(code, filename, "exec", flags=flags)
-        if not _may_end_in_expression(whole, code):
+        if _one_plain_assignment(code) or not _may_end_in_expression(whole, code):
             return whole, None
     tree = ast.parse(code, filename, "exec")
     last = None

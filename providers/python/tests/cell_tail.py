@@ -3,7 +3,7 @@ runs this script: over cells cut from the standard library's own sources (every 
 top-level statements of a sample of files, and each statement alone) and a list of tricky
 ones, `_compile_cell` must give a last-expression code exactly when the AST's last
 statement is an expression (not hidden by a trailing `;`), and `_may_end_in_expression`
-may answer False only when it is not.
+may answer False, and `_one_plain_assignment` True, only when it is not.
 
     python cell_tail.py DRIVER_PATH [FILES]
 
@@ -38,7 +38,9 @@ TRICKY = [
     "[i for i in range(3)]", "x = [i for i in range(3)]\nx", "f(\n1)\n", "f'{x}'",
     "not x", "await f()", "x = 1  # c\n\n# end\n", "# only a comment", "", "\n\n",
     "assert x", "raise E", "global g", "print(1)", "print(1);", "x = 1 \\\n + 2",
-    "match x:\n    case 1:\n        y = 2", "async def f(): pass", "x = (yield)" if False else "x = 2",
+    "match x:\n    case 1:\n        y = 2", "x.y = f(a=1)", "x = 1 # c", "a = b = 3",
+    "x = 1 # ; 2", "x = (1,\n2)", "x = '''a\nb'''",
+    "async def f(): pass", "x = (yield)" if False else "x = 2",
 ]
 
 
@@ -95,6 +97,8 @@ for cell in cells():
         one_compile += 1
         if expected:
             wrong.append(("_may_end_in_expression", cell))
+    if driver._one_plain_assignment(cell) and expected:
+        wrong.append(("_one_plain_assignment", cell))
 print(
     "python %s: %d cells, %d compiled once, %d wrong (tail shapes checked: %s)"
     % (sys.version.split()[0], checked, one_compile, len(wrong), driver._TAIL_SHAPES_CHECKED)
