@@ -295,11 +295,39 @@ async fn working_directory_is_the_scratchpad() {
     let (_d, ctx) = setup(RUN, "cwd", json!({ "backend": "embedded" }));
     run(&ctx, "import os\nos.chdir('/')").await.unwrap();
     let text = run(&ctx, "import os\nos.getcwd()").await.unwrap();
+    let scratch = ctx.workspace.scratchpad().unwrap();
+    assert_eq!(text, format!("[result]\n'{}'\n", scratch.display()));
+    // Later runs of a session go without its folders (the embedded driver keeps them from
+    // the first): OUTPUT_DIR still comes back, and tracebacks still show paths short.
+    run(&ctx, "del OUTPUT_DIR").await.unwrap();
+    let output = ctx.workspace.output_dir().unwrap();
+    let text = run(&ctx, "OUTPUT_DIR").await.unwrap();
+    assert_eq!(text, format!("[result]\n'{}'\n", output.display()));
+    std::fs::write(
+        scratch.join("boom.py"),
+        "def f():\n    raise ValueError('x')\n",
+    )
+    .unwrap();
+    let text = run(&ctx, "import boom\nboom.f()").await.unwrap();
+    assert!(
+        text.contains("File \".toolbox/sessions/cwd/scratchpad/boom.py\", line 2"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&ctx.workspace.root().display().to_string()),
+        "{text}"
+    );
+    // Another session of the same workspace gets its own folders.
+    let other = other_session(&ctx, "cwd2");
+    let text = run(&other, "import os\nos.getcwd(), OUTPUT_DIR")
+        .await
+        .unwrap();
     assert_eq!(
         text,
         format!(
-            "[result]\n'{}'\n",
-            ctx.workspace.scratchpad().unwrap().display()
+            "[result]\n('{}', '{}')\n",
+            other.workspace.scratchpad().unwrap().display(),
+            other.workspace.output_dir().unwrap().display()
         )
     );
 }

@@ -156,6 +156,11 @@ class _Session:
         self.ns["__builtins__"] = builtins
         self.ns["display"] = _display
         self.count = 0
+        # The session's folders (scratchpad, output) and the workspace root, as paths. They
+        # follow from the session, so a caller may send them on the first run only.
+        self.cwd = None
+        self.output_dir = ""
+        self.root = ""
 
 
 def _session(sid):
@@ -651,9 +656,11 @@ def _run(req):
     get = req.get
     sid = get("session") or "default"
     session = _SESSIONS.get(sid) or _session(sid)
-    output_dir = get("output_dir") or ""
-    cwd = get("cwd") or None
-    root = get("root") or ""
+    if "root" in req:
+        session.cwd = get("cwd") or None
+        session.output_dir = get("output_dir") or ""
+        session.root = get("root") or ""
+    output_dir, cwd, root = session.output_dir, session.cwd, session.root
     if output_dir and "OUTPUT_DIR" not in session.ns:
         session.ns["OUTPUT_DIR"] = output_dir
     site_dirs = get("site_dirs")

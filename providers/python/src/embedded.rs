@@ -25,6 +25,7 @@
 //!   environment variables and the working directory are shared by every session; each
 //!   session has its own namespace. Runs are serialised: one at a time, across sessions.
 
+use std::collections::HashSet;
 use std::ffi::{c_void, CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -244,6 +245,24 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
             }
         }
     }
+}
+
+/// Sessions whose folders the driver has been sent (it keeps them; see `_Session` in
+/// driver.py). The interpreter lives as long as the process, and so does what it was told.
+static TOLD_FOLDERS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Whether the driver already has the folders of the session `key` (see `run::execute`).
+pub(crate) fn knows_folders(key: &str) -> bool {
+    lock_told().as_ref().is_some_and(|told| told.contains(key))
+}
+
+/// Notes that the driver has the folders of the session `key`.
+pub(crate) fn told_folders(key: String) {
+    lock_told().get_or_insert_with(HashSet::new).insert(key);
+}
+
+fn lock_told() -> std::sync::MutexGuard<'static, Option<HashSet<String>>> {
+    TOLD_FOLDERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs one job and hands its answer back. A call started with `handoff::spawn` (an MCP

@@ -186,18 +186,31 @@ pub async fn execute(
         .workspace
         .output_dir()
         .map_err(|e| anyhow!("{tool}: cannot create the session output folder: {e}"))?;
+    let key = session_key(ctx);
+    // The embedded driver keeps a session's folders from its first run (they follow from
+    // the session): later runs leave them out, which spares every cell building, converting
+    // and reading them. A worker or a kernel may be new on any run: they always get them.
+    let tell_folders = config.backend != Backend::Embedded || !embedded::knows_folders(&key);
     request["op"] = json!("run");
-    request["session"] = json!(session_key(ctx));
-    request["cwd"] = json!(cwd.to_string_lossy());
-    request["output_dir"] = json!(output_dir.to_string_lossy());
-    request["root"] = json!(ctx.workspace.root().to_string_lossy());
+    if tell_folders {
+        request["cwd"] = json!(cwd.to_string_lossy());
+        request["output_dir"] = json!(output_dir.to_string_lossy());
+        request["root"] = json!(ctx.workspace.root().to_string_lossy());
+    }
+    request["session"] = Value::String(key);
     request["generation"] = json!(install::generation());
     let outcome = match config.backend {
         Backend::Embedded => {
             if let Some(site) = config.site_packages() {
                 request["site_dirs"] = json!([site.to_string_lossy()]);
             }
-            embedded::request(request, Some(cwd_dir), ctx, timeout, tool).await
+            let key = tell_folders.then(|| request["session"].as_str().map(str::to_string));
+            let outcome = embedded::request(request, Some(cwd_dir), ctx, timeout, tool).await;
+            // Answered, so the driver ran the request and kept the folders.
+            if let (Ok(_), Some(Some(key))) = (&outcome, key) {
+                embedded::told_folders(key);
+            }
+            outcome
         }
         Backend::Isolated => {
             let interpreter = config.interpreter();
