@@ -199,7 +199,7 @@ impl McpServer {
         };
         let running = dispatcher.running.clone();
         match input {
-            stdio::Input::Polled { fd, pipe } => serve_polled(fd, pipe, dispatcher).await,
+            stdio::Input::Polled(fd) => serve_polled(fd, dispatcher).await,
             stdio::Input::Thread(input) => serve_read(input, dispatcher).await,
         }
         // End of input means no more requests, not that the client is gone: let the calls
@@ -269,10 +269,9 @@ async fn dispatch_chunk(
 /// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
 /// leaves the input alone; whenever the thread turns to something else, this task reads.
 /// Both read and dispatch under one lock, so requests are handled in the order they came.
-async fn serve_polled(fd: AsyncFd<stdio::Gate>, pipe: bool, dispatcher: Dispatcher) {
+async fn serve_polled(fd: AsyncFd<stdio::Gate>, dispatcher: Dispatcher) {
     let reader = Arc::new(SharedInput {
         fd,
-        pipe,
         state: tokio::sync::Mutex::new(InputState {
             framer: stdio::Framer::new(MAX_LINE_BYTES),
             chunk: Vec::new(),
@@ -308,19 +307,11 @@ async fn serve_polled(fd: AsyncFd<stdio::Gate>, pipe: bool, dispatcher: Dispatch
         }
         let raw = reader.fd.get_ref().input();
         let read = match ready {
+            // Read until the input says EAGAIN, even after a short read: the runtime sees
+            // stdin through the gate, which reports new input but not a hang-up, so an end of
+            // input that came with the last lines is only learnt by reading again.
             Some(mut guard) => match guard.try_io(|_| stdio::read_chunk(raw, &mut state.chunk)) {
-                Ok(read) => {
-                    // A short read drained the pipe: say so now rather than learn it from one
-                    // more read(2) that fails with EAGAIN.
-                    if read.is_ok()
-                        && reader.pipe
-                        && !state.chunk.is_empty()
-                        && state.chunk.len() < stdio::READ_CHUNK
-                    {
-                        guard.clear_ready();
-                    }
-                    read
-                }
+                Ok(read) => read,
                 Err(_would_block) => continue,
             },
             None => match stdio::read_chunk(raw, &mut state.chunk) {
@@ -350,7 +341,6 @@ async fn serve_polled(fd: AsyncFd<stdio::Gate>, pipe: bool, dispatcher: Dispatch
 struct SharedInput {
     /// Closed while `watched`, so that a request does not wake a runtime worker too.
     fd: AsyncFd<stdio::Gate>,
-    pipe: bool,
     state: tokio::sync::Mutex<InputState>,
     /// The idle thread is waiting on the input: the serving task leaves it alone.
     watched: AtomicBool,

@@ -334,6 +334,67 @@ fn calls_in_flight_at_end_of_input_are_still_answered() {
 }
 
 #[test]
+fn requests_and_the_end_of_input_sent_in_one_go_are_all_answered() {
+    // Everything, the end of input included, is in the pipe before the server reads a byte:
+    // the hang-up comes with the last lines, not after them, and must still end the session.
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "still here\n").unwrap();
+    let mut input = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": { "name": "burst-test", "version": "0" },
+        },
+    })
+    .to_string();
+    input.push('\n');
+    for id in 1..=3 {
+        let call = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "file_manager__read", "arguments": { "path": "notes.txt" } },
+        });
+        input.push_str(&format!("{call}\n"));
+    }
+    let mut cmd = common::toolbox(ws.path());
+    let mut child = cmd
+        .args(["mcp", "--mode", "full", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    let replies = common::line_reader(child.stdout.take().unwrap());
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let line = replies
+            .recv_timeout(REPLY_TIMEOUT)
+            .expect("every request is answered");
+        let reply: Value = serde_json::from_str(&line).unwrap();
+        ids.push(reply["id"].as_i64().unwrap());
+    }
+    ids.sort();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("toolbox mcp did not exit within {REPLY_TIMEOUT:?} after its input ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
+#[test]
 fn requests_read_from_a_file_are_answered_into_a_file() {
     // Regular files cannot be polled: the server reads and writes them on threads of their own.
     let ws = tempfile::tempdir().unwrap();

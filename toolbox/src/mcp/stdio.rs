@@ -113,14 +113,6 @@ fn private_copy(fd: RawFd, write: bool) -> io::Result<(OwnedFd, bool)> {
     }
 }
 
-fn is_fifo(fd: RawFd) -> bool {
-    // SAFETY: fstat fills the struct on success.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-    }
-}
-
 fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL on a descriptor the caller owns.
     unsafe {
@@ -280,9 +272,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where request bytes come from.
 pub(super) enum Input {
     /// Read when epoll (or the idle thread's poll) says there is something (see
-    /// `serve_polled`). `pipe`: a short read means the pipe is empty (not so for a terminal,
-    /// which hands out a line per read).
-    Polled { fd: AsyncFd<Gate>, pipe: bool },
+    /// `serve_polled`).
+    Polled(AsyncFd<Gate>),
     /// Chunks from a reader thread (empty: end of input). Bounded, so the thread reads at
     /// most a few chunks ahead of the server.
     Thread(ThreadInput),
@@ -292,7 +283,6 @@ impl Input {
     /// The protocol's stdin: polled when it can be, else read by a thread.
     pub(super) fn from_fd(fd: OwnedFd, nonblocking: bool) -> io::Result<Input> {
         if nonblocking {
-            let pipe = is_fifo(fd.as_raw_fd());
             let gate = match Gate::new(fd)? {
                 Ok(gate) => gate,
                 Err(fd) => return Input::from_reader(unpollable(fd)),
@@ -301,7 +291,7 @@ impl Input {
             // on; its raw descriptor never changes.
             let fd = unsafe { AsyncFd::register_with_interest(gate, Interest::READABLE) }
                 .map_err(|e| e.into_parts().1)?;
-            return Ok(Input::Polled { fd, pipe });
+            return Ok(Input::Polled(fd));
         }
         Input::from_reader(std::fs::File::from(fd))
     }
