@@ -333,6 +333,22 @@ fn calls_in_flight_at_end_of_input_are_still_answered() {
     assert_eq!(reply["result"]["isError"], false, "{reply}");
 }
 
+/// Waits (bounded) for `child` to exit after its input ended, and checks it succeeded.
+fn exits_cleanly(child: &mut Child) {
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("toolbox mcp did not exit within {REPLY_TIMEOUT:?} after its input ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
 #[test]
 fn requests_and_the_end_of_input_sent_in_one_go_are_all_answered() {
     // Everything, the end of input included, is in the pipe before the server reads a byte:
@@ -380,18 +396,7 @@ fn requests_and_the_end_of_input_sent_in_one_go_are_all_answered() {
     }
     ids.sort();
     assert_eq!(ids, [0, 1, 2, 3]);
-    let deadline = Instant::now() + REPLY_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("toolbox mcp did not exit within {REPLY_TIMEOUT:?} after its input ended");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut child);
 }
 
 #[test]
@@ -436,18 +441,7 @@ fn requests_read_from_a_file_are_answered_into_a_file() {
         .spawn()
         .unwrap();
     // The end of the file is the end of input: the server answers everything and exits.
-    let deadline = Instant::now() + REPLY_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("toolbox mcp did not exit within {REPLY_TIMEOUT:?} after its input ended");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut child);
     let text = std::fs::read_to_string(&replies).unwrap();
     let replies: Vec<Value> = text
         .lines()

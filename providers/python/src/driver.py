@@ -252,12 +252,11 @@ class _MemoryCapture:
             sys.stderr = _Router("stderr")
         self.out, self.err = _Buffer(), _Buffer()
         for router, buf in ((sys.stdout, self.out), (sys.stderr, self.err)):
-            if isinstance(router, _Router):
-                pending = router.pending
-                if pending.parts or pending.dropped:
-                    buf.add(pending.text())
-                    router.pending = _Buffer()
-                router.current = buf
+            pending = router.pending
+            if pending.parts or pending.dropped:
+                buf.add(pending.text())
+                router.pending = _Buffer()
+            router.current = buf
 
     def stop(self):
         for router in (sys.stdout, sys.stderr):

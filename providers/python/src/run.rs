@@ -197,6 +197,8 @@ pub async fn execute(
         request["output_dir"] = json!(output_dir.to_string_lossy());
         request["root"] = json!(ctx.workspace.root().to_string_lossy());
     }
+    // Kept for noting, once answered, that the driver has the folders.
+    let first_run = (tell_folders && config.backend == Backend::Embedded).then(|| key.clone());
     request["session"] = Value::String(key);
     request["generation"] = json!(install::generation());
     let outcome = match config.backend {
@@ -204,10 +206,9 @@ pub async fn execute(
             if let Some(site) = config.site_packages() {
                 request["site_dirs"] = json!([site.to_string_lossy()]);
             }
-            let key = tell_folders.then(|| request["session"].as_str().map(str::to_string));
             let outcome = embedded::request(request, Some(cwd_dir), ctx, timeout, tool).await;
             // Answered, so the driver ran the request and kept the folders.
-            if let (Ok(_), Some(Some(key))) = (&outcome, key) {
+            if let (Ok(_), Some(key)) = (&outcome, first_run) {
                 embedded::told_folders(key);
             }
             outcome
