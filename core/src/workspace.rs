@@ -506,26 +506,23 @@ impl Workspace {
         self.ensure_folder(SessionFolder::Output)
     }
 
-    /// [`Self::scratchpad`], and the folder itself, held open: code that must work in it
-    /// (`fchdir`) then uses the very folder that was checked, not whatever its path names a
-    /// moment later.
-    pub fn open_scratchpad(&self) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
-        self.open_folder(SessionFolder::Scratchpad)
-    }
-
     fn ensure_folder(&self, kind: SessionFolder) -> io::Result<PathBuf> {
-        self.open_folder(kind).map(|(path, _)| path)
+        self.hold_folder(kind)?;
+        Ok(self.session_dir(kind.as_str()))
     }
 
-    fn open_folder(&self, kind: SessionFolder) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
-        let fd = match &self.session {
-            Some(sid) => self.held_folder(sid, kind)?,
-            None => Arc::new(dirfd::ensure_child_dir(
+    /// The session folder `kind`, created if missing (never through a planted link) and held
+    /// open: code that must work in it (`fchdir`) then uses the very folder that was checked,
+    /// not whatever its path names a moment later. No path is built: a caller that needs one
+    /// (to tell it once) asks [`Self::session_dir`]. Without a session, `<root>/<kind>`.
+    pub fn hold_folder(&self, kind: SessionFolder) -> io::Result<Arc<OwnedFd>> {
+        match &self.session {
+            Some(sid) => self.held_folder(sid, kind),
+            None => Ok(Arc::new(dirfd::ensure_child_dir(
                 self.root_fd(),
                 OsStr::new(kind.as_str()),
-            )?),
-        };
-        Ok((self.session_dir(kind.as_str()), fd))
+            )?)),
+        }
     }
 
     /// Parses a path a model gave, without touching the disk: empty, NUL, absolute paths
@@ -1115,11 +1112,10 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let s = ws.with_session("s1").unwrap();
         let base = ws.root().join(".toolbox/sessions/s1");
-        let (path, _dir) = s.open_scratchpad().unwrap();
-        assert_eq!(path, base.join("scratchpad"));
+        assert_eq!(s.scratchpad().unwrap(), base.join("scratchpad"));
         // The folder alone deleted: made again, not the deleted one handed out.
         std::fs::remove_dir(base.join("scratchpad")).unwrap();
-        let (_, fd) = s.open_scratchpad().unwrap();
+        let fd = s.hold_folder(SessionFolder::Scratchpad).unwrap();
         assert!(rustix::fs::fstat(&fd).unwrap().st_nlink > 0);
         assert!(base.join("scratchpad").is_dir());
         // The whole session deleted behind toolbox's back: made again where it belongs.

@@ -500,6 +500,24 @@ impl Outbox {
         ));
     }
 
+    /// A `tools/call` result with one text item, written straight into the line: the same
+    /// JSON as building the object and printing it, without the object, its copies and the
+    /// second pass (a cell's reply is mostly this text).
+    fn tool_result(&self, id: &Value, text: &str, is_error: bool) {
+        let mut line = Vec::with_capacity(text.len() + 96);
+        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        // Writing to a Vec cannot fail, and a Value always serialises.
+        let _ = serde_json::to_writer(&mut line, id);
+        line.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
+        let _ = serde_json::to_writer(&mut line, text);
+        line.extend_from_slice(if is_error {
+            b"}],\"isError\":true}}\n"
+        } else {
+            b"}],\"isError\":false}}\n"
+        });
+        self.output.send(line, None);
+    }
+
     fn error(&self, id: &Value, code: i64, message: &str) {
         let reply = json!({
             "jsonrpc": "2.0",
@@ -1039,11 +1057,7 @@ impl Dispatcher {
             if cancel.is_cancelled() {
                 return;
             }
-            let result = json!({
-                "content": [{ "type": "text", "text": info.result }],
-                "isError": info.status != CallStatus::Done,
-            });
-            outbox.result(&id, &result.to_string());
+            outbox.tool_result(&id, &info.result, info.status != CallStatus::Done);
             finished.record();
         });
         // Read by the idle thread: started in place once the input is unlocked.

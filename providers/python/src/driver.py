@@ -761,16 +761,24 @@ def _run(req):
             pass
         stdout, stderr = capture.stop()
         _STATE["current"] = None
-    return {
-        "execution_count": count,
-        "stdout": stdout,
-        "stderr": stderr,
-        "result": result,
-        "display_data": run.display,
-        "error": error,
-        "interrupted": interrupted,
-        "notes": run.notes,
-    }
+    # Only what holds something: most cells print nothing and fail at nothing, and every
+    # entry is one more thing for the host to convert, keep and free.
+    answer = {"execution_count": count}
+    if stdout:
+        answer["stdout"] = stdout
+    if stderr:
+        answer["stderr"] = stderr
+    if result is not None:
+        answer["result"] = result
+    if run.display:
+        answer["display_data"] = run.display
+    if error is not None:
+        answer["error"] = error
+    if interrupted:
+        answer["interrupted"] = True
+    if run.notes:
+        answer["notes"] = run.notes
+    return answer
 
 
 def _keep_cell_source(filename, sid, count, code):

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, RunFuture, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, RunFuture, SessionFolder, ToolContext, ToolInfo, ToolRisk};
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::{embedded, install, isolated, jupyter, object_schema, prop, render, TOOLSETS};
@@ -159,7 +159,8 @@ pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
 ///  "notes": ["…"]}
 /// ```
 ///
-/// Paths are workspace-display paths (resolve them with `ctx.workspace.resolve`). An
+/// A field with nothing in it may be left out (no output, no value, no error): read them
+/// as optional. Paths are workspace-display paths (resolve them with `ctx.workspace.resolve`). An
 /// exception raised by the user's code is a normal result with `error` set; a timeout, a
 /// cancellation, a crashed worker or a busy interpreter is an `Err` whose message says what
 /// happened to the session (and includes whatever output the code produced first).
@@ -178,14 +179,19 @@ pub async fn execute(
     }
     // Before the code runs: whatever it starts is inside toolbox's containment.
     let containment = toolbox_core::containment::ensure();
-    let (cwd, cwd_dir) = ctx
+    // Both folders are made if missing, on every run (code may have deleted them); their
+    // paths are only built when they are told.
+    let cwd_dir = ctx
         .workspace
-        .open_scratchpad()
+        .hold_folder(SessionFolder::Scratchpad)
         .map_err(|e| anyhow!("{tool}: cannot create the session scratchpad: {e}"))?;
-    let output_dir = ctx
-        .workspace
-        .output_dir()
+    ctx.workspace
+        .hold_folder(SessionFolder::Output)
         .map_err(|e| anyhow!("{tool}: cannot create the session output folder: {e}"))?;
+    let cwd = || {
+        ctx.workspace
+            .session_dir(SessionFolder::Scratchpad.as_str())
+    };
     let key = session_key(ctx);
     // The embedded driver keeps a session's folders from its first run (they follow from
     // the session): later runs leave them out, which spares every cell building, converting
@@ -193,7 +199,8 @@ pub async fn execute(
     let tell_folders = config.backend != Backend::Embedded || !embedded::knows_folders(&key);
     request["op"] = json!("run");
     if tell_folders {
-        request["cwd"] = json!(cwd.to_string_lossy());
+        let output_dir = ctx.workspace.session_dir(SessionFolder::Output.as_str());
+        request["cwd"] = json!(cwd().to_string_lossy());
         request["output_dir"] = json!(output_dir.to_string_lossy());
         request["root"] = json!(ctx.workspace.root().to_string_lossy());
     }
@@ -215,7 +222,7 @@ pub async fn execute(
         }
         Backend::Isolated => {
             let interpreter = config.interpreter();
-            isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd, limits).await
+            isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd(), limits).await
         }
         Backend::Jupyter => jupyter::request(&request, ctx, timeout, tool, config).await,
     };
