@@ -206,15 +206,15 @@ class _Buffer:
 class _Router(io.TextIOBase):
     """sys.stdout / sys.stderr of the embedded interpreter, for good.
 
-    While a run is in progress, writes go to that run's buffer; between runs (a background
-    thread printing) they are kept and shown with the next run. Either way nothing reaches
-    the host process's own stdout, which may be carrying a protocol (MCP over stdio).
+    Writes collect here until a run ends and takes them: the run's own output, after
+    whatever a background thread printed since the last run ended (shown with this run).
+    Nothing reaches the host process's own stdout, which may be carrying a protocol (MCP
+    over stdio).
     """
 
     def __init__(self, name):
         self.name = name
-        self.current = None
-        self.pending = _Buffer()
+        self.collected = _Buffer()
 
     @property
     def encoding(self):
@@ -233,40 +233,38 @@ class _Router(io.TextIOBase):
     def write(self, text):
         if not isinstance(text, str):
             raise TypeError("write() argument must be str, not %s" % type(text).__name__)
-        (self.current or self.pending).add(text)
+        self.collected.add(text)
         return len(text)
 
     def flush(self):
         pass
 
+    def take(self):
+        """What was written since the last take."""
+        got = self.collected
+        if not got.parts and not got.dropped:
+            return ""
+        self.collected = _Buffer()
+        return got.text()
+
 
 class _MemoryCapture:
     """Embedded mode: Python-level writes only (the process's file descriptors are the host's).
-    One serves every run."""
+    One serves every run; a run that writes nothing costs no buffer."""
 
     def start(self):
         # Code may have replaced sys.stdout or sys.stderr: the capture puts its own back.
-        if sys.stdout.__class__ is not _Router:
-            sys.stdout = _Router("stdout")
-        if sys.stderr.__class__ is not _Router:
-            sys.stderr = _Router("stderr")
-        self.out, self.err = _Buffer(), _Buffer()
-        for router, buf in ((sys.stdout, self.out), (sys.stderr, self.err)):
-            pending = router.pending
-            if pending.parts or pending.dropped:
-                buf.add(pending.text())
-                router.pending = _Buffer()
-            router.current = buf
+        # The routers are kept, so that what reached them before code replaced them (for
+        # the rest of its run) is still this run's.
+        out, err = sys.stdout, sys.stderr
+        if out.__class__ is not _Router:
+            out = sys.stdout = _Router("stdout")
+        if err.__class__ is not _Router:
+            err = sys.stderr = _Router("stderr")
+        self.out, self.err = out, err
 
     def stop(self):
-        for router in (sys.stdout, sys.stderr):
-            if isinstance(router, _Router):
-                router.current = None
-        return self.out.text(), self.err.text()
-
-    def user_stdout(self):
-        # The user may have replaced sys.stdout; the capture is still ours.
-        return self.out
+        return self.out.take(), self.err.take()
 
 
 _MEMORY_CAPTURE = _MemoryCapture()
@@ -791,6 +789,11 @@ def _keep_cell_source(filename, sid, count, code):
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     linecache.cache[filename] = (len(code), None, lines, filename)
+    if len(_CELL_FILES) > MAX_KEPT_CELLS or _CELL_SOURCE["chars"] > MAX_KEPT_CELL_CHARS:
+        _forget_oldest_cells()
+
+
+def _forget_oldest_cells():
     while len(_CELL_FILES) > MAX_KEPT_CELLS or (
         _CELL_SOURCE["chars"] > MAX_KEPT_CELL_CHARS and len(_CELL_FILES) > 1
     ):
