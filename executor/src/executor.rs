@@ -482,7 +482,8 @@ impl ToolExecutor {
         claim: toolbox_core::SpoolClaim,
     ) -> (String, Result<String, (ErrorKind, String)>) {
         let inner = &*self.inner;
-        let intercepted = match inner.registry.get(&request.name) {
+        let found = inner.registry.get(&request.name);
+        let intercepted = match found {
             Some(tool) => tool.info.intercepted,
             None => request.name == "call_agent",
         };
@@ -496,7 +497,7 @@ impl ToolExecutor {
                 )),
             );
         }
-        let Some(tool) = inner.registry.get(&request.name) else {
+        let Some(tool) = found else {
             let shown = shorten(&request.name, 200);
             return (
                 shown.clone(),

@@ -1007,7 +1007,8 @@ impl Dispatcher {
 
     fn start_call(&mut self, id: Value, key: String, params: Value) {
         let progress_token = params
-            .pointer("/_meta/progressToken")
+            .get("_meta")
+            .and_then(|meta| meta.get("progressToken"))
             .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
             .cloned();
         let (name, arguments) = match call_params(params) {
