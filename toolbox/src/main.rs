@@ -215,6 +215,7 @@ pub(crate) fn usage(error: impl std::fmt::Display) -> UsageError {
 }
 
 fn main() -> ExitCode {
+    errors_without_backtraces();
     let cli = Cli::parse();
     let stderr_is_terminal = std::io::stderr().is_terminal();
     // First, before any thread writes to stderr: from here on a client that never reads
@@ -283,6 +284,24 @@ fn init_tracing(ansi: bool) {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .try_init();
+}
+
+/// A tool error is an ordinary result here, not a bug: with `RUST_BACKTRACE=1` in the
+/// user's shell, every `anyhow` error would also capture a backtrace, which tripled the
+/// cost of a failed call (a missing file, a bad argument) and is never shown. Panics still
+/// print theirs, and an explicit `RUST_LIB_BACKTRACE` is obeyed.
+///
+/// std decides once whether `Backtrace::capture` captures and keeps the answer: it is asked
+/// here with `RUST_LIB_BACKTRACE=0`, which is then taken away again, so that the commands
+/// and code toolbox runs get the user's environment as it was.
+fn errors_without_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_some() {
+        return;
+    }
+    // Before any other thread exists: nothing reads the environment meanwhile.
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    let _decided = std::backtrace::Backtrace::capture();
+    std::env::remove_var("RUST_LIB_BACKTRACE");
 }
 
 fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {

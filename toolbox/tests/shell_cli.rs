@@ -258,3 +258,36 @@ fn commands_die_with_a_killed_toolbox() {
     wait_gone(bash, "bash");
     wait_gone(sleep, "the grandchild");
 }
+
+/// toolbox turns off the backtraces its own errors would capture under `RUST_BACKTRACE=1`
+/// (they are never shown and made every failed call slower), without leaking that setting
+/// into the commands it runs: they see the user's environment as it was.
+#[test]
+fn commands_see_the_users_backtrace_settings_unchanged() {
+    let ws = tempfile::tempdir().unwrap();
+    let run = |lib: Option<&str>| {
+        let mut cmd = toolbox(ws.path());
+        cmd.env("RUST_BACKTRACE", "1");
+        match lib {
+            Some(value) => cmd.env("RUST_LIB_BACKTRACE", value),
+            None => cmd.env_remove("RUST_LIB_BACKTRACE"),
+        };
+        let out = cmd
+            .args([
+                "call",
+                "--mode",
+                "full",
+                "shell",
+                r#"{"command": "echo \"[${RUST_BACKTRACE-unset} ${RUST_LIB_BACKTRACE-unset}]\""}"#,
+            ])
+            .output()
+            .unwrap();
+        let envelope: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(envelope["status"], "done", "{envelope}");
+        envelope["result"].as_str().unwrap().to_string()
+    };
+    let shown = run(None);
+    assert!(shown.contains("[1 unset]"), "{shown}");
+    let shown = run(Some("1"));
+    assert!(shown.contains("[1 1]"), "{shown}");
+}
