@@ -602,8 +602,8 @@ def _looks_like_statement(code):
 
 def _one_plain_assignment(code):
     """True for a cell that is one line assigning to a name or an attribute (`x = 1`,
-    `df.a = f(b=2)`): certainly no expression, so the compiled module need not be read. Only
-    asked of a cell that compiled."""
+    `df.a = f(b=2)`): certainly no expression, if it compiles at all, so the compiled module
+    need not be read."""
     code = code.strip()
     if "\n" in code or ";" in code or "\\" in code:
         return False
@@ -616,11 +616,15 @@ def _one_plain_assignment(code):
 def _compile_cell(code, filename):
     """Compiles a cell; returns (body code, last-expression code or None)."""
     flags = _TOP_LEVEL_AWAIT
-    # Most cells end in a statement (`x = 1`, a def, a loop): one compile, no AST. A cell
+    # A one-line assignment (`df = pd.read_csv(p)`) is asked about first, since that is
+    # the cheaper question: certainly a statement, so one compile and nothing read back.
+    if _one_plain_assignment(code):
+        return compile(code, filename, "exec", flags=flags), None
+    # Most other cells end in a statement too (a def, a loop): one compile, no AST. A cell
     # whose last line looks like an expression goes straight to the AST, which it needs.
     if _looks_like_statement(code):
         whole = compile(code, filename, "exec", flags=flags)
-        if _one_plain_assignment(code) or not _may_end_in_expression(whole, code):
+        if not _may_end_in_expression(whole, code):
             return whole, None
     tree = ast.parse(code, filename, "exec")
     last = None
