@@ -120,6 +120,8 @@ async fn output_streams_final_expression_and_display() {
             run(&ctx, "display('shown'); 3").await.unwrap(),
             "[display_data]\n'shown'\n[result]\n3\n"
         );
+        // What a run displayed is its own: the next run starts with nothing to show.
+        assert_eq!(run(&ctx, "4").await.unwrap(), "[result]\n4\n", "{backend}");
         // Like a notebook, the value's repr: a class with __repr__ (df.head() works this way).
         let text = run(
             &ctx,
@@ -217,6 +219,36 @@ async fn exceptions_carry_ename_evalue_and_cell_lines() {
         assert!(text.starts_with("[error] SystemExit: 3"), "{text}");
         assert_eq!(run(&ctx, "y").await.unwrap(), "[result]\n5\n");
     }
+}
+
+#[tokio::test]
+async fn embedded_output_beyond_the_cap_is_dropped_with_a_note() {
+    // The cap is lowered for two runs and put back: the embedded interpreter is shared by
+    // this process's tests (serial() keeps the others out meanwhile).
+    let _serial = serial().await;
+    let (_d, ctx) = setup(RUN, "cap", json!({ "backend": "embedded" }));
+    run(
+        &ctx,
+        "import sys\nsys._getframe(1).f_globals['MAX_STREAM_CHARS'] = 10",
+    )
+    .await
+    .unwrap();
+    let text = run(&ctx, "print('a' * 7)\nprint('b' * 7)").await;
+    let restored = run(
+        &ctx,
+        "import sys\nsys._getframe(1).f_globals['MAX_STREAM_CHARS'] = 8 * 1024 * 1024",
+    )
+    .await;
+    assert_eq!(
+        text.unwrap(),
+        "[stdout]\naaaaaaa\nbb\n[... 6 more characters dropped ...]\n"
+    );
+    assert_eq!(restored.unwrap(), "(no output)\n");
+    // The count starts again with the next run.
+    assert_eq!(
+        run(&ctx, "print('c' * 12)").await.unwrap(),
+        "[stdout]\ncccccccccccc\n"
+    );
 }
 
 #[tokio::test]

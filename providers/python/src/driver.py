@@ -99,8 +99,8 @@ def configure(embedded=True):
         except OSError:
             _STATE["host_cwd_fd"] = None
         # From now on Python-level output never reaches the host's own stdout/stderr.
-        sys.stdout = _Router("stdout")
-        sys.stderr = _Router("stderr")
+        sys.stdout = _STDOUT
+        sys.stderr = _STDERR
     # Like Jupyter, the working directory (the session scratchpad) is importable.
     if "" not in sys.path:
         sys.path.insert(0, "")
@@ -161,6 +161,9 @@ class _Session:
         self.cwd = None
         self.output_dir = ""
         self.root = ""
+        # The session's runs are one at a time: one _Run serves them all, its lists replaced
+        # only after a run that used them (a fresh object per run cost more, run cold).
+        self.run = _Run(self, "")
 
 
 def _session(sid):
@@ -173,48 +176,21 @@ def _session(sid):
 # --- output capture ---------------------------------------------------------------------------
 
 
-class _Buffer:
-    """Collects one stream of one run, up to MAX_STREAM_CHARS."""
-
-    __slots__ = ("parts", "size", "dropped")
-
-    def __init__(self):
-        self.parts = []
-        self.size = 0
-        self.dropped = 0
-
-    def add(self, text):
-        room = MAX_STREAM_CHARS - self.size
-        if room <= 0:
-            self.dropped += len(text)
-            return
-        if len(text) > room:
-            self.dropped += len(text) - room
-            text = text[:room]
-        self.parts.append(text)
-        self.size += len(text)
-
-    def text(self):
-        if not self.parts and not self.dropped:
-            return ""
-        out = "".join(self.parts)
-        if self.dropped:
-            out += "\n[... %d more characters dropped ...]\n" % self.dropped
-        return out
-
-
 class _Router(io.TextIOBase):
-    """sys.stdout / sys.stderr of the embedded interpreter, for good.
+    """sys.stdout / sys.stderr of the embedded interpreter, for good: one of each.
 
-    Writes collect here until a run ends and takes them: the run's own output, after
-    whatever a background thread printed since the last run ended (shown with this run).
+    Writes collect in a list of the module's (`_OUT_PARTS`, `_ERR_PARTS`) until a run ends
+    and takes them: the run's own output, after whatever a background thread printed since
+    the last run ended (shown with this run). Up to MAX_STREAM_CHARS are kept per take.
     Nothing reaches the host process's own stdout, which may be carrying a protocol (MCP
     over stdio).
     """
 
-    def __init__(self, name):
+    def __init__(self, name, parts):
         self.name = name
-        self.collected = _Buffer()
+        self.parts = parts
+        self.size = 0
+        self.dropped = 0
 
     @property
     def encoding(self):
@@ -233,41 +209,33 @@ class _Router(io.TextIOBase):
     def write(self, text):
         if not isinstance(text, str):
             raise TypeError("write() argument must be str, not %s" % type(text).__name__)
-        self.collected.add(text)
-        return len(text)
+        n = len(text)
+        room = MAX_STREAM_CHARS - self.size
+        if n > room:
+            self.dropped += n - max(room, 0)
+            text = text[: max(room, 0)]
+        self.parts.append(text)
+        self.size += len(text)
+        return n
 
     def flush(self):
         pass
 
     def take(self):
-        """What was written since the last take."""
-        got = self.collected
-        if not got.parts and not got.dropped:
-            return ""
-        self.collected = _Buffer()
-        return got.text()
+        """What was written since the last take. A run that wrote nothing does not call
+        this: an empty list of the module's says so, without a method call."""
+        out = "".join(self.parts)
+        if self.dropped:
+            out += "\n[... %d more characters dropped ...]\n" % self.dropped
+        self.parts.clear()
+        self.size = self.dropped = 0
+        return out
 
 
-class _MemoryCapture:
-    """Embedded mode: Python-level writes only (the process's file descriptors are the host's).
-    One serves every run; a run that writes nothing costs no buffer."""
-
-    def start(self):
-        # Code may have replaced sys.stdout or sys.stderr: the capture puts its own back.
-        # The routers are kept, so that what reached them before code replaced them (for
-        # the rest of its run) is still this run's.
-        out, err = sys.stdout, sys.stderr
-        if out.__class__ is not _Router:
-            out = sys.stdout = _Router("stdout")
-        if err.__class__ is not _Router:
-            err = sys.stderr = _Router("stderr")
-        self.out, self.err = out, err
-
-    def stop(self):
-        return self.out.take(), self.err.take()
-
-
-_MEMORY_CAPTURE = _MemoryCapture()
+_OUT_PARTS = []
+_ERR_PARTS = []
+_STDOUT = _Router("stdout", _OUT_PARTS)
+_STDERR = _Router("stderr", _ERR_PARTS)
 
 
 class _FdCapture:
@@ -672,8 +640,11 @@ def _run(req):
 
     session.count += 1
     count = session.count
-    run = _Run(session, output_dir)
-    capture = _FdCapture() if _STATE["fd_capture"] else _MEMORY_CAPTURE
+    run = session.run
+    run.output_dir = output_dir
+    # A worker captures its file descriptors; embedded, the routers collect Python-level
+    # output (inline here: a run's fixed costs are paid cold, and each call is one more).
+    capture = _FdCapture() if _STATE["fd_capture"] else None
     error = None
     result = None
     interrupted = False
@@ -683,7 +654,14 @@ def _run(req):
     old_main = sys.modules.get("__main__")
     old_argv = sys.argv
     _STATE["current"] = run
-    capture.start()
+    if capture is not None:
+        capture.start()
+    else:
+        # Code may have replaced sys.stdout or sys.stderr (for its own run): put them back.
+        if sys.stdout is not _STDOUT:
+            sys.stdout = _STDOUT
+        if sys.stderr is not _STDERR:
+            sys.stderr = _STDERR
     try:
         if cwd_fd is not None and _STATE["host_cwd_fd"] is not None:
             os.fchdir(cwd_fd)
@@ -761,10 +739,19 @@ def _run(req):
                 os.chdir(old_cwd)
         except OSError:
             pass
-        stdout, stderr = capture.stop()
+        if capture is not None:
+            stdout, stderr = capture.stop()
+        else:
+            stdout = _STDOUT.take() if _OUT_PARTS else ""
+            stderr = _STDERR.take() if _ERR_PARTS else ""
         _STATE["current"] = None
     # Only what holds something: most cells print nothing and fail at nothing, and every
     # entry is one more thing for the host to convert, keep and free.
+    display, notes = run.display, run.notes
+    if display:
+        run.display = []
+    if notes:
+        run.notes = []
     answer = {"execution_count": count}
     if stdout:
         answer["stdout"] = stdout
@@ -772,14 +759,14 @@ def _run(req):
         answer["stderr"] = stderr
     if result is not None:
         answer["result"] = result
-    if run.display:
-        answer["display_data"] = run.display
+    if display:
+        answer["display_data"] = display
     if error is not None:
         answer["error"] = error
     if interrupted:
         answer["interrupted"] = True
-    if run.notes:
-        answer["notes"] = run.notes
+    if notes:
+        answer["notes"] = notes
     return answer
 
 
@@ -1124,7 +1111,8 @@ def handle_object(req):
     """One request in, one response out, as plain dicts (the embedded backend hands them over
     without JSON). Never raises for bad user code."""
     try:
-        return {"ok": True, "result": _dispatch(req)}
+        # A run, the common case, without _dispatch's frame.
+        return {"ok": True, "result": _run(req) if req.get("op") == "run" else _dispatch(req)}
     except ExecutionInterrupted as e:
         return {"ok": False, "error": "interrupted: %s" % (e or _INTERRUPT["reason"]), "interrupted": True}
     except BaseException as e:
