@@ -224,10 +224,14 @@ class _Router(io.TextIOBase):
     def take(self):
         """What was written since the last take. A run that wrote nothing does not call
         this: an empty list of the module's says so, without a method call."""
-        out = "".join(self.parts)
+        # Only what is joined is removed: a background thread may append meanwhile, and
+        # that is the next run's.
+        parts = self.parts
+        n = len(parts)
+        out = "".join(parts[:n])
+        del parts[:n]
         if self.dropped:
             out += "\n[... %d more characters dropped ...]\n" % self.dropped
-        self.parts.clear()
         self.size = self.dropped = 0
         return out
 
