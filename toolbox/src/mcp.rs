@@ -500,22 +500,9 @@ impl Outbox {
         ));
     }
 
-    /// A `tools/call` result with one text item, written straight into the line: the same
-    /// JSON as building the object and printing it, without the object, its copies and the
-    /// second pass (a cell's reply is mostly this text).
+    /// A `tools/call` result with one text item (see [`tool_result_line`]).
     fn tool_result(&self, id: &Value, text: &str, is_error: bool) {
-        let mut line = Vec::with_capacity(text.len() + 96);
-        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-        // Writing to a Vec cannot fail, and a Value always serialises.
-        let _ = serde_json::to_writer(&mut line, id);
-        line.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
-        let _ = serde_json::to_writer(&mut line, text);
-        line.extend_from_slice(if is_error {
-            b"}],\"isError\":true}}\n"
-        } else {
-            b"}],\"isError\":false}}\n"
-        });
-        self.output.send(line, None);
+        self.output.send(tool_result_line(id, text, is_error), None);
     }
 
     fn error(&self, id: &Value, code: i64, message: &str) {
@@ -543,6 +530,24 @@ impl Outbox {
             .send(text.into_bytes(), Some(MAX_QUEUED_NOTIFICATION_BYTES))
             != stdio::Sent::Dropped
     }
+}
+
+/// The reply line to a `tools/call` with one text item, written straight into the line: the
+/// same JSON as building the object and printing it, without the object, its copies and the
+/// second pass (a cell's reply is mostly this text).
+fn tool_result_line(id: &Value, text: &str, is_error: bool) -> Vec<u8> {
+    let mut line = Vec::with_capacity(text.len() + 96);
+    line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    // Writing to a Vec cannot fail, and a Value always serialises.
+    let _ = serde_json::to_writer(&mut line, id);
+    line.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
+    let _ = serde_json::to_writer(&mut line, text);
+    line.extend_from_slice(if is_error {
+        b"}],\"isError\":true}}\n"
+    } else {
+        b"}],\"isError\":false}}\n"
+    });
+    line
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1248,6 +1253,34 @@ mod tests {
         assert_eq!(code(r#"{"jsonrpc":"2.0","method":7}"#), None);
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
         assert_eq!(code("   "), None);
+    }
+
+    #[test]
+    fn a_tool_result_line_is_the_json_of_the_reply_object() {
+        for id in [json!(7), json!("a\"b"), json!(u64::MAX), json!(-3)] {
+            for text in [
+                "",
+                "(no output)\n",
+                "tab\t\"quote\" \\ é ✓ \u{1}",
+                "[stdout]\nx\n",
+            ] {
+                for is_error in [false, true] {
+                    let line = tool_result_line(&id, text, is_error);
+                    assert_eq!(line.last(), Some(&b'\n'));
+                    assert!(!line[..line.len() - 1].contains(&b'\n'), "one line");
+                    let got: Value = serde_json::from_slice(&line).unwrap();
+                    let want = json!({
+                        "jsonrpc": "2.0",
+                        "id": id,
+                        "result": {
+                            "content": [{ "type": "text", "text": text }],
+                            "isError": is_error,
+                        },
+                    });
+                    assert_eq!(got, want);
+                }
+            }
+        }
     }
 
     #[test]

@@ -160,10 +160,11 @@ pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
 /// ```
 ///
 /// A field with nothing in it may be left out (no output, no value, no error): read them
-/// as optional. Paths are workspace-display paths (resolve them with `ctx.workspace.resolve`). An
-/// exception raised by the user's code is a normal result with `error` set; a timeout, a
-/// cancellation, a crashed worker or a busy interpreter is an `Err` whose message says what
-/// happened to the session (and includes whatever output the code produced first).
+/// as optional. Paths are workspace-display paths (resolve them with
+/// `ctx.workspace.resolve`). An exception raised by the user's code is a normal result with
+/// `error` set; a timeout, a cancellation, a crashed worker or a busy interpreter is an `Err`
+/// whose message says what happened to the session (and includes whatever output the code
+/// produced first).
 pub async fn execute(
     config: &PythonConfig,
     mut request: Value,
