@@ -28,15 +28,9 @@ impl Server {
     /// A `toolbox mcp --mode full` after the initialize handshake.
     fn start() -> Server {
         let ws = tempfile::tempdir().unwrap();
-        let mut cmd = common::toolbox(ws.path());
-        let mut child = cmd
-            .env("XDG_CONFIG_HOME", ws.path().join(".no-user-config"))
-            .args(["mcp", "--mode", "full", "--workspace"])
-            .arg(ws.path())
-            .current_dir(ws.path())
+        let mut child = common::mcp_full(ws.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();

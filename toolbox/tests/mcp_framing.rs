@@ -32,14 +32,9 @@ impl Server {
     fn start() -> Server {
         let ws = tempfile::tempdir().unwrap();
         std::fs::write(ws.path().join("notes.txt"), "still here\n").unwrap();
-        let mut cmd = common::toolbox(ws.path());
-        let mut child = cmd
-            .args(["mcp", "--mode", "full", "--workspace"])
-            .arg(ws.path())
-            .current_dir(ws.path())
+        let mut child = common::mcp_full(ws.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -372,14 +367,9 @@ fn requests_and_the_end_of_input_sent_in_one_go_are_all_answered() {
         });
         input.push_str(&format!("{call}\n"));
     }
-    let mut cmd = common::toolbox(ws.path());
-    let mut child = cmd
-        .args(["mcp", "--mode", "full", "--workspace"])
-        .arg(ws.path())
-        .current_dir(ws.path())
+    let mut child = common::mcp_full(ws.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
@@ -430,14 +420,9 @@ fn requests_read_from_a_file_are_answered_into_a_file() {
     // The last line has no newline: it still counts.
     std::fs::write(&requests, lines.join("\n")).unwrap();
     let replies = ws.path().join("replies.jsonl");
-    let mut cmd = common::toolbox(ws.path());
-    let mut child = cmd
-        .args(["mcp", "--mode", "full", "--workspace"])
-        .arg(ws.path())
-        .current_dir(ws.path())
+    let mut child = common::mcp_full(ws.path())
         .stdin(std::fs::File::open(&requests).unwrap())
         .stdout(std::fs::File::create(&replies).unwrap())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     // The end of the file is the end of input: the server answers everything and exits.

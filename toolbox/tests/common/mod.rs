@@ -37,3 +37,13 @@ pub fn line_reader(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiv
     });
     lines
 }
+
+/// `toolbox mcp --mode full` serving the workspace `ws` (also its working directory), with
+/// stderr discarded; the caller picks stdin and stdout.
+pub fn mcp_full(ws: &Path) -> Command {
+    let mut cmd = toolbox(ws);
+    cmd.args(["mcp", "--mode", "full", "--workspace"])
+        .arg(ws)
+        .stderr(Stdio::null());
+    cmd
+}
