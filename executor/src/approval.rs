@@ -65,6 +65,26 @@ impl ApprovalBroker {
         lock(&self.session_approved).insert((session.to_string(), tool.to_string()));
     }
 
+    /// The call ids of `session` waiting for an answer now, sorted.
+    pub fn pending(&self, session: &str) -> Vec<String> {
+        let mut ids: Vec<String> = lock(&self.pending)
+            .keys()
+            .filter(|(s, _)| s == session)
+            .map(|(_, call)| call.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// How many calls wait for an answer, per session.
+    pub fn pending_counts(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for (session, _) in lock(&self.pending).keys() {
+            *counts.entry(session.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
     /// Answers a pending request. False when no request with that id is waiting.
     pub fn respond(&self, session: &str, call_id: &str, answer: Answer) -> bool {
         let sender = lock(&self.pending).remove(&(session.to_string(), call_id.to_string()));

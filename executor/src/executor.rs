@@ -330,6 +330,16 @@ impl ToolExecutor {
         ))
     }
 
+    /// The call ids of `session` that wait for an approval now, sorted.
+    pub fn pending_approvals(&self, session_id: &str) -> Vec<String> {
+        self.inner.approvals.pending(session_id)
+    }
+
+    /// How many calls wait for an approval, per session (sessions with none are left out).
+    pub fn pending_approval_counts(&self) -> std::collections::HashMap<String, usize> {
+        self.inner.approvals.pending_counts()
+    }
+
     /// Answers an approval request. False when no such request is waiting.
     pub fn respond_approval(
         &self,
