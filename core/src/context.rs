@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::{SessionId, ToolRisk, Workspace};
+use crate::{Preview, SessionId, ToolRisk, Workspace};
 
 /// Which stream a chunk of streamed output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +30,8 @@ pub struct ApprovalRequest {
     pub arguments: Value,
     /// The tool's risk class, which is why it asks.
     pub risk: ToolRisk,
+    /// What the call will do, for the person who answers: show this, not the arguments.
+    pub preview: Preview,
 }
 
 /// Something that happened during a call, delivered while the call is still running.

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{ToolContext, ToolInfo};
+use crate::{Preview, ToolContext, ToolInfo};
 
 /// A family of tools behind one implementation.
 ///
@@ -20,6 +20,18 @@ pub trait ToolProvider: Send + Sync {
     /// Runs the tool `tool` (a canonical name from [`Self::list_tools`], never an alias)
     /// with the model's arguments.
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> anyhow::Result<Value>;
+
+    /// What a call of `tool` with `args` would do, for the person asked to approve it: a
+    /// diff, the real path and content, the command and its folder. Called before the call
+    /// runs (in permission mode `auto`, for risky tools), with the context the call will get;
+    /// it must not change anything, and should read little (a preview of an edit reads the
+    /// file). `None` (the default) shows the arguments as `key: value` lines
+    /// ([`Preview::arguments`]). Arguments that the call itself would refuse may still get a
+    /// preview, or `None`: the call's own error is what the model sees.
+    fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
+        let _ = (tool, args, ctx);
+        None
+    }
 }
 
 /// One provider's entry in the link-time registry. Use [`register_provider!`](crate::register_provider).

@@ -807,6 +807,49 @@ impl Workspace {
         }
     }
 
+    /// Where a parsed path really is, for results and for people: the workspace-relative
+    /// path, and for a path in a session folder the short name the model used after it, as
+    /// in `.toolbox/sessions/s1/output/hello.md (output/hello.md)`. Lexical, like
+    /// [`show`](Self::show).
+    pub fn show_real(&self, p: &WsPath) -> String {
+        let short = self.show(p);
+        match (p.base, &self.session) {
+            (Base::Session(kind), Some(sid)) => {
+                let rest = short
+                    .strip_prefix(kind.as_str())
+                    .unwrap_or("")
+                    .trim_start_matches('/');
+                let real = if rest.is_empty() {
+                    format!("{TOOLBOX_DIR}/sessions/{sid}/{}", kind.as_str())
+                } else {
+                    format!("{TOOLBOX_DIR}/sessions/{sid}/{}/{rest}", kind.as_str())
+                };
+                format!("{real} ({short})")
+            }
+            _ => short,
+        }
+    }
+
+    /// Like [`show_real`](Self::show_real) for an absolute path inside the workspace (a
+    /// working folder, a file a program wrote).
+    pub fn display_real(&self, abs: &Path) -> String {
+        let short = self.display(abs);
+        let real = match abs.strip_prefix(&self.root.path) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+            Ok(rel) => rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/"),
+            Err(_) => return abs.display().to_string(),
+        };
+        if real == short {
+            real
+        } else {
+            format!("{real} ({short})")
+        }
+    }
+
     /// How to show an absolute path inside the workspace to the model: relative to the root
     /// with `/` separators (`.` for the root itself), and inside the active session's folders
     /// by the short name the model uses (`output/report.md`, not

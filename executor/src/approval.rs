@@ -99,3 +99,127 @@ impl ApprovalBroker {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Keeps the approval questions of a run of calls one at a time, in the order the calls were
+/// made: a call that must ask waits until every call that took a ticket before it has passed
+/// the gate (it was allowed, refused, or its question was answered). A person is then never
+/// shown two questions at once, and an answer always belongs to the question on the screen.
+///
+/// The agent runtime takes a ticket per tool call of a model reply, in the model's order, and
+/// keeps one queue per turn; an MCP server keeps one per connection. Calls that need no
+/// approval pass at once and hold nobody up while they run.
+#[derive(Clone, Default, Debug)]
+pub struct ApprovalQueue {
+    inner: std::sync::Arc<QueueInner>,
+}
+
+#[derive(Default, Debug)]
+struct QueueInner {
+    state: Mutex<QueueState>,
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Default, Debug)]
+struct QueueState {
+    /// The number the next ticket gets.
+    next: u64,
+    /// Every ticket below this number has passed the gate.
+    passed_below: u64,
+    /// Tickets at or above `passed_below` that have passed, out of order.
+    passed: std::collections::BTreeSet<u64>,
+}
+
+impl ApprovalQueue {
+    /// A new, empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The next place in the queue. Give it to the call's
+    /// [`ToolRequest::approval_ticket`](crate::ToolRequest::approval_ticket); dropping it
+    /// (a call that never reaches the gate) lets the calls after it go on.
+    pub fn ticket(&self) -> ApprovalTicket {
+        let mut state = lock(&self.inner.state);
+        let number = state.next;
+        state.next += 1;
+        ApprovalTicket {
+            queue: self.inner.clone(),
+            number,
+        }
+    }
+}
+
+/// One call's place in an [`ApprovalQueue`]; the call has passed the gate when it is dropped.
+#[derive(Debug)]
+pub struct ApprovalTicket {
+    queue: std::sync::Arc<QueueInner>,
+    number: u64,
+}
+
+impl ApprovalTicket {
+    /// Resolves once every earlier ticket of the queue has passed the gate.
+    pub async fn my_turn(&self) {
+        loop {
+            let notified = self.queue.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&self.queue.state).passed_below >= self.number {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for ApprovalTicket {
+    fn drop(&mut self) {
+        let mut state = lock(&self.queue.state);
+        state.passed.insert(self.number);
+        loop {
+            let below = state.passed_below;
+            if !state.passed.remove(&below) {
+                break;
+            }
+            state.passed_below += 1;
+        }
+        drop(state);
+        self.queue.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_ticket_waits_for_every_earlier_one_in_any_order_of_passing() {
+        let queue = ApprovalQueue::new();
+        let (a, b, c) = (queue.ticket(), queue.ticket(), queue.ticket());
+        // The first never waits.
+        tokio::time::timeout(Duration::from_secs(5), a.my_turn())
+            .await
+            .unwrap();
+        let turn = |t: &ApprovalTicket| {
+            let fut = t.my_turn();
+            futures_util::FutureExt::now_or_never(fut).is_some()
+        };
+        assert!(!turn(&b) && !turn(&c));
+        // c's predecessors pass out of order: b first, then a.
+        drop(b);
+        assert!(!turn(&c), "a has not passed yet");
+        let waiting = tokio::spawn(async move {
+            c.my_turn().await;
+            c
+        });
+        tokio::task::yield_now().await;
+        drop(a);
+        let c = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        drop(c);
+        // A ticket taken after everything passed goes at once.
+        assert!(turn(&queue.ticket()));
+    }
+}

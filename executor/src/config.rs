@@ -131,14 +131,20 @@ impl Permissions {
     /// Why a call of this risk is refused outright, for the model to read.
     pub(crate) fn denial_reason(&self, tool: &str, risk: ToolRisk) -> String {
         match (risk, self.allow_shell, self.allow_file_write) {
-            (ToolRisk::Shell, Some(false), _) => {
-                format!("tool {tool} is disabled by allow_shell = false")
-            }
-            (ToolRisk::FileWrite, _, Some(false)) => {
-                format!("tool {tool} is disabled by allow_file_write = false")
-            }
+            (ToolRisk::Shell, Some(false), _) => format!(
+                "tool {tool} is disabled by allow_shell = false; to allow it, remove that \
+                 setting (or set allow_shell = true) in the operator's config file or \
+                 TOOLBOX_ALLOW_SHELL"
+            ),
+            (ToolRisk::FileWrite, _, Some(false)) => format!(
+                "tool {tool} is disabled by allow_file_write = false; to allow it, remove that \
+                 setting (or set allow_file_write = true) in the operator's config file or \
+                 TOOLBOX_ALLOW_FILE_WRITE"
+            ),
             _ => format!(
-                "tool {tool} is not allowed in permission mode {} (risk: {risk})",
+                "tool {tool} is not allowed in permission mode {} (risk: {risk}); to allow it, \
+                 use mode auto (asks first) or full: --mode auto, TOOLBOX_MODE=auto or \
+                 mode = \"auto\" in the operator's config file",
                 self.mode
             ),
         }
@@ -183,9 +189,23 @@ impl Gate {
     /// Why a call of this risk is refused outright, naming whichever side refused it.
     pub(crate) fn denial_reason(&self, tool: &str, risk: ToolRisk) -> String {
         match self.request {
-            Some(request) if self.ceiling.decide(risk) != Decision::Deny => {
-                format!("{} for this turn", request.denial_reason(tool, risk))
+            Some(request)
+                if self.ceiling.decide(risk) != Decision::Deny
+                    && (request.allow_shell == Some(false) && risk == ToolRisk::Shell
+                        || request.allow_file_write == Some(false)
+                            && risk == ToolRisk::FileWrite) =>
+            {
+                format!(
+                    "tool {tool} is disabled for this turn by its allow_shell / \
+                     allow_file_write = false; start the turn without that setting to allow it"
+                )
             }
+            Some(request) if self.ceiling.decide(risk) != Decision::Deny => format!(
+                "tool {tool} is not allowed in this turn's permission mode {} (risk: {risk}); \
+                 to allow it, start the turn with permission_mode auto or full (toolbox chat \
+                 --mode, or permission_mode in the turn's request)",
+                request.mode
+            ),
             _ => self.ceiling.denial_reason(tool, risk),
         }
     }

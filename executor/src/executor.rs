@@ -7,8 +7,7 @@ use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolbox_core::{
-    ApprovalRequest, CancellationToken, EventSink, SessionId, ToolContext, ToolEvent, ToolRisk,
-    Workspace,
+    ApprovalRequest, CancellationToken, EventSink, SessionId, ToolContext, ToolEvent, Workspace,
 };
 
 use crate::approval::ApprovalBroker;
@@ -42,6 +41,10 @@ pub struct ToolRequest {
     /// sink (an agent runtime routes them to the call's session).
     #[serde(skip)]
     pub events: Option<EventSink>,
+    /// This call's place in an [`ApprovalQueue`](crate::ApprovalQueue): if it must ask, it
+    /// asks only after every earlier call of the queue has passed the gate.
+    #[serde(skip)]
+    pub approval_ticket: Option<Arc<crate::ApprovalTicket>>,
 }
 
 impl ToolRequest {
@@ -55,6 +58,7 @@ impl ToolRequest {
             timeout: None,
             permissions: None,
             events: None,
+            approval_ticket: None,
         }
     }
 
@@ -79,6 +83,12 @@ impl ToolRequest {
     /// Sends this call's events to `events` (see [`ToolRequest::events`]).
     pub fn events(mut self, events: EventSink) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// Places the call in an approval queue (see [`ToolRequest::approval_ticket`]).
+    pub fn approval_ticket(mut self, ticket: crate::ApprovalTicket) -> Self {
+        self.approval_ticket = Some(Arc::new(ticket));
         self
     }
 }
@@ -177,8 +187,15 @@ pub struct ToolCallInfo {
     pub error_kind: Option<ErrorKind>,
     /// RFC 3339, UTC, milliseconds.
     pub started_at: String,
-    /// How long the call took, approval wait included.
+    /// How long the call took, not counting the time it waited for a person.
     pub elapsed_ms: u64,
+    /// How long the call waited for a person to approve it (0 when it did not ask).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waited_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ToolCallInfo {
@@ -396,10 +413,12 @@ impl ToolExecutor {
     /// thread), that one call is missing from the trajectory.
     pub async fn run_unrecorded(
         &self,
-        request: ToolRequest,
+        mut request: ToolRequest,
         cancel: CancellationToken,
     ) -> Finished {
         let started = Instant::now();
+        // Taken out, so that a call refused before the gate lets the calls after it go on.
+        let ticket = request.approval_ticket.take();
         let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         // The id names folders: parse it before anything else, and on failure write nothing.
         let session = match &request.session_id {
@@ -420,8 +439,9 @@ impl ToolExecutor {
         tracing::debug!(target: "toolbox", tool_id = %request.id, tool_name = %request.name, session = %session_id, "tool execution started");
 
         let claim = toolbox_core::SpoolClaim::default();
+        let waited = WaitClock::default();
         let (tool_name, outcome) = self
-            .dispatch(&request, &session, cancel, claim.clone())
+            .dispatch(&request, &session, cancel, claim.clone(), ticket, &waited)
             .await;
         let (status, text, error_kind) = match outcome {
             Ok(text) => (CallStatus::Done, text, None),
@@ -446,7 +466,8 @@ impl ToolExecutor {
                 SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),
             },
         };
-        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let waited_ms = waited.get().as_millis() as u64;
+        let elapsed_ms = (started.elapsed().as_millis() as u64).saturating_sub(waited_ms);
         let info = ToolCallInfo {
             id: request.id,
             tool: tool_name,
@@ -458,6 +479,7 @@ impl ToolExecutor {
             error_kind,
             started_at,
             elapsed_ms,
+            waited_ms,
         };
         tracing::debug!(
             target: "toolbox",
@@ -490,6 +512,8 @@ impl ToolExecutor {
         session_id: &SessionId,
         cancel: CancellationToken,
         claim: toolbox_core::SpoolClaim,
+        ticket: Option<Arc<crate::ApprovalTicket>>,
+        waited: &WaitClock,
     ) -> (String, Result<String, (ErrorKind, String)>) {
         let inner = &*self.inner;
         let found = inner.registry.get(&request.name);
@@ -516,11 +540,12 @@ impl ToolExecutor {
         };
         let name = tool.info.name.clone();
         let outcome = self
-            .gate_and_call(tool, request, session_id, cancel, claim)
+            .gate_and_call(tool, request, session_id, cancel, claim, ticket, waited)
             .await;
         (name, outcome)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn gate_and_call(
         &self,
         tool: &RegisteredTool,
@@ -528,6 +553,8 @@ impl ToolExecutor {
         session_id: &SessionId,
         cancel: CancellationToken,
         claim: toolbox_core::SpoolClaim,
+        ticket: Option<Arc<crate::ApprovalTicket>>,
+        waited: &WaitClock,
     ) -> Result<String, (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
@@ -539,29 +566,6 @@ impl ToolExecutor {
             None => inner.config.permissions.into(),
         };
         let events = request.events.as_ref().unwrap_or(&inner.events);
-
-        match permissions.decide(tool.info.risk) {
-            Decision::Allow => {}
-            Decision::Deny => {
-                return Err((
-                    ErrorKind::Denied,
-                    permissions.denial_reason(name, tool.info.risk),
-                ))
-            }
-            Decision::Ask => {
-                self.await_approval(
-                    name,
-                    tool.info.risk,
-                    request,
-                    &arguments,
-                    session_id,
-                    &cancel,
-                    events,
-                )
-                .await?
-            }
-        }
-
         let call_cancel = cancel.child_token();
         let ctx = ToolContext {
             workspace,
@@ -573,6 +577,26 @@ impl ToolExecutor {
             config: inner.provider_config.clone(),
             spool: claim,
         };
+
+        match permissions.decide(tool.info.risk) {
+            Decision::Allow => {}
+            Decision::Deny => {
+                return Err((
+                    ErrorKind::Denied,
+                    permissions.denial_reason(name, tool.info.risk),
+                ))
+            }
+            Decision::Ask => {
+                let asked = Instant::now();
+                let answer = self
+                    .await_approval(tool, request, &arguments, &ctx, &cancel, ticket.as_deref())
+                    .await;
+                waited.set(asked.elapsed());
+                answer?
+            }
+        }
+        // Past the gate: the calls queued behind this one may ask now, while it runs.
+        drop(ticket);
         let timeout = request.timeout.unwrap_or(inner.config.call_timeout);
         let call = AssertUnwindSafe(tool.provider.call_tool(name, arguments, &ctx)).catch_unwind();
         tokio::pin!(call);
@@ -620,29 +644,44 @@ impl ToolExecutor {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Asks for approval of one call (after the calls queued before it, when it has a
+    /// ticket) and waits for the answer, the approval timeout, or the call's cancellation.
     async fn await_approval(
         &self,
-        name: &str,
-        risk: ToolRisk,
+        tool: &RegisteredTool,
         request: &ToolRequest,
         arguments: &Value,
-        session_id: &SessionId,
+        ctx: &ToolContext,
         cancel: &CancellationToken,
-        events: &EventSink,
+        ticket: Option<&crate::ApprovalTicket>,
     ) -> Result<(), (ErrorKind, String)> {
         let inner = &*self.inner;
+        let name = tool.info.name.as_str();
+        let session_id = &ctx.session_id;
+        if let Some(ticket) = ticket {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    return Err((ErrorKind::Cancelled, format!("tool {name} was cancelled while waiting for approval")));
+                }
+                _ = ticket.my_turn() => {}
+            }
+        }
+        // Checked after the queue: the question before this one may have approved the tool
+        // for the whole session.
         if inner.approvals.approved_for_session(session_id, name) {
             return Ok(());
         }
+        let preview = describe(tool, arguments, ctx);
         let rx = inner.approvals.open(session_id, &request.id);
-        events.emit(ToolEvent::ApprovalRequested(ApprovalRequest {
-            session_id: session_id.clone(),
-            call_id: request.id.clone(),
-            tool: name.to_string(),
-            arguments: arguments.clone(),
-            risk,
-        }));
+        ctx.events
+            .emit(ToolEvent::ApprovalRequested(ApprovalRequest {
+                session_id: session_id.clone(),
+                call_id: request.id.clone(),
+                tool: name.to_string(),
+                arguments: arguments.clone(),
+                risk: tool.info.risk,
+                preview,
+            }));
         let wait = inner.config.approval_timeout;
         let answer = tokio::select! {
             _ = cancel.cancelled() => {
@@ -666,11 +705,42 @@ impl ToolExecutor {
                 Err((
                     ErrorKind::Denied,
                     format!(
-                        "tool {name} needs approval in permission mode auto and none came within {} ms; the call was denied",
+                        "tool {name} needs approval in permission mode auto and none came within {} ms, so the call was denied; to allow such calls, answer within the time, raise approval_timeout_ms (TOOLBOX_APPROVAL_TIMEOUT_MS), or use mode full (--mode full)",
                         wait.as_millis()
                     ),
                 ))
             }
+        }
+    }
+}
+
+/// How long a call waited for a person, set once the gate has an answer.
+#[derive(Default)]
+struct WaitClock(std::sync::Mutex<Duration>);
+
+impl WaitClock {
+    fn set(&self, waited: Duration) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = waited;
+    }
+
+    fn get(&self) -> Duration {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What the call will do, as its tool describes it, or its arguments as `key: value` lines.
+/// A provider's preview that panics falls back to the arguments: the question is still asked.
+fn describe(tool: &RegisteredTool, arguments: &Value, ctx: &ToolContext) -> toolbox_core::Preview {
+    let name = tool.info.name.as_str();
+    let described = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        tool.provider.preview(name, arguments, ctx)
+    }));
+    match described {
+        Ok(Some(preview)) => preview,
+        Ok(None) => toolbox_core::Preview::arguments(name, arguments),
+        Err(panic) => {
+            tracing::warn!(target: "toolbox", tool = name, "the preview panicked: {}", toolbox_core::panic::message(&*panic));
+            toolbox_core::Preview::arguments(name, arguments)
         }
     }
 }
@@ -695,6 +765,7 @@ fn refused_session(
         error_kind: Some(ErrorKind::InvalidRequest),
         started_at,
         elapsed_ms: started.elapsed().as_millis() as u64,
+        waited_ms: 0,
     }
 }
 

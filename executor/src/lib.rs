@@ -25,7 +25,7 @@ pub mod schema;
 pub mod spool;
 pub mod trajectory;
 
-pub use approval::ApprovalDecision;
+pub use approval::{ApprovalDecision, ApprovalQueue, ApprovalTicket};
 pub use config::{
     user_config_path, Decision, ExecutorConfig, Gate, LoadOptions, PermissionMode, Permissions,
 };

@@ -46,10 +46,13 @@ impl SchemaFormat {
 }
 
 impl SchemaFormat {
-    /// Whether the format is rendered strict unless asked otherwise: only the Responses
-    /// API, which treats a function without `strict: false` as strict.
+    /// Whether the format is rendered strict unless asked otherwise: the Responses API,
+    /// which treats a function without `strict: false` as strict, and MCP, whose clients
+    /// (openai-agents) convert every schema to strict mode themselves: published strict,
+    /// with optional fields nullable, a schema survives that conversion unchanged, and a
+    /// strict model sends `null` (read as "not given") instead of `0` or `""`.
     pub fn strict_by_default(self) -> bool {
-        self == SchemaFormat::OpenAiResponses
+        matches!(self, SchemaFormat::OpenAiResponses | SchemaFormat::Mcp)
     }
 
     /// This format, strict or loose regardless of its default.

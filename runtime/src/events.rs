@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::broadcast;
-use toolbox_core::{SessionId, ToolRisk};
+use toolbox_core::{Preview, SessionId, ToolRisk};
 use toolbox_executor::{CallStatus, ErrorKind};
 
 use crate::llm::Usage;
@@ -96,6 +96,9 @@ pub enum RuntimeEvent {
         arguments: Value,
         /// Why it asks.
         risk: ToolRisk,
+        /// What the call will do (a diff, the real path, the command and its folder): what a
+        /// front end shows the person, instead of the arguments.
+        preview: Preview,
         /// The agent that asked for it.
         agent: String,
         /// Its depth.
@@ -134,8 +137,11 @@ pub enum RuntimeEvent {
         /// Where the full result was spooled, when it was.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         spool_path: Option<String>,
-        /// How long the call took, approval wait included.
+        /// How long the call took, not counting the time it waited for a person.
         elapsed_ms: u64,
+        /// How long it waited for a person to approve it (0 when it did not ask).
+        #[serde(default)]
+        waited_ms: u64,
         /// The agent that asked for it.
         agent: String,
         /// Its depth.
@@ -441,6 +447,7 @@ mod tests {
                 tool: "shell".into(),
                 arguments: Value::Null,
                 risk: ToolRisk::Shell,
+                preview: Preview::new("Run shell"),
                 agent: "default".into(),
                 depth: 0,
             },

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 use toolbox_core::{CancellationToken, EventSink, OutputStream, SessionId, ToolEvent};
-use toolbox_executor::{schema, CallStatus, ErrorKind, PermissionMode, Permissions, ToolRequest};
+use toolbox_executor::{
+    schema, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind, PermissionMode, Permissions,
+    ToolRequest,
+};
 
 use crate::agent::ActiveAgent;
 use crate::conversation::{self, ConversationWriter};
@@ -31,6 +34,9 @@ struct Turn {
     llm: std::sync::Arc<dyn LlmClient>,
     usage: Mutex<Usage>,
     steps: AtomicU32,
+    /// The turn's approval questions, one at a time in the order the model asked for the
+    /// calls (sub-agents' calls included).
+    approvals: ApprovalQueue,
 }
 
 /// How one agent's run ended.
@@ -69,6 +75,7 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
         llm,
         usage: Mutex::new(Usage::default()),
         steps: AtomicU32::new(0),
+        approvals: ApprovalQueue::new(),
     };
     let end = match open_conversation(&turn, &request.message) {
         Ok((mut messages, writer)) => {
@@ -252,12 +259,14 @@ fn run_agent<'a>(
                     notice: None,
                 };
             }
-            let results = futures_util::future::join_all(
-                calls
-                    .iter()
-                    .map(|call| run_call(turn, agent, depth, chain, &offered, call)),
-            )
-            .await;
+            // The calls run at once, but their questions come one at a time, in this order.
+            let tickets: Vec<ApprovalTicket> =
+                calls.iter().map(|_| turn.approvals.ticket()).collect();
+            let results =
+                futures_util::future::join_all(calls.iter().zip(tickets).map(|(call, ticket)| {
+                    run_call(turn, agent, depth, chain, &offered, call, ticket)
+                }))
+                .await;
             let answers: Vec<Message> = calls
                 .iter()
                 .zip(results)
@@ -324,6 +333,7 @@ async fn run_call(
     chain: &[String],
     offered: &HashSet<String>,
     call: &ToolCall,
+    ticket: ApprovalTicket,
 ) -> String {
     turn.emit(RuntimeEvent::ToolCallStarted {
         turn_id: turn.turn_id.clone(),
@@ -337,6 +347,8 @@ async fn run_call(
     let registered = executor.registry().get(&call.name);
     if let Some(tool) = registered {
         if tool.info.intercepted && tool.info.name == CALL_AGENT && offered.contains(CALL_AGENT) {
+            // call_agent asks nothing itself: the calls after it need not wait for it.
+            drop(ticket);
             return call_agent(turn, agent, depth, chain, call).await;
         }
         if !offered.contains(&tool.info.name) {
@@ -356,7 +368,8 @@ async fn run_call(
     let request = ToolRequest::new(&call.id, &call.name, Value::String(call.arguments.clone()))
         .session(turn.session.as_str())
         .permissions(turn.permissions)
-        .events(sink);
+        .events(sink)
+        .approval_ticket(ticket);
     let info = executor
         .run_cancellable(request, turn.cancel.child_token())
         .await;
@@ -369,6 +382,7 @@ async fn run_call(
         result_preview: preview(&info.result),
         spool_path: info.spool_path.clone(),
         elapsed_ms: info.elapsed_ms,
+        waited_ms: info.waited_ms,
         agent: agent.name.clone(),
         depth,
     });
@@ -394,6 +408,7 @@ fn finish_local(
         result_preview: preview(&result),
         spool_path: None,
         elapsed_ms,
+        waited_ms: 0,
         agent: agent.name.clone(),
         depth,
     });
@@ -461,6 +476,7 @@ pub(crate) fn session_events(
                     tool: request.tool,
                     arguments: request.arguments,
                     risk: request.risk,
+                    preview: request.preview,
                     agent: agent.clone(),
                     depth,
                 },

@@ -43,8 +43,9 @@ pub struct ServeOptions {
     pub cors_origins: Vec<String>,
     /// How long running turns get to stop after a shutdown signal.
     pub shutdown_grace: Duration,
-    /// The session every call over `/mcp` runs in.
-    pub mcp_session: toolbox_core::SessionId,
+    /// The session every call over `/mcp` runs in, shared by every MCP client on purpose
+    /// (`--mcp-session`); `None` gives each MCP session a toolbox session of its own.
+    pub mcp_session: Option<toolbox_core::SessionId>,
     /// Over `/mcp` in mode `auto`, what happens when the client cannot be asked (it did not
     /// declare the elicitation capability).
     pub mcp_fallback: mcp::Fallback,
@@ -57,7 +58,7 @@ impl Default for ServeOptions {
             token: None,
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
-            mcp_session: toolbox_core::SessionId::parse("mcp").expect("a valid session id"),
+            mcp_session: None,
             mcp_fallback: mcp::Fallback::Deny,
         }
     }

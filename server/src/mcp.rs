@@ -15,8 +15,8 @@
 //!   executor's message as its text); only a name that is no tool at all is a protocol error
 //!   (-32602 `unknown tool: NAME`), as on stdio. `notifications/cancelled` for the call, or the
 //!   end of its MCP session, cancels it;
-//! - every call runs in one toolbox session, [`McpHttpOptions::session`], whichever MCP client
-//!   sends it: their trajectories, spool files and session folders are shared;
+//! - each MCP session (`Mcp-Session-Id`) runs its calls in a toolbox session of its own
+//!   (`mcp-…`), unless [`McpHttpOptions::session`] names one to share on purpose;
 //! - the approval gate: in permission mode `auto` a risky call asks for approval. A client
 //!   that declared the `elicitation` capability at `initialize` is asked with an
 //!   `elicitation/create` request on the call's own SSE stream: a form whose message names
@@ -64,7 +64,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
 use toolbox_executor::{
-    schema, ApprovalDecision, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
+    schema, ApprovalDecision, ApprovalQueue, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
 };
 
 /// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
@@ -82,9 +82,11 @@ pub enum Fallback {
 #[derive(Debug, Clone)]
 pub struct McpHttpOptions {
     /// The toolbox session every call over this endpoint runs in, whichever MCP client sends
-    /// it (`toolbox serve` passes `mcp`). Trajectories, spool files and session folders
-    /// (`output/`, `scratchpad/`) are those of this session.
-    pub session: SessionId,
+    /// it (`toolbox serve --mcp-session NAME`): trajectories, spool files, session folders
+    /// (`output/`, `scratchpad/`) and the Python interpreter are then shared on purpose.
+    /// `None` (the default) gives each MCP session (`Mcp-Session-Id`) a toolbox session of its
+    /// own, named `mcp-…`, so unrelated clients never see each other's state.
+    pub session: Option<SessionId>,
     /// What happens in permission mode `auto` when the client cannot be asked.
     pub fallback: Fallback,
     /// The `Host` header values (`name` or `name:port`) the MCP transport itself accepts.
@@ -97,9 +99,9 @@ pub struct McpHttpOptions {
 }
 
 impl McpHttpOptions {
-    /// Calls in `session`, [`Fallback::Deny`], no `Host` check of its own, a fresh shutdown
-    /// token.
-    pub fn new(session: SessionId) -> Self {
+    /// Calls in `session` (or a toolbox session per MCP session), [`Fallback::Deny`], no
+    /// `Host` check of its own, a fresh shutdown token.
+    pub fn new(session: Option<SessionId>) -> Self {
         McpHttpOptions {
             session,
             fallback: Fallback::Deny,
@@ -113,9 +115,9 @@ impl McpHttpOptions {
 /// is dropped: streaming is a courtesy, the tool result has it all.
 pub const MAX_QUEUED_OUTPUT_BYTES: usize = 1024 * 1024;
 
-/// The most argument text an approval form shows; longer arguments are cut (the message
-/// says so).
-const MAX_FORM_ARGUMENT_CHARS: usize = 4000;
+/// The most preview text an approval form shows; a longer preview is cut (the message says
+/// so).
+const MAX_FORM_PREVIEW_CHARS: usize = 8000;
 
 /// The form field the client's user answers in.
 const DECISION_FIELD: &str = "decision";
@@ -238,7 +240,7 @@ fn jsonrpc_error(
 /// What every session of one router shares.
 struct Shared {
     executor: ToolExecutor,
-    session: SessionId,
+    session: Option<SessionId>,
     fallback: Fallback,
     /// Rendered once: the visible tools never change.
     tools: Arc<Vec<Tool>>,
@@ -290,19 +292,39 @@ const LOGGING_OFF: u8 = u8::MAX;
 /// Tool output is logged at `info`.
 const LEVEL_INFO: u8 = 1;
 
+/// MCP sessions started by this process, for naming their toolbox sessions.
+static MCP_SESSIONS: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh toolbox session id for one MCP session: `mcp-<start time>-<n>`.
+fn own_session() -> SessionId {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let n = MCP_SESSIONS.fetch_add(1, Ordering::Relaxed);
+    SessionId::parse(&format!("mcp-{ms}-{n}")).expect("a valid session id")
+}
+
 /// The handler of one MCP session.
 #[derive(Clone)]
 struct McpHandler {
     shared: Arc<Shared>,
+    /// The toolbox session this MCP session's calls run in.
+    session: SessionId,
     /// The level this session asked for with `logging/setLevel`, as a [`level_rank`].
     log_level: Arc<AtomicU8>,
+    /// This MCP session's approval questions: one at a time, in the order the calls came.
+    approvals: ApprovalQueue,
 }
 
 impl McpHandler {
     fn new(shared: Arc<Shared>) -> Self {
+        let session = shared.session.clone().unwrap_or_else(own_session);
         McpHandler {
             shared,
+            session,
             log_level: Arc::new(AtomicU8::new(LOGGING_OFF)),
+            approvals: ApprovalQueue::new(),
         }
     }
 
@@ -328,35 +350,28 @@ impl McpHandler {
                 executor.respond_approval(session, call, ApprovalDecision::Approve);
             }
             Ok(false) => {
-                let reason = format!("the MCP client's user denied tool {}", request.tool);
-                executor.deny_approval(session, call, reason);
+                executor.deny_approval(session, call, denied_by_user(&request));
             }
             Err(e) => {
                 tracing::debug!(call, "mcp: elicitation failed: {e}");
-                let reason = format!(
-                    "tool {} needs approval (permission mode auto, risk {}) and asking the MCP \
-                     client failed ({e}), so the call was denied",
-                    request.tool, request.risk
-                );
-                executor.deny_approval(session, call, reason);
+                executor.deny_approval(session, call, asking_failed(&request, &e.to_string()));
             }
         }
     }
 }
 
-/// The `elicitation/create` request for one approval: a message naming the tool, its risk
-/// and its arguments, and a form with one required field, `decision`, either `approve` or
-/// `deny`.
-fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
-    let arguments = serde_json::to_string_pretty(&request.arguments)
-        .unwrap_or_else(|_| request.arguments.to_string());
-    let arguments = match arguments.char_indices().nth(MAX_FORM_ARGUMENT_CHARS) {
-        Some((cut, _)) => format!("{}\n… (arguments cut here)", &arguments[..cut]),
-        None => arguments,
+/// The `elicitation/create` request for one approval: a message saying what the call will
+/// do (its [`Preview`](toolbox_core::Preview) as plain text, never its arguments as JSON),
+/// and a form with one required field, `decision`, either `approve` or `deny`. Both MCP
+/// transports send this same form.
+pub fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
+    let preview = request.preview.to_text(false);
+    let preview = match preview.char_indices().nth(MAX_FORM_PREVIEW_CHARS) {
+        Some((cut, _)) => format!("{}\n… (the rest is cut here)", &preview[..cut]),
+        None => preview,
     };
     let message = format!(
-        "toolbox wants to run the tool {} (risk: {}) with these arguments:\n{arguments}\n\n\
-         Approve this call?",
+        "toolbox asks: allow {} (risk {})?\n\n{preview}\n\nApprove this call?",
         request.tool, request.risk
     );
     let decision = EnumSchema::builder(vec!["approve".into(), "deny".into()])
@@ -377,7 +392,7 @@ fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
 
 /// Whether the client's answer approves: `accept` with `decision` `approve` (or `true`).
 /// Anything else, `decline` and `cancel` included, denies.
-fn approval_decision(result: &ElicitResult) -> bool {
+pub fn approval_decision(result: &ElicitResult) -> bool {
     if result.action != ElicitationAction::Accept {
         return false;
     }
@@ -388,14 +403,52 @@ fn approval_decision(result: &ElicitResult) -> bool {
     }
 }
 
-/// The result of a call refused because the client cannot be asked.
-fn cannot_ask(request: &ApprovalRequest) -> String {
+/// [`approval_form`] as the JSON `params` of an `elicitation/create` request, for a
+/// transport that writes its own JSON-RPC (`toolbox mcp` on stdio).
+pub fn approval_form_json(request: &ApprovalRequest) -> Value {
+    serde_json::to_value(approval_form(request)).unwrap_or(Value::Null)
+}
+
+/// [`approval_decision`] of an `elicitation/create` result as JSON; a result that is no
+/// elicitation result denies.
+pub fn approval_decision_json(result: &Value) -> bool {
+    serde_json::from_value::<ElicitResult>(result.clone()).is_ok_and(|r| approval_decision(&r))
+}
+
+/// Whether an `initialize` request's client capabilities let the server ask by a form
+/// (`elicitation: {}` in 2025-06-18, or with `form` in later revisions).
+pub fn can_elicit_form(capabilities: &Value) -> bool {
+    match capabilities.get("elicitation") {
+        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
+        _ => false,
+    }
+}
+
+/// The result of a call refused because the client cannot be asked and the server was
+/// started with `--approve no` (the default), on either MCP transport.
+pub fn cannot_ask(request: &ApprovalRequest) -> String {
     format!(
         "tool {} needs approval (permission mode auto, risk {}) but this MCP client cannot be \
-         asked: it did not declare the elicitation capability at initialize, so the call was \
-         refused without asking. To allow such calls, use an MCP client that supports \
-         elicitation, or run the server with --mode full (no approvals); to stop offering \
-         them, use --mode read_only.",
+         asked: it did not declare the elicitation capability at initialize, and the server \
+         was started with --approve no (the default), so the call was refused without asking. \
+         To allow such calls, use a client that supports elicitation, restart the server with \
+         --approve yes (risky calls then run without asking; the client should confirm them \
+         with its user) or --mode full; to stop offering them, use --mode read_only.",
+        request.tool, request.risk
+    )
+}
+
+/// The result of a call the client's user denied.
+pub fn denied_by_user(request: &ApprovalRequest) -> String {
+    format!("the MCP client's user denied tool {}", request.tool)
+}
+
+/// The result of a call whose approval could not be asked for.
+pub fn asking_failed(request: &ApprovalRequest, why: &str) -> String {
+    format!(
+        "tool {} needs approval (permission mode auto, risk {}) and asking the MCP client \
+         failed ({why}), so the call was denied; to run such calls without asking, restart \
+         the server with --mode full",
         request.tool, request.risk
     )
 }
@@ -627,8 +680,9 @@ impl ServerHandler for McpHandler {
             }
         });
         let call = ToolRequest::new(call_id, name, arguments)
-            .session(self.shared.session.to_string())
-            .events(sink);
+            .session(self.session.to_string())
+            .events(sink)
+            .approval_ticket(self.approvals.ticket());
         let run = executor.run_cancellable(call, context.ct.clone());
         tokio::pin!(run);
         let mut asking = FuturesUnordered::new();
@@ -669,6 +723,7 @@ mod tests {
             session_id: SessionId::parse("mcp").unwrap(),
             call_id: "c1".into(),
             tool: "file_manager__write".into(),
+            preview: toolbox_core::Preview::arguments("file_manager__write", &arguments),
             arguments,
             risk: ToolRisk::FileWrite,
         }
@@ -698,13 +753,48 @@ mod tests {
     }
 
     #[test]
-    fn long_arguments_are_cut_on_a_character_boundary() {
-        let form = approval_form(&request(json!({"content": "é".repeat(10_000)})));
+    fn long_previews_are_cut_on_a_character_boundary() {
+        let long = "é\n".repeat(20_000);
+        let mut asked = request(json!({}));
+        asked.preview = toolbox_core::Preview::new("Write")
+            .text(&long)
+            .text(&long)
+            .text(&long);
+        let mut huge = String::new();
+        for _ in 0..50 {
+            huge.push_str(&"é".repeat(300));
+            huge.push('\n');
+        }
+        for _ in 0..20 {
+            asked.preview = asked.preview.clone().text(&huge);
+        }
+        let form = approval_form(&asked);
         let ElicitRequestParams::FormElicitationParams { message, .. } = form else {
             panic!("not a form");
         };
-        assert!(message.contains("arguments cut here"));
-        assert!(message.chars().count() < MAX_FORM_ARGUMENT_CHARS + 500);
+        assert!(message.contains("the rest is cut here"), "{message}");
+        assert!(message.chars().count() < MAX_FORM_PREVIEW_CHARS + 500);
+        // The arguments are never shown as JSON.
+        let plain = approval_form(&request(json!({"path": "a.txt", "content": "x\ny"})));
+        let ElicitRequestParams::FormElicitationParams { message, .. } = plain else {
+            panic!("not a form");
+        };
+        assert!(message.contains("path: a.txt"), "{message}");
+        assert!(
+            !message.contains("\\n") && !message.contains('{'),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn form_elicitation_is_read_from_the_capabilities() {
+        assert!(can_elicit_form(&json!({"elicitation": {}})));
+        assert!(can_elicit_form(
+            &json!({"elicitation": {"form": {}, "url": {}}})
+        ));
+        assert!(!can_elicit_form(&json!({"elicitation": {"url": {}}})));
+        assert!(!can_elicit_form(&json!({"sampling": {}})));
+        assert!(!can_elicit_form(&Value::Null));
     }
 
     #[test]

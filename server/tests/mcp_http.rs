@@ -54,7 +54,7 @@ async fn start_with(
     let mut config = ExecutorConfig::new(workspace.path());
     config.permissions.mode = mode;
     let executor = ToolExecutor::new(config).unwrap();
-    let mut options = McpHttpOptions::new(SessionId::parse("mcp").unwrap());
+    let mut options = McpHttpOptions::new(Some(SessionId::parse("mcp").unwrap()));
     configure(&mut options);
     let shutdown = options.shutdown.clone();
     let mcp = mcp::router(executor, options);

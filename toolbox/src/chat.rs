@@ -13,9 +13,11 @@ use toolbox::runtime::llm::{self, LlmConfig};
 use toolbox::runtime::{
     Runtime, RuntimeEvent, RuntimeOptions, SessionEvent, StopReason, TurnRequest,
 };
+
 use toolbox::{ApprovalDecision, ExecutorConfig, ToolExecutor};
 
-use crate::{ask_on_terminal, usage, Approve, UsageError};
+use crate::terminal::{self, Asked};
+use crate::{usage, Approve, UsageError};
 
 /// How many characters of arguments and results a line shows.
 const SHOWN: usize = 200;
@@ -67,24 +69,31 @@ pub async fn chat(config: ExecutorConfig, options: ChatOptions) -> Result<ExitCo
     let mut view = View::default();
     let mut last_seq = 0;
     let mut finished = None;
-    for event in std::mem::take(&mut events.missed) {
-        last_seq = event.seq;
-        finished = finished.or(view.show(&runtime, &event, options.approve));
-    }
-    while finished.is_none() {
-        let batch = match events.live.recv().await {
-            Ok(event) => vec![event],
-            // Fell behind (a flood of output): catch up from the kept history.
-            Err(RecvError::Lagged(_)) => runtime.events().since(&options.session, last_seq),
-            Err(RecvError::Closed) => break,
-        };
+    let mut batch: Vec<Arc<SessionEvent>> = std::mem::take(&mut events.missed);
+    loop {
         for event in batch {
             if event.seq <= last_seq {
                 continue;
             }
             last_seq = event.seq;
-            finished = finished.or(view.show(&runtime, &event, options.approve));
+            match view.show(&event) {
+                Shown::Nothing => {}
+                Shown::Finished(stop) => finished = finished.or(Some(stop)),
+                // Asked here, in the event loop: nothing else is rendered while the question
+                // is open, and the next question comes only after this one is answered.
+                Shown::Ask(request) => answer(&runtime, request, options.approve).await,
+            }
         }
+        if finished.is_some() {
+            break;
+        }
+        batch = match events.live.recv().await {
+            Ok(event) => vec![event],
+            // Fell behind (a flood of output, or a long question): catch up from the kept
+            // history.
+            Err(RecvError::Lagged(_)) => runtime.events().since(&options.session, last_seq),
+            Err(RecvError::Closed) => break,
+        };
     }
     stop.abort();
     Ok(match finished {
@@ -94,6 +103,47 @@ pub async fn chat(config: ExecutorConfig, options: ChatOptions) -> Result<ExitCo
     })
 }
 
+/// Answers one approval request: per `--approve`, or by asking on the terminal (off the
+/// runtime's threads, as the terminal blocks), then tells the runtime.
+async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
+    let (session, call) = (request.session_id.to_string(), request.call_id.clone());
+    let asked = match approve {
+        Approve::Yes => Asked::Answer(ApprovalDecision::Approve),
+        Approve::No => Asked::NoTerminal(format!(
+            "tool {} needs approval (permission mode auto) and toolbox chat was started with \
+             --approve no, which refuses such calls; to allow them, use --approve ask (asks on \
+             the terminal), --approve yes or --mode full",
+            request.tool
+        )),
+        Approve::Ask => {
+            let executor = runtime.executor().clone();
+            let (s, c) = (session.clone(), call.clone());
+            let still_waiting = move || executor.pending_approvals(&s).contains(&c);
+            tokio::task::spawn_blocking(move || terminal::ask(&request, still_waiting))
+                .await
+                .unwrap_or(Asked::Gone)
+        }
+    };
+    match asked {
+        Asked::Answer(decision) => {
+            runtime.respond_approval(&session, &call, decision);
+        }
+        Asked::NoTerminal(reason) => {
+            eprintln!("toolbox: {reason}");
+            runtime.executor().deny_approval(&session, &call, reason);
+        }
+        Asked::Gone => {}
+    }
+}
+
+/// What the event loop must do after showing an event.
+enum Shown {
+    Nothing,
+    Finished(StopReason),
+    /// Ask the person (or answer per `--approve`) before showing anything else.
+    Ask(ApprovalRequest),
+}
+
 /// Renders events; remembers whether the text on stdout needs a final newline.
 #[derive(Default)]
 struct View {
@@ -101,24 +151,21 @@ struct View {
 }
 
 impl View {
-    /// Shows one event; returns the stop reason when it ends the turn.
-    fn show(
-        &mut self,
-        runtime: &Runtime,
-        event: &SessionEvent,
-        approve: Approve,
-    ) -> Option<StopReason> {
+    /// Shows one event, and says what it asks of the loop.
+    fn show(&mut self, event: &SessionEvent) -> Shown {
         match &event.event {
             RuntimeEvent::TextDelta {
                 text, depth, agent, ..
             } => {
+                // Model text can carry escape sequences: shown, never obeyed.
+                let text = safe(text);
                 if *depth == 0 {
                     let mut out = std::io::stdout().lock();
                     let _ = out.write_all(text.as_bytes());
                     let _ = out.flush();
                     self.text_open = !text.ends_with('\n');
                 } else {
-                    eprint!("{}", indent_text(agent, *depth, text));
+                    eprint!("{}", indent_text(agent, *depth, &text));
                 }
             }
             RuntimeEvent::ToolCallStarted {
@@ -132,10 +179,10 @@ impl View {
                     Value::String(raw) => raw.clone(),
                     other => other.to_string(),
                 };
-                eprintln!("{}→ {name} {}", pad(*depth), shorten(&args));
+                eprintln!("{}→ {} {}", pad(*depth), safe(name), shorten(&args));
             }
             RuntimeEvent::ToolCallOutput { text, .. } => {
-                let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                let _ = std::io::stderr().lock().write_all(safe(text).as_bytes());
             }
             RuntimeEvent::ToolApprovalRequest {
                 session_id,
@@ -143,32 +190,20 @@ impl View {
                 tool,
                 arguments,
                 risk,
+                preview,
                 ..
             } => {
                 self.end_text();
                 let Ok(session) = SessionId::parse(session_id) else {
-                    return None;
+                    return Shown::Nothing;
                 };
-                let request = ApprovalRequest {
+                return Shown::Ask(ApprovalRequest {
                     session_id: session,
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     arguments: arguments.clone(),
                     risk: *risk,
-                };
-                let runtime = runtime.clone();
-                // Off the event loop: a prompt blocks on the terminal.
-                std::thread::spawn(move || {
-                    let decision = match approve {
-                        Approve::Yes => ApprovalDecision::Approve,
-                        Approve::No => ApprovalDecision::Deny,
-                        Approve::Ask => ask_on_terminal(&request).unwrap_or(ApprovalDecision::Deny),
-                    };
-                    runtime.respond_approval(
-                        request.session_id.as_str(),
-                        &request.call_id,
-                        decision,
-                    );
+                    preview: preview.clone(),
                 });
             }
             RuntimeEvent::ToolCallFinished {
@@ -176,17 +211,23 @@ impl View {
                 status,
                 result_preview,
                 elapsed_ms,
+                waited_ms,
                 depth,
                 spool_path,
                 ..
             } => {
                 let spooled = spool_path
                     .as_deref()
-                    .map(|p| format!(" [full result: {p}]"))
+                    .map(|p| format!(" [full result: {}]", safe(p)))
                     .unwrap_or_default();
+                let waited = match waited_ms {
+                    0 => String::new(),
+                    ms => format!(", after {} waiting for approval", seconds(*ms)),
+                };
                 eprintln!(
-                    "{}← {tool} {} ({elapsed_ms} ms): {}{spooled}",
+                    "{}← {} {} ({elapsed_ms} ms{waited}): {}{spooled}",
                     pad(*depth),
+                    safe(tool),
                     status.as_str(),
                     shorten(result_preview)
                 );
@@ -195,7 +236,12 @@ impl View {
                 agent, depth, task, ..
             } => {
                 self.end_text();
-                eprintln!("{}▶ agent {agent}: {}", pad(*depth - 1), shorten(task));
+                eprintln!(
+                    "{}▶ agent {}: {}",
+                    pad(*depth - 1),
+                    safe(agent),
+                    shorten(task)
+                );
             }
             RuntimeEvent::AgentFinished {
                 agent,
@@ -204,14 +250,15 @@ impl View {
                 ..
             } => {
                 eprintln!(
-                    "\n{}◀ agent {agent} finished ({})",
+                    "\n{}◀ agent {} finished ({})",
                     pad(*depth - 1),
+                    safe(agent),
                     stop_reason.as_str()
                 );
             }
             RuntimeEvent::Error { message, .. } => {
                 self.end_text();
-                eprintln!("toolbox: {message}");
+                eprintln!("toolbox: {}", safe(message));
             }
             RuntimeEvent::TurnFinished {
                 stop_reason,
@@ -221,14 +268,14 @@ impl View {
                 self.end_text();
                 if let Some(notice) = notice {
                     if *stop_reason != StopReason::Error {
-                        eprintln!("toolbox: {notice}");
+                        eprintln!("toolbox: {}", safe(notice));
                     }
                 }
-                return Some(*stop_reason);
+                return Shown::Finished(*stop_reason);
             }
             RuntimeEvent::TurnStarted { .. } => {}
         }
-        None
+        Shown::Nothing
     }
 
     fn end_text(&mut self) {
@@ -248,8 +295,23 @@ fn indent_text(agent: &str, depth: u32, text: &str) -> String {
     text.replace('\n', &format!("\n{}", pad(depth)))
 }
 
-/// One line of at most [`SHOWN`] characters.
+/// Text from a model, a tool or the workspace, made safe to print on a terminal.
+fn safe(text: &str) -> String {
+    toolbox::core::preview::terminal_safe(text)
+}
+
+/// Milliseconds as seconds for people: `0.4 s`, `12 s`.
+fn seconds(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{} s", ms / 1000)
+    }
+}
+
+/// One line of at most [`SHOWN`] characters, safe to print on a terminal.
 fn shorten(text: &str) -> String {
+    let text = &safe(text);
     let line: String = text
         .chars()
         .map(|c| if c == '\n' { ' ' } else { c })

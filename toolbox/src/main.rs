@@ -2,6 +2,7 @@
 //! list and check skills, or list agents.
 
 mod agents_cmd;
+mod terminal;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use toolbox::core::{ApprovalRequest, EventSink, SessionId, ToolEvent};
+use toolbox::core::{EventSink, SessionId, ToolEvent};
 mod chat;
 
 use toolbox::{
@@ -83,10 +84,25 @@ struct ServeArgs {
     /// Allow cross-origin requests from this origin (repeatable), e.g. http://localhost:3000.
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
-    /// Over /mcp in auto mode, when the client cannot be asked (no elicitation): yes runs
-    /// risky tools, no refuses them.
-    #[arg(long, value_enum, default_value_t = Approve::No)]
-    mcp_approve: Approve,
+    /// Over /mcp in auto mode, for a client that cannot be asked (it declared no
+    /// elicitation): yes runs risky tools, no refuses them. Clients that can be asked are.
+    #[arg(long, alias = "mcp-approve", value_enum, default_value_t = Fallback::No)]
+    approve: Fallback,
+    /// Run every /mcp call in this one toolbox session, shared by all MCP clients on purpose
+    /// [default: a toolbox session of its own per MCP session].
+    #[arg(long, value_parser = parse_session)]
+    mcp_session: Option<SessionId>,
+}
+
+/// What `toolbox mcp` and `toolbox serve`'s /mcp do with a risky call in auto mode when the
+/// client cannot be asked.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Fallback {
+    Yes,
+    No,
+    /// Not a choice: accepted only to refuse it with an explanation.
+    #[value(hide = true)]
+    Ask,
 }
 
 #[derive(clap::Args)]
@@ -101,9 +117,9 @@ struct ChatArgs {
     /// Session id: the conversation continues from .toolbox/sessions/<id>/messages.jsonl.
     #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
     session: SessionId,
-    /// In auto mode: ask on the terminal, or answer yes / no without asking.
-    #[arg(long, value_enum, default_value_t = Approve::Ask)]
-    approve: Approve,
+    /// In auto mode: ask on the terminal, or answer yes / no without asking [default: ask].
+    #[arg(long, value_enum)]
+    approve: Option<Approve>,
 }
 
 #[derive(clap::Args)]
@@ -148,10 +164,11 @@ struct SchemaArgs {
     #[arg(long, value_delimiter = ',')]
     toolsets: Option<Vec<String>>,
     /// Strict schemas: every property required, optional ones nullable (null means
-    /// "not given"), and `strict: true`. The default for openai-responses.
+    /// "not given"), and `strict: true`. The default for openai-responses and mcp.
     #[arg(long, overrides_with = "no_strict")]
     strict: bool,
-    /// Loose schemas (optional properties left out of `required`), even for openai-responses.
+    /// Loose schemas (optional properties left out of `required`), even for openai-responses
+    /// and mcp.
     #[arg(long, overrides_with = "strict")]
     no_strict: bool,
 }
@@ -167,9 +184,9 @@ struct CallArgs {
     /// Session id: routes output/, scratchpad/, input/ and names the trajectory.
     #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
     session: SessionId,
-    /// In auto mode: ask on the terminal, or answer yes / no without asking.
-    #[arg(long, value_enum, default_value_t = Approve::Ask)]
-    approve: Approve,
+    /// In auto mode: ask on the terminal, or answer yes / no without asking [default: ask].
+    #[arg(long, value_enum)]
+    approve: Option<Approve>,
     /// Stop the call after this many milliseconds.
     #[arg(long)]
     timeout_ms: Option<u64>,
@@ -182,10 +199,10 @@ struct McpArgs {
     /// Session id for every call on this connection.
     #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
     session: SessionId,
-    /// In auto mode: yes runs risky tools (the MCP client confirms calls with its user), no
-    /// refuses them; ask cannot prompt over stdio and refuses them too, saying so.
-    #[arg(long, value_enum, default_value_t = Approve::Yes)]
-    approve: Approve,
+    /// In auto mode, for a client that cannot be asked (it declared no elicitation): yes
+    /// runs risky tools, no refuses them. Clients that declared elicitation are asked.
+    #[arg(long, value_enum, default_value_t = Fallback::No)]
+    approve: Fallback,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -435,9 +452,11 @@ fn schema(args: SchemaArgs) -> Result<ExitCode, UsageError> {
 /// `toolbox call`: one call, streamed output on stderr, the envelope on stdout.
 async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
     let arguments = read_arguments(args.arguments.as_deref())?;
+    let config = load_config(&args.common)?;
+    let approve = terminal_approve(args.approve, &config, "call")?;
     let slot: Arc<OnceLock<ToolExecutor>> = Arc::new(OnceLock::new());
-    let events = cli_events(slot.clone(), args.approve);
-    let executor = build(load_config(&args.common)?, events)?;
+    let events = cli_events(slot.clone(), approve);
+    let executor = build(config, events)?;
     let _ = slot.set(executor.clone());
     let mut request =
         ToolRequest::new(new_call_id(), args.tool, arguments).session(args.session.to_string());
@@ -466,16 +485,10 @@ async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
     use toolbox::mcp::{Approvals, McpServer};
     let config = load_config(&args.common)?;
     let approvals = match args.approve {
-        Approve::Yes => Approvals::Approve,
-        Approve::No => Approvals::Refuse,
-        Approve::Ask => Approvals::CannotAsk,
+        Fallback::Yes => Approvals::Approve,
+        Fallback::No => Approvals::Refuse,
+        Fallback::Ask => return Err(fallback_ask("toolbox mcp")),
     };
-    if approvals == Approvals::CannotAsk && config.permissions.mode == PermissionMode::Auto {
-        tracing::warn!(
-            "toolbox mcp --approve ask: there is no terminal to ask on over stdio, so calls \
-             that need approval will be refused; use --approve yes or --mode full to allow them"
-        );
-    }
     let server = McpServer::new(config, args.session, approvals).map_err(usage)?;
     // On a worker, not on this thread (block_on's): the serving task then reads, spawns
     // calls and writes replies without waking another thread.
@@ -506,10 +519,12 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         listen: args.listen,
         token,
         cors_origins: args.cors_origins,
-        mcp_fallback: match args.mcp_approve {
-            Approve::Yes => toolbox::server::mcp::Fallback::Approve,
-            Approve::No | Approve::Ask => toolbox::server::mcp::Fallback::Deny,
+        mcp_fallback: match args.approve {
+            Fallback::Yes => toolbox::server::mcp::Fallback::Approve,
+            Fallback::No => toolbox::server::mcp::Fallback::Deny,
+            Fallback::Ask => return Err(fallback_ask("toolbox serve")),
         },
+        mcp_session: args.mcp_session,
         ..Default::default()
     };
     toolbox::server::check_options(&options).map_err(usage)?;
@@ -546,16 +561,45 @@ async fn chat_command(args: ChatArgs) -> Result<ExitCode, UsageError> {
         text => text.to_string(),
     };
     let config = load_config(&args.common)?;
+    let approve = terminal_approve(args.approve, &config, "chat")?;
     chat::chat(
         config,
         chat::ChatOptions {
             session: args.session,
             agent: args.agent,
-            approve: args.approve,
+            approve,
             message,
         },
     )
     .await
+}
+
+/// `--approve` of `call` and `chat`: ask by default. An explicit `ask` that cannot be asked
+/// (no terminal, and the mode asks) is refused now, not turned into a silent `no` later.
+fn terminal_approve(
+    approve: Option<Approve>,
+    config: &ExecutorConfig,
+    command: &str,
+) -> Result<Approve, UsageError> {
+    if approve == Some(Approve::Ask)
+        && config.permissions.mode == PermissionMode::Auto
+        && !terminal::available()
+    {
+        return Err(UsageError(format!(
+            "--approve ask needs a terminal to ask on, and toolbox {command} has none (no \
+             /dev/tty); use --approve yes or no, or --mode full or read_only"
+        )));
+    }
+    Ok(approve.unwrap_or(Approve::Ask))
+}
+
+/// Why `--approve ask` is no choice for an MCP server.
+fn fallback_ask(command: &str) -> UsageError {
+    UsageError(format!(
+        "{command} --approve ask: an MCP server asks the client itself when the client \
+         declared elicitation; --approve says what happens with a client that did not, and \
+         must be yes (run risky tools) or no (refuse them)"
+    ))
 }
 
 fn build(config: ExecutorConfig, events: EventSink) -> Result<ToolExecutor, UsageError> {
@@ -608,66 +652,36 @@ fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink 
         ToolEvent::Progress { message, .. } => eprintln!("{message}"),
         ToolEvent::ApprovalRequested(request) => {
             let slot = slot.clone();
-            // Answer off the executor's thread: a prompt may block on the terminal.
+            // Answer off the executor's thread: a question blocks on the terminal.
             std::thread::spawn(move || {
-                let answer = match approve {
-                    Approve::Yes => Ok(ApprovalDecision::Approve),
-                    Approve::No => Ok(ApprovalDecision::Deny),
-                    Approve::Ask => ask_on_terminal(&request),
-                };
                 let Some(executor) = slot.get() else { return };
                 let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
-                match answer {
-                    Ok(decision) => executor.respond_approval(session, call, decision),
-                    Err(reason) => executor.deny_approval(session, call, reason),
+                let asked = match approve {
+                    Approve::Yes => terminal::Asked::Answer(ApprovalDecision::Approve),
+                    Approve::No => terminal::Asked::NoTerminal(format!(
+                        "tool {} needs approval (permission mode auto) and toolbox call was \
+                         started with --approve no, which refuses such calls; to allow them, \
+                         use --approve yes or --mode full",
+                        request.tool
+                    )),
+                    Approve::Ask => terminal::ask(&request, || {
+                        executor
+                            .pending_approvals(session)
+                            .iter()
+                            .any(|c| c == call)
+                    }),
                 };
+                match asked {
+                    terminal::Asked::Answer(decision) => {
+                        executor.respond_approval(session, call, decision);
+                    }
+                    terminal::Asked::NoTerminal(reason) => {
+                        eprintln!("toolbox: {reason}");
+                        executor.deny_approval(session, call, reason);
+                    }
+                    terminal::Asked::Gone => {}
+                }
             });
         }
-    })
-}
-
-/// The user's answer on the terminal, or why nobody could be asked.
-pub(crate) fn ask_on_terminal(request: &ApprovalRequest) -> Result<ApprovalDecision, String> {
-    let no_terminal = || {
-        let reason = format!(
-            "tool {} needs approval (permission mode auto) and there is no terminal to ask on; \
-             use --approve yes or --mode full to allow it",
-            request.tool
-        );
-        eprintln!("toolbox: {reason}");
-        Err(reason)
-    };
-    let tty = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/tty");
-    let Ok(mut tty) = tty else {
-        return no_terminal();
-    };
-    if !tty.is_terminal() {
-        return no_terminal();
-    }
-    let args = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
-    // What went to stderr before (the call's own line) shows first; then the prompt, in one
-    // write, so nothing written meanwhile can land inside it.
-    toolbox::stderr_pump::flush_installed(Duration::from_millis(100), Duration::from_millis(500));
-    let prompt = format!(
-        "toolbox: allow {} (risk {}) with arguments\n{args}\n[y]es / [s]ession / [N]o: ",
-        request.tool, request.risk
-    );
-    let _ = tty.write_all(prompt.as_bytes());
-    let _ = tty.flush();
-    let mut line = String::new();
-    let mut byte = [0u8; 1];
-    while let Ok(1) = tty.read(&mut byte) {
-        if byte[0] == b'\n' {
-            break;
-        }
-        line.push(byte[0] as char);
-    }
-    Ok(match line.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => ApprovalDecision::Approve,
-        "s" | "session" => ApprovalDecision::ApproveForSession,
-        _ => ApprovalDecision::Deny,
     })
 }

@@ -66,40 +66,15 @@ const INSTRUCTIONS: &str =
 /// is dropped: streamed output is a courtesy, the tool result has it all.
 pub const MAX_QUEUED_NOTIFICATION_BYTES: usize = 1024 * 1024;
 
-/// What `toolbox mcp` answers when a risky call needs approval (permission mode `auto`).
+/// What `toolbox mcp` does with a risky call (permission mode `auto`) when the client cannot
+/// be asked: it declared no elicitation at `initialize`. A client that did is asked, with
+/// the same form `toolbox serve`'s `/mcp` sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Approvals {
-    /// Run it: MCP clients confirm tool calls with their user themselves (`--approve yes`).
+    /// Run it (`--approve yes`): for clients that confirm each call with their user.
     Approve,
-    /// Refuse it: the operator said so (`--approve no`).
+    /// Refuse it, saying how to allow it (`--approve no`, the default).
     Refuse,
-    /// Refuse it and say why: nobody can be asked over stdio (`--approve ask`).
-    CannotAsk,
-}
-
-impl Approvals {
-    /// The result a refused call gets: what happened and how to allow such calls.
-    fn refusal(self, request: &ApprovalRequest) -> Option<String> {
-        let tool = &request.tool;
-        match self {
-            Approvals::Approve => None,
-            Approvals::Refuse => Some(format!(
-                "tool {tool} needs approval (permission mode auto, risk {}) and this toolbox mcp \
-                 was started with --approve no, which refuses such calls. To allow them, restart \
-                 it with --approve yes (the MCP client confirms each call with its user) or \
-                 --mode full.",
-                request.risk
-            )),
-            Approvals::CannotAsk => Some(format!(
-                "tool {tool} needs approval (permission mode auto, risk {}) but toolbox mcp \
-                 cannot ask anyone: --approve ask prompts on a terminal, and a server on stdio \
-                 has none, so the call was refused without asking. To allow such calls, start \
-                 toolbox mcp with --approve yes (the MCP client confirms each call with its \
-                 user) or --mode full; to stop offering them, use --mode read_only.",
-                request.risk
-            )),
-        }
-    }
 }
 
 /// The MCP face of one executor.
@@ -124,6 +99,9 @@ impl McpServer {
     ) -> anyhow::Result<Self> {
         let events = Arc::new(Events {
             approvals,
+            can_elicit: AtomicBool::new(false),
+            asking: Mutex::default(),
+            next_question: AtomicU64::new(1),
             executor: OnceLock::new(),
             outbox: Mutex::new(None),
             routes: Mutex::default(),
@@ -196,6 +174,7 @@ impl McpServer {
             outbox: outbox.clone(),
             in_flight: Arc::default(),
             running: Arc::default(),
+            approvals: toolbox_executor::ApprovalQueue::new(),
         };
         let running = dispatcher.running.clone();
         match input {
@@ -578,8 +557,13 @@ enum Parsed {
         code: i64,
         message: String,
     },
-    /// Needs no answer: a blank line, a response from the client (this server sends no
-    /// requests), a malformed notification.
+    /// The client's response to a request of this server (an approval question).
+    Response {
+        id: Value,
+        result: Option<Value>,
+        error: Option<Value>,
+    },
+    /// Needs no answer: a blank line, a malformed notification.
     Ignore,
 }
 
@@ -708,7 +692,14 @@ fn classify(value: Value) -> Parsed {
     if !message.contains_key("method")
         && (message.contains_key("result") || message.contains_key("error"))
     {
-        return Parsed::Ignore;
+        return match message.remove("id") {
+            Some(id) => Parsed::Response {
+                id,
+                result: message.remove("result"),
+                error: message.remove("error"),
+            },
+            None => Parsed::Ignore,
+        };
     }
     let id = match message.remove("id") {
         None => None,
@@ -803,6 +794,12 @@ const LOGGING_OFF: u8 = u8::MAX;
 /// Streams a call's output to its client and answers approval requests.
 struct Events {
     approvals: Approvals,
+    /// The client declared form elicitation at `initialize`: approvals are asked of it.
+    can_elicit: AtomicBool,
+    /// Approval questions sent to the client and not answered yet, by the JSON text of the
+    /// `elicitation/create` request's id.
+    asking: Mutex<HashMap<String, ApprovalRequest>>,
+    next_question: AtomicU64,
     /// Set right after the executor is built (the executor holds this sink).
     executor: OnceLock<ToolExecutor>,
     /// Set while serving.
@@ -841,16 +838,78 @@ impl Events {
         }
     }
 
-    /// Answers at once: the executor registered the request before emitting it.
+    /// Asks the client (an `elicitation/create` request; its answer comes in as a response
+    /// line) or, when it cannot be asked, answers at once per `--approve`: the executor
+    /// registered the request before emitting it.
     fn answer(&self, request: &ApprovalRequest) {
         let Some(executor) = self.executor.get() else {
             return;
         };
         let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
-        match self.approvals.refusal(request) {
-            None => executor.respond_approval(session, call, ApprovalDecision::Approve),
-            Some(reason) => executor.deny_approval(session, call, reason),
+        if self.can_elicit.load(Ordering::SeqCst) {
+            let outbox = lock(&self.outbox).clone();
+            if let Some(outbox) = outbox {
+                let id = json!(format!(
+                    "toolbox-approval-{}",
+                    self.next_question.fetch_add(1, Ordering::Relaxed)
+                ));
+                lock(&self.asking).insert(id.to_string(), request.clone());
+                let params = toolbox_server::mcp::approval_form_json(request);
+                outbox.send(
+                    json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params})
+                        .to_string(),
+                );
+                return;
+            }
+        }
+        match self.approvals {
+            Approvals::Approve => {
+                executor.respond_approval(session, call, ApprovalDecision::Approve);
+            }
+            Approvals::Refuse => {
+                executor.deny_approval(session, call, toolbox_server::mcp::cannot_ask(request));
+            }
+        }
+    }
+
+    /// The client's answer to an approval question: approves only an accepted `approve`.
+    fn answered(&self, id: &Value, result: Option<&Value>, error: Option<&Value>) {
+        let Some(request) = lock(&self.asking).remove(&id.to_string()) else {
+            return;
         };
+        let Some(executor) = self.executor.get() else {
+            return;
+        };
+        let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+        match (result, error) {
+            (Some(result), _) if toolbox_server::mcp::approval_decision_json(result) => {
+                executor.respond_approval(session, call, ApprovalDecision::Approve);
+            }
+            (Some(_), _) => {
+                executor.deny_approval(
+                    session,
+                    call,
+                    toolbox_server::mcp::denied_by_user(&request),
+                );
+            }
+            (None, error) => {
+                let why = error
+                    .and_then(|e| e.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("the client answered with an error");
+                let why: String = why.chars().take(300).collect();
+                executor.deny_approval(
+                    session,
+                    call,
+                    toolbox_server::mcp::asking_failed(&request, &why),
+                );
+            }
+        }
+    }
+
+    /// Forgets the questions of a call that stopped waiting (timed out, cancelled, done).
+    fn forget_questions(&self, call_id: &str) {
+        lock(&self.asking).retain(|_, request| request.call_id != call_id);
     }
 
     fn forward(&self, call_id: &str, tool: &str, text: &str) {
@@ -938,6 +997,8 @@ struct Dispatcher {
     outbox: Outbox,
     in_flight: InFlightCalls,
     running: Arc<RunningCalls>,
+    /// The connection's approval questions: one at a time, in the order the calls came.
+    approvals: toolbox_executor::ApprovalQueue,
 }
 
 impl Dispatcher {
@@ -952,6 +1013,11 @@ impl Dispatcher {
             Parsed::Reject { id, code, message } => {
                 tracing::debug!("mcp: rejected a message: {message}");
                 self.outbox.error(&id, code, &message);
+            }
+            Parsed::Response { id, result, error } => {
+                self.server
+                    .events
+                    .answered(&id, result.as_ref(), error.as_ref())
             }
             Parsed::Ignore => {}
         }
@@ -970,7 +1036,15 @@ impl Dispatcher {
         }
         match method {
             "initialize" => match initialize_result(&params) {
-                Ok(result) => self.outbox.result(&id, &result),
+                Ok(result) => {
+                    let capabilities = params.get("capabilities").unwrap_or(&Value::Null);
+                    let can_elicit = toolbox_server::mcp::can_elicit_form(capabilities);
+                    self.server
+                        .events
+                        .can_elicit
+                        .store(can_elicit, Ordering::SeqCst);
+                    self.outbox.result(&id, &result)
+                }
                 Err(message) => self.outbox.error(&id, INVALID_PARAMS, &message),
             },
             "ping" => self.outbox.result(&id, "{}"),
@@ -1037,7 +1111,8 @@ impl Dispatcher {
         let call_id = format!("mcp-{serial}");
         self.server.events.open_route(&call_id, progress_token);
         let request = ToolRequest::new(call_id.clone(), name, arguments)
-            .session(self.server.session.to_string());
+            .session(self.server.session.to_string())
+            .approval_ticket(self.approvals.ticket());
         let executor = self.server.executor.clone();
         let events = self.server.events.clone();
         let outbox = self.outbox.clone();
@@ -1052,6 +1127,7 @@ impl Dispatcher {
             let info = finished.info();
             // Before the reply: MCP allows no progress notification after it.
             events.close_route(&call_id);
+            events.forget_questions(&call_id);
             // Leave the in-flight set before replying: the client may reuse the id as soon as
             // it has read the reply.
             {

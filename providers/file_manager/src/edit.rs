@@ -8,7 +8,7 @@ use std::io::Read;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, object_schema, prop, text, write, TOOLSET};
 
@@ -96,10 +96,25 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     .await
 }
 
-fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) -> Result<String> {
+/// An edit worked out but not yet written: the folder and name it goes to, the text before
+/// and after.
+struct Planned {
+    dir: toolbox_core::Dir,
+    name: std::ffi::OsString,
+    shown: String,
+    real: String,
+    content: String,
+    updated: String,
+    count: usize,
+    first_line: usize,
+}
+
+/// Reads the file and works out the edit, refusing what the tool refuses; writes nothing.
+fn plan(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned> {
     let ws = &ctx.workspace;
     let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let shown = ws.show(&p);
+    let real = ws.show_real(&p);
     // One folder descriptor for the read and the replace: both see the same file.
     let (dir, name) = ws.parent_of(&p, false).map_err(|e| match e {
         _ if e.is_not_found() => {
@@ -167,12 +182,67 @@ fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) 
     } else {
         content.replacen(old.as_str(), &new, 1)
     };
+    Ok(Planned {
+        dir,
+        name,
+        shown,
+        real,
+        content: content.to_string(),
+        updated,
+        count,
+        first_line,
+    })
+}
+
+fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) -> Result<String> {
+    let plan = plan(ctx, path, old, new, replace_all)?;
+    let Planned {
+        dir,
+        name,
+        shown,
+        real,
+        updated,
+        count,
+        first_line,
+        ..
+    } = plan;
     dir.write_atomic(&name, updated.as_bytes())
         .map_err(|e| anyhow!("{NAME}: cannot write {shown}: {e}; the file was not changed"))?;
     Ok(if count == 1 {
-        format!("Replaced 1 occurrence in {shown} (at line {first_line})")
+        format!("Replaced 1 occurrence in {real} (at line {first_line})")
     } else {
-        format!("Replaced {count} occurrences in {shown} (the first at line {first_line})")
+        format!("Replaced {count} occurrences in {real} (the first at line {first_line})")
+    })
+}
+
+/// What an edit would do: the unified diff of the file, with its real path. An edit the tool
+/// would refuse says so and why. Changes nothing.
+pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<Preview> {
+    let a = Args::new(NAME, args).ok()?;
+    let path = a.str("path", &["file_path"]).ok()?;
+    let old = a.str("old_string", &[]).ok()?;
+    let new = a.str("new_string", &[]).ok()?;
+    let replace_all = a.bool_or("replace_all", &[], false).ok()?;
+    if old.is_empty() || old == new {
+        return None;
+    }
+    Some(match plan(ctx, path, old, new, replace_all) {
+        Ok(plan) => {
+            let what = if plan.count == 1 {
+                format!("1 change at line {}", plan.first_line)
+            } else {
+                format!(
+                    "{} changes, the first at line {}",
+                    plan.count, plan.first_line
+                )
+            };
+            Preview::new(format!("Edit {} ({what})", plan.real)).diff(
+                &plan.shown,
+                &plan.content,
+                &plan.updated,
+            )
+        }
+        Err(e) => Preview::new(format!("Edit {path}: this edit will fail: {e:#}")),
     })
 }
 
@@ -321,7 +391,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             out,
-            "Replaced 1 occurrence in scratchpad/run.py (at line 1)"
+            "Replaced 1 occurrence in .toolbox/sessions/s1/scratchpad/run.py (scratchpad/run.py) \
+             (at line 1)"
         );
         assert_eq!(
             get(&ctx, ".toolbox/sessions/s1/scratchpad/run.py"),

@@ -33,7 +33,7 @@ mod write;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
 
 toolbox_core::register_provider!("file_manager", || std::sync::Arc::new(
     FileManager::default()
@@ -77,6 +77,14 @@ impl ToolProvider for FileManager {
             glob::NAME => glob::run(args, ctx).await,
             grep::NAME => grep::run(args, ctx).await,
             other => Err(anyhow!("file_manager has no tool named {other}")),
+        }
+    }
+
+    fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
+        match tool {
+            write::NAME => write::preview(args, ctx),
+            edit::NAME => edit::preview(args, ctx),
+            _ => None,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::io::{self, Write};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Dir, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Dir, EntryKind, PathError, Preview, ToolContext, ToolInfo, ToolRisk};
 
 use crate::{blocking, object_schema, prop, text, TOOLSET};
 
@@ -84,10 +84,56 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     .await
 }
 
+/// What a write would do: the real path, whether it creates, replaces or appends, the size,
+/// and the content's first lines. Changes nothing.
+pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<Preview> {
+    let a = Args::new(NAME, args).ok()?;
+    let path = a.str("path", &["file_path"]).ok()?;
+    let content = a.str("content", &["text"]).ok()?;
+    let append = a.bool_or("append", &[], false).ok()?;
+    let ws = &ctx.workspace;
+    let p = ws.locate(path).ok()?;
+    let real = ws.show_real(&p);
+    let before = match ws.parent_of(&p, false) {
+        Ok((dir, name)) => match existing_size(&dir, &name, &real) {
+            Ok(before) => before,
+            Err(e) => {
+                return Some(Preview::new(format!(
+                    "Write to {real}: this will fail: {e}"
+                )))
+            }
+        },
+        Err(_) => None,
+    };
+    let size = text::bytes(content.len() as u64);
+    let summary = match (append, before) {
+        (true, None) => format!("Append {size} to {real}, a new file"),
+        (true, Some(old)) => format!(
+            "Append {size} to {real} (now {}, it becomes {})",
+            text::bytes(old),
+            text::bytes(old + content.len() as u64)
+        ),
+        (false, None) => format!("Write {size} to {real}, a new file"),
+        (false, Some(old)) => {
+            format!(
+                "Write {size} to {real}, replacing all of its {}",
+                text::bytes(old)
+            )
+        }
+    };
+    let preview = Preview::new(summary);
+    Some(if content.is_empty() {
+        preview.text("(no content: the file will be empty)")
+    } else {
+        preview.text(content)
+    })
+}
+
 fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<String> {
     let ws = &ctx.workspace;
     let p = ws.locate(path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let shown = ws.show(&p);
+    let real = ws.show_real(&p);
     // The folder is created and held by descriptor; the name is then used only inside it.
     let (dir, name) = ws.parent_of(&p, true).map_err(|e| match e {
         PathError::NotAFileName(_) | PathError::NotADirectory { file: Some(_), .. } => {
@@ -105,9 +151,9 @@ fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<S
             .and_then(|()| file.sync_data())
             .map_err(|e| anyhow!("{NAME}: cannot append to {shown}: {e}"))?;
         return Ok(match before {
-            None => format!("Appended {written} to {shown} (created a new file)"),
+            None => format!("Appended {written} to {real}, a new file"),
             Some(old) => format!(
-                "Appended {written} to {shown} (now {})",
+                "Appended {written} to {real} (now {})",
                 text::bytes(old + content.len() as u64)
             ),
         });
@@ -115,9 +161,9 @@ fn write(ctx: &ToolContext, path: &str, content: &str, append: bool) -> Result<S
     dir.write_atomic(&name, content.as_bytes())
         .map_err(|e| anyhow!("{NAME}: cannot write {shown}: {e}; the file was not changed"))?;
     Ok(match before {
-        None => format!("Wrote {written} to {shown} (created a new file)"),
+        None => format!("Wrote {written} to {real}, a new file"),
         Some(old) => format!(
-            "Wrote {written} to {shown} (overwrote the previous {})",
+            "Wrote {written} to {real}, replacing the previous {}",
             text::bytes(old)
         ),
     })
@@ -185,14 +231,14 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(out, "Wrote 5 bytes to notes/a.md (created a new file)");
+        assert_eq!(out, "Wrote 5 bytes to notes/a.md, a new file");
         assert_eq!(get(&ctx, "notes/a.md"), "# Hi\n");
         let out = call(&ctx, NAME, json!({"file_path": "notes/a.md", "text": "x"}))
             .await
             .unwrap();
         assert_eq!(
             out,
-            "Wrote 1 byte to notes/a.md (overwrote the previous 5 bytes)"
+            "Wrote 1 byte to notes/a.md, replacing the previous 5 bytes"
         );
         assert_eq!(get(&ctx, "notes/a.md"), "x");
         let out = call(
@@ -211,7 +257,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(out, "Appended 2 bytes to log.txt (created a new file)");
+        assert_eq!(out, "Appended 2 bytes to log.txt, a new file");
         // Nothing but the files themselves is left in the folder.
         assert_eq!(names_in(&ctx.workspace.root().join("notes")), ["a.md"]);
     }
@@ -222,7 +268,10 @@ mod tests {
         let out = call(&ctx, NAME, json!({"path": "output/x.txt", "content": "ok"}))
             .await
             .unwrap();
-        assert_eq!(out, "Wrote 2 bytes to output/x.txt (created a new file)");
+        assert_eq!(
+            out,
+            "Wrote 2 bytes to .toolbox/sessions/s1/output/x.txt (output/x.txt), a new file"
+        );
         assert_eq!(get(&ctx, ".toolbox/sessions/s1/output/x.txt"), "ok");
         assert!(!ctx.workspace.root().join("output").exists());
     }

@@ -160,6 +160,85 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     )))
 }
 
+/// What an edit would do to the cell's source, as a unified diff, with the notebook's real
+/// path. Changes nothing.
+pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::Preview> {
+    let a = Args::new(NAME, args).ok()?;
+    let path = a.str("path", &["notebook_path"]).ok()?;
+    let operation = a
+        .opt_nonempty_str("operation", &["edit_mode"])
+        .ok()?
+        .unwrap_or("replace");
+    let which = CellRef::from_args(&a).ok()?;
+    let source = a.opt_str("source", &["new_source"]).ok()?.unwrap_or("");
+    let p = ctx.workspace.locate(path).ok()?;
+    let real = ctx.workspace.show_real(&p);
+    let shown = ctx.workspace.show(&p);
+    let nb = ctx
+        .workspace
+        .open_read(&p)
+        .ok()
+        .and_then(|file| Notebook::load(file, &shown).ok());
+    let fail = |why: String| {
+        Some(toolbox_core::Preview::new(format!(
+            "Edit {real}: this will fail: {why}"
+        )))
+    };
+    let cell_text = |nb: &Notebook, at: usize| -> String {
+        match &nb.cells()[at]["source"] {
+            Value::String(s) => s.clone(),
+            Value::Array(lines) => lines.iter().filter_map(Value::as_str).collect(),
+            _ => String::new(),
+        }
+    };
+    let (summary, before, after) = match (operation, nb) {
+        ("insert", None) => (
+            format!("Create {real} with one cell"),
+            String::new(),
+            source.to_string(),
+        ),
+        (_, None) => return fail("the notebook cannot be read".into()),
+        ("insert", Some(nb)) => {
+            let at = match &which {
+                None => nb.cells().len(),
+                Some(CellRef::Index(i)) => *i,
+                Some(w @ CellRef::Id(_)) => match w.locate(NAME, &nb, &shown) {
+                    Ok(i) => i + 1,
+                    Err(e) => return fail(format!("{e:#}")),
+                },
+            };
+            (
+                format!("Insert a cell at index {at} of {real}"),
+                String::new(),
+                source.to_string(),
+            )
+        }
+        ("delete", Some(nb)) => {
+            let Some(w) = which else { return None };
+            match w.locate(NAME, &nb, &shown) {
+                Ok(at) => (
+                    format!("Delete cell {at} of {real}"),
+                    cell_text(&nb, at),
+                    String::new(),
+                ),
+                Err(e) => return fail(format!("{e:#}")),
+            }
+        }
+        (_, Some(nb)) => {
+            let Some(w) = which else { return None };
+            match w.locate(NAME, &nb, &shown) {
+                Ok(at) => (
+                    format!("Replace the source of cell {at} of {real}"),
+                    cell_text(&nb, at),
+                    source.to_string(),
+                ),
+                Err(e) => return fail(format!("{e:#}")),
+            }
+        }
+    };
+    Some(toolbox_core::Preview::new(summary).diff(&shown, &before, &after))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

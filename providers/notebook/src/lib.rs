@@ -61,6 +61,18 @@ impl ToolProvider for NotebookProvider {
             other => Err(anyhow!("notebook has no tool named {other}")),
         }
     }
+
+    fn preview(
+        &self,
+        tool: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Option<toolbox_core::Preview> {
+        match tool {
+            edit::NAME => edit::preview(args, ctx),
+            _ => None,
+        }
+    }
 }
 
 /// A notebook the model named: parsed (not yet opened) against the call's workspace.

@@ -39,7 +39,7 @@ pub mod run;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
 
 pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
@@ -87,6 +87,13 @@ impl ToolProvider for PythonProvider {
             install::NAME => install::run(args, ctx).await,
             lookup::NAME => lookup::run(args, ctx).await,
             other => Err(anyhow!("python has no tool named {other}")),
+        }
+    }
+
+    fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
+        match tool {
+            run::NAME => run::preview(args, ctx),
+            _ => None,
         }
     }
 }

@@ -137,6 +137,53 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
     Ok(Value::String(render::render_result(&result)))
 }
 
+/// What a run would do, for the person asked to approve it: the code with line numbers (or
+/// the script and its arguments), in which session's interpreter and working folder.
+/// Changes nothing.
+pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::Preview> {
+    let a = Args::new(NAME, args).ok()?;
+    let code = a.opt_str("code", &["content"]).ok()?;
+    let script = a.opt_nonempty_str("script_path", &[]).ok()?;
+    let folder = ctx
+        .workspace
+        .display_real(&ctx.workspace.session_dir("scratchpad"));
+    let place = format!(
+        "in session {}'s interpreter (working folder {folder})",
+        ctx.session_id
+    );
+    match (script, code) {
+        (Some(path), _) => {
+            let shown = if toolbox_core::is_skill_ref(path) {
+                path.to_string()
+            } else {
+                match ctx.workspace.locate(path) {
+                    Ok(p) => ctx.workspace.show_real(&p),
+                    Err(e) => {
+                        return Some(toolbox_core::Preview::new(format!(
+                            "Run a Python script: this will fail: {e}"
+                        )))
+                    }
+                }
+            };
+            let script_args = a
+                .opt_str_list("args", &["argv"])
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let mut preview =
+                toolbox_core::Preview::new(format!("Run the Python script {shown} {place}"));
+            if !script_args.is_empty() {
+                preview = preview.fields(&[("arguments", script_args.join(" "))]);
+            }
+            Some(preview)
+        }
+        (None, Some(code)) => {
+            Some(toolbox_core::Preview::new(format!("Run Python {place}")).code(code))
+        }
+        (None, None) => None,
+    }
+}
+
 /// The [`toolbox_core::CodeRunner`] for `python`: runs `code` as a cell in the caller's
 /// session, with the configured backend and default timeout, and returns [`execute`]'s value.
 pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use toolbox_core::limits::{Counters, Limits, PreparedLimits};
-use toolbox_core::{Args, OutputStream, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, OutputStream, Preview, ToolContext, ToolInfo, ToolRisk};
 
 use crate::capture::{HeadTail, Utf8Stream};
 use crate::config::{SandboxMode, ShellConfig};
@@ -171,7 +171,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     };
     let prepared = Prepared {
         command: command.to_string(),
-        cwd_shown: ctx.workspace.display(&cwd),
+        cwd_shown: ctx.workspace.display_real(&cwd),
         cwd,
         timeout,
         capped_from,
@@ -184,6 +184,49 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
         return jobs::start(shell, prepared, ctx).await.map(Value::String);
     }
     foreground(prepared, ctx).await
+}
+
+/// What a command would do, for the person asked to approve it: the command as written,
+/// the folder it runs in (its real path), the OS sandbox it runs under, and its timeout.
+/// Changes nothing (the scratchpad is not even created).
+pub(crate) fn preview(shell: &Shell, args: &Value, ctx: &ToolContext) -> Option<Preview> {
+    let a = Args::new(NAME, args).ok()?;
+    let command = a.str("command", &["cmd"]).ok()?;
+    let cwd = match a.opt_nonempty_str("cwd", &["workdir"]).ok()? {
+        None => ctx
+            .workspace
+            .display_real(&ctx.workspace.session_dir("scratchpad")),
+        Some(given) => match ctx.workspace.resolve(given) {
+            Ok(abs) => ctx.workspace.display_real(&abs),
+            Err(e) => {
+                return Some(Preview::new(format!(
+                    "Run a shell command: this will fail: {e}"
+                )))
+            }
+        },
+    };
+    let background = a.bool_or("run_in_background", &[], false).unwrap_or(false);
+    let sandbox = match shell.config(ctx).map(|c| c.sandbox) {
+        Ok(SandboxMode::Off) | Err(_) => {
+            "off (the command can do whatever your user can)".to_string()
+        }
+        Ok(mode) => format!("{} (the OS sandbox of [shell] sandbox)", mode.as_str()),
+    };
+    let mut fields = vec![("working folder", cwd.clone()), ("sandbox", sandbox)];
+    if let Ok(Some(ms)) = a.opt_u64("timeout_ms", &[]) {
+        fields.push(("timeout", format!("{ms} ms")));
+    }
+    if background {
+        fields.push((
+            "runs",
+            "in the background (a job id comes back at once)".into(),
+        ));
+    }
+    Some(
+        Preview::new(format!("Run a shell command in {cwd}"))
+            .text(command)
+            .fields(&fields),
+    )
 }
 
 /// The session scratchpad by default; otherwise a folder inside the workspace.
@@ -670,7 +713,10 @@ mod tests {
             .unwrap();
         let scratch = ctx.workspace.scratchpad().unwrap();
         assert!(out.starts_with("exit code 4 · "), "{out}");
-        assert!(out.contains(" ms\ncwd: scratchpad\n"), "{out}");
+        assert!(
+            out.contains(" ms\ncwd: .toolbox/sessions/s1/scratchpad (scratchpad)\n"),
+            "{out}"
+        );
         assert!(
             out.contains(&format!(
                 "--- stdout ({} bytes) ---\n{}\n",
@@ -727,7 +773,10 @@ mod tests {
             let out = call(&ctx, NAME, json!({"command": "pwd", "cwd": cwd}))
                 .await
                 .unwrap();
-            assert!(out.contains("\ncwd: scratchpad\n"), "{cwd}: {out}");
+            assert!(
+                out.contains("\ncwd: .toolbox/sessions/s1/scratchpad (scratchpad)\n"),
+                "{cwd}: {out}"
+            );
         }
         for (cwd, want) in [
             ("..", "is outside the workspace"),

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
 
 use crate::config::{ConfigCache, ShellConfig};
 
@@ -104,6 +104,13 @@ impl ToolProvider for Shell {
             jobs::KILL => jobs::kill(self, args, ctx).await,
             sleep::NAME => sleep::run(self, args, ctx).await,
             other => Err(anyhow!("shell has no tool named {other}")),
+        }
+    }
+
+    fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
+        match tool {
+            command::NAME => command::preview(self, args, ctx),
+            _ => None,
         }
     }
 }

@@ -1,0 +1,150 @@
+//! Asking a person on the terminal: one question at a time, about the call shown.
+//!
+//! The question goes to `/dev/tty`, not to stdout or stderr (those may be piped), after a
+//! reset of the terminal's attributes (a model's text cannot leave it invisible), and shows
+//! the call's [`Preview`](toolbox::core::Preview): the diff, the real path, the command and
+//! its folder. Keys typed before the question appeared are thrown away (`tcflush`), so a
+//! `y` meant for something else cannot answer it. Callers ask one question at a time and
+//! render nothing else while one is open.
+
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use toolbox::core::ApprovalRequest;
+use toolbox::ApprovalDecision;
+
+/// How a question ended.
+pub(crate) enum Asked {
+    /// The person answered.
+    Answer(ApprovalDecision),
+    /// Nobody can be asked: there is no terminal. Carries the refusal the call gets.
+    NoTerminal(String),
+    /// The call stopped waiting before an answer came (it timed out or was cancelled).
+    Gone,
+}
+
+/// How often a question checks whether its call still waits.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// Whether a terminal can be asked at all (for refusing `--approve ask` at start-up).
+pub(crate) fn available() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .is_ok_and(|tty| tty.is_terminal())
+}
+
+/// The refusal a call gets when nobody can be asked, naming what would allow it.
+pub(crate) fn no_terminal_refusal(tool: &str) -> String {
+    format!(
+        "tool {tool} needs approval (permission mode auto) and there is no terminal to ask on, \
+         so the call was refused; to allow such calls, use --approve yes or --mode full"
+    )
+}
+
+/// Asks about `request` on the terminal until the person answers or `still_waiting` says
+/// the call gave up (checked every [`CHECK_EVERY`]).
+pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -> Asked {
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty");
+    let mut tty = match tty {
+        Ok(tty) if tty.is_terminal() => tty,
+        _ => return Asked::NoTerminal(no_terminal_refusal(&request.tool)),
+    };
+    // What went to stderr before (the call's own line) shows first.
+    toolbox::stderr_pump::flush_installed(Duration::from_millis(100), Duration::from_millis(500));
+    let colour = std::env::var_os("NO_COLOR").is_none();
+    let fd = tty.as_raw_fd();
+    // Keys typed before the question was on the screen are not its answer.
+    // SAFETY: `fd` is the open terminal held by `tty` for the whole call.
+    unsafe {
+        libc::tcflush(fd, libc::TCIFLUSH);
+    }
+    let question = question_text(request, colour);
+    let _ = tty.write_all(question.as_bytes());
+    let _ = tty.flush();
+    let mut line = Vec::new();
+    loop {
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, and the count says one.
+        let ready = unsafe { libc::poll(&mut poll, 1, CHECK_EVERY.as_millis() as i32) };
+        if ready < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Asked::NoTerminal(no_terminal_refusal(&request.tool));
+        }
+        if ready == 0 {
+            if !still_waiting() {
+                let _ = tty.write_all(b"\n(no answer needed any more: the call stopped waiting)\n");
+                return Asked::Gone;
+            }
+            continue;
+        }
+        let mut buf = [0u8; 256];
+        // SAFETY: `buf` is valid for its length, `fd` stays open.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // The terminal went away (hang-up): nobody can answer.
+            return Asked::NoTerminal(no_terminal_refusal(&request.tool));
+        }
+        line.extend_from_slice(&buf[..n as usize]);
+        let Some(end) = line.iter().position(|&b| b == b'\n') else {
+            continue;
+        };
+        let answer = String::from_utf8_lossy(&line[..end])
+            .trim()
+            .to_ascii_lowercase();
+        line.clear();
+        if !still_waiting() {
+            let _ = tty.write_all(b"(too late: the call stopped waiting)\n");
+            return Asked::Gone;
+        }
+        let decision = match answer.as_str() {
+            "y" | "yes" => ApprovalDecision::Approve,
+            "s" | "session" => ApprovalDecision::ApproveForSession,
+            "n" | "no" | "" => ApprovalDecision::Deny,
+            _ => {
+                let _ =
+                    tty.write_all(b"Please answer y (yes), s (yes for this session) or n (no): ");
+                continue;
+            }
+        };
+        let said = match decision {
+            ApprovalDecision::Approve => "approved",
+            ApprovalDecision::ApproveForSession => "approved for the rest of this session",
+            ApprovalDecision::Deny => "denied",
+        };
+        let _ = writeln!(tty, "→ {said}");
+        return Asked::Answer(decision);
+    }
+}
+
+/// The whole question, written in one go: a reset, what the call will do, then the choice.
+fn question_text(request: &ApprovalRequest, colour: bool) -> String {
+    let (bold, reset) = if colour {
+        ("\x1b[1m", "\x1b[0m")
+    } else {
+        ("", "")
+    };
+    let tool = toolbox::core::preview::terminal_safe(&request.tool);
+    format!(
+        // ESC[0m: attributes off (a hidden or coloured text before cannot carry over);
+        // ESC[?25h: the cursor shown.
+        "\x1b[0m\x1b[?25h\n{bold}toolbox asks: allow {tool} (risk {})?{reset}\n{}\n\
+         [y]es / [s]ession (allow {tool} for the rest of this session) / [N]o: ",
+        request.risk,
+        request.preview.to_text(colour),
+    )
+}
