@@ -216,8 +216,45 @@ async fn check_post_body(
             "Invalid Request: the body must be a JSON-RPC message (a JSON object)".into(),
         );
     }
+    // A request for a method this server does not offer is answered here, in a sentence that
+    // names it (rmcp would answer with the bare method name and log a warning for each).
+    if let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(&bytes) {
+        if let (Some(id), Some(Value::String(method))) = (message.get("id"), message.get("method"))
+        {
+            if !SERVED_METHODS.contains(&method.as_str()) && !id.is_null() {
+                tracing::debug!("mcp: method not offered: {method}");
+                let body = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": { "code": METHOD_NOT_FOUND, "message": method_not_found(method) },
+                });
+                return (axum::http::StatusCode::OK, axum::Json(body)).into_response();
+            }
+        }
+    }
     let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     next.run(request).await
+}
+
+/// The requests toolbox's MCP servers answer (on both transports).
+pub const SERVED_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "logging/setLevel",
+];
+
+/// The JSON-RPC "Method not found" code.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+
+/// The message of a -32601 answer: the method named, and what is offered instead.
+pub fn method_not_found(method: &str) -> String {
+    let shown: String = method.chars().take(100).collect();
+    format!(
+        "Method not found: toolbox does not offer {shown:?}; it serves tools (tools/list, \
+         tools/call), ping and logging/setLevel"
+    )
 }
 
 const PARSE_ERROR: i64 = -32700;

@@ -280,7 +280,7 @@ impl View {
 
     fn end_text(&mut self) {
         if self.text_open {
-            println!();
+            crate::out("\n");
             self.text_open = false;
         }
     }

@@ -224,6 +224,26 @@ fn parse_format(s: &str) -> Result<SchemaFormat, String> {
     s.parse().map_err(|e: anyhow::Error| e.to_string())
 }
 
+/// Writes `text` to stdout. A reader that went away (`toolbox tools | head`) ends the
+/// program quietly with exit code 0 instead of a "Broken pipe" panic.
+pub(crate) fn out(text: &str) {
+    out_or_exit(text, 0)
+}
+
+/// [`out`], exiting with `code` when stdout's reader went away.
+pub(crate) fn out_or_exit(text: &str, code: u8) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            toolbox::core::containment::shutdown();
+            std::process::exit(code.into());
+        }
+    }
+}
+
 /// A failure the user caused: bad flags, bad JSON, a bad config. Exit code 2.
 pub(crate) struct UsageError(String);
 
@@ -371,18 +391,19 @@ fn tools(args: ToolsArgs) -> Result<ExitCode, UsageError> {
                 })
             })
             .collect();
-        println!("{}", Value::Array(rows));
+        out(&format!("{}\n", Value::Array(rows)));
     } else {
         let width = tools.iter().map(|t| t.info.name.len()).max().unwrap_or(4);
-        println!("{:width$}  {:10}  PROVIDER", "NAME", "RISK");
+        let mut table = format!("{:width$}  {:10}  PROVIDER\n", "NAME", "RISK");
         for t in &tools {
-            println!(
-                "{:width$}  {:10}  {}",
+            table.push_str(&format!(
+                "{:width$}  {:10}  {}\n",
                 t.info.name,
                 t.info.risk.as_str(),
                 t.provider_name()
-            );
+            ));
         }
+        out(&table);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -398,11 +419,11 @@ fn skills(args: SkillsArgs) -> Result<ExitCode, UsageError> {
         let set =
             SkillSet::discover(&workspace, &Value::Object(config.providers)).map_err(usage)?;
         if !args.check {
-            print!("{}", render_listing(&set));
+            out(&render_listing(&set));
             return Ok(ExitCode::SUCCESS);
         }
         let (report, ok) = render_check(&set);
-        print!("{report}");
+        out(&report);
         Ok(if ok {
             ExitCode::SUCCESS
         } else {
@@ -423,7 +444,7 @@ fn agents(args: AgentsArgs) -> Result<ExitCode, UsageError> {
     let config = load_config(&args.common)?;
     let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
     let set = toolbox::core::AgentSet::discover(&workspace, &Value::Object(config.providers));
-    print!("{}", agents_cmd::render(&set, args.json));
+    out(&agents_cmd::render(&set, args.json));
     eprint!("{}", agents_cmd::render_problems(&set));
     Ok(ExitCode::SUCCESS)
 }
@@ -445,7 +466,7 @@ fn schema(args: SchemaArgs) -> Result<ExitCode, UsageError> {
         )
         .map_err(usage)?;
     let text = serde_json::to_string_pretty(&schemas).map_err(usage)?;
-    println!("{text}");
+    out(&format!("{text}\n"));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -472,12 +493,9 @@ async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
         on_signal.cancel();
     });
     let info = executor.run_cancellable(request, cancel).await;
-    println!("{}", info.envelope());
-    Ok(if info.is_done() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    let code = if info.is_done() { 0 } else { 1 };
+    out_or_exit(&format!("{}\n", info.envelope()), code);
+    Ok(ExitCode::from(code))
 }
 
 /// `toolbox mcp`: serve until the client closes stdin or a signal arrives.

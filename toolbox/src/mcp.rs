@@ -1063,7 +1063,7 @@ impl Dispatcher {
                 self.outbox.error(
                     &id,
                     METHOD_NOT_FOUND,
-                    &format!("Method not found: {method}"),
+                    &toolbox_server::mcp::method_not_found(method),
                 )
             }
         }

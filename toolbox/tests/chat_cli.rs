@@ -4,9 +4,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::Terminal;
 
 use serde_json::{json, Value};
 use toolbox_tests::scripted_llm::{RecordedRequest, Scripted, ScriptedLlm};
@@ -242,42 +244,32 @@ fn auto_mode_approval_answered_yes_and_no() {
         let expected = if written { "done" } else { "error" };
         assert_eq!(envelope["status"], expected, "{envelope}");
         if !written {
+            // The refusal names what would allow the call.
+            let result = envelope["result"].as_str().unwrap();
+            assert!(result.contains("--approve no"), "{envelope}");
             assert!(
-                envelope["result"].as_str().unwrap().contains("denied"),
+                result.contains("--approve yes or --mode full"),
                 "{envelope}"
             );
         }
     }
 }
 
-/// The binary under `script`, so it has a terminal to ask on; stdin stays open. The
-/// environment is cleaned as `common::toolbox` cleans it.
-fn chat_on_terminal(ws: &Path, llm: &ScriptedLlm, args: &str, env: &[(&str, &str)]) -> Command {
-    assert!(
-        Path::new("/usr/bin/script").exists(),
-        "this test needs /usr/bin/script (bsdutils / util-linux); run scripts/test.sh"
-    );
-    let command = format!("{} chat {args}", env!("CARGO_BIN_EXE_toolbox"));
-    let mut script = Command::new("/usr/bin/script");
-    for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
-            script.env_remove(key);
-        }
-    }
-    script
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(ws)
-        .env("XDG_CONFIG_HOME", ws.join(".no-user-config"))
-        .env("TOOLBOX_LLM_BASE_URL", llm.openai_base_url())
-        .env("TOOLBOX_LLM_MODEL", "scripted-model")
-        .env("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_KEY")
-        .env("SCRIPTED_KEY", KEY)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    script
+/// `toolbox chat ARGS` on a real terminal (see `common::Terminal`), talking to `llm`.
+fn chat_on_terminal(ws: &Path, llm: &ScriptedLlm, args: &str, env: &[(&str, &str)]) -> Terminal {
+    let base = llm.openai_base_url();
+    let mut all: Vec<(&str, &str)> = vec![
+        ("TOOLBOX_LLM_BASE_URL", base.as_str()),
+        ("TOOLBOX_LLM_MODEL", "scripted-model"),
+        ("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_KEY"),
+        ("SCRIPTED_KEY", KEY),
+    ];
+    all.extend_from_slice(env);
+    Terminal::start(ws, &format!("chat {args}"), &all)
 }
+
+const PROMPT: &str = "toolbox asks: allow ";
+const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn auto_mode_asks_on_the_terminal_and_a_yes_runs_the_call() {
@@ -290,25 +282,128 @@ fn auto_mode_asks_on_the_terminal_and_a_yes_runs_the_call() {
         ),
         Scripted::text("written"),
     ]);
-    let mut child = chat_on_terminal(ws.path(), &llm, "--mode auto write", &[])
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"y\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    drop(stdin);
-    let screen = text(&out.stdout);
+    let mut term = chat_on_terminal(ws.path(), &llm, "--mode auto write", &[]);
+    let screen = term.wait_for(PROMPT, 1, LIMIT);
+    term.type_keys("y\n");
+    let (code, screen_after) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen_after}");
     assert!(
         screen.contains("allow file_manager__write (risk file_write)"),
         "{screen}"
     );
-    // The call's own line (stderr) is on the screen before the prompt (/dev/tty), whole.
+    // The call's own line (stderr) is on the screen before the question (/dev/tty).
     let call_line = screen
         .find("→ file_manager__write {")
         .expect("the call's line");
-    let prompt = screen.find("toolbox: allow ").expect("the prompt");
+    let prompt = screen.find(PROMPT).expect("the prompt");
     assert!(call_line < prompt, "{screen}");
-    assert!(ws.path().join("yes.txt").exists(), "{screen}");
+    // The question shows what the call will do, not its JSON.
+    assert!(
+        screen.contains("Write 1 byte to yes.txt, a new file"),
+        "{screen}"
+    );
+    assert!(ws.path().join("yes.txt").exists(), "{screen_after}");
+}
+
+/// One model reply asks for three risky calls: the person is asked about each in turn, in the
+/// model's order, and each answer applies to the call it was shown for.
+#[test]
+fn three_risky_calls_are_asked_one_at_a_time_and_each_answer_is_its_own() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::calls(vec![
+            (
+                "w1",
+                "file_manager__write",
+                json!({"path": "first.txt", "content": "1"}),
+            ),
+            (
+                "w2",
+                "shell",
+                json!({"command": "touch second.txt", "cwd": "."}),
+            ),
+            (
+                "w3",
+                "file_manager__write",
+                json!({"path": "third.txt", "content": "3"}),
+            ),
+        ]),
+        Scripted::text("done"),
+    ]);
+    let mut term = chat_on_terminal(ws.path(), &llm, "--mode auto go", &[]);
+    let answers = [
+        ("y", "Write 1 byte to first.txt"),
+        ("n", "touch second.txt"),
+        ("y", "Write 1 byte to third.txt"),
+    ];
+    for (i, (answer, shown)) in answers.iter().enumerate() {
+        let screen = term.wait_for(PROMPT, i + 1, LIMIT);
+        // Only this question is open, and it is about the call it shows.
+        let open = &screen[screen.rfind(PROMPT).unwrap()..];
+        assert!(open.contains(shown), "question {}: {open}", i + 1);
+        std::thread::sleep(Duration::from_millis(300));
+        let later = term.screen();
+        assert_eq!(
+            later.matches(PROMPT).count(),
+            i + 1,
+            "a second question opened:\n{later}"
+        );
+        term.type_keys(&format!("{answer}\n"));
+    }
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(ws.path().join("first.txt").exists(), "{screen}");
+    assert!(!ws.path().join("second.txt").exists(), "{screen}");
+    assert!(ws.path().join("third.txt").exists(), "{screen}");
+    let results = tool_results(&llm.requests()[1]);
+    assert!(results[1].contains("denied"), "{results:?}");
+}
+
+/// Keys typed before a question appears are thrown away, not taken as its answer.
+#[test]
+fn keys_typed_before_the_question_are_not_its_answer() {
+    let ws = tempfile::tempdir().unwrap();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let llm = {
+        let answered = answered.clone();
+        ScriptedLlm::start_with(move |request| {
+            if request.body["messages"]
+                .to_string()
+                .contains("tool_call_id")
+            {
+                return Scripted::text("ok");
+            }
+            // Hold the model's answer until the test has typed ahead.
+            let deadline = std::time::Instant::now() + LIMIT;
+            while !answered.load(std::sync::atomic::Ordering::SeqCst)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Scripted::call(
+                "w1",
+                "file_manager__write",
+                json!({"path": "typed-ahead.txt", "content": "x"}),
+            )
+        })
+    };
+    let mut term = chat_on_terminal(ws.path(), &llm, "--mode auto write", &[]);
+    term.wait_for("toolbox", 0, LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    term.type_keys("y\n");
+    std::thread::sleep(Duration::from_millis(500));
+    answered.store(true, std::sync::atomic::Ordering::SeqCst);
+    term.wait_for(PROMPT, 1, LIMIT);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !ws.path().join("typed-ahead.txt").exists(),
+        "{}",
+        term.screen()
+    );
+    term.type_keys("n\n");
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(!ws.path().join("typed-ahead.txt").exists(), "{screen}");
 }
 
 #[test]
@@ -322,20 +417,16 @@ fn an_approval_nobody_answers_is_denied_after_the_timeout() {
         ),
         Scripted::text("no answer came"),
     ]);
-    let mut child = chat_on_terminal(
+    let term = chat_on_terminal(
         ws.path(),
         &llm,
         "--mode auto write",
         &[("TOOLBOX_APPROVAL_TIMEOUT_MS", "700")],
-    )
-    .spawn()
-    .unwrap();
-    // Keep the terminal open and say nothing.
-    let stdin = child.stdin.take().unwrap();
-    let out = child.wait_with_output().unwrap();
-    drop(stdin);
-    let screen = text(&out.stdout);
+    );
+    // Say nothing: the question gives up when the call stops waiting.
+    let (_, screen) = term.finish(LIMIT);
     assert!(!ws.path().join("never.txt").exists(), "{screen}");
+    assert!(screen.contains("the call stopped waiting"), "{screen}");
     let results = tool_results(&llm.requests()[1]);
     assert!(
         results[0].contains("none came within 700 ms"),

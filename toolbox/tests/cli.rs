@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -153,7 +154,13 @@ fn auto_mode_approvals_from_the_command_line() {
         "no",
     ]));
     assert_eq!(code, 1);
-    assert_eq!(v["result"], "the user denied tool file_manager__write");
+    // The refusal says why, and which flags would allow the call.
+    let result = v["result"].as_str().unwrap();
+    assert!(result.contains("started with --approve no"), "{result}");
+    assert!(
+        result.contains("use --approve yes or --mode full"),
+        "{result}"
+    );
     assert!(!ws.path().join("x.txt").exists());
 
     let (code, _, _) = run(toolbox(ws.path()).args([
@@ -334,46 +341,71 @@ fn workspace_flag_and_trajectory_on_disk() {
     assert_eq!(rec["status"], "done");
 }
 
-/// `--approve ask` prompts on the terminal: run the binary under `script` so it has a pty,
-/// and answer the prompt through it.
+/// `--approve ask` asks on the terminal: the binary runs on a real terminal (`script`), and
+/// the question, which shows what the call will do, is answered there.
 #[test]
 fn approve_ask_prompts_on_a_terminal() {
-    // scripts/test.sh installs `script` (Debian's bsdutils) when it is missing.
-    assert!(
-        Path::new("/usr/bin/script").exists(),
-        "this test needs /usr/bin/script (bsdutils / util-linux); run scripts/test.sh or install it"
-    );
     let ws = tempfile::tempdir().unwrap();
     for (answer, file, expect_done) in [("y", "yes.txt", true), ("n", "no.txt", false)] {
-        let command = format!(
-            "{} call write_file '{{\"path\": \"{file}\", \"content\": \"hi\"}}' --mode auto",
-            env!("CARGO_BIN_EXE_toolbox")
+        let args = format!(
+            "call write_file '{{\"path\": \"{file}\", \"content\": \"hi\\nthere\"}}' --mode auto"
         );
-        let mut child = Command::new("/usr/bin/script")
-            .args(["-qec", &command, "/dev/null"])
-            .current_dir(ws.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{answer}\n").as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let screen = String::from_utf8_lossy(&out.stdout);
+        let mut term = common::Terminal::start(ws.path(), &args, &[]);
+        let screen = term.wait_for("toolbox asks: allow ", 1, Duration::from_secs(60));
+        term.type_keys(&format!("{answer}\n"));
+        let (code, _) = term.finish(Duration::from_secs(60));
         assert!(
             screen.contains("allow file_manager__write (risk file_write)"),
             "{screen}"
         );
-        assert_eq!(ws.path().join(file).exists(), expect_done, "{screen}");
-        assert_eq!(
-            out.status.code(),
-            Some(if expect_done { 0 } else { 1 }),
+        // What the call will do: the path, new or replaced, the content as lines.
+        assert!(
+            screen.contains(&format!("Write 8 bytes to {file}, a new file")),
             "{screen}"
+        );
+        assert!(screen.contains("  hi\r\n  there"), "{screen:?}");
+        assert!(!screen.contains("\\n"), "{screen}");
+        assert_eq!(ws.path().join(file).exists(), expect_done, "{screen}");
+        assert_eq!(code, Some(if expect_done { 0 } else { 1 }), "{screen}");
+    }
+}
+
+/// An explicit `--approve ask` with no terminal to ask on is a usage error at start-up, not
+/// a silent `no` later.
+#[test]
+fn approve_ask_without_a_terminal_is_refused_at_start_up() {
+    use std::os::unix::process::CommandExt;
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = toolbox(ws.path());
+    cmd.args(["call", "write_file", r#"{"path": "x.txt", "content": "x"}"#])
+        .args(["--mode", "auto", "--approve", "ask"]);
+    // SAFETY: setsid is async-signal-safe; it gives the child a session of its own, with no
+    // controlling terminal, so /dev/tty cannot be opened (as under CI or a service manager).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--approve ask needs a terminal"),
+        "{stderr}"
+    );
+    assert!(!ws.path().join("x.txt").exists());
+    for command in [["mcp", "--approve"], ["serve", "--approve"]] {
+        let out = toolbox(ws.path())
+            .args(command)
+            .arg("ask")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("must be yes (run risky tools) or no"),
+            "{stderr}"
         );
     }
 }

@@ -114,3 +114,36 @@ fn kernels_toolbox_started_are_shut_down_cleanly_at_exit() {
     );
     // Not even while it ran: toolbox removes it once the kernel has read it.
 }
+
+/// A user with an activated venv holding ipykernel (`VIRTUAL_ENV` set, no `[python] venv`)
+/// expects `kernel_name = "python3"` to be that venv's kernel, as Jupyter finds it.
+#[test]
+fn the_activated_venvs_kernelspec_is_found() {
+    let ws = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let config = elsewhere.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[python]\nbackend = \"jupyter\"\nkernel_name = \"python3\"\n",
+    )
+    .unwrap();
+    let venv = test_venv();
+    let out = common::toolbox(ws.path())
+        .env("TOOLBOX_CONFIG", &config)
+        .env("VIRTUAL_ENV", &venv)
+        .args(["call", "--mode", "full", "run_python_code"])
+        .arg(json!({ "code": "import sys\nprint(sys.prefix)" }).to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let envelope: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let result = envelope["result"].as_str().unwrap();
+    assert_eq!(envelope["status"], "done", "{result}");
+    let prefix = std::fs::canonicalize(&venv).unwrap();
+    let got = result.lines().nth(1).unwrap_or_default();
+    assert_eq!(
+        std::fs::canonicalize(got).unwrap_or_default(),
+        prefix,
+        "{result}"
+    );
+}

@@ -33,6 +33,11 @@ impl Server {
     }
 
     fn start_with_env(flags: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_as(flags, env, json!({}))
+    }
+
+    /// A server whose client declared `capabilities` at initialize.
+    fn start_as(flags: &[&str], env: &[(&str, &str)], capabilities: Value) -> Server {
         let ws = tempfile::tempdir().unwrap();
         let mut cmd = common::toolbox(ws.path());
         let mut child = cmd
@@ -86,7 +91,7 @@ impl Server {
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {
                 "protocolVersion": "2025-06-18",
-                "capabilities": {},
+                "capabilities": capabilities,
                 "clientInfo": { "name": "output-test", "version": "0" },
             },
         }));
@@ -341,31 +346,104 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// A client without elicitation cannot be asked: by default (`--approve no`) a risky call is
+/// refused, and the refusal names the flags that would allow it, as `toolbox serve`'s /mcp
+/// does. (Before, stdio approved such calls unasked by default; now both transports follow
+/// one rule.) `--approve ask` is no choice for a server and is refused at start-up.
 #[test]
 fn refusals_say_what_happened_and_how_to_allow_the_call() {
-    let mut server = Server::start(&["--mode", "auto", "--approve", "ask"]);
-    let got = server.call(1, "shell", json!({ "command": "echo hi" }), None);
-    assert!(got.is_error(), "{}", got.reply);
-    let text = got.text();
-    assert!(
-        text.contains("tool shell needs approval")
-            && text.contains("cannot ask anyone")
-            && text.contains("--approve yes")
-            && text.contains("--mode full"),
-        "{text}"
-    );
-    assert!(!text.contains("the user denied"), "{text}");
+    for flags in [
+        &["--mode", "auto"][..],
+        &["--mode", "auto", "--approve", "no"],
+    ] {
+        let mut server = Server::start(flags);
+        let got = server.call(1, "shell", json!({ "command": "echo hi" }), None);
+        assert!(got.is_error(), "{}", got.reply);
+        let text = got.text();
+        assert!(
+            text.contains("tool shell needs approval")
+                && text.contains("cannot be asked")
+                && text.contains("--approve no (the default)")
+                && text.contains("--approve yes")
+                && text.contains("--mode full"),
+            "{text}"
+        );
+        assert!(!text.contains("the user denied"), "{text}");
+    }
 
-    let mut server = Server::start(&["--mode", "auto", "--approve", "no"]);
-    let got = server.call(1, "shell", json!({ "command": "echo hi" }), None);
-    assert!(got.is_error(), "{}", got.reply);
-    assert!(got.text().contains("--approve no"), "{}", got.text());
-
-    // The default trusts the client's own confirmation.
-    let mut server = Server::start(&["--mode", "auto"]);
+    let mut server = Server::start(&["--mode", "auto", "--approve", "yes"]);
     let got = server.call(1, "shell", json!({ "command": "echo ran" }), None);
     assert!(!got.is_error(), "{}", got.reply);
     assert!(got.text().contains("ran"), "{}", got.text());
+}
+
+/// A client that declared elicitation is asked, with what the call will do; only an accepted
+/// `approve` runs it. Two calls in flight are asked one at a time, in the order they came.
+#[test]
+fn a_client_with_elicitation_is_asked_one_question_at_a_time() {
+    let mut server = Server::start_as(&["--mode", "auto"], &[], json!({"elicitation": {}}));
+    let write = |path: &str| json!({"path": path, "content": "hi\nthere"});
+    server.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "write_file", "arguments": write("a.txt")}}));
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                       "params": {"name": "write_file", "arguments": write("b.txt")}}));
+    let question = server.next_line();
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let message = question["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("allow file_manager__write (risk file_write)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Write 8 bytes to a.txt, a new file"),
+        "{message}"
+    );
+    assert!(message.contains("  hi\n  there"), "{message}");
+    assert!(
+        !message.contains("\\n") && !message.contains("{\""),
+        "{message}"
+    );
+    let schema = &question["params"]["requestedSchema"];
+    assert_eq!(schema["required"], json!(["decision"]), "{question}");
+    // The second call waits: no second question while the first is open.
+    assert!(
+        server
+            .lines
+            .recv_timeout(Duration::from_millis(500))
+            .is_err(),
+        "a second line came while the first question was open"
+    );
+    server.send(json!({"jsonrpc": "2.0", "id": question["id"],
+                       "result": {"action": "accept", "content": {"decision": "approve"}}}));
+    // The first call runs once approved; the second is asked about meanwhile.
+    let (mut first, mut second) = (None, None);
+    while first.is_none() || second.is_none() {
+        let line = server.next_line();
+        if line["method"] == "elicitation/create" {
+            assert!(second.is_none(), "two questions: {line}");
+            second = Some(line);
+        } else {
+            assert_eq!(line["id"], 1, "{line}");
+            first = Some(line);
+        }
+    }
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    assert!(
+        second["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("b.txt"),
+        "{second}"
+    );
+    server.send(json!({"jsonrpc": "2.0", "id": second["id"], "result": {"action": "decline"}}));
+    let reply = server.next_line();
+    assert_eq!(reply["id"], 2, "{reply}");
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("denied"), "{text}");
+    assert!(server.ws.path().join("a.txt").exists());
+    assert!(!server.ws.path().join("b.txt").exists());
 }
 
 #[test]

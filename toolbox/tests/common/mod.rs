@@ -47,3 +47,119 @@ pub fn mcp_full(ws: &Path) -> Command {
         .stderr(Stdio::null());
     cmd
 }
+
+/// The real binary on a real terminal: `script` gives it a pseudo-terminal, what it prints
+/// there (stdout, stderr and /dev/tty alike) is collected as the screen, and keys are typed
+/// into it. The environment is cleaned as [`toolbox`] cleans it.
+pub struct Terminal {
+    child: std::process::Child,
+    keys: Option<std::process::ChildStdin>,
+    screen: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Terminal {
+    /// Runs `toolbox ARGS` (a shell-quoted argument string) in `ws` on a terminal.
+    pub fn start(ws: &Path, args: &str, env: &[(&str, &str)]) -> Terminal {
+        assert!(
+            Path::new("/usr/bin/script").exists(),
+            "this test needs /usr/bin/script (bsdutils / util-linux); run scripts/test.sh"
+        );
+        let command = format!("{} {args}", env!("CARGO_BIN_EXE_toolbox"));
+        let mut script = Command::new("/usr/bin/script");
+        for (key, _) in std::env::vars() {
+            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+                script.env_remove(key);
+            }
+        }
+        script
+            .args(["-qfec", &command, "/dev/null"])
+            .current_dir(ws)
+            .env("XDG_CONFIG_HOME", ws.join(".no-user-config"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = script.spawn().expect("start script(1)");
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        {
+            use std::io::Read;
+            let mut out = child.stdout.take().unwrap();
+            let screen = screen.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = out.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    screen
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let keys = child.stdin.take();
+        Terminal {
+            child,
+            keys,
+            screen,
+        }
+    }
+
+    /// Everything shown so far.
+    pub fn screen(&self) -> String {
+        self.screen.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `limit`) until `needle` has been shown `times` times; the screen.
+    pub fn wait_for(&self, needle: &str, times: usize, limit: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let screen = self.screen();
+            if screen.matches(needle).count() >= times {
+                return screen;
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("{needle:?} was not shown {times} times within {limit:?}; the screen:\n{screen}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Types `keys` (include the `\n`).
+    pub fn type_keys(&mut self, keys: &str) {
+        use std::io::Write;
+        let stdin = self.keys.as_mut().expect("the terminal is still open");
+        stdin.write_all(keys.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits (at most `limit`) for the program to exit; its exit code and the whole screen.
+    pub fn finish(mut self, limit: std::time::Duration) -> (Option<i32>, String) {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader take the last bytes.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                self.keys.take();
+                return (status.code(), self.screen());
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "the program did not exit within {limit:?}; the screen:\n{}",
+                    self.screen()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -5,7 +5,8 @@
 //! front of the user's folder:
 //!
 //! 1. every folder of `JUPYTER_PATH`,
-//! 2. `<[python] venv>/share/jupyter`,
+//! 2. `<[python] venv>/share/jupyter`, then the activated environment's:
+//!    `$VIRTUAL_ENV/share/jupyter` and `$CONDA_PREFIX/share/jupyter`,
 //! 3. `JUPYTER_DATA_DIR`, else `$XDG_DATA_HOME/jupyter`, else `~/.local/share/jupyter`,
 //! 4. the build interpreter's `<sys.prefix>/share/jupyter`,
 //! 5. `/usr/local/share/jupyter` and `/usr/share/jupyter`.
@@ -63,6 +64,13 @@ pub fn search_dirs(venv: Option<&Path>) -> Vec<PathBuf> {
     }
     if let Some(venv) = venv {
         dirs.push(venv.join("share").join("jupyter"));
+    }
+    // The environment the user activated, as Jupyter itself prefers it in one: a venv
+    // holding ipykernel makes `kernel_name = "python3"` find its kernel.
+    for active in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(prefix) = std::env::var_os(active).filter(|p| !p.is_empty()) {
+            dirs.push(PathBuf::from(prefix).join("share").join("jupyter"));
+        }
     }
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
     if let Some(dir) = std::env::var_os("JUPYTER_DATA_DIR").filter(|d| !d.is_empty()) {
