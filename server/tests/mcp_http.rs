@@ -364,3 +364,43 @@ async fn allowed_hosts_refuse_other_hosts() {
     assert_eq!(allowed.status(), reqwest::StatusCode::OK);
     assert!(allowed.headers().contains_key("mcp-session-id"));
 }
+
+/// Each MCP session gets a toolbox session of its own by default: one client's files in
+/// `output/` (and its Python state, trajectory, spool) are not another's. Naming a session
+/// shares it on purpose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_mcp_session_has_its_own_toolbox_session_unless_one_is_named() {
+    let write = r#"{"path": "output/who.txt", "content": "client A"}"#;
+    let read = r#"{"path": "output/who.txt"}"#;
+    for shared in [false, true] {
+        let server = start_with(PermissionMode::Full, Mount::Nest, |options| {
+            options.session = shared.then(|| SessionId::parse("team").unwrap());
+        })
+        .await;
+        let a = client(&server, "call", &["file_manager__write", write]).await;
+        assert_eq!(a["call"]["is_error"], false, "{a}");
+        let b = client(&server, "call", &["file_manager__read", read]).await;
+        let sessions: Vec<String> = std::fs::read_dir(server.path(".toolbox/sessions"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        if shared {
+            assert_eq!(b["call"]["is_error"], false, "{b}");
+            assert!(text(&b["call"]).contains("client A"), "{b}");
+            assert_eq!(sessions, ["team"], "{sessions:?}");
+        } else {
+            assert_eq!(b["call"]["is_error"], true, "{b}");
+            assert!(text(&b["call"]).contains("does not exist"), "{b}");
+            assert!(sessions.iter().all(|s| s.starts_with("mcp-")), "{sessions:?}");
+            let holding: Vec<_> = sessions
+                .iter()
+                .filter(|s| server.path(&format!(".toolbox/sessions/{s}/output/who.txt")).exists())
+                .collect();
+            assert_eq!(holding.len(), 1, "{sessions:?}");
+            let trajectories = std::fs::read_dir(server.path(".toolbox/trajectories"))
+                .unwrap()
+                .count();
+            assert_eq!(trajectories, 2, "one trajectory per MCP session");
+        }
+    }
+}

@@ -93,6 +93,9 @@ async def run(url, scenario, extra):
                     await step(session.call_tool(tool, arguments, progress_callback=on_progress))
                 )
                 out["progress"] = progress
+            elif scenario == "call":
+                tool, arguments = extra[0], json.loads(extra[1])
+                out["call"] = call_summary(await step(session.call_tool(tool, arguments)))
             elif scenario == "cancel":
                 tool, arguments, seconds = extra[0], json.loads(extra[1]), float(extra[2])
                 try:

@@ -134,7 +134,38 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
         NAME,
     )
     .await?;
-    Ok(Value::String(render::render_result(&result)))
+    let mut text = render::render_result(&result);
+    if first_result_of(ctx) {
+        // Once per session: a model that writes `open("output/x.csv", "w")` must know that
+        // it lands in the scratchpad, not in the session's output folder.
+        let folder = ctx
+            .workspace
+            .display_real(&ctx.workspace.session_dir("scratchpad"));
+        text.push_str(&format!(
+            "note: Python runs in this session's scratchpad, {folder}: relative paths in \
+             your code are relative to that folder, not to the workspace root\n"
+        ));
+    }
+    Ok(Value::String(text))
+}
+
+/// Whether this is the first `run_python_code` result of the call's session in this process
+/// (per workspace root): that one names the working folder.
+fn first_result_of(ctx: &ToolContext) -> bool {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static TOLD: Mutex<Option<HashSet<(std::path::PathBuf, String)>>> = Mutex::new(None);
+    let key = (
+        ctx.workspace.root().to_path_buf(),
+        ctx.session_id.to_string(),
+    );
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    let told = told.get_or_insert_with(HashSet::new);
+    if told.len() >= 100_000 {
+        // Bounded: past this, sessions are not told again rather than remembered forever.
+        return false;
+    }
+    told.insert(key)
 }
 
 /// What a run would do, for the person asked to approve it: the code with line numbers (or
