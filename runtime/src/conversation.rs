@@ -62,6 +62,182 @@ pub fn list_sessions(workspace: &Workspace) -> Vec<SessionId> {
         .collect()
 }
 
+/// The most sessions [`session_summaries`] describes: the most recently active ones.
+pub const MAX_SUMMARIES: usize = 1000;
+/// How much of the start of a conversation file a summary reads to find the first message.
+pub const SUMMARY_READ_BYTES: u64 = 4096;
+/// How many characters of the first message a summary keeps (an ellipsis marks a cut).
+pub const SUMMARY_CHARS: usize = 120;
+
+/// What a list of sessions shows of one session, found without reading its whole
+/// conversation: for a session picker (`GET /api/sessions`, a `sessions` command).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session.
+    pub id: SessionId,
+    /// The start of the first user message, on one line (whitespace runs become one space),
+    /// at most [`SUMMARY_CHARS`] characters; `None` when the conversation is empty, missing
+    /// or does not start with a user message within its first [`SUMMARY_READ_BYTES`].
+    pub first_message: Option<String>,
+    /// When the conversation or the trajectory was last written (the later of the two
+    /// files' modification times, to the second); `None` when neither exists.
+    pub last_activity: Option<std::time::SystemTime>,
+}
+
+impl SessionSummary {
+    /// [`last_activity`](Self::last_activity) as RFC 3339 in UTC, e.g. `2025-05-01T09:30:00Z`.
+    pub fn last_activity_rfc3339(&self) -> Option<String> {
+        self.last_activity.map(rfc3339_seconds)
+    }
+}
+
+/// [`session_summaries`]' answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionSummaries {
+    /// At most [`MAX_SUMMARIES`] sessions, most recently active first (then by id).
+    pub sessions: Vec<SessionSummary>,
+    /// How many more sessions exist than are listed (the least recently active ones).
+    pub omitted: usize,
+}
+
+/// Summaries of the workspace's sessions (those [`list_sessions`] finds): at most
+/// [`MAX_SUMMARIES`], the most recently active first, with [`SessionSummaries::omitted`]
+/// saying how many were left out.
+///
+/// Bounded work: every session's two files are only looked at (their modification times),
+/// and at most [`SUMMARY_READ_BYTES`] of each listed conversation are read, however large
+/// the file. Everything is opened through the [`Workspace`] without following links.
+pub fn session_summaries(workspace: &Workspace) -> SessionSummaries {
+    let conversations = workspace
+        .existing_toolbox_subdir(&[OsStr::new(SESSIONS_DIR)])
+        .ok();
+    let trajectories = workspace
+        .existing_toolbox_subdir(&[OsStr::new(toolbox_executor::trajectory::DIR_NAME)])
+        .ok();
+    let mut found: Vec<(SessionId, Option<std::time::SystemTime>)> = list_sessions(workspace)
+        .into_iter()
+        .map(|sid| {
+            let activity = last_activity(conversations.as_ref(), trajectories.as_ref(), &sid);
+            (sid, activity)
+        })
+        .collect();
+    // Most recent first; sessions with no file at all last; ties by id.
+    found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.as_str().cmp(b.0.as_str())));
+    let omitted = found.len().saturating_sub(MAX_SUMMARIES);
+    found.truncate(MAX_SUMMARIES);
+    let sessions = found
+        .into_iter()
+        .map(|(id, last_activity)| SessionSummary {
+            first_message: conversations
+                .as_ref()
+                .and_then(|dir| first_user_message(dir, &id)),
+            id,
+            last_activity,
+        })
+        .collect();
+    SessionSummaries { sessions, omitted }
+}
+
+/// The summary of one session, read as [`session_summaries`] reads each (a session never
+/// written has neither a first message nor a last activity).
+pub fn session_summary(workspace: &Workspace, session: &SessionId) -> SessionSummary {
+    let conversations = workspace
+        .existing_toolbox_subdir(&[OsStr::new(SESSIONS_DIR)])
+        .ok();
+    let trajectories = workspace
+        .existing_toolbox_subdir(&[OsStr::new(toolbox_executor::trajectory::DIR_NAME)])
+        .ok();
+    SessionSummary {
+        id: session.clone(),
+        first_message: conversations
+            .as_ref()
+            .and_then(|dir| first_user_message(dir, session)),
+        last_activity: last_activity(conversations.as_ref(), trajectories.as_ref(), session),
+    }
+}
+
+/// The later modification time of the session's conversation and trajectory files.
+fn last_activity(
+    conversations: Option<&toolbox_core::Dir>,
+    trajectories: Option<&toolbox_core::Dir>,
+    session: &SessionId,
+) -> Option<std::time::SystemTime> {
+    let mtime = |dir: Option<&toolbox_core::Dir>, file: &str| {
+        let folder = dir?.open_dir(OsStr::new(session.as_str())).ok()?;
+        let (_, seconds) = folder.size_and_mtime(OsStr::new(file)).ok()?;
+        let seconds = u64::try_from(seconds).ok()?;
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
+    };
+    let a = mtime(conversations, MESSAGES_FILE);
+    let b = mtime(trajectories, toolbox_executor::trajectory::FILE_NAME);
+    a.max(b)
+}
+
+/// The first user message within the first [`SUMMARY_READ_BYTES`] of the session's
+/// conversation, shortened.
+fn first_user_message(conversations: &toolbox_core::Dir, session: &SessionId) -> Option<String> {
+    let folder = conversations.open_dir(OsStr::new(session.as_str())).ok()?;
+    let file = folder.open_file(OsStr::new(MESSAGES_FILE)).ok()?;
+    let mut head = Vec::new();
+    file.take(SUMMARY_READ_BYTES).read_to_end(&mut head).ok()?;
+    first_user_text(&head).map(|text| one_line(&text))
+}
+
+/// The text of the first user message in `head`, the start of a conversation file. A
+/// message whose line does not end within `head` is cut: what of its text is there is used.
+fn first_user_text(head: &[u8]) -> Option<String> {
+    let mut lines = head.split(|&b| b == b'\n').peekable();
+    while let Some(line) = lines.next() {
+        let complete = lines.peek().is_some();
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if complete {
+            match serde_json::from_slice::<Message>(line) {
+                Ok(Message::User { content }) => return Some(content),
+                _ => continue,
+            }
+        }
+        return cut_user_text(line);
+    }
+    None
+}
+
+/// The text of a user message line cut short: `{"role":"user","content":"…` as the writer
+/// puts it, the JSON string decoded as far as it goes.
+fn cut_user_text(line: &[u8]) -> Option<String> {
+    const START: &[u8] = br#"{"role":"user","content":""#;
+    let rest = line.strip_prefix(START)?;
+    let valid = match std::str::from_utf8(rest) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&rest[..e.valid_up_to()]).ok()?,
+    };
+    // Drop what may be half an escape (at most `\uXXXX`) until the rest decodes.
+    let mut text = valid.to_string();
+    for _ in 0..7 {
+        if let Ok(decoded) = serde_json::from_str::<String>(&format!("\"{text}\"")) {
+            return Some(decoded);
+        }
+        text.pop();
+    }
+    None
+}
+
+/// `time` as RFC 3339 in UTC to the second, as summaries write it: `2025-05-01T09:30:00Z`.
+pub fn rfc3339_seconds(time: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+/// A message shortened as a summary shows it: on one line (whitespace runs become one
+/// space), at most [`SUMMARY_CHARS`] characters, an ellipsis marking a cut.
+pub fn one_line(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(SUMMARY_CHARS) {
+        None => line,
+        Some((cut, _)) => format!("{}…", line[..cut].trim_end()),
+    }
+}
+
 /// The path of a session's conversation, as shown to people.
 pub fn shown_path(session: &SessionId) -> String {
     format!("{TOOLBOX_DIR}/{SESSIONS_DIR}/{session}/{MESSAGES_FILE}")
@@ -291,6 +467,92 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(loaded.warnings.len(), 1);
+    }
+
+    #[test]
+    fn summaries_show_the_first_user_message_and_the_last_activity() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let one = SessionId::parse("one").unwrap();
+        ConversationWriter::open(&ws, &one)
+            .unwrap()
+            .append(&[
+                user("  Please   write\nhello.md  "),
+                Message::Assistant {
+                    content: "ok".into(),
+                    tool_calls: vec![],
+                },
+                user("second"),
+            ])
+            .unwrap();
+        // A session with only a trajectory, and one whose first message is huge.
+        std::fs::create_dir_all(dir.path().join(".toolbox/trajectories/only-calls")).unwrap();
+        std::fs::write(
+            dir.path()
+                .join(".toolbox/trajectories/only-calls/tool_calls.jsonl"),
+            "{}\n",
+        )
+        .unwrap();
+        let big = SessionId::parse("big").unwrap();
+        let long = format!("é\\\"{}", "x".repeat(10_000));
+        ConversationWriter::open(&ws, &big)
+            .unwrap()
+            .append(&[user(&long)])
+            .unwrap();
+        let all = session_summaries(&ws);
+        assert_eq!(all.omitted, 0);
+        let by_id = |id: &str| all.sessions.iter().find(|s| s.id.as_str() == id).unwrap();
+        assert_eq!(
+            by_id("one").first_message.as_deref(),
+            Some("Please write hello.md")
+        );
+        assert!(by_id("one").last_activity.is_some());
+        let rfc = by_id("one").last_activity_rfc3339().unwrap();
+        assert!(rfc.ends_with('Z') && rfc.contains('T'), "{rfc}");
+        assert_eq!(by_id("only-calls").first_message, None);
+        assert!(by_id("only-calls").last_activity.is_some());
+        let cut = by_id("big").first_message.clone().unwrap();
+        assert!(cut.starts_with("é\\\"xxx") && cut.ends_with('…'), "{cut}");
+        assert_eq!(cut.chars().count(), SUMMARY_CHARS + 1);
+        assert_eq!(session_summary(&ws, &one), by_id("one").clone());
+        let never = SessionId::parse("never").unwrap();
+        assert_eq!(session_summary(&ws, &never).first_message, None);
+        assert_eq!(session_summary(&ws, &never).last_activity, None);
+    }
+
+    #[test]
+    fn a_cut_first_line_gives_what_of_its_text_is_there() {
+        let line = br#"{"role":"user","content":"caf\u00e9 and \n more \u00"#;
+        assert_eq!(
+            first_user_text(line).as_deref(),
+            Some("caf\u{e9} and \n more ")
+        );
+        // A first line that is no user message is passed over; a cut one of another kind
+        // gives nothing.
+        let text =
+            b"{\"role\":\"assistant\",\"content\":\"x\"}\n{\"role\":\"user\",\"content\":\"hi\"}\n";
+        assert_eq!(first_user_text(text).as_deref(), Some("hi"));
+        assert_eq!(first_user_text(br#"{"role":"tool","tool_call_id":"#), None);
+        assert_eq!(first_user_text(b""), None);
+    }
+
+    #[test]
+    fn summaries_are_capped_at_the_most_recent_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_SUMMARIES + 3 {
+            std::fs::create_dir_all(dir.path().join(format!(".toolbox/sessions/s{i:04}"))).unwrap();
+        }
+        let ws = Workspace::new(dir.path()).unwrap();
+        let recent = SessionId::parse("s0000").unwrap();
+        ConversationWriter::open(&ws, &recent)
+            .unwrap()
+            .append(&[user("latest")])
+            .unwrap();
+        let all = session_summaries(&ws);
+        assert_eq!(all.sessions.len(), MAX_SUMMARIES);
+        assert_eq!(all.omitted, 3);
+        assert_eq!(all.sessions[0].id, recent);
+        assert_eq!(all.sessions[0].first_message.as_deref(), Some("latest"));
     }
 
     #[test]

@@ -281,10 +281,25 @@ struct StreamState {
     history: VecDeque<Arc<SessionEvent>>,
 }
 
+/// How far a subscriber to every session's events ([`EventHub::subscribe_all`]) may fall
+/// behind before it gets `Lagged`.
+const ALL_CHANNEL: usize = 1024;
+
 /// Every session's event stream.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct EventHub {
     streams: Arc<Mutex<HashMap<SessionId, Arc<Stream>>>>,
+    /// Every event of every session, for front ends that watch them all (a session list).
+    all: broadcast::Sender<Arc<SessionEvent>>,
+}
+
+impl Default for EventHub {
+    fn default() -> Self {
+        EventHub {
+            streams: Arc::default(),
+            all: broadcast::channel(ALL_CHANNEL).0,
+        }
+    }
 }
 
 /// A live subscription: what was missed, then everything new.
@@ -339,8 +354,18 @@ impl EventHub {
         }
         state.history.push_back(event.clone());
         // Sent under the lock, so a subscriber's `missed` and `live` never overlap or gap.
-        let _ = stream.live.send(event);
+        let _ = stream.live.send(event.clone());
+        let _ = self.all.send(event);
         seq
+    }
+
+    /// Subscribes to the events of every session, from now on (nothing is replayed): for a
+    /// front end that follows all sessions at once, such as a session list showing which
+    /// ones run or wait for an approval. Each session's events arrive in their order; a
+    /// subscriber that falls more than 1024 events behind gets `Lagged` and should then
+    /// look at the state afresh rather than replay.
+    pub fn subscribe_all(&self) -> broadcast::Receiver<Arc<SessionEvent>> {
+        self.all.subscribe()
     }
 
     /// Subscribes to `session`, with the kept events numbered above `after` (all of them for
@@ -500,6 +525,20 @@ mod tests {
         assert!(lock(&hub.streams).contains_key(&sid("watched")));
         assert!(lock(&hub.streams).contains_key(&sid("busy")));
         drop(watched);
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_to_all_sessions_gets_every_sessions_new_events() {
+        let hub = EventHub::default();
+        hub.emit(&sid("a"), error("before"));
+        let mut all = hub.subscribe_all();
+        hub.emit(&sid("a"), error("a1"));
+        hub.emit(&sid("b"), error("b1"));
+        let first = all.recv().await.unwrap();
+        let second = all.recv().await.unwrap();
+        assert_eq!((first.session_id.as_str(), first.seq), ("a", 2));
+        assert_eq!((second.session_id.as_str(), second.seq), ("b", 1));
+        assert!(all.try_recv().is_err());
     }
 
     #[test]

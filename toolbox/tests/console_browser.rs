@@ -1,7 +1,9 @@
 //! The web console in a real headless Chromium (Selenium, driven by
 //! toolbox/tests/browser/console_test.py) against the real `toolbox serve` and the scripted
-//! LLM: a turn whose write asks for approval, answered by clicking Approve on the page; and
-//! a server with a token, which the page asks for.
+//! LLM: a turn whose write asks for approval, answered by clicking Approve on the page; two
+//! sessions, one waiting, and what the page says of that (the sidebar, the title, one
+//! question at a time, Markdown, an error once, the time a call waited, a 420 px window);
+//! and a server with a token, which the page asks for.
 //!
 //! Needs `chromium`, `chromium-driver` (Debian) and the Python `selenium` package in
 //! TOOLBOX_TEST_PYTHON; scripts/test.sh installs all three. Without them these tests fail,
@@ -313,6 +315,348 @@ fn the_console_runs_turns_and_clicks_approve_and_deny() {
         std::fs::copy(shots.path().join("console.png"), &to)
             .unwrap_or_else(|e| panic!("cannot keep the screenshot as {}: {e}", to.display()));
     }
+}
+
+const NOTES_PATH: &str =
+    "output/notes/a-folder-with-a-long-name-that-goes-on-and-on/meeting-notes.md";
+const NOTES: &str = "# Notes\nfirst line\nsecond line\n";
+const NOTES_DONE: &str = "The notes are written.";
+const FAILURE: &str = "scripted failure XYZ-123";
+const MARKDOWN: &str = "## Plan for the notes\n\nThis is **bold**, *emphasis* and `inline code`.\n\n\
+    - first item\n- second item with a [safe link](https://example.com/docs)\n\n\
+    1. one\n2. two\n\n\
+    ```rust\nfn main() { println!(\"a very long line that must scroll inside its own box, not the page, 0123456789 0123456789\"); }\n```\n\n\
+    A [bad link](javascript:alert(1)) stays text.\n\
+    <script>window.__pwned = 1</script>\n\
+    <img src=x onerror=\"window.__pwned = 2\">\n\
+    See https://example.com/a/very/long/address/that/goes/on/and/on/and/on/without/any/space/at/all/0123456789.";
+
+/// The model of the two-session test, by the marker in the turn's user message: `[wait]`
+/// writes a file (which waits for approval), `[md]` answers in Markdown, `[fail]` is a 400.
+fn attention_model(request: &toolbox_tests::scripted_llm::RecordedRequest) -> Scripted {
+    let messages = request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let last_role = messages
+        .last()
+        .and_then(|m| m["role"].as_str())
+        .unwrap_or_default();
+    let user = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    if last_role == "tool" {
+        Scripted::text(NOTES_DONE)
+    } else if user.contains("[wait]") {
+        Scripted::call(
+            "w1",
+            "file_manager__write",
+            json!({"path": NOTES_PATH, "content": NOTES}),
+        )
+    } else if user.contains("[md]") {
+        Scripted::text(MARKDOWN)
+    } else if user.contains("[fail]") {
+        Scripted::error(400, FAILURE)
+    } else {
+        Scripted::text("ok")
+    }
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| v.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_console_says_when_a_session_waits_for_you() {
+    let ws = tempfile::tempdir().unwrap();
+    let earlier = ws.path().join(".toolbox/sessions/earlier");
+    std::fs::create_dir_all(&earlier).unwrap();
+    std::fs::write(
+        earlier.join("messages.jsonl"),
+        format!(
+            "{}\n",
+            json!({"role": "user", "content": format!("Summarise   the\nreport {}", "and more ".repeat(40))})
+        ),
+    )
+    .unwrap();
+    let llm = ScriptedLlm::start_with(attention_model);
+    let server = serve(ws.path(), Some(&llm), &["--mode", "auto"]);
+    let shots = tempfile::tempdir().unwrap();
+    let (code, report) = browser("attention", &server.url, shots.path(), &[]);
+    let log = server.stderr.lock().unwrap().clone();
+    assert_eq!(
+        code,
+        0,
+        "the browser script failed (screenshots are in {}):\n{report:#}\nserver:\n{log}",
+        shots.keep().display()
+    );
+    let fail = |what: &str| format!("{what}\n{report:#}");
+
+    // The list: no Refresh button; a session's first message and last activity.
+    assert_eq!(
+        report["refresh_buttons"],
+        json!(0),
+        "{}",
+        fail("a Refresh button")
+    );
+    let earlier_row = text(&report, "earlier_row");
+    assert!(
+        earlier_row.contains("Summarise the report and more"),
+        "{}",
+        fail("the first message, on one line")
+    );
+    assert_eq!(
+        report["earlier_time"],
+        json!(true),
+        "{}",
+        fail("no last activity")
+    );
+    assert_eq!(text(&report, "title_idle"), "toolbox console");
+
+    // Alpha waits while beta is open: the sidebar and the title say so.
+    assert!(
+        text(&report, "alpha_row").contains("waiting 1"),
+        "{}",
+        fail("alpha's row")
+    );
+    assert!(
+        text(&report, "alpha_row").contains("[wait] please write the notes"),
+        "{}",
+        fail("alpha's first message")
+    );
+    assert_eq!(
+        text(&report, "title_waiting"),
+        "(1) waiting · toolbox console"
+    );
+    // What the call will do: the preview when the event carries one, else key: value lines.
+    let alpha_card = text(&report, "alpha_card");
+    assert_eq!(
+        report["alpha_card_json"],
+        json!(false),
+        "{}",
+        fail("JSON on the card")
+    );
+    if report["alpha_has_preview"] == json!(true) {
+        assert!(
+            alpha_card.contains("meeting-notes.md"),
+            "{}",
+            fail("the preview")
+        );
+    } else {
+        let path_line = format!("path: {NOTES_PATH}");
+        for line in [
+            path_line.as_str(),
+            "content:",
+            "  # Notes",
+            "  first line",
+            "  second line",
+        ] {
+            assert!(
+                alpha_card.lines().any(|l| l == line),
+                "{}",
+                fail(&format!("{line:?} not a line of the card"))
+            );
+        }
+    }
+
+    // Markdown, with nothing of the model's HTML run or built.
+    let md = &report["markdown"];
+    assert_eq!(strings(&md["h2"]), ["Plan for the notes"], "{}", fail("h2"));
+    assert_eq!(strings(&md["strong"]), ["bold"], "{}", fail("strong"));
+    assert_eq!(strings(&md["em"]), ["emphasis"], "{}", fail("em"));
+    assert_eq!(strings(&md["code"]), ["inline code"], "{}", fail("code"));
+    assert!(
+        strings(&md["pre"])[0].starts_with("fn main() {"),
+        "{}",
+        fail("the code block")
+    );
+    assert_eq!(
+        strings(&md["ul"]),
+        ["first item", "second item with a safe link"],
+        "{}",
+        fail("ul")
+    );
+    assert_eq!(strings(&md["ol"]), ["one", "two"], "{}", fail("ol"));
+    let links = md["links"].as_array().unwrap();
+    assert_eq!(links.len(), 2, "{}", fail("links"));
+    assert_eq!(
+        links[0],
+        json!([
+            "https://example.com/docs",
+            "noopener noreferrer",
+            "safe link"
+        ])
+    );
+    assert!(links[1][0]
+        .as_str()
+        .unwrap()
+        .starts_with("https://example.com/a/very/long/"));
+    assert_eq!(
+        md["scripts"],
+        json!(0),
+        "{}",
+        fail("a script or img element")
+    );
+    assert_eq!(
+        md["pwned"],
+        Value::Null,
+        "{}",
+        fail("the model's script ran")
+    );
+    let shown = md["text"].as_str().unwrap();
+    assert!(
+        shown.contains("<script>window.__pwned = 1</script>")
+            && shown.contains("bad link (javascript:alert(1))"),
+        "{}",
+        fail("the HTML and the bad link as text")
+    );
+
+    // A failed model request: its text once, though the error and the turn's end carry it.
+    assert_eq!(
+        report["failure_count"],
+        json!(1),
+        "{}",
+        fail("the error, once")
+    );
+    assert!(
+        text(&report, "failure_end").contains("error"),
+        "{}",
+        fail("the end")
+    );
+
+    // One question at a time.
+    assert_eq!(
+        text(&report, "title_three"),
+        "(3) waiting · toolbox console"
+    );
+    assert_eq!(
+        strings(&report["q1_live"]),
+        ["approve", "deny", "approve_for_session"],
+        "{}",
+        fail("the first question's buttons")
+    );
+    assert_eq!(
+        strings(&report["q2_live"]),
+        Vec::<String>::new(),
+        "{}",
+        fail("q2 live")
+    );
+    assert_eq!(
+        text(&report, "q2_note"),
+        "queued: answer the one above first"
+    );
+    assert_eq!(report["active_before"], json!(1));
+    assert_eq!(report["active_after"], json!(1));
+    assert_eq!(report["q2_note_after"], json!(false));
+    assert!(
+        text(&report, "beta_row").contains("waiting 2"),
+        "{}",
+        fail("beta's row")
+    );
+    assert_eq!(
+        report["queue_results"],
+        json!({"q1": "done", "q2": "error"}),
+        "{}",
+        fail("the answers")
+    );
+    assert!(!ws.path().join("queue/second.txt").exists());
+
+    // A session started by another client shows up by itself.
+    assert!(
+        text(&report, "gamma_row").contains("[md] from elsewhere"),
+        "{}",
+        fail("gamma")
+    );
+
+    // No sideways scrolling at 420 px, with long paths, lines and addresses on the page.
+    for key in ["narrow_beta", "narrow_alpha"] {
+        let w = &report[key];
+        let (scroll, client) = (w[0].as_u64().unwrap(), w[1].as_u64().unwrap());
+        assert!(
+            scroll <= client,
+            "{}",
+            fail(&format!("{key}: {scroll} > {client}"))
+        );
+    }
+
+    // Alpha approved: the call's time, and apart from it the wait (when the event says).
+    let elapsed = text(&report, "alpha_elapsed");
+    let (took, waited) = match elapsed.split_once(" · waited ") {
+        Some((took, waited)) => (took, Some(waited)),
+        None => (elapsed.as_str(), None),
+    };
+    assert!(
+        took.ends_with(" ms") || took.ends_with(" s"),
+        "{}",
+        fail("the call's time")
+    );
+    if let Some(waited) = waited {
+        assert!(waited.ends_with(" for approval"), "{}", fail("the wait"));
+    }
+    assert_eq!(report["alpha_args_hidden"], json!(true));
+    assert_eq!(text(&report, "title_after"), "toolbox console");
+    assert!(!text(&report, "alpha_row_after").contains("waiting"));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join(".toolbox/sessions/alpha").join(NOTES_PATH))
+            .unwrap(),
+        NOTES
+    );
+
+    // The renderers, on what no server sends yet: a preview with a diff, a wait.
+    let r = &report["renderers"];
+    assert_eq!(
+        r["summary"],
+        json!("Edit notes.md (output/notes.md): 1 line changed")
+    );
+    assert_eq!(
+        strings(&r["kinds"]),
+        [
+            "block kind-fields",
+            "block kind-diff",
+            "block kind-code",
+            "block kind-text"
+        ]
+    );
+    // added, removed, hunk headers, file headers, context
+    assert_eq!(r["diff"], json!([1, 1, 1, 2, 1]), "{}", fail("diff lines"));
+    assert_eq!(r["removed"], json!("-old <b>line</b>\n"));
+    assert_eq!(r["markup"], json!(0), "{}", fail("markup from a preview"));
+    assert_eq!(r["folded_small"], json!(false));
+    assert_eq!(r["folded"], json!(true));
+    assert_eq!(r["toggle"], json!("show all (60 lines)"));
+    assert_eq!(r["unfolded"], json!(true));
+    assert_eq!(r["toggle_after"], json!("show less"));
+    assert_eq!(
+        r["fallback"],
+        json!("path: a.txt\ncontent:\n  one\n  two\nn: 3\nempty: \"\"\nnested:\n  k: v\n  list:\n    - 1\n    - x")
+    );
+    assert_eq!(r["fallback_preview"], json!(0));
+    assert_eq!(r["as_text"], json!("command:\n  ls -l\n  echo \"hi\""));
+    assert_eq!(
+        r["timing"],
+        json!(["12 ms · waited 3.4 s for approval", "12 ms", "1.5 s"])
+    );
+    assert_eq!(r["md_links"], json!(["https://ok.example/"]));
+    assert_eq!(r["md_img"], json!(0));
+    assert!(
+        r["md_text"]
+            .as_str()
+            .unwrap()
+            .contains("<img src=x onerror=alert(1)>"),
+        "{}",
+        fail("the img as text")
+    );
+    assert_eq!(report["console"], json!([]), "browser console errors");
 }
 
 #[test]

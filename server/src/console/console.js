@@ -9,6 +9,10 @@ const SESSION_ID = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/;
 const TOKEN_KEY = 'toolbox.token';
 const REPLAY_PAGE = 50;
 const MAX_OUTPUT = 100000; // characters of streamed output kept per call
+const TITLE = 'toolbox console';
+const FOLD_LINES = 14; // a preview longer than this folds, so the buttons stay in sight
+const FOLD_CHARS = 1500;
+const MAX_BLOCKS = 50; // preview blocks shown per approval
 const DECISIONS = [
   ['approve', 'Approve', 'approved'],
   ['deny', 'Deny', 'denied'],
@@ -20,7 +24,11 @@ const state = {
   sid: null,
   stream: null,
   calls: new Map(), // call id -> the card's parts
-  approvals: new Map(), // call id -> approval card
+  approvals: new Map(), // call id -> approval card, in the order they were asked
+  errors: new Map(), // turn id -> the error texts shown for it
+  finished: new Set(), // the turns of the open session seen to end
+  sessions: new Map(), // session id -> its row in the session list (from the live feed)
+  feed: null,
   lastText: null, // {key, node}: where the next text_delta of the same agent goes
   replay: { index: 0, total: 0, pages: new Map() },
   view: 'live',
@@ -39,21 +47,393 @@ function show(node, text) {
   node.hidden = !text;
 }
 
-/** Arguments and other JSON, indented; JSON sent as text is parsed first. */
-function formatValue(value) {
-  if (typeof value === 'string') {
-    if (!/^\s*[[{]/.test(value)) return value;
-    try {
-      value = JSON.parse(value);
-    } catch (_) {
-      return value;
+/** JSON sent as text, parsed; anything else as it is. */
+function parsed(value) {
+  if (typeof value !== 'string' || !/^\s*[[{]/.test(value)) return value;
+  try {
+    return JSON.parse(value);
+  } catch (_) {
+    return value;
+  }
+}
+
+function scalarText(value) {
+  if (value === null || value === undefined) return 'null';
+  if (typeof value === 'string') return value === '' ? '""' : value;
+  if (Array.isArray(value)) return '[]';
+  if (typeof value === 'object') return '{}';
+  return String(value);
+}
+
+function isFilled(value) {
+  return value !== null && typeof value === 'object' && Object.keys(value).length > 0;
+}
+
+/** A string's lines, without the empty one after a final newline. */
+function linesOf(text) {
+  const lines = text.split('\n');
+  if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
+  return lines;
+}
+
+function valueLines(value, pad, out) {
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      if (isFilled(item)) {
+        out.push(pad + '-');
+        valueLines(item, pad + '  ', out);
+      } else if (typeof item === 'string' && item.includes('\n')) {
+        out.push(pad + '-');
+        for (const line of linesOf(item)) out.push(pad + '  ' + line);
+      } else {
+        out.push(pad + '- ' + scalarText(item));
+      }
+    }
+    return;
+  }
+  for (const key of Object.keys(value)) {
+    const item = value[key];
+    if (isFilled(item)) {
+      out.push(pad + key + ':');
+      valueLines(item, pad + '  ', out);
+    } else if (typeof item === 'string' && item.includes('\n')) {
+      out.push(pad + key + ':');
+      for (const line of linesOf(item)) out.push(pad + '  ' + line);
+    } else {
+      out.push(pad + key + ': ' + scalarText(item));
     }
   }
+}
+
+/**
+ * Arguments and other JSON as indented `key: value` lines, never escaped JSON: a string
+ * with newlines shows as its lines (indented under its key). JSON sent as text is parsed
+ * first; other text is shown as it is.
+ */
+function keyValueText(value) {
+  value = parsed(value);
+  if (typeof value === 'string') return value;
+  if (!isFilled(value)) return scalarText(value);
+  const out = [];
+  valueLines(value, '', out);
+  return out.join('\n');
+}
+
+/** "12 ms", "3.4 s", "2 min 5 s". */
+function duration(ms) {
+  ms = Math.max(0, Number(ms) || 0);
+  if (ms < 1000) return Math.round(ms) + ' ms';
+  if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+  const s = Math.round(ms / 1000);
+  return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+}
+
+/** How long a call took, and apart from that how long it waited for a person. */
+function timing(ev) {
+  const waited = Number(ev.waited_ms) || 0;
+  return duration(ev.elapsed_ms) + (waited > 0 ? ' · waited ' + duration(waited) + ' for approval' : '');
+}
+
+// ---- Markdown: the model's text, built as DOM nodes (no HTML is ever parsed) ----
+
+const ESCAPABLE = '\\`*_{}[]()#+-.!~<>|"\'';
+const MAX_NESTING = 8;
+
+/** An http(s) address as the link's href, or null (javascript:, data:, relative: none). */
+function safeHref(raw) {
   try {
-    return JSON.stringify(value, null, 2);
+    const url = new URL(raw);
+    return url.protocol === 'http:' || url.protocol === 'https:' ? url.href : null;
   } catch (_) {
-    return String(value);
+    return null;
   }
+}
+
+function link(href, parent) {
+  const a = document.createElement('a');
+  a.href = href;
+  a.rel = 'noopener noreferrer';
+  a.target = '_blank';
+  parent.append(a);
+  return a;
+}
+
+/** Where the closing `delim` of an emphasis opened at `from` is, or -1. */
+function closingDelimiter(text, delim, from) {
+  let j = from;
+  for (;;) {
+    j = text.indexOf(delim, j);
+    if (j < 0) return -1;
+    const single = delim.length === 1;
+    if (single && text[j + 1] === delim) { // part of a double run: not ours
+      j += 2;
+      continue;
+    }
+    if (j > from && !/\s/.test(text[j - 1])
+      && !(delim[0] === '_' && /[A-Za-z0-9]/.test(text[j + delim.length] || ''))) return j;
+    j += delim.length;
+  }
+}
+
+/** Inline Markdown of `text` appended to `parent`: code, emphasis, links, escapes. */
+function inline(text, parent, depth) {
+  let plain = '';
+  const flush = () => {
+    if (plain) parent.append(document.createTextNode(plain));
+    plain = '';
+  };
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    const rest = text.slice(i);
+    if (c === '\\' && i + 1 < text.length && ESCAPABLE.includes(text[i + 1])) {
+      plain += text[i + 1];
+      i += 2;
+      continue;
+    }
+    if (c === '`') {
+      const run = /^`+/.exec(rest)[0];
+      let end = -1;
+      for (let j = i + run.length; (j = text.indexOf(run, j)) >= 0; j += run.length) {
+        if (text[j + run.length] !== '`' && text[j - 1] !== '`') {
+          end = j;
+          break;
+        }
+        while (text[j + run.length] === '`') j++;
+      }
+      if (end < 0) {
+        plain += run;
+        i += run.length;
+        continue;
+      }
+      let code = text.slice(i + run.length, end).replace(/\n/g, ' ');
+      if (code.length > 2 && code.startsWith(' ') && code.endsWith(' ')) code = code.slice(1, -1);
+      flush();
+      parent.append(el('code', '', code));
+      i = end + run.length;
+      continue;
+    }
+    if ((c === '*' || c === '_' || c === '~') && depth < MAX_NESTING) {
+      const double = text[i + 1] === c;
+      const delim = double ? c + c : c;
+      const opensWord = !(c === '_' && /[A-Za-z0-9]/.test(text[i - 1] || ''));
+      const next = text[i + delim.length] || '';
+      if ((c !== '~' || double) && opensWord && next && !/\s/.test(next)) {
+        const end = closingDelimiter(text, delim, i + delim.length);
+        if (end > i + delim.length) {
+          flush();
+          const tag = c === '~' ? 'del' : double ? 'strong' : 'em';
+          const node = document.createElement(tag);
+          inline(text.slice(i + delim.length, end), node, depth + 1);
+          parent.append(node);
+          i = end + delim.length;
+          continue;
+        }
+      }
+      plain += delim;
+      i += delim.length;
+      continue;
+    }
+    if (c === '[' && depth < MAX_NESTING) {
+      const m = /^\[([^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*)\]\(\s*<?([^\s()<>]*(?:\([^\s()<>]*\)[^\s()<>]*)*)>?(?:\s+"[^"]*")?\s*\)/.exec(rest);
+      if (m) {
+        flush();
+        const href = safeHref(m[2]);
+        if (href) inline(m[1], link(href, parent), depth + 1);
+        else inline(m[1] + ' (' + m[2] + ')', parent, depth + 1); // not http(s): text only
+        i += m[0].length;
+        continue;
+      }
+    }
+    if (c === '<') {
+      const m = /^<(https?:\/\/[^\s<>]+)>/.exec(rest);
+      const href = m && safeHref(m[1]);
+      if (href) {
+        flush();
+        link(href, parent).textContent = m[1];
+        i += m[0].length;
+        continue;
+      }
+    }
+    if (c === 'h' && !/[A-Za-z0-9]/.test(text[i - 1] || '')) {
+      const m = /^https?:\/\/[^\s<>"'`]+/.exec(rest);
+      if (m) {
+        const address = m[0].replace(/[.,;:!?)\]]+$/, '');
+        const href = safeHref(address);
+        if (href) {
+          flush();
+          link(href, parent).textContent = address;
+          i += address.length;
+          continue;
+        }
+      }
+    }
+    plain += c;
+    i++;
+  }
+  flush();
+}
+
+/** A paragraph's lines, with a line break between them. */
+function paragraph(lines, parent) {
+  const p = document.createElement('p');
+  lines.forEach((line, n) => {
+    if (n) p.append(document.createElement('br'));
+    inline(line.trim(), p, 0);
+  });
+  parent.append(p);
+}
+
+const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$/;
+const HEADING = /^ {0,3}(#{1,6})(?:\s+(.*?))?(?:\s+#+)?\s*$/;
+const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
+const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+const QUOTE = /^ {0,3}>\s?(.*)$/;
+
+/** A list starting at `lines[start]`; returns the index after it. */
+function list(lines, start, parent, depth) {
+  const first = ITEM.exec(lines[start]);
+  const indent = first[1].length;
+  const ordered = /\d/.test(first[2]);
+  const node = document.createElement(ordered ? 'ol' : 'ul');
+  if (ordered && parseInt(first[2], 10) !== 1) node.start = parseInt(first[2], 10);
+  let item = null;
+  let text = [];
+  const close = () => {
+    if (item && text.length) paragraphInto(text, item);
+    text = [];
+  };
+  let i = start;
+  while (i < lines.length) {
+    const line = lines[i];
+    const m = ITEM.exec(line);
+    if (m && m[1].length === indent && /\d/.test(m[2]) === ordered) {
+      close();
+      item = document.createElement('li');
+      node.append(item);
+      text = [m[3]];
+      i++;
+      continue;
+    }
+    if (m && m[1].length > indent && depth < MAX_NESTING) {
+      close();
+      i = list(lines, i, item, depth + 1);
+      continue;
+    }
+    if (line.trim() !== '' && !m && /^\s+/.test(line) && !FENCE.test(line)) {
+      text.push(line);
+      i++;
+      continue;
+    }
+    if (line.trim() !== '' && !m && text.length && !HEADING.test(line) && !QUOTE.test(line)
+      && !FENCE.test(line) && !RULE.test(line)) {
+      text.push(line); // a lazy continuation of the item's text
+      i++;
+      continue;
+    }
+    break;
+  }
+  close();
+  parent.append(node);
+  return i;
+}
+
+function paragraphInto(lines, parent) {
+  lines.forEach((line, n) => {
+    if (n) parent.append(document.createElement('br'));
+    inline(line.trim(), parent, 0);
+  });
+}
+
+/** Block Markdown of `lines` appended to `parent`. */
+function blocks(lines, parent, depth) {
+  let para = [];
+  const flush = () => {
+    if (para.length) paragraph(para, parent);
+    para = [];
+  };
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = FENCE.exec(line);
+    if (fence) {
+      flush();
+      const mark = fence[1];
+      const body = [];
+      i++;
+      while (i < lines.length) {
+        const close = /^ {0,3}(`{3,}|~{3,})\s*$/.exec(lines[i]);
+        if (close && close[1][0] === mark[0] && close[1].length >= mark.length) {
+          i++;
+          break;
+        }
+        body.push(lines[i]);
+        i++;
+      }
+      const pre = el('pre', 'md-code');
+      const code = el('code', '', body.join('\n'));
+      if (/^[A-Za-z0-9_+-]{1,32}$/.test(fence[2])) code.dataset.lang = fence[2];
+      pre.append(code);
+      parent.append(pre);
+      continue;
+    }
+    if (line.trim() === '') {
+      flush();
+      i++;
+      continue;
+    }
+    const heading = HEADING.exec(line);
+    if (heading) {
+      flush();
+      const h = document.createElement('h' + heading[1].length);
+      h.className = 'md-h';
+      inline(heading[2] || '', h, 0);
+      parent.append(h);
+      i++;
+      continue;
+    }
+    if (RULE.test(line)) {
+      flush();
+      parent.append(document.createElement('hr'));
+      i++;
+      continue;
+    }
+    if (ITEM.test(line) && (para.length === 0 || /^\s*([-*+]|1[.)])\s/.test(line))) {
+      flush();
+      i = list(lines, i, parent, depth);
+      continue;
+    }
+    const quote = QUOTE.exec(line);
+    if (quote && depth < MAX_NESTING) {
+      flush();
+      const inner = [];
+      while (i < lines.length) {
+        const q = QUOTE.exec(lines[i]);
+        if (!q) break;
+        inner.push(q[1]);
+        i++;
+      }
+      const node = document.createElement('blockquote');
+      blocks(inner, node, depth + 1);
+      parent.append(node);
+      continue;
+    }
+    para.push(line);
+    i++;
+  }
+  flush();
+}
+
+/**
+ * The model's Markdown as DOM nodes: headings, paragraphs, emphasis, inline code, fenced
+ * code, lists, quotes, rules, and links to http(s) addresses only (rel=noopener). Built with
+ * createElement and text nodes only: HTML in the text (a <script>, an <img onerror>) is
+ * shown as the text it is.
+ */
+function markdown(text) {
+  const root = el('div', 'md');
+  blocks(String(text).replace(/\r\n?/g, '\n').split('\n'), root, 0);
+  return root;
 }
 
 // ---- the token and the API ----
@@ -131,8 +511,9 @@ const sessionPath = (sid, rest) => '/api/sessions/' + enc(sid) + rest;
 // ---- the event stream (fetch + ReadableStream, so the token can be sent) ----
 
 class EventStream {
-  constructor(sid, onEvent, onState) {
-    Object.assign(this, { sid, onEvent, onState, lastId: 0, stopped: false, controller: null });
+  /** `path`'s SSE stream; `resume` sends Last-Event-ID on a reconnection. */
+  constructor(path, onEvent, onState, resume) {
+    Object.assign(this, { path, onEvent, onState, resume, lastId: 0, stopped: false, controller: null });
   }
 
   stop() {
@@ -165,8 +546,8 @@ class EventStream {
   async connect() {
     this.controller = new AbortController();
     const headers = authHeaders({ Accept: 'text/event-stream' });
-    if (this.lastId > 0) headers['Last-Event-ID'] = String(this.lastId);
-    const response = await fetch(sessionPath(this.sid, '/events'), {
+    if (this.resume && this.lastId > 0) headers['Last-Event-ID'] = String(this.lastId);
+    const response = await fetch(this.path, {
       headers,
       signal: this.controller.signal,
       cache: 'no-store',
@@ -209,7 +590,7 @@ class EventStream {
 
   dispatch(id, text) {
     const seq = Number(id);
-    if (Number.isInteger(seq) && seq > 0) {
+    if (this.resume && Number.isInteger(seq) && seq > 0) {
       if (seq <= this.lastId) return; // seen already
       this.lastId = seq;
     }
@@ -234,29 +615,128 @@ function validSession(sid) {
   return '';
 }
 
-async function loadSessions() {
-  let data;
-  try {
-    data = await api('GET', '/api/sessions');
-  } catch (e) {
-    show($('#session-error'), 'Cannot list the sessions: ' + e.message);
+/** "14:05" today, else "2025-05-01"; '' when unknown. */
+function when(rfc3339) {
+  if (!rfc3339) return '';
+  const t = new Date(rfc3339);
+  if (Number.isNaN(t.getTime())) return '';
+  const now = new Date();
+  const pad = (n) => String(n).padStart(2, '0');
+  if (t.toDateString() === now.toDateString()) return pad(t.getHours()) + ':' + pad(t.getMinutes());
+  return t.getFullYear() + '-' + pad(t.getMonth() + 1) + '-' + pad(t.getDate());
+}
+
+function waitingTotal() {
+  let total = 0;
+  for (const row of state.sessions.values()) total += Number(row.pending_approvals) || 0;
+  return total;
+}
+
+/** The tab's title says when something waits for an answer, in any session. */
+function updateTitle() {
+  const total = waitingTotal();
+  document.title = total ? '(' + total + ') waiting · ' + TITLE : TITLE;
+}
+
+/** Fills a session's button in the list with its row (the button itself stays). */
+function fillSessionButton(button, row) {
+  const top = el('span', 'session-top');
+  top.append(el('span', 'session-id', row.id));
+  const waiting = Number(row.pending_approvals) || 0;
+  if (waiting) {
+    const badge = el('span', 'badge waiting', 'waiting ' + waiting);
+    badge.title = waiting + (waiting === 1 ? ' call waits' : ' calls wait') + ' for your answer';
+    top.append(badge);
+  } else if (row.running) {
+    top.append(el('span', 'badge running', 'running'));
+  }
+  const parts = [top];
+  if (row.first_message || row.last_activity) {
+    const line = el('span', 'session-detail');
+    if (row.first_message) line.append(el('span', 'first-message', row.first_message));
+    if (row.last_activity) {
+      const time = el('time', 'last-activity', when(row.last_activity));
+      time.dateTime = row.last_activity;
+      time.title = 'last activity ' + row.last_activity;
+      line.append(time);
+    }
+    parts.push(line);
+  }
+  button.replaceChildren(...parts);
+  button.classList.toggle('waiting', waiting > 0);
+  button.classList.toggle('selected', row.id === state.sid);
+}
+
+/**
+ * Redraws the session list: most recent activity first, then by id. A session's button is
+ * kept from one draw to the next (only what changed is redrawn), so a click is never lost
+ * to an update arriving under the pointer.
+ */
+function renderSessions() {
+  const list = $('#sessions');
+  const rows = Array.from(state.sessions.values());
+  rows.sort((a, b) => {
+    const ta = a.last_activity || '';
+    const tb = b.last_activity || '';
+    if (ta !== tb) return ta < tb ? 1 : -1;
+    return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+  });
+  const kept = state.sessionItems || new Map();
+  const next = new Map();
+  const items = rows.map((row) => {
+    let entry = kept.get(row.id);
+    if (!entry) {
+      const button = el('button', 'session');
+      button.type = 'button';
+      button.dataset.session = row.id;
+      button.addEventListener('click', () => selectSession(row.id));
+      const item = el('li');
+      item.append(button);
+      entry = { item, button, drawn: '' };
+    }
+    const drawn = JSON.stringify([row, row.id === state.sid]);
+    if (entry.drawn !== drawn) {
+      fillSessionButton(entry.button, row);
+      entry.drawn = drawn;
+    }
+    next.set(row.id, entry);
+    return entry.item;
+  });
+  state.sessionItems = next;
+  if (!items.length) items.push(el('li', 'muted', 'no sessions yet'));
+  if (state.sessionsOmitted) {
+    items.push(el('li', 'muted', state.sessionsOmitted + ' older sessions not listed'));
+  }
+  // Moving the kept items into order keeps them (and their buttons) alive.
+  const current = Array.from(list.children);
+  if (current.length !== items.length || current.some((node, i) => node !== items[i])) {
+    list.replaceChildren(...items);
+  }
+  updateTitle();
+}
+
+function onSessionsFeed(message) {
+  if (!message) return;
+  if (message.type === 'snapshot') {
+    state.sessions = new Map();
+    for (const row of message.sessions || []) state.sessions.set(row.id, row);
+    state.sessionsOmitted = Number(message.omitted) || 0;
+  } else if (message.type === 'session' && message.session && message.session.id) {
+    state.sessions.set(message.session.id, message.session);
+  } else {
     return;
   }
-  const list = $('#sessions');
-  list.replaceChildren();
-  const rows = data.sessions || [];
-  if (!rows.length) list.append(el('li', 'muted', 'no sessions yet'));
-  for (const row of rows) {
-    const button = el('button', 'session', row.id);
-    button.type = 'button';
-    button.dataset.session = row.id;
-    if (row.id === state.sid) button.classList.add('selected');
-    if (row.running) button.append(el('span', 'badge running', 'running'));
-    button.addEventListener('click', () => selectSession(row.id));
-    const item = el('li');
-    item.append(button);
-    list.append(item);
-  }
+  show($('#session-error'), '');
+  renderSessions();
+}
+
+/** Follows the session list live (GET /api/sessions/events): no refreshing by hand. */
+function followSessions() {
+  if (state.feed) state.feed.stop();
+  state.feed = new EventStream('/api/sessions/events', onSessionsFeed, (text) => {
+    $('#sessions-state').textContent = text === 'live' ? '' : text;
+  }, false);
+  state.feed.run();
 }
 
 function selectSession(sid) {
@@ -265,7 +745,7 @@ function selectSession(sid) {
   if (problem) return;
   if (state.stream) state.stream.stop();
   Object.assign(state, {
-    sid, calls: new Map(), approvals: new Map(), lastText: null,
+    sid, calls: new Map(), approvals: new Map(), errors: new Map(), finished: new Set(), lastText: null,
     replay: { index: 0, total: 0, pages: new Map() },
   });
   history.replaceState(null, '', '#' + enc(sid));
@@ -281,9 +761,9 @@ function selectSession(sid) {
     button.classList.toggle('selected', button.dataset.session === sid);
   }
   setView('live');
-  const stream = new EventStream(sid, renderEvent, (text) => {
+  const stream = new EventStream(sessionPath(sid, '/events'), renderEvent, (text) => {
     $('#stream-state').textContent = text;
-  });
+  }, true);
   state.stream = stream;
   stream.run();
 }
@@ -322,17 +802,17 @@ async function sendTurn(event) {
   const sid = state.sid;
   $('#send').disabled = true;
   try {
-    await api('POST', sessionPath(sid, '/turns'), body);
+    const started = await api('POST', sessionPath(sid, '/turns'), body);
     if (sid === state.sid) {
       $('#message').value = '';
       show($('#turn-error'), '');
-      setRunning(true);
+      // A quick turn may have ended (over the event stream) before this answer came.
+      if (!state.finished.has(started && started.turn_id)) setRunning(true);
     }
   } catch (e) {
     show($('#turn-error'), turnErrorText(e));
   } finally {
     $('#send').disabled = false;
-    loadSessions();
   }
 }
 
@@ -347,11 +827,25 @@ async function cancelTurn() {
 
 // ---- live events ----
 
+/** Draws the model's text that arrived since the last draw. */
+function drawText(entry) {
+  entry.scheduled = false;
+  if (entry.drawn === entry.raw) return;
+  entry.drawn = entry.raw;
+  entry.body.replaceChildren(markdown(entry.raw));
+}
+
+/** Ends the current text block (drawn in full) before anything else goes in the log. */
+function endText() {
+  if (state.lastText) drawText(state.lastText);
+  state.lastText = null;
+}
+
 /** Appends a node to the event log, indented by the agent's depth. */
 function append(node, depth) {
+  endText();
   if (depth) node.classList.add('depth', 'd' + Math.min(depth, 4));
   $('#events').append(node);
-  state.lastText = null;
   return node;
 }
 
@@ -371,7 +865,7 @@ function callCard(ev) {
   const status = el('span', 'badge status', 'running');
   const elapsed = el('span', 'muted elapsed');
   head.append(name, status, elapsed, el('span', 'spacer'), el('span', 'muted', agentLabel(ev)));
-  const args = el('pre', 'args', formatValue(ev.arguments));
+  const args = el('pre', 'args', keyValueText(ev.arguments));
   const output = el('pre', 'output');
   output.hidden = true;
   const outputText = document.createTextNode('');
@@ -379,21 +873,107 @@ function callCard(ev) {
   const approval = el('div', 'approval-slot');
   const result = el('div', 'result-slot');
   card.append(head, args, approval, output, result);
-  const parts = { card, status, elapsed, approval, output, outputText, result };
+  const parts = { card, status, elapsed, args, approval, output, outputText, result };
   state.calls.set(ev.id, parts);
   return parts;
 }
 
+/** One block of a preview: fields, code (already numbered), a unified diff, or text. */
+function previewBlock(block) {
+  const kind = ['fields', 'code', 'diff', 'text'].includes(block && block.kind) ? block.kind : 'text';
+  const text = block && typeof block.text === 'string' ? block.text : keyValueText(block && block.text);
+  const pre = el('pre', 'block kind-' + kind);
+  if (kind !== 'diff') {
+    pre.textContent = text;
+    return pre;
+  }
+  for (const line of linesOf(text)) {
+    let cls = 'diff-ctx';
+    if (line.startsWith('+++') || line.startsWith('---')) cls = 'diff-file';
+    else if (line.startsWith('@@')) cls = 'diff-hunk';
+    else if (line.startsWith('+')) cls = 'diff-add';
+    else if (line.startsWith('-')) cls = 'diff-del';
+    pre.append(el('span', 'diff-line ' + cls, line + '\n'));
+  }
+  return pre;
+}
+
+/**
+ * What an approval shows: the call's preview (a one-line summary, then its blocks) when the
+ * event carries one, else the arguments as key: value lines. A long one folds, with a
+ * toggle, so the buttons below stay in sight.
+ */
+function approvalBody(ev) {
+  const body = el('div', 'approval-body');
+  const preview = ev && ev.preview;
+  const content = el('div', 'fold');
+  let size = 0;
+  let lines = 0;
+  if (preview && typeof preview === 'object' && (preview.summary || Array.isArray(preview.blocks))) {
+    body.classList.add('has-preview');
+    if (preview.summary) body.append(el('div', 'preview-summary', String(preview.summary)));
+    const list = Array.isArray(preview.blocks) ? preview.blocks : [];
+    for (const block of list.slice(0, MAX_BLOCKS)) {
+      const node = previewBlock(block);
+      size += node.textContent.length;
+      lines += linesOf(node.textContent).length;
+      content.append(node);
+    }
+    if (list.length > MAX_BLOCKS) {
+      content.append(el('div', 'meta', (list.length - MAX_BLOCKS) + ' more blocks not shown'));
+    }
+  } else {
+    const text = keyValueText(ev ? ev.arguments : null);
+    size = text.length;
+    lines = linesOf(text).length;
+    content.append(el('pre', 'args kv', text));
+  }
+  body.append(content);
+  if (lines > FOLD_LINES || size > FOLD_CHARS) {
+    content.classList.add('folded');
+    const toggle = el('button', 'small fold-toggle', 'show all (' + lines + ' lines)');
+    toggle.type = 'button';
+    toggle.addEventListener('click', () => {
+      const folded = content.classList.toggle('folded');
+      toggle.textContent = folded ? 'show all (' + lines + ' lines)' : 'show less';
+    });
+    body.append(toggle);
+  }
+  return body;
+}
+
+/**
+ * One question at a time: of the open session's approvals still unanswered, only the
+ * oldest has live buttons; the others say they are queued behind it.
+ */
+function updateQueue() {
+  let first = true;
+  for (const card of state.approvals.values()) {
+    if (card.classList.contains('answered')) continue;
+    const queued = !first;
+    first = false;
+    card.classList.toggle('queued', queued);
+    card.querySelector('.queue-note').hidden = !queued;
+    for (const button of card.querySelectorAll('button.decide')) {
+      button.disabled = queued || card.dataset.sending === 'yes';
+    }
+  }
+}
+
 function settleApproval(card, decision, text) {
   card.classList.add('answered');
+  card.classList.remove('queued');
   card.dataset.answer = decision;
-  for (const button of card.querySelectorAll('button')) button.remove();
+  for (const button of card.querySelectorAll('.buttons button')) button.remove();
+  card.querySelector('.queue-note').hidden = true;
   card.querySelector('.answer').textContent = text;
+  updateQueue();
 }
 
 async function answerApproval(sid, callId, decision, label, card) {
-  const buttons = card.querySelectorAll('button.decide');
-  buttons.forEach((b) => { b.disabled = true; });
+  if (card.classList.contains('queued') || card.classList.contains('answered')) return;
+  card.dataset.sending = 'yes';
+  updateQueue();
   const answer = card.querySelector('.answer');
   answer.textContent = 'sending…';
   try {
@@ -402,10 +982,10 @@ async function answerApproval(sid, callId, decision, label, card) {
   } catch (e) {
     if (e.status === 409) settleApproval(card, 'conflict', 'already answered');
     else if (e.status === 404) settleApproval(card, 'unknown', 'no call is waiting for this answer');
-    else {
-      answer.textContent = 'Could not answer: ' + e.message;
-      buttons.forEach((b) => { b.disabled = false; });
-    }
+    else answer.textContent = 'Could not answer: ' + e.message;
+  } finally {
+    delete card.dataset.sending;
+    updateQueue();
   }
 }
 
@@ -425,7 +1005,9 @@ function approvalCard(ev) {
     button.addEventListener('click', () => answerApproval(sid, ev.call_id, decision, done, card));
     buttons.append(button);
   }
-  card.append(head, el('pre', 'args', formatValue(ev.arguments)), buttons, el('div', 'answer'));
+  const note = el('div', 'queue-note', 'queued: answer the one above first');
+  note.hidden = true;
+  card.append(head, approvalBody(ev), buttons, note, el('div', 'answer'));
   state.approvals.set(ev.call_id, card);
   return card;
 }
@@ -452,6 +1034,13 @@ function spoolBox(path) {
   return box;
 }
 
+/** The error texts already on the page for a turn (each is shown once). */
+function shownErrors(turnId) {
+  const key = turnId || '';
+  if (!state.errors.has(key)) state.errors.set(key, new Set());
+  return state.errors.get(key);
+}
+
 const handlers = {
   turn_started(ev) {
     const node = el('div', 'turn-start');
@@ -465,12 +1054,18 @@ const handlers = {
     if (!state.lastText || state.lastText.key !== key) {
       const node = el('div', 'text');
       if (ev.depth) node.append(el('div', 'meta', ev.agent));
-      const text = document.createTextNode('');
-      node.append(text);
+      const body = el('div', 'text-body');
+      node.append(body);
       append(node, ev.depth);
-      state.lastText = { key, text };
+      state.lastText = { key, body, raw: '', drawn: null, scheduled: false };
     }
-    state.lastText.text.appendData(ev.text);
+    const entry = state.lastText;
+    entry.raw += ev.text;
+    // Redrawn at most every 30 ms while it streams; in full before anything follows it.
+    if (!entry.scheduled) {
+      entry.scheduled = true;
+      setTimeout(() => drawText(entry), 30);
+    }
   },
   tool_call_started(ev) {
     append(callCard(ev).card, ev.depth);
@@ -480,11 +1075,13 @@ const handlers = {
     const call = state.calls.get(ev.call_id);
     if (call) {
       call.approval.append(card);
+      call.args.hidden = true; // the card shows what the call will do
       call.status.textContent = 'waiting for approval';
       call.status.className = 'badge status waiting';
     } else {
       append(card, ev.depth);
     }
+    updateQueue();
   },
   tool_call_output(ev) {
     const call = state.calls.get(ev.call_id);
@@ -498,11 +1095,12 @@ const handlers = {
     let call = state.calls.get(ev.id);
     if (!call) {
       call = callCard({ id: ev.id, name: ev.tool, arguments: '', depth: ev.depth, agent: ev.agent });
+      call.args.hidden = true;
       append(call.card, ev.depth);
     }
     call.status.textContent = ev.status + (ev.error_kind ? ' (' + ev.error_kind + ')' : '');
     call.status.className = 'badge status st-' + ev.status;
-    call.elapsed.textContent = ev.elapsed_ms + ' ms';
+    call.elapsed.textContent = timing(ev);
     call.card.classList.add('finished', 'st-' + ev.status);
     call.result.replaceChildren(el('div', 'meta', 'Result'), el('pre', 'result', ev.result_preview));
     if (ev.spool_path) call.result.append(spoolBox(ev.spool_path));
@@ -527,8 +1125,12 @@ const handlers = {
     append(node, ev.depth);
   },
   error(ev) {
-    const warning = String(ev.message).startsWith('warning:');
-    append(el('div', warning ? 'event-warning' : 'event-error', ev.message), 0);
+    const message = String(ev.message);
+    const shown = shownErrors(ev.turn_id);
+    if (shown.has(message)) return;
+    shown.add(message);
+    const warning = message.startsWith('warning:');
+    append(el('div', warning ? 'event-warning' : 'event-error', message), 0);
   },
   turn_finished(ev) {
     const usage = ev.usage || {};
@@ -536,10 +1138,13 @@ const handlers = {
     node.append(el('strong', '', 'Turn finished: ' + ev.stop_reason),
       meta([ev.steps + ' step' + (ev.steps === 1 ? '' : 's'),
         (usage.input_tokens || 0) + ' input tokens', (usage.output_tokens || 0) + ' output tokens']));
-    if (ev.notice) node.append(el('div', 'notice', ev.notice));
+    // The notice of a turn that failed repeats the error shown above it: once is enough.
+    if (ev.notice && !shownErrors(ev.turn_id).has(String(ev.notice))) {
+      node.append(el('div', 'notice', ev.notice));
+    }
     append(node, 0);
+    state.finished.add(ev.turn_id);
     setRunning(false);
-    loadSessions();
   },
 };
 
@@ -584,9 +1189,9 @@ async function showReplay(index) {
     const head = el('div', 'row call-head');
     head.append(el('span', 'tool-name', call.tool), el('span', 'badge status st-' + call.status,
       call.status + (call.error_kind ? ' (' + call.error_kind + ')' : '')),
-    el('span', 'muted', call.elapsed_ms + ' ms'));
+    el('span', 'muted', timing(call)));
     card.append(head, meta(['call ' + call.id, 'started ' + call.started_at]),
-      el('div', 'meta', 'Arguments'), el('pre', 'args', formatValue(call.arguments)),
+      el('div', 'meta', 'Arguments'), el('pre', 'args', keyValueText(call.arguments)),
       el('div', 'meta', 'Result'), el('pre', 'result', call.result));
     if (call.spool_path) card.append(spoolBox(call.spool_path));
     box.append(card);
@@ -612,9 +1217,10 @@ async function loadMessages() {
     for (const m of data.messages || []) {
       const node = el('div', 'message ' + m.role);
       node.append(el('div', 'who', m.role + (m.name ? ' · ' + m.name : '')));
-      if (m.content) node.append(el('div', 'content', formatValue(m.content)));
+      if (m.content && m.role === 'assistant') node.append(markdown(m.content));
+      else if (m.content) node.append(el('div', 'content', m.role === 'tool' ? keyValueText(m.content) : m.content));
       for (const call of m.tool_calls || []) {
-        node.append(el('div', 'meta', '→ ' + call.name + ' ' + formatValue(call.arguments)));
+        node.append(el('div', 'meta', '→ ' + call.name), el('pre', 'args', keyValueText(call.arguments)));
       }
       box.append(node);
     }
@@ -668,9 +1274,8 @@ function start() {
     await askToken('Enter the token toolbox serve was started with:');
     loadHealth();
     loadAgents();
-    loadSessions();
+    followSessions();
   });
-  $('#refresh-sessions').addEventListener('click', loadSessions);
   $('#new-session').addEventListener('submit', (event) => {
     event.preventDefault();
     selectSession($('#session-input').value.trim());
@@ -690,7 +1295,7 @@ function start() {
   $('#messages-load').addEventListener('click', loadMessages);
   loadHealth();
   loadAgents();
-  loadSessions();
+  followSessions();
   let fromHash = '';
   try {
     fromHash = decodeURIComponent(location.hash.slice(1));
@@ -699,5 +1304,8 @@ function start() {
   }
   if (fromHash && !validSession(fromHash)) selectSession(fromHash);
 }
+
+// What the browser test checks directly: the renderers, on values no server sends yet.
+window.toolboxConsole = Object.freeze({ approvalBody, markdown, keyValueText, timing });
 
 start();

@@ -8,6 +8,14 @@
     console_test.py token URL SCREENSHOT_DIR TOKEN
         Against a server with a token: the console asks for it, and lists the sessions once
         it has it.
+    console_test.py attention URL SCREENSHOT_DIR
+        Two sessions, one waiting: session `alpha`'s call waits for approval while session
+        `beta` is open; the sidebar and the tab's title say so, live. In `beta`: the model's
+        Markdown (with a <script> in it), a failed model request, two direct tool calls
+        waiting at once (only the first can be answered). A turn started over HTTP in
+        `gamma` appears in the list without a reload. The page at 420 px wide. Then `alpha`'s
+        call is approved, with its time and its wait. Last, the renderers on values no server
+        sends yet (a preview with a diff, a wait).
 
 Prints one JSON object on stdout: {"ok": bool, "stage": ..., "error": ..., what the page
 showed, "console": the browser's console errors}. Exit codes: 0 passed, 1 a check failed,
@@ -18,7 +26,9 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
+import urllib.request
 
 try:
     from selenium import webdriver
@@ -134,7 +144,7 @@ def approval(driver, url, shots, report):
     until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".turn-end")) == 2)
     report["texts"] = text_of(driver, "#events .text")
     report["turn_state"] = driver.find_element(By.CSS_SELECTOR, "#turn-state").text
-    driver.find_element(By.CSS_SELECTOR, "#refresh-sessions").click()
+    # The list follows the sessions live: the new session appears without a refresh.
     until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '#sessions button[data-session="browser-test"]'))
 
     report["stage"] = "replay the trajectory"
@@ -154,6 +164,224 @@ def approval(driver, url, shots, report):
     driver.refresh()
     until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".turn-end")) == 2)
     report["replayed_answers"] = text_of(driver, ".approval .answer")
+    report["stage"] = "done"
+
+TITLE = "toolbox console"
+
+
+def post(url, path, body):
+    """A JSON POST over loopback, as another client would send it; the reply's JSON."""
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=WAIT) as response:
+        return json.loads(response.read() or b"null")
+
+
+def session_row(driver, sid):
+    rows = driver.find_elements(By.CSS_SELECTOR, f'#sessions button[data-session="{sid}"]')
+    return rows[0] if rows else None
+
+
+def row_text(driver, sid):
+    """The row's text, read in one step (the list may redraw between two)."""
+    return driver.execute_script(
+        "const b = document.querySelector(`#sessions button[data-session=\"${arguments[0]}\"]`);"
+        " return b ? b.innerText : '';", sid)
+
+
+def card(driver, call_id):
+    return driver.find_element(By.CSS_SELECTOR, f'.approval[data-call-id="{call_id}"]')
+
+
+def live_buttons(card_element):
+    return [b.get_attribute("data-decision") for b in card_element.find_elements(By.CSS_SELECTOR, "button.decide")
+            if b.is_enabled()]
+
+
+def active_cards(driver):
+    """How many unanswered approval cards have a button one can click."""
+    return sum(1 for c in driver.find_elements(By.CSS_SELECTOR, ".approval:not(.answered)") if live_buttons(c))
+
+
+def no_sideways_scroll(driver, shots, report, key, shot):
+    """At 420 px wide: the page's width fits the window."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 420, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    until(driver, lambda d: d.execute_script("return window.innerWidth") == 420)
+    time.sleep(0.2)  # one layout pass after the resize
+    widths = driver.execute_script(
+        "const e = document.documentElement; return [e.scrollWidth, e.clientWidth, document.body.scrollWidth];")
+    report[key] = widths
+    driver.save_screenshot(os.path.join(shots, shot))
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    until(driver, lambda d: d.execute_script("return window.innerWidth") == 1280)
+
+
+MARKDOWN_PROBE = """
+const root = [...document.querySelectorAll('#events .text .md')].pop();
+if (!root) return null;
+const all = (sel) => [...root.querySelectorAll(sel)];
+return {
+  h2: all('h2').map((e) => e.textContent),
+  strong: all('strong').map((e) => e.textContent),
+  em: all('em').map((e) => e.textContent),
+  code: all('p code').map((e) => e.textContent),
+  pre: all('pre code').map((e) => e.textContent),
+  ul: all('ul > li').map((e) => e.textContent),
+  ol: all('ol > li').map((e) => e.textContent),
+  links: all('a').map((e) => [e.getAttribute('href'), e.getAttribute('rel'), e.textContent]),
+  scripts: document.querySelectorAll('#events script, #events img').length,
+  text: root.textContent,
+  pwned: window.__pwned === undefined ? null : String(window.__pwned),
+};
+"""
+
+RENDERERS = r"""
+const c = window.toolboxConsole;
+const out = {};
+const diff = c.approvalBody({arguments: {path: 'x'}, preview: {
+  summary: 'Edit notes.md (output/notes.md): 1 line changed',
+  blocks: [
+    {kind: 'fields', text: 'path: output/notes.md\nreplace_all: false'},
+    {kind: 'diff', text: '--- a/notes.md\n+++ b/notes.md\n@@ -1,2 +1,2 @@\n keep\n-old <b>line</b>\n+new line\n'},
+    {kind: 'code', text: '1  print("hi")\n2  <script>bad()</script>'},
+    {kind: 'text', text: 'plain <i>text</i>'},
+  ]}});
+out.summary = diff.querySelector('.preview-summary').textContent;
+out.kinds = [...diff.querySelectorAll('pre.block')].map((e) => e.className);
+out.diff = ['diff-add', 'diff-del', 'diff-hunk', 'diff-file', 'diff-ctx'].map(
+  (k) => diff.querySelectorAll('.' + k).length);
+out.removed = diff.querySelector('.diff-del').textContent;
+out.markup = diff.querySelectorAll('b, i, script').length;
+out.folded_small = diff.querySelector('.fold').classList.contains('folded');
+const lines = Array.from({length: 60}, (_, i) => '+line ' + i).join('\n');
+const long = c.approvalBody({preview: {summary: 'Write 60 lines', blocks: [{kind: 'diff', text: lines}]}});
+out.folded = long.querySelector('.fold').classList.contains('folded');
+const toggle = long.querySelector('.fold-toggle');
+out.toggle = toggle.textContent;
+toggle.click();
+out.unfolded = !long.querySelector('.fold').classList.contains('folded');
+out.toggle_after = toggle.textContent;
+const plain = c.approvalBody({arguments: {path: 'a.txt', content: 'one\ntwo\n', n: 3, empty: '',
+  nested: {k: 'v', list: [1, 'x']}}});
+out.fallback = plain.querySelector('pre.kv').textContent;
+out.fallback_preview = plain.querySelectorAll('.preview-summary').length;
+out.as_text = c.keyValueText('{"command": "ls -l\\necho \\"hi\\""}');
+out.timing = [c.timing({elapsed_ms: 12, waited_ms: 3400}), c.timing({elapsed_ms: 12}),
+  c.timing({elapsed_ms: 1500, waited_ms: 0})];
+const md = c.markdown('[x](javascript:alert(1)) <img src=x onerror=alert(1)> [y](/relative) <https://ok.example/>');
+out.md_links = [...md.querySelectorAll('a')].map((a) => a.getAttribute('href'));
+out.md_img = md.querySelectorAll('img').length;
+out.md_text = md.textContent;
+return out;
+"""
+
+
+def attention(driver, url, shots, report):
+    report["stage"] = "open the console"
+    driver.get(url)
+    until(driver, lambda d: session_row(d, "earlier"))
+    report["refresh_buttons"] = len(driver.find_elements(By.CSS_SELECTOR, "#refresh-sessions"))
+    report["earlier_row"] = row_text(driver, "earlier")
+    report["earlier_time"] = bool(session_row(driver, "earlier").find_elements(By.CSS_SELECTOR, "time.last-activity"))
+    report["title_idle"] = driver.title
+
+    report["stage"] = "alpha: a call waits for approval"
+    open_session(driver, "alpha")
+    send(driver, "[wait] please write the notes")
+    waiting = visible(driver, ".approval:not(.answered)")
+    report["alpha_call_id"] = waiting.get_attribute("data-call-id")
+    report["alpha_card"] = waiting.text
+    report["alpha_has_preview"] = bool(waiting.find_elements(By.CSS_SELECTOR, ".preview-summary"))
+    report["alpha_card_json"] = '{"' in waiting.text or '\\n' in waiting.text
+
+    report["stage"] = "beta open: the sidebar and the title say alpha waits"
+    open_session(driver, "beta")
+    until(driver, lambda d: "waiting 1" in row_text(d, "alpha"))
+    report["alpha_row"] = row_text(driver, "alpha")
+    until(driver, lambda d: d.title.startswith("(1)"))
+    report["title_waiting"] = driver.title
+
+    report["stage"] = "beta: markdown"
+    send(driver, "[md] show me markdown")
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".turn-end")) == 1)
+    report["markdown"] = driver.execute_script(MARKDOWN_PROBE)
+
+    report["stage"] = "beta: a failed model request"
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#turn-state").text == "idle")
+    send(driver, "[fail] please fail")
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".turn-end")) == 2)
+    report["failure_count"] = driver.execute_script(
+        "return document.querySelector('#events').textContent.split(arguments[0]).length - 1;", "XYZ-123")
+    report["failure_end"] = text_of(driver, ".turn-end")[-1]
+
+    report["stage"] = "beta: two calls wait at once"
+    results = {}
+
+    def call(call_id, path):
+        try:
+            results[call_id] = post(url, f"/api/sessions/beta/tools/file_manager__write?call_id={call_id}&mode=auto",
+                                    {"path": path, "content": call_id})
+        except Exception as e:  # noqa: BLE001 -- reported, checked by the Rust side
+            results[call_id] = {"error": str(e)}
+
+    long_path = "queue/" + "a-rather-long-folder-name-" * 6 + "/first.txt"
+    threads = [threading.Thread(target=call, args=("q1", long_path), daemon=True)]
+    threads[0].start()
+    until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.approval[data-call-id="q1"]'))
+    threads.append(threading.Thread(target=call, args=("q2", "queue/second.txt"), daemon=True))
+    threads[1].start()
+    until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.approval[data-call-id="q2"]'))
+    until(driver, lambda d: d.title.startswith("(3)"))
+    report["title_three"] = driver.title
+    report["q1_live"] = live_buttons(card(driver, "q1"))
+    report["q2_live"] = live_buttons(card(driver, "q2"))
+    report["q2_note"] = card(driver, "q2").find_element(By.CSS_SELECTOR, ".queue-note").text
+    report["active_before"] = active_cards(driver)
+    report["beta_row"] = row_text(driver, "beta")
+
+    report["stage"] = "the page at 420 px (beta)"
+    no_sideways_scroll(driver, shots, report, "narrow_beta", "narrow-beta.png")
+
+    report["stage"] = "beta: answer the first, then the second"
+    card(driver, "q1").find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
+    until(driver, lambda d: "answered" in card(d, "q1").get_attribute("class"))
+    until(driver, lambda d: live_buttons(card(d, "q2")))
+    report["q2_live_after"] = live_buttons(card(driver, "q2"))
+    report["q2_note_after"] = card(driver, "q2").find_element(By.CSS_SELECTOR, ".queue-note").is_displayed()
+    report["active_after"] = active_cards(driver)
+    card(driver, "q2").find_element(By.CSS_SELECTOR, 'button[data-decision="deny"]').click()
+    for thread in threads:
+        thread.join(WAIT)
+    report["queue_results"] = {k: v.get("status", v.get("error")) for k, v in results.items()}
+
+    report["stage"] = "a turn started elsewhere appears in the list"
+    post(url, "/api/sessions/gamma/turns", {"message": "[md]   from\nelsewhere"})
+    until(driver, lambda d: "from elsewhere" in row_text(d, "gamma"))
+    report["gamma_row"] = row_text(driver, "gamma")
+
+    report["stage"] = "alpha: approve, then the time and the wait"
+    session_row(driver, "alpha").click()
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#stream-state").text == "live")
+    alpha_id = report["alpha_call_id"]
+    until(driver, lambda d: live_buttons(card(d, alpha_id)))
+    report["stage"] = "the page at 420 px (alpha)"
+    no_sideways_scroll(driver, shots, report, "narrow_alpha", "narrow-alpha.png")
+    card(driver, alpha_id).find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
+    report["stage"] = "alpha: the call's result"
+    finished_call(driver, alpha_id)
+    report["alpha_elapsed"] = driver.find_element(By.CSS_SELECTOR, f'.call[data-call-id="{alpha_id}"] .elapsed').text
+    report["alpha_args_hidden"] = not driver.find_element(
+        By.CSS_SELECTOR, f'.call[data-call-id="{alpha_id}"] > pre.args').is_displayed()
+    until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".turn-end"))
+    until(driver, lambda d: d.title == TITLE)
+    report["title_after"] = driver.title
+    until(driver, lambda d: "waiting" not in row_text(d, "alpha"))
+    report["alpha_row_after"] = row_text(driver, "alpha")
+
+    report["stage"] = "the renderers"
+    report["renderers"] = driver.execute_script(RENDERERS)
     report["stage"] = "done"
 
 
@@ -190,6 +418,8 @@ def main():
     try:
         if mode == "approval":
             approval(driver, url, shots, report)
+        elif mode == "attention":
+            attention(driver, url, shots, report)
         elif mode == "token":
             token(driver, url, shots, sys.argv[4], report)
         else:
@@ -200,6 +430,8 @@ def main():
         report["error"] = f"timed out after {WAIT} s at: {report['stage']}"
     except WebDriverException as e:
         report["error"] = f"webdriver: {e.msg}"
+    except Exception as e:  # noqa: BLE001 -- a mistake in this script: say where
+        report["error"] = f"{type(e).__name__} at {report['stage']}: {e}"
     finally:
         report["console"] = console_errors(driver)
         if not report["ok"]:
