@@ -380,7 +380,7 @@ async fn every_tool_reads_null_as_absent() {
     let (out, _) = t
         .same_fuzzy("shell", json!({"command": "echo strict-ok"}))
         .await;
-    done(&out, "cwd: scratchpad");
+    done(&out, "cwd: .toolbox/sessions/s1/scratchpad (scratchpad)");
     done(&out, "strict-ok");
     let (a, b) = t
         .same_fuzzy(

@@ -30,6 +30,31 @@ pub struct ChatOptions {
     pub message: String,
 }
 
+/// A new session id for `toolbox chat`: `chat-YYYYMMDD-HHMMSS` (UTC), with `-2`, `-3`, …
+/// when the workspace already has that one.
+pub fn new_session_id(workspace: &toolbox::core::Workspace) -> SessionId {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    // 2026-12-01T20:30:00Z -> 20261201-203000
+    let stamp: String = now
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .map(|c| if c == 'T' { '-' } else { c })
+        .collect();
+    let taken: std::collections::HashSet<String> =
+        toolbox::runtime::conversation::list_sessions(workspace)
+            .into_iter()
+            .map(|s| s.to_string())
+            .collect();
+    let base = format!("chat-{stamp}");
+    let mut id = base.clone();
+    let mut n = 2;
+    while taken.contains(&id) {
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+    SessionId::parse(&id).expect("a valid session id")
+}
+
 /// The model client `[llm]` and `TOOLBOX_LLM_*` describe, or why there is none.
 pub fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, String> {
     let env = |name: &str| std::env::var(name).ok();

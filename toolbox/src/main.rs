@@ -69,6 +69,9 @@ enum Command {
     /// Serve the HTTP sidecar: the API, live events over SSE, approvals over HTTP, the web
     /// console at /, and MCP over streamable HTTP at /mcp.
     Serve(ServeArgs),
+    /// List the workspace's sessions, most recently active first: id, last activity and the
+    /// start of the first message.
+    Sessions(SessionsArgs),
 }
 
 #[derive(clap::Args)]
@@ -114,12 +117,25 @@ struct ChatArgs {
     /// The agent to run as (see `toolbox agents`) [default: default].
     #[arg(long, short = 'a')]
     agent: Option<String>,
-    /// Session id: the conversation continues from .toolbox/sessions/<id>/messages.jsonl.
-    #[arg(long, short = 's', default_value = "default", value_parser = parse_session)]
-    session: SessionId,
+    /// Session id: the conversation continues from .toolbox/sessions/<id>/messages.jsonl
+    /// [default: a new session, whose id is printed on stderr].
+    #[arg(long, short = 's', value_parser = parse_session, conflicts_with = "continue_last")]
+    session: Option<SessionId>,
+    /// Continue the most recently active session (see `toolbox sessions`).
+    #[arg(long = "continue", short = 'c')]
+    continue_last: bool,
     /// In auto mode: ask on the terminal, or answer yes / no without asking [default: ask].
     #[arg(long, value_enum)]
     approve: Option<Approve>,
+}
+
+#[derive(clap::Args)]
+struct SessionsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -294,6 +310,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
             Command::Chat(args) => chat_command(args).await,
             Command::Agents(args) => agents(args),
             Command::Serve(args) => serve(args).await,
+            Command::Sessions(args) => sessions(args),
         }
     });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
@@ -449,6 +466,57 @@ fn agents(args: AgentsArgs) -> Result<ExitCode, UsageError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `toolbox sessions [--json]`: the sessions, most recently active first.
+fn sessions(args: SessionsArgs) -> Result<ExitCode, UsageError> {
+    let config = load_config(&args.common)?;
+    let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+    let summaries = toolbox::runtime::conversation::session_summaries(&workspace);
+    if args.json {
+        let rows: Vec<Value> = summaries
+            .sessions
+            .iter()
+            .map(|s| {
+                json!({
+                    "id": s.id.as_str(),
+                    "first_message": s.first_message,
+                    "last_activity": s.last_activity_rfc3339(),
+                })
+            })
+            .collect();
+        out(&format!("{}\n", Value::Array(rows)));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if summaries.sessions.is_empty() {
+        out("no sessions yet in this workspace; toolbox chat \"…\" starts one\n");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = summaries
+        .sessions
+        .iter()
+        .map(|s| s.id.as_str().len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let mut table = format!("{:width$}  {:20}  FIRST MESSAGE\n", "SESSION", "LAST ACTIVITY");
+    for s in &summaries.sessions {
+        let first = s.first_message.as_deref().unwrap_or("(no conversation)");
+        table.push_str(&format!(
+            "{:width$}  {:20}  {}\n",
+            s.id.as_str(),
+            s.last_activity_rfc3339().unwrap_or_else(|| "-".into()),
+            toolbox::core::preview::terminal_safe(first)
+        ));
+    }
+    if summaries.omitted > 0 {
+        table.push_str(&format!(
+            "… and {} older sessions not listed\n",
+            summaries.omitted
+        ));
+    }
+    out(&table);
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `toolbox schema`: the visible tools rendered in one format.
 fn schema(args: SchemaArgs) -> Result<ExitCode, UsageError> {
     let strict = if args.strict || args.no_strict {
@@ -580,10 +648,38 @@ async fn chat_command(args: ChatArgs) -> Result<ExitCode, UsageError> {
     };
     let config = load_config(&args.common)?;
     let approve = terminal_approve(args.approve, &config, "chat")?;
+    let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+    let session = match (args.session, args.continue_last) {
+        (Some(session), _) => session,
+        (None, true) => {
+            let summaries = toolbox::runtime::conversation::session_summaries(&workspace);
+            let latest = summaries
+                .sessions
+                .into_iter()
+                .find(|s| s.first_message.is_some())
+                .ok_or_else(|| {
+                    UsageError(
+                        "--continue: this workspace has no conversation to continue yet; \
+                         start one with toolbox chat \"your message\""
+                            .into(),
+                    )
+                })?;
+            eprintln!("toolbox: continuing session {}", latest.id);
+            latest.id
+        }
+        (None, false) => {
+            let session = chat::new_session_id(&workspace);
+            eprintln!(
+                "toolbox: new session {session}; continue it with toolbox chat --session \
+                 {session} \"…\" (or toolbox chat --continue)"
+            );
+            session
+        }
+    };
     chat::chat(
         config,
         chat::ChatOptions {
-            session: args.session,
+            session,
             agent: args.agent,
             approve,
             message,

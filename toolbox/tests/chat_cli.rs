@@ -111,10 +111,22 @@ fn a_model_reads_a_file_and_then_answers_in_both_wire_formats() {
         };
         assert!(key_header.unwrap_or_default().contains(KEY));
         assert!(!stderr.contains(KEY) && !stdout.contains(KEY));
-        // The conversation is kept for the next turn.
-        let kept =
-            std::fs::read_to_string(ws.path().join(".toolbox/sessions/default/messages.jsonl"))
-                .unwrap();
+        // A new session, named on stderr; its conversation is kept for the next turn.
+        let session = stderr
+            .split("toolbox: new session ")
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .unwrap_or_else(|| panic!("no new session named: {stderr}"));
+        assert!(session.starts_with("chat-"), "{stderr}");
+        assert!(
+            stderr.contains(&format!("toolbox chat --session {session}")),
+            "{stderr}"
+        );
+        let kept = std::fs::read_to_string(
+            ws.path()
+                .join(format!(".toolbox/sessions/{session}/messages.jsonl")),
+        )
+        .unwrap();
         assert_eq!(kept.lines().count(), 4, "{kept}");
     }
 }
@@ -602,6 +614,57 @@ fn a_second_process_continues_the_session() {
     assert!(body.contains("remember 31337"), "{body}");
     assert!(body.contains("Noted: 31337."), "{body}");
     assert!(body.contains("what was it?"), "{body}");
+}
+
+/// Without `--session` every chat is a new session (never one ever-growing conversation);
+/// `--continue` resumes the most recent, and `toolbox sessions` lists them.
+#[test]
+fn chats_start_new_sessions_continue_the_latest_and_are_listed() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::text("one"),
+        Scripted::text("two"),
+        Scripted::text("three"),
+    ]);
+    let first = chat(ws.path(), &llm, Wire::OpenAi, &["first topic"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    // A second later, so the two sessions' times differ.
+    std::thread::sleep(Duration::from_millis(1100));
+    let second = chat(ws.path(), &llm, Wire::OpenAi, &["second topic"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let requests = llm.requests();
+    // The second chat did not see the first one's conversation.
+    assert!(!requests[1].body.to_string().contains("first topic"), "{}", requests[1].body);
+    let third = chat(ws.path(), &llm, Wire::OpenAi, &["--continue", "and more"]);
+    let stderr = text(&third.stderr);
+    assert!(third.status.success(), "{stderr}");
+    assert!(stderr.contains("toolbox: continuing session chat-"), "{stderr}");
+    let body = llm.requests()[2].body.to_string();
+    assert!(body.contains("second topic") && !body.contains("first topic"), "{body}");
+
+    let listed = common::toolbox(ws.path())
+        .args(["sessions", "--json"])
+        .output()
+        .unwrap();
+    let rows: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let firsts: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["first_message"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(firsts, ["second topic", "first topic"], "{rows}");
+    assert!(rows[0]["last_activity"].as_str().unwrap().ends_with('Z'), "{rows}");
+    let table = common::toolbox(ws.path()).arg("sessions").output().unwrap();
+    let table = text(&table.stdout);
+    assert!(table.starts_with("SESSION"), "{table}");
+    assert!(table.contains("second topic"), "{table}");
+
+    // Nothing to continue in an empty workspace: a usage error that says what to do.
+    let empty = tempfile::tempdir().unwrap();
+    let out = chat(empty.path(), &llm, Wire::OpenAi, &["--continue", "hi"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no conversation to continue"));
 }
 
 #[test]
