@@ -391,10 +391,17 @@ async fn each_mcp_session_has_its_own_toolbox_session_unless_one_is_named() {
         } else {
             assert_eq!(b["call"]["is_error"], true, "{b}");
             assert!(text(&b["call"]).contains("does not exist"), "{b}");
-            assert!(sessions.iter().all(|s| s.starts_with("mcp-")), "{sessions:?}");
+            assert!(
+                sessions.iter().all(|s| s.starts_with("mcp-")),
+                "{sessions:?}"
+            );
             let holding: Vec<_> = sessions
                 .iter()
-                .filter(|s| server.path(&format!(".toolbox/sessions/{s}/output/who.txt")).exists())
+                .filter(|s| {
+                    server
+                        .path(&format!(".toolbox/sessions/{s}/output/who.txt"))
+                        .exists()
+                })
                 .collect();
             assert_eq!(holding.len(), 1, "{sessions:?}");
             let trajectories = std::fs::read_dir(server.path(".toolbox/trajectories"))

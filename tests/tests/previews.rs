@@ -13,13 +13,21 @@ use toolbox_tests::{executor_with_events, write_file};
 type Slot = Arc<Mutex<Option<ToolExecutor>>>;
 
 /// An executor in `auto` whose every approval request is recorded and denied.
-fn asking() -> (tempfile::TempDir, ToolExecutor, Arc<Mutex<Vec<ApprovalRequest>>>) {
+fn asking() -> (
+    tempfile::TempDir,
+    ToolExecutor,
+    Arc<Mutex<Vec<ApprovalRequest>>>,
+) {
     asking_with(&[])
 }
 
 fn asking_with(
     tables: &[(&str, Value)],
-) -> (tempfile::TempDir, ToolExecutor, Arc<Mutex<Vec<ApprovalRequest>>>) {
+) -> (
+    tempfile::TempDir,
+    ToolExecutor,
+    Arc<Mutex<Vec<ApprovalRequest>>>,
+) {
     let slot: Slot = Arc::default();
     let seen: Arc<Mutex<Vec<ApprovalRequest>>> = Arc::default();
     let sink = {
@@ -71,10 +79,16 @@ async fn a_write_shows_the_real_path_whether_it_replaces_and_the_content() {
         summary,
         "Write 391 bytes to .toolbox/sessions/s1/output/hello.md (output/hello.md), a new file"
     );
-    assert!(text.contains("\n  line 1\n") && text.contains("\n  line 40\n"), "{text}");
+    assert!(
+        text.contains("\n  line 1\n") && text.contains("\n  line 40\n"),
+        "{text}"
+    );
     assert!(!text.contains("line 41"), "{text}");
     assert!(text.ends_with("… 10 more lines"), "{text}");
-    assert!(!dir.path().join(".toolbox/sessions/s1/output/hello.md").exists());
+    assert!(!dir
+        .path()
+        .join(".toolbox/sessions/s1/output/hello.md")
+        .exists());
 
     write_file(dir.path(), "notes.md", "old\n");
     let (_, text) = preview_of(
@@ -88,7 +102,10 @@ async fn a_write_shows_the_real_path_whether_it_replaces_and_the_content() {
         text.starts_with("Write 4 bytes to notes.md, replacing all of its 4 bytes"),
         "{text}"
     );
-    assert_eq!(std::fs::read_to_string(dir.path().join("notes.md")).unwrap(), "old\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.md")).unwrap(),
+        "old\n"
+    );
 }
 
 #[tokio::test]
@@ -102,10 +119,17 @@ async fn an_edit_shows_a_unified_diff_and_one_that_would_fail_says_so() {
         json!({"path": "src/app.py", "old_string": "y = 2", "new_string": "y = 20"}),
     )
     .await;
-    assert!(text.starts_with("Edit src/app.py (1 change at line 2)"), "{text}");
+    assert!(
+        text.starts_with("Edit src/app.py (1 change at line 2)"),
+        "{text}"
+    );
     assert!(text.contains("--- src/app.py\n  +++ src/app.py"), "{text}");
     assert!(text.contains("\n  -y = 2\n  +y = 20\n"), "{text}");
-    assert!(request.preview.blocks.iter().any(|b| b.kind == BlockKind::Diff));
+    assert!(request
+        .preview
+        .blocks
+        .iter()
+        .any(|b| b.kind == BlockKind::Diff));
     assert_eq!(
         std::fs::read_to_string(dir.path().join("src/app.py")).unwrap(),
         "x = 1\ny = 2\nz = 3\n"
@@ -132,9 +156,7 @@ async fn a_shell_command_shows_the_command_its_real_folder_and_the_sandbox() {
     )
     .await;
     assert!(
-        text.starts_with(
-            "Run a shell command in .toolbox/sessions/s1/scratchpad (scratchpad)"
-        ),
+        text.starts_with("Run a shell command in .toolbox/sessions/s1/scratchpad (scratchpad)"),
         "{text}"
     );
     assert!(text.contains("\n  rm -rf build\n  echo done\n"), "{text}");
@@ -162,12 +184,21 @@ async fn python_shows_numbered_code_and_where_it_runs() {
     )
     .await;
     assert!(
-        text.starts_with("Run Python in session s1's interpreter (working folder \
-             .toolbox/sessions/s1/scratchpad (scratchpad))"),
+        text.starts_with(
+            "Run Python in session s1's interpreter (working folder \
+             .toolbox/sessions/s1/scratchpad (scratchpad))"
+        ),
         "{text}"
     );
-    assert!(text.contains("1 │ import os\n  2 │ print(os.getcwd())"), "{text}");
-    assert!(request.preview.blocks.iter().any(|b| b.kind == BlockKind::Code));
+    assert!(
+        text.contains("1 │ import os\n  2 │ print(os.getcwd())"),
+        "{text}"
+    );
+    assert!(request
+        .preview
+        .blocks
+        .iter()
+        .any(|b| b.kind == BlockKind::Code));
 }
 
 #[tokio::test]
@@ -186,7 +217,10 @@ async fn a_notebook_edit_shows_the_cell_diff() {
         json!({"path": "a.ipynb", "cell_id": "a", "source": "x = 1\ny = 3"}),
     )
     .await;
-    assert!(text.starts_with("Replace the source of cell 0 of a.ipynb"), "{text}");
+    assert!(
+        text.starts_with("Replace the source of cell 0 of a.ipynb"),
+        "{text}"
+    );
     assert!(text.contains("-y = 2") && text.contains("+y = 3"), "{text}");
 }
 

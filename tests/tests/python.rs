@@ -23,9 +23,16 @@ async fn a_live_session_through_every_name() {
     let _serial = serial().await;
     let (_d, exec) = executor_toml(PermissionMode::Full, "");
     let info = call_in(&exec, "s1", "run_python_code", json!({"code": "x = 1"})).await;
+    // The session's first result says where Python runs (not the workspace root); later
+    // ones do not repeat it.
     assert_eq!(
         (info.status, info.result.as_str()),
-        (CallStatus::Done, "(no output)\n")
+        (
+            CallStatus::Done,
+            "note: Python runs in this session's scratchpad, .toolbox/sessions/s1/scratchpad \
+             (scratchpad): relative paths in your code are relative to that folder, not to the \
+             workspace root\n(no output)\n"
+        )
     );
     assert_eq!(info.tool, "run_python_code");
     let info = call_in(&exec, "s1", "python", json!({"content": "x + 1"})).await;
@@ -37,7 +44,7 @@ async fn a_live_session_through_every_name() {
     assert_eq!(info.status, CallStatus::Done, "an exception is a result");
     assert!(
         info.result
-            .starts_with("[error] NameError: name 'x' is not defined"),
+            .contains("\n[error] NameError: name 'x' is not defined"),
         "{}",
         info.result
     );
@@ -291,7 +298,10 @@ async fn registry_lookup_ignores_a_venv_inside_the_workspace() {
         json!({"code": "import sys\nprint(sys.executable)\nprint('python%d.%d' % sys.version_info[:2])"}),
     )
     .await;
-    let mut lines = info.result.lines().skip_while(|l| *l == "[stdout]");
+    let mut lines = info
+        .result
+        .lines()
+        .skip_while(|l| *l == "[stdout]" || l.starts_with("note: "));
     let (python, version) = (lines.next().unwrap(), lines.next().unwrap());
     let (dir, exec) = executor_toml(PermissionMode::ReadOnly, "[python]\nvenv = \"venv\"\n");
     let venv = dir.path().join("venv");

@@ -497,7 +497,10 @@ fn sessions(args: SessionsArgs) -> Result<ExitCode, UsageError> {
         .max()
         .unwrap_or(7)
         .max(7);
-    let mut table = format!("{:width$}  {:20}  FIRST MESSAGE\n", "SESSION", "LAST ACTIVITY");
+    let mut table = format!(
+        "{:width$}  {:20}  FIRST MESSAGE\n",
+        "SESSION", "LAST ACTIVITY"
+    );
     for s in &summaries.sessions {
         let first = s.first_message.as_deref().unwrap_or("(no conversation)");
         table.push_str(&format!(

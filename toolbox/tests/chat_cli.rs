@@ -634,13 +634,23 @@ fn chats_start_new_sessions_continue_the_latest_and_are_listed() {
     assert!(second.status.success(), "{}", text(&second.stderr));
     let requests = llm.requests();
     // The second chat did not see the first one's conversation.
-    assert!(!requests[1].body.to_string().contains("first topic"), "{}", requests[1].body);
+    assert!(
+        !requests[1].body.to_string().contains("first topic"),
+        "{}",
+        requests[1].body
+    );
     let third = chat(ws.path(), &llm, Wire::OpenAi, &["--continue", "and more"]);
     let stderr = text(&third.stderr);
     assert!(third.status.success(), "{stderr}");
-    assert!(stderr.contains("toolbox: continuing session chat-"), "{stderr}");
+    assert!(
+        stderr.contains("toolbox: continuing session chat-"),
+        "{stderr}"
+    );
     let body = llm.requests()[2].body.to_string();
-    assert!(body.contains("second topic") && !body.contains("first topic"), "{body}");
+    assert!(
+        body.contains("second topic") && !body.contains("first topic"),
+        "{body}"
+    );
 
     let listed = common::toolbox(ws.path())
         .args(["sessions", "--json"])
@@ -654,7 +664,10 @@ fn chats_start_new_sessions_continue_the_latest_and_are_listed() {
         .map(|r| r["first_message"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(firsts, ["second topic", "first topic"], "{rows}");
-    assert!(rows[0]["last_activity"].as_str().unwrap().ends_with('Z'), "{rows}");
+    assert!(
+        rows[0]["last_activity"].as_str().unwrap().ends_with('Z'),
+        "{rows}"
+    );
     let table = common::toolbox(ws.path()).arg("sessions").output().unwrap();
     let table = text(&table.stdout);
     assert!(table.starts_with("SESSION"), "{table}");

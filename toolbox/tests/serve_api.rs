@@ -197,7 +197,9 @@ fn a_turn_runs_and_its_events_messages_sessions_and_trajectory_show_it() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|row| row["id"] == "s1" && row["running"] == false && row["pending_approvals"] == 0),
+            .any(|row| row["id"] == "s1"
+                && row["running"] == false
+                && row["pending_approvals"] == 0),
         "{sessions}"
     );
 

@@ -135,16 +135,23 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
     )
     .await?;
     let mut text = render::render_result(&result);
-    if first_result_of(ctx) {
+    // An attached kernel keeps its own working folder: toolbox does not choose it.
+    let in_scratchpad = !matches!(config.kernel, Some(crate::config::KernelTarget::Attach(_)))
+        || config.backend != crate::config::Backend::Jupyter;
+    if in_scratchpad && first_result_of(ctx) {
         // Once per session: a model that writes `open("output/x.csv", "w")` must know that
         // it lands in the scratchpad, not in the session's output folder.
         let folder = ctx
             .workspace
             .display_real(&ctx.workspace.session_dir("scratchpad"));
-        text.push_str(&format!(
-            "note: Python runs in this session's scratchpad, {folder}: relative paths in \
-             your code are relative to that folder, not to the workspace root\n"
-        ));
+        // First, as the driver's own notes are.
+        text.insert_str(
+            0,
+            &format!(
+                "note: Python runs in this session's scratchpad, {folder}: relative paths in \
+                 your code are relative to that folder, not to the workspace root\n"
+            ),
+        );
     }
     Ok(Value::String(text))
 }
