@@ -121,7 +121,7 @@ impl Preview {
     /// more there are.
     pub fn code(mut self, source: &str) -> Self {
         let total = source.lines().count();
-        let width = total.min(MAX_LINES).max(1).to_string().len();
+        let width = total.clamp(1, MAX_LINES).to_string().len();
         let mut out = String::new();
         for (i, line) in source.lines().take(MAX_LINES).enumerate() {
             let _ = writeln!(out, "{:>width$} │ {}", i + 1, cut_line(line));

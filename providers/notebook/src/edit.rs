@@ -214,7 +214,7 @@ pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::P
             )
         }
         ("delete", Some(nb)) => {
-            let Some(w) = which else { return None };
+            let w = which?;
             match w.locate(NAME, &nb, &shown) {
                 Ok(at) => (
                     format!("Delete cell {at} of {real}"),
@@ -225,7 +225,7 @@ pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::P
             }
         }
         (_, Some(nb)) => {
-            let Some(w) = which else { return None };
+            let w = which?;
             match w.locate(NAME, &nb, &shown) {
                 Ok(at) => (
                     format!("Replace the source of cell {at} of {real}"),
