@@ -436,3 +436,32 @@ fn schema_help_describes_toolsets() {
         .unwrap_or_else(|| panic!("{help}"));
     assert!(line.contains("Only these toolsets"), "{help}");
 }
+
+/// `toolbox tools | head -1` (a reader that goes away) ends quietly: no "Broken pipe" panic,
+/// no exit code 101.
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let ws = tempfile::tempdir().unwrap();
+    for args in [
+        &["tools"][..],
+        &["schema", "--format", "openai"],
+        &["call", "file_manager__list", "{}"],
+    ] {
+        let mut child = toolbox(ws.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before toolbox writes a byte (it is still starting), as when
+        // `head` has exited: every write gets EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{stderr}"
+        );
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

@@ -271,7 +271,13 @@ fn json_that_is_no_request_is_an_invalid_request() {
     server.send_line(r#"{"jsonrpc":"2.0","id":5}"#);
     server.expect_error(json!(5), INVALID_REQUEST);
     server.send_line(r#"{"jsonrpc":"2.0","id":6,"method":"no/such/method"}"#);
-    server.expect_error(json!(6), METHOD_NOT_FOUND);
+    let message = server.expect_error(json!(6), METHOD_NOT_FOUND);
+    // A sentence that names the method and what is offered instead.
+    assert_eq!(
+        message,
+        "Method not found: toolbox does not offer \"no/such/method\"; it serves tools \
+         (tools/list, tools/call), ping and logging/setLevel"
+    );
     server.assert_usable();
 }
 
