@@ -402,6 +402,7 @@ async fn every_tool_reads_null_as_absent() {
     t.same_fuzzy("sleep", json!({"seconds": 0.01})).await;
 
     // Python: a cell, a script (args null means none), a lookup, an install pip refuses.
+    // (The shell made the session's scratchpad already: no note on where Python runs.)
     assert_eq!(
         t.same("run_python_code", json!({"code": "x = 1"})).await,
         "(no output)\n"

@@ -75,7 +75,7 @@ fn kernels_toolbox_started_are_shut_down_cleanly_at_exit() {
     });
     let result = envelope["result"].as_str().unwrap();
     assert_eq!(envelope["status"], "done", "{result}");
-    let lines: Vec<&str> = result.lines().collect();
+    let lines: Vec<&str> = common::without_folder_note(result).lines().collect();
     assert_eq!(lines[0], "[stdout]", "{result}");
     let pid: i32 = lines[1].parse().unwrap();
     let connection_file = PathBuf::from(lines[2]);
@@ -140,7 +140,10 @@ fn the_activated_venvs_kernelspec_is_found() {
     let result = envelope["result"].as_str().unwrap();
     assert_eq!(envelope["status"], "done", "{result}");
     let prefix = std::fs::canonicalize(&venv).unwrap();
-    let got = result.lines().nth(1).unwrap_or_default();
+    let got = common::without_folder_note(result)
+        .lines()
+        .nth(1)
+        .unwrap_or_default();
     assert_eq!(
         std::fs::canonicalize(got).unwrap_or_default(),
         prefix,

@@ -156,10 +156,18 @@ pub(crate) mod test_support {
         other
     }
 
-    /// Calls a tool through the provider; Ok carries the text result, Err the message.
+    /// Calls a tool through the provider; Ok carries the text result (without the note a
+    /// new session's first result begins with: tests/tests/python.rs checks that one), Err
+    /// the message.
     pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
         match PythonProvider::default().call_tool(tool, args, ctx).await {
-            Ok(Value::String(s)) => Ok(s),
+            Ok(Value::String(s)) => Ok(match s.strip_prefix(crate::run::WORKING_FOLDER_NOTE) {
+                Some(rest) => rest
+                    .split_once('\n')
+                    .map(|(_, r)| r.to_string())
+                    .unwrap_or_default(),
+                None => s,
+            }),
             Ok(other) => panic!("{tool} returned a non-string result: {other}"),
             Err(e) => Err(format!("{e:#}")),
         }

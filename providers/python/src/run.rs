@@ -126,6 +126,9 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
             })
         }
     };
+    // The session's first run in this process that also makes its scratchpad (a session new
+    // to this workspace) says where Python runs; later runs do not repeat it.
+    let new_scratchpad = first_result_of(ctx) && !ctx.workspace.session_dir("scratchpad").exists();
     let result = execute(
         &config,
         request,
@@ -138,9 +141,9 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
     // An attached kernel keeps its own working folder: toolbox does not choose it.
     let in_scratchpad = !matches!(config.kernel, Some(crate::config::KernelTarget::Attach(_)))
         || config.backend != crate::config::Backend::Jupyter;
-    if in_scratchpad && first_result_of(ctx) {
-        // Once per session: a model that writes `open("output/x.csv", "w")` must know that
-        // it lands in the scratchpad, not in the session's output folder.
+    if in_scratchpad && new_scratchpad {
+        // A model that writes `open("output/x.csv", "w")` must know that it lands in the
+        // scratchpad, not in the session's output folder.
         let folder = ctx
             .workspace
             .display_real(&ctx.workspace.session_dir("scratchpad"));
@@ -148,16 +151,19 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
         text.insert_str(
             0,
             &format!(
-                "note: Python runs in this session's scratchpad, {folder}: relative paths in \
-                 your code are relative to that folder, not to the workspace root\n"
+                "{WORKING_FOLDER_NOTE}, {folder}: relative paths in your code are relative to \
+                 that folder, not to the workspace root\n"
             ),
         );
     }
     Ok(Value::String(text))
 }
 
-/// Whether this is the first `run_python_code` result of the call's session in this process
-/// (per workspace root): that one names the working folder.
+/// Whether this is the first `run_python_code` call of the call's session in this process
+/// (per workspace root): only that one looks at whether the scratchpad is new.
+/// The start of the note a new session's first result begins with (see [`run_tool`]).
+pub const WORKING_FOLDER_NOTE: &str = "note: Python runs in this session's scratchpad";
+
 fn first_result_of(ctx: &ToolContext) -> bool {
     use std::collections::HashSet;
     use std::sync::Mutex;

@@ -19,7 +19,7 @@ async fn run(ctx: &ToolContext, code: &str, timeout_ms: Option<u64>) -> Result<S
         .call_tool("run_python_code", args, ctx)
         .await
     {
-        Ok(Value::String(s)) => Ok(s),
+        Ok(Value::String(s)) => Ok(without_folder_note(s)),
         Ok(other) => panic!("non-string result {other}"),
         Err(e) => Err(format!("{e:#}")),
     }
@@ -91,4 +91,15 @@ async fn a_blocking_c_call_cannot_be_interrupted_in_process() {
     };
     assert_eq!(text, "[result]\n(1, False)\n");
     assert!(started.elapsed() >= Duration::from_millis(2000));
+}
+
+/// A result without the note a new session's first Python result begins with.
+fn without_folder_note(text: String) -> String {
+    match text.strip_prefix("note: Python runs in this session's scratchpad") {
+        Some(rest) => rest
+            .split_once('\n')
+            .map(|(_, r)| r.to_string())
+            .unwrap_or_default(),
+        None => text,
+    }
 }

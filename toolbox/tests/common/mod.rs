@@ -163,3 +163,12 @@ impl Drop for Terminal {
         let _ = self.child.wait();
     }
 }
+
+/// A `run_python_code` result without the note a new session's first result begins with
+/// (where Python runs: tests/tests/python.rs checks it).
+pub fn without_folder_note(text: &str) -> &str {
+    match text.strip_prefix("note: Python runs in this session's scratchpad") {
+        Some(rest) => rest.split_once('\n').map_or("", |(_, r)| r),
+        None => text,
+    }
+}
