@@ -9,7 +9,8 @@
 //!
 //! - `tools/list` lists the tools `toolbox mcp` lists on stdio: those the executor's mode
 //!   shows, without the ones an agent runtime intercepts (`call_agent`), rendered by
-//!   [`toolbox_executor::schema::render_tool`] in [`SchemaFormat::Mcp`] (annotations included);
+//!   [`toolbox_executor::schema::render_tool`] in [`SchemaFormat::Mcp`], strict (annotations
+//!   included);
 //! - `tools/call` runs one call through [`ToolExecutor::run_cancellable`]. Every outcome of a
 //!   call that reached the executor is a result (a failure has `isError: true` and the
 //!   executor's message as its text); only a name that is no tool at all is a protocol error
@@ -269,7 +270,7 @@ fn listed_tools(executor: &ToolExecutor) -> Vec<Tool> {
     tools
         .into_iter()
         .filter_map(|tool| {
-            let rendered = schema::render_tool(&tool.info, SchemaFormat::Mcp);
+            let rendered = schema::render_tool(&tool.info, SchemaFormat::Mcp.strict(true));
             match serde_json::from_value::<Tool>(rendered) {
                 Ok(tool) => Some(tool),
                 Err(e) => {
