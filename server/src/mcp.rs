@@ -148,6 +148,22 @@ pub fn router(executor: ToolExecutor, options: McpHttpOptions) -> axum::Router {
     axum::Router::new()
         .route_service("/", service)
         .layer(axum::middleware::from_fn(check_post_body))
+        .layer(axum::middleware::from_fn(delete_answers_no_content))
+}
+
+/// `DELETE /mcp` ends the session with `204 No Content`. rmcp answers `202 Accepted`, which
+/// the Python SDK takes for a failure (it expects 200 or 204) and warns "Session termination
+/// failed: 202" on every close, though the session did end.
+async fn delete_answers_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// How long an MCP session may see no message before it is closed (a client that vanished
