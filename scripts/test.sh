@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, runnable on a clean machine: it installs what the tests need
-# (a Python venv with the MCP client), then runs fmt, clippy, every test, and the xtask checks.
+# (Python venvs with the MCP clients, MCP Inspector), then runs fmt, clippy, every test, and the xtask checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +40,36 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 export TOOLBOX_TEST_PYTHON="$PWD/$VENV/bin/python"
+
+step "python test environment with the MCP SDK 1.x (target/test-venv-mcp1)"
+# toolbox/tests/mcp_clients.rs runs the client examples of docs/clients.md on the SDK 1.x as
+# well: most frameworks pin it (langchain-mcp-adapters: mcp<2), and its transport differs.
+VENV1=target/test-venv-mcp1
+if [ ! -x "$VENV1/bin/python" ]; then
+  mkdir -p target
+  "$PY" -m venv "$VENV1"
+fi
+"$VENV1/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements-mcp1.txt
+export TOOLBOX_TEST_PYTHON_MCP1="$PWD/$VENV1/bin/python"
+
+step "MCP Inspector (target/inspector)"
+# toolbox/tests/mcp_clients.rs runs the Inspector command of docs/clients.md (its --cli mode).
+if ! command -v npm >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q nodejs npm >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q nodejs npm >/dev/null
+  fi
+fi
+INSPECTOR_VERSION=2.12.0
+if [ ! -f target/inspector/node_modules/@modelcontextprotocol/inspector/package.json ] \
+  || ! grep -q "\"version\": \"$INSPECTOR_VERSION\"" \
+    target/inspector/node_modules/@modelcontextprotocol/inspector/package.json; then
+  mkdir -p target/inspector
+  npm install --prefix target/inspector --no-audit --no-fund --loglevel=error \
+    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" >/dev/null
+fi
+export TOOLBOX_TEST_INSPECTOR="$PWD/target/inspector"
 
 step "system tools the tests need"
 # toolbox/tests/cli.rs runs the binary under `script` to give it a terminal.

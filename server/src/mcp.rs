@@ -9,12 +9,14 @@
 //!
 //! - `tools/list` lists the tools `toolbox mcp` lists on stdio: those the executor's mode
 //!   shows, without the ones an agent runtime intercepts (`call_agent`), rendered by
-//!   [`toolbox_executor::schema::render_tool`] in [`SchemaFormat::Mcp`] (annotations included);
+//!   [`toolbox_executor::schema::render_tool`] in [`SchemaFormat::Mcp`], strict (annotations
+//!   included);
 //! - `tools/call` runs one call through [`ToolExecutor::run_cancellable`]. Every outcome of a
 //!   call that reached the executor is a result (a failure has `isError: true` and the
 //!   executor's message as its text); only a name that is no tool at all is a protocol error
-//!   (-32602 `unknown tool: NAME`), as on stdio. `notifications/cancelled` for the call, or the
-//!   end of its MCP session, cancels it;
+//!   (-32602 `unknown tool: NAME`), as on stdio. `notifications/cancelled` for the call, the
+//!   end of its MCP session, or the client dropping the POST's response (`ClientGone`)
+//!   cancels it;
 //! - each MCP session (`Mcp-Session-Id`) runs its calls in a toolbox session of its own
 //!   (`mcp-…`), unless [`McpHttpOptions::session`] names one to share on purpose;
 //! - the approval gate: in permission mode `auto` a risky call asks for approval. A client
@@ -149,6 +151,84 @@ pub fn router(executor: ToolExecutor, options: McpHttpOptions) -> axum::Router {
     axum::Router::new()
         .route_service("/", service)
         .layer(axum::middleware::from_fn(check_post_body))
+        .layer(axum::middleware::from_fn(cancel_when_the_client_leaves))
+        .layer(axum::middleware::from_fn(delete_answers_no_content))
+}
+
+/// Cancelled when the response to the POST that carried a request is dropped: the client
+/// closed the connection (it gave up, timed out or died) or the answer was sent. A call that
+/// is still running then has no one to answer, so it is stopped, as for
+/// `notifications/cancelled`: many clients never send that (the Python SDK 1.x does not
+/// when a request times out), they just close the connection.
+#[derive(Clone)]
+struct ClientGone(CancellationToken);
+
+/// Gives every POST a [`ClientGone`] token, in the request's extensions (rmcp hands the HTTP
+/// request's parts on to the handler). It is cancelled when the response is dropped: for an
+/// SSE stream (how rmcp answers a request) when its body is, whether it was read to its end
+/// or not; for anything else when it is complete, or when the client leaves before.
+async fn cancel_when_the_client_leaves(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let gone = CancellationToken::new();
+    request.extensions_mut().insert(ClientGone(gone.clone()));
+    let guard = gone.drop_guard();
+    let response = next.run(request).await;
+    let is_stream = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !is_stream {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held_until_the_body_is_dropped = &guard;
+        chunk
+    });
+    axum::response::Response::from_parts(parts, axum::body::Body::from_stream(body))
+}
+
+/// The token a call runs with: cancelled by `notifications/cancelled` or the end of the MCP
+/// session (rmcp's token for the request), or when the client left ([`ClientGone`]).
+fn call_cancellation(context: &RequestContext<RoleServer>) -> CancellationToken {
+    let gone = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<ClientGone>())
+        .map(|gone| gone.0.clone());
+    let Some(gone) = gone else {
+        return context.ct.clone();
+    };
+    let call = context.ct.child_token();
+    let cancel = call.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = gone.cancelled() => cancel.cancel(),
+            _ = cancel.cancelled() => {}
+        }
+    });
+    call
+}
+
+/// `DELETE /mcp` ends the session with `204 No Content`. rmcp answers `202 Accepted`, which
+/// the Python SDK takes for a failure (it expects 200 or 204) and warns "Session termination
+/// failed: 202" on every close, though the session did end.
+async fn delete_answers_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// How long an MCP session may see no message before it is closed (a client that vanished
@@ -308,7 +388,7 @@ fn listed_tools(executor: &ToolExecutor) -> Vec<Tool> {
     tools
         .into_iter()
         .filter_map(|tool| {
-            let rendered = schema::render_tool(&tool.info, SchemaFormat::Mcp);
+            let rendered = schema::render_tool(&tool.info, SchemaFormat::Mcp.strict(true));
             match serde_json::from_value::<Tool>(rendered) {
                 Ok(tool) => Some(tool),
                 Err(e) => {
@@ -720,7 +800,7 @@ impl ServerHandler for McpHandler {
             .session(self.session.to_string())
             .events(sink)
             .approval_ticket(self.approvals.ticket());
-        let run = executor.run_cancellable(call, context.ct.clone());
+        let run = executor.run_cancellable(call, call_cancellation(&context));
         tokio::pin!(run);
         let mut asking = FuturesUnordered::new();
         let info = loop {

@@ -115,7 +115,7 @@ impl McpServer {
         let _ = events.executor.set(executor.clone());
         let tools = schema::render(
             executor.visible_tools().into_iter().map(|t| &t.info),
-            SchemaFormat::Mcp,
+            SchemaFormat::Mcp.strict(true),
         );
         let tools_list = json!({ "tools": tools }).to_string();
         Ok(McpServer {
