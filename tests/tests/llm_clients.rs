@@ -151,6 +151,7 @@ both_wires!(
     a_connection_refused_is_retried_then_transport,
     a_silent_server_times_out,
     a_server_that_does_not_stream_is_understood,
+    a_redirect_to_another_origin_never_gets_the_key,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -660,4 +661,43 @@ fn a_client_needs_a_model() {
             "{e}"
         );
     }
+}
+
+/// A 307 from the model endpoint to another origin (another port of 127.0.0.1 here) is
+/// refused, naming the origin: the key is never sent there, in either wire format (reqwest
+/// strips `Authorization` itself, but not `x-api-key`).
+async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
+    use std::io::Write;
+    let elsewhere = ScriptedLlm::start(vec![Scripted::text("you should not be here")]);
+    let target = format!("http://{}{}", elsewhere.addr(), wire.path());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let redirector = std::thread::spawn(move || {
+        // At most a few connections (one request and its retries), each answered with 307.
+        listener.set_nonblocking(false).unwrap();
+        for _ in 0..4 {
+            let Ok((mut stream, _)) = listener.accept() else { return };
+            stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+            let mut buf = [0u8; 65536];
+            let _ = stream.read(&mut buf);
+            let reply = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    let base = match wire {
+        Wire::OpenAi => format!("http://{addr}/v1"),
+        Wire::Anthropic => format!("http://{addr}"),
+    };
+    let var = wire.key_var("REDIRECT");
+    let config = config_at(wire, &base, &var, json!({"max_retries": 0}));
+    let env = |name: &str| (name == var).then(|| SECRET.to_string());
+    let client = client_with_env(&config, &env).expect("a client");
+    let e = fails(&*client).await;
+    assert!(e.message.contains("redirected to another origin"), "{e}");
+    assert!(e.message.contains(&elsewhere.addr().port().to_string()), "{e}");
+    assert!(!e.message.contains(SECRET), "{e}");
+    assert!(elsewhere.requests().is_empty(), "the other origin was asked");
+    drop(redirector);
 }

@@ -191,6 +191,31 @@ enum Failure {
     Fatal(LlmError),
 }
 
+/// The most redirects a model request follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// Redirects are followed only to the same origin (scheme, host and port). reqwest strips
+/// the credential headers it knows (`Authorization`) on a cross-origin redirect, but not
+/// `x-api-key` or any other header a provider names: a 307 from the model endpoint would
+/// hand the key to whoever it points at. So a redirect to another origin is an error that
+/// names it, and the request is never sent there.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().map(|u| u.origin());
+        if first.is_some_and(|origin| origin != attempt.url().origin()) {
+            let to = attempt.url().origin().ascii_serialization();
+            return attempt.error(format!(
+                "the model endpoint redirected to another origin ({to}); toolbox does not \
+                 send the API key there. Set [llm] base_url to the address that answers"
+            ));
+        }
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        attempt.follow()
+    })
+}
+
 /// The HTTP side both clients share: the reqwest client, the settings, the key.
 ///
 /// It has no `Debug`: it holds the key.
@@ -212,6 +237,7 @@ impl Transport {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
+            .redirect(same_origin_redirects())
             .user_agent(concat!("toolbox/", env!("CARGO_PKG_VERSION"), " (llm)"))
             .build()
             .map_err(|e| {
