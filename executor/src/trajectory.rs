@@ -41,31 +41,56 @@ pub fn trajectory_path(workspace_root: &Path, session: &str) -> PathBuf {
 ///
 /// Each record is written with one `write_all` of a whole line under a lock, so concurrent
 /// calls never interleave inside a line.
+/// The most trajectory files kept open at once. Past this the least recently written one is
+/// closed (and opened again when its session writes next): a process serving thousands of
+/// sessions must not hold a descriptor for each forever.
+pub const MAX_OPEN_TRAJECTORIES: usize = 256;
+
 pub(crate) struct TrajectoryWriter {
     workspace: Workspace,
-    files: Mutex<HashMap<SessionId, File>>,
+    files: Mutex<OpenFiles>,
+}
+
+/// The open files, each with the tick of its last write.
+#[derive(Default)]
+struct OpenFiles {
+    files: HashMap<SessionId, (File, u64)>,
+    tick: u64,
 }
 
 impl TrajectoryWriter {
     pub fn new(workspace: Workspace) -> Self {
         TrajectoryWriter {
             workspace,
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(OpenFiles::default()),
         }
     }
 
     pub fn append(&self, session: &SessionId, info: &ToolCallInfo) -> Result<()> {
         let mut line = record_line(info)?;
-        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if !files.contains_key(session) {
+        let mut open = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        open.tick += 1;
+        let tick = open.tick;
+        if !open.files.contains_key(session) {
+            if open.files.len() >= MAX_OPEN_TRAJECTORIES {
+                let oldest = open
+                    .files
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(sid, _)| sid.clone());
+                if let Some(oldest) = oldest {
+                    open.files.remove(&oldest);
+                }
+            }
             let (file, torn) = self.open(session)?;
             // A record torn by a crash has no newline; end it so ours starts on a fresh line.
             if torn {
                 line.insert(0, b'\n');
             }
-            files.insert(session.clone(), file);
+            open.files.insert(session.clone(), (file, tick));
         }
-        let file = files.get_mut(session).expect("inserted just above");
+        let (file, used) = open.files.get_mut(session).expect("inserted just above");
+        *used = tick;
         file.write_all(&line)?;
         Ok(())
     }
