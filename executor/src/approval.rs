@@ -49,11 +49,18 @@ impl ApprovalBroker {
         lock(&self.session_approved).contains(&(session.to_string(), tool.to_string()))
     }
 
-    /// Registers a pending request; the receiver resolves when someone answers.
-    pub fn open(&self, session: &str, call_id: &str) -> oneshot::Receiver<Answer> {
+    /// Registers a pending request; the receiver resolves when someone answers. `None` when
+    /// a request of that session and call id waits already: two calls with one id could not
+    /// be told apart by whoever answers.
+    pub fn open(&self, session: &str, call_id: &str) -> Option<oneshot::Receiver<Answer>> {
+        let mut pending = lock(&self.pending);
+        let key = (session.to_string(), call_id.to_string());
+        if pending.contains_key(&key) {
+            return None;
+        }
         let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert((session.to_string(), call_id.to_string()), tx);
-        rx
+        pending.insert(key, tx);
+        Some(rx)
     }
 
     /// Forgets a request that timed out or was cancelled.

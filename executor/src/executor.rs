@@ -672,7 +672,16 @@ impl ToolExecutor {
             return Ok(());
         }
         let preview = describe(tool, arguments, ctx);
-        let rx = inner.approvals.open(session_id, &request.id);
+        let Some(rx) = inner.approvals.open(session_id, &request.id) else {
+            return Err((
+                ErrorKind::InvalidRequest,
+                format!(
+                    "call id {} of session {session_id} is already waiting for approval; \
+                     each call needs an id of its own, so the answer goes to the right one",
+                    shorten(&request.id, 200)
+                ),
+            ));
+        };
         ctx.events
             .emit(ToolEvent::ApprovalRequested(ApprovalRequest {
                 session_id: session_id.clone(),

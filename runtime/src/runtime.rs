@@ -277,18 +277,21 @@ impl Runtime {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> ApprovalAnswer {
+        // Only questions this runtime asked (a turn's calls, run_tool's) are answered here:
+        // a call that asked someone else (an MCP client, by elicitation) is that channel's
+        // to answer, not anyone's who can reach this API.
+        let key = (session.to_string(), call_id.to_string());
+        if !lock(&self.inner.asked).contains(&key) {
+            return ApprovalAnswer::Unknown;
+        }
         if self
             .inner
             .executor
             .respond_approval(session, call_id, decision)
         {
-            return ApprovalAnswer::Delivered;
-        }
-        let key = (session.to_string(), call_id.to_string());
-        if lock(&self.inner.asked).contains(&key) {
-            ApprovalAnswer::AlreadyAnswered
+            ApprovalAnswer::Delivered
         } else {
-            ApprovalAnswer::Unknown
+            ApprovalAnswer::AlreadyAnswered
         }
     }
 

@@ -404,6 +404,16 @@ fn listed_tools(executor: &ToolExecutor) -> Vec<Tool> {
 /// every MCP client shares one session.
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
+/// `mcp-http-<n>-<16 hex digits>`: the number keeps ids unique, the digits (SipHash of the
+/// number under the process's random keys) make them unguessable, so no one who can reach
+/// another API learns which calls wait.
+fn unguessable_call_id(n: u64) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(n);
+    format!("mcp-http-{n}-{:016x}", hasher.finish())
+}
+
 /// `logging/setLevel` not yet called: no log notifications.
 const LOGGING_OFF: u8 = u8::MAX;
 /// Tool output is logged at `info`.
@@ -746,7 +756,7 @@ impl ServerHandler for McpHandler {
             ));
         }
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call_id = format!("mcp-http-{}", CALLS.fetch_add(1, Ordering::Relaxed));
+        let call_id = unguessable_call_id(CALLS.fetch_add(1, Ordering::Relaxed));
         let peer = context.peer.clone();
         let can_elicit = context
             .client_capabilities()

@@ -647,3 +647,25 @@ async fn tracing_events_at_start_and_finish() {
         assert!(finished.contains(field), "{field} missing in {finished}");
     }
 }
+
+/// Two calls waiting with one session and call id could not be told apart by whoever
+/// answers: the second is refused at once, and the first still gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_call_with_a_waiting_calls_id_is_refused() {
+    let (_d, exec) = setup(PermissionMode::Auto, EventSink::none());
+    let first = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.run(req("same", "touch", json!({}))).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while exec.pending_approvals("s1").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the first call never asked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = exec.run(req("same", "touch", json!({}))).await;
+    assert_eq!(second.error_kind, Some(ErrorKind::InvalidRequest), "{second:?}");
+    assert!(second.result.contains("already waiting for approval"), "{}", second.result);
+    assert!(exec.respond_approval("s1", "same", ApprovalDecision::Approve));
+    let first = first.await.unwrap();
+    assert!(first.is_done(), "{}", first.result);
+}

@@ -349,3 +349,38 @@ async fn events_of_a_turn_arrive_in_order_with_a_type_tag() {
         ]
     );
 }
+
+/// A question asked on another channel (an MCP client's elicitation: the executor asked, not
+/// this runtime) cannot be answered through the runtime, and so not through the HTTP API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_questions_the_runtime_asked_are_answered_through_it() {
+    let (dir, rt) = runtime(PermissionMode::Auto, FakeModel::new(vec![]));
+    let executor = rt.executor().clone();
+    let elsewhere = tokio::spawn(async move {
+        executor
+            .run(
+                toolbox_executor::ToolRequest::new(
+                    "mcp-http-7",
+                    "file_manager__write",
+                    serde_json::json!({"path": "x.txt", "content": "x"}),
+                )
+                .session("mcp"),
+            )
+            .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rt.executor().pending_approvals("mcp").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the call never asked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        rt.respond_approval("mcp", "mcp-http-7", ApprovalDecision::Approve),
+        ApprovalAnswer::Unknown
+    );
+    assert_eq!(rt.executor().pending_approvals("mcp"), ["mcp-http-7"]);
+    assert!(rt
+        .executor()
+        .respond_approval("mcp", "mcp-http-7", ApprovalDecision::Deny));
+    assert!(!elsewhere.await.unwrap().is_done());
+    assert!(!dir.path().join("x.txt").exists());
+}
