@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::Value;
+use toolbox_core::trust::Tighten;
 use toolbox_core::{AgentSet, CancellationToken, SessionId};
 use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, ToolExecutor};
 
@@ -19,14 +20,61 @@ pub struct RuntimeOptions {
     pub default_max_steps: u32,
     /// How deep `call_agent` may nest (the turn's agent is depth 0).
     pub max_agent_depth: u32,
+    /// How many tool calls of one model reply run at once (`[runtime] max_parallel_calls`);
+    /// the others wait for a free place, in order.
+    pub max_parallel_calls: usize,
+    /// How many tool calls one turn may make in all, sub-agents included
+    /// (`[runtime] max_calls_per_turn`); past it calls are refused and the turn ends.
+    pub max_calls_per_turn: u32,
 }
+
+/// The default of `[runtime] max_parallel_calls`.
+pub const DEFAULT_MAX_PARALLEL_CALLS: u64 = 8;
+/// The default of `[runtime] max_calls_per_turn`.
+pub const DEFAULT_MAX_CALLS_PER_TURN: u64 = 500;
+
+/// The keys `[runtime]` accepts.
+const RUNTIME_KEYS: &[&str] = &["max_parallel_calls", "max_calls_per_turn"];
+
+// A workspace's toolbox.toml may lower the fan-out caps, never raise them.
+toolbox_core::workspace_config_rules!(
+    "runtime",
+    [
+        (
+            "max_parallel_calls",
+            Tighten::AtMost(DEFAULT_MAX_PARALLEL_CALLS)
+        ),
+        (
+            "max_calls_per_turn",
+            Tighten::AtMost(DEFAULT_MAX_CALLS_PER_TURN)
+        ),
+    ]
+);
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
             default_max_steps: 25,
             max_agent_depth: 3,
+            max_parallel_calls: DEFAULT_MAX_PARALLEL_CALLS as usize,
+            max_calls_per_turn: DEFAULT_MAX_CALLS_PER_TURN as u32,
         }
+    }
+}
+
+impl RuntimeOptions {
+    /// The defaults, with `[runtime]` of `config` over them (unknown keys and values out of
+    /// range are refused, naming them).
+    pub fn from_config(config: &toolbox_executor::ExecutorConfig) -> anyhow::Result<Self> {
+        let table = toolbox_core::ConfigTable::new("runtime", config.providers.get("runtime"), RUNTIME_KEYS)?;
+        let mut options = RuntimeOptions::default();
+        if let Some(n) = table.u64_in("max_parallel_calls", 1, 256)? {
+            options.max_parallel_calls = n as usize;
+        }
+        if let Some(n) = table.u64_in("max_calls_per_turn", 1, 100_000)? {
+            options.max_calls_per_turn = n as u32;
+        }
+        Ok(options)
     }
 }
 

@@ -384,3 +384,50 @@ async fn only_questions_the_runtime_asked_are_answered_through_it() {
     assert!(!elsewhere.await.unwrap().is_done());
     assert!(!dir.path().join("x.txt").exists());
 }
+
+/// One model reply cannot fan out without bound: at most `max_parallel_calls` of its calls
+/// run at once, and past `max_calls_per_turn` calls are refused and the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_fans_out_within_its_caps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ExecutorConfig::new(dir.path());
+    config.permissions.mode = PermissionMode::Full;
+    config
+        .apply_toml("[runtime]\nmax_parallel_calls = 2\nmax_calls_per_turn = 6\n")
+        .unwrap();
+    // Each command notes how many run beside it: it counts the marker files present.
+    let command = "touch run.$$; n=$(ls run.* | wc -l); echo $n >> ../../../../seen.txt; \
+                   sleep 0.3; rm run.$$";
+    let batch: Vec<(String, &str, serde_json::Value)> = (0..10)
+        .map(|i| (format!("c{i}"), "shell", json!({ "command": command })))
+        .collect();
+    let batch: Vec<(&str, &str, serde_json::Value)> = batch
+        .iter()
+        .map(|(id, name, args)| (id.as_str(), *name, args.clone()))
+        .collect();
+    let model = FakeModel::new(vec![calls(&batch), text("never asked")]);
+    let options = RuntimeOptions::from_config(&config).unwrap();
+    assert_eq!((options.max_parallel_calls, options.max_calls_per_turn), (2, 6));
+    let llm: Arc<dyn LlmClient> = model.clone();
+    let rt = Runtime::new(ToolExecutor::new(config).unwrap(), Ok(llm), options);
+    let outcome = rt.run_turn("s1", TurnRequest::new("fan out")).await.unwrap();
+    assert_eq!(outcome.stop_reason, StopReason::MaxSteps);
+    let seen = std::fs::read_to_string(dir.path().join("seen.txt")).unwrap();
+    let counts: Vec<u32> = seen.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(counts.len(), 6, "exactly max_calls_per_turn ran: {seen}");
+    assert!(counts.iter().all(|n| *n <= 2), "more than 2 at once: {seen}");
+    // The refused calls were answered, saying why; the model was not asked again.
+    let kept = toolbox_runtime::conversation::load(rt.executor().workspace(), &sid("s1")).unwrap();
+    let refused = kept
+        .messages
+        .iter()
+        .filter(|m| format!("{m:?}").contains("max_calls_per_turn"))
+        .count();
+    assert_eq!(refused, 4);
+    assert_eq!(model.script.lock().unwrap().len(), 1);
+    // A workspace may lower the caps, not raise them; an unknown key is named.
+    let mut bad = ExecutorConfig::new(dir.path());
+    bad.apply_toml("[runtime]\nmax_paralel_calls = 2\n").unwrap();
+    let e = RuntimeOptions::from_config(&bad).unwrap_err().to_string();
+    assert!(e.contains("max_paralel_calls"), "{e}");
+}
