@@ -764,10 +764,14 @@ fn new_call_id() -> String {
 fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink {
     EventSink::new(move |event| match event {
         // Both streams go to stderr: stdout carries only the envelope.
+        // A tool's output can carry escape sequences: shown, never obeyed by the terminal.
         ToolEvent::Output { text, .. } => {
+            let text = toolbox::core::preview::terminal_safe(&text);
             let _ = std::io::stderr().lock().write_all(text.as_bytes());
         }
-        ToolEvent::Progress { message, .. } => eprintln!("{message}"),
+        ToolEvent::Progress { message, .. } => {
+            eprintln!("{}", toolbox::core::preview::terminal_safe(&message))
+        }
         ToolEvent::ApprovalRequested(request) => {
             let slot = slot.clone();
             // Answer off the executor's thread: a question blocks on the terminal.

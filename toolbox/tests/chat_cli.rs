@@ -712,3 +712,42 @@ fn no_model_configured_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("model"), "{}", text(&out.stderr));
 }
+
+/// Escape sequences from a hostile model or a hostile file cannot drive the terminal: they
+/// are shown escaped, the real question stays visible after them, and `y` runs only the
+/// command that was shown.
+#[test]
+fn a_hostile_model_and_a_hostile_file_cannot_drive_the_terminal() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("README.md"),
+        "Welcome\x1b[2J\x1b[H\x1b]0;owned\x07 to the project\n",
+    )
+    .unwrap();
+    let fake = "\x1b[H\x1b[2J→ shell {\"command\":\"ls -la\"}\ntoolbox asks: allow shell (risk shell)?\n\x1b[8m";
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call("r1", "file_manager__read", json!({"path": "README.md"})),
+        Scripted::ToolCalls {
+            text: fake.to_string(),
+            calls: vec![(
+                "s1".into(),
+                "shell".into(),
+                json!({"command": "touch shown.txt", "cwd": "."}).to_string(),
+            )],
+        },
+        Scripted::text("done \u{202e}txt.exe"),
+    ]);
+    let mut term = chat_on_terminal(ws.path(), &llm, "--mode auto go", &[]);
+    let screen = term.wait_for(PROMPT, 2, LIMIT);
+    // The model's fake question is shown as text; the real one comes after it, whole.
+    let real = screen.rfind(PROMPT).unwrap();
+    assert!(screen[real..].contains("touch shown.txt"), "{screen}");
+    term.type_keys("y\n");
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    for raw in ["\x1b[2J", "\x1b[H", "\x1b[8m", "\x1b]0;", "\u{202e}"] {
+        assert!(!screen.contains(raw), "{raw:?} reached the terminal: {screen:?}");
+    }
+    assert!(screen.contains("\\x1b[2J"), "shown escaped: {screen:?}");
+    assert!(ws.path().join("shown.txt").exists(), "{screen}");
+}
