@@ -87,6 +87,17 @@ pub fn check_options(options: &ServeOptions) -> Result<()> {
         if token.len() < 16 {
             bail!("the token is too short: use at least 16 characters (a random one, e.g. `openssl rand -hex 24`)");
         }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            bail!("the token has spaces or control characters: use a random one, e.g. `openssl rand -hex 24`");
+        }
+        let distinct: std::collections::HashSet<char> = token.chars().collect();
+        if distinct.len() < 8 {
+            bail!(
+                "the token is too weak ({} different characters): use a random one, e.g. \
+                 `openssl rand -hex 24`",
+                distinct.len()
+            );
+        }
     }
     for origin in &options.cors_origins {
         security::parse_origin(origin).with_context(|| format!("--cors-origin {origin:?}"))?;

@@ -92,11 +92,14 @@ fn deny(status: StatusCode, message: String) -> Response {
 }
 
 /// Compares in time that does not depend on where the strings differ.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Whether `given` equals `secret`, in time that depends only on the secret's length (not on
+/// where the first difference is, nor on whether the lengths differ).
+fn same_secret(given: &[u8], secret: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != secret.len());
+    for (i, s) in secret.iter().enumerate() {
+        diff |= given.get(i).copied().unwrap_or(0) ^ s;
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    diff == 0
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -191,5 +194,20 @@ mod tests {
         assert!(same_secret(b"abc", b"abc"));
         assert!(!same_secret(b"abc", b"abd"));
         assert!(!same_secret(b"abc", b"abcd"));
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::same_secret;
+
+    #[test]
+    fn only_the_same_bytes_match() {
+        let secret = b"0123456789abcdef";
+        assert!(same_secret(secret, secret));
+        assert!(!same_secret(b"0123456789abcdeX", secret));
+        assert!(!same_secret(b"0123456789abcde", secret));
+        assert!(!same_secret(b"0123456789abcdef0", secret));
+        assert!(!same_secret(b"", secret));
     }
 }

@@ -81,9 +81,13 @@ struct ServeArgs {
     /// Address to listen on. Anything but loopback needs --token.
     #[arg(long, default_value = "127.0.0.1:7878")]
     listen: std::net::SocketAddr,
-    /// Bearer token every /api and /mcp request must carry [env: TOOLBOX_SERVE_TOKEN].
-    #[arg(long)]
+    /// Bearer token every /api and /mcp request must carry [env: TOOLBOX_SERVE_TOKEN]. Any
+    /// process can read a flag in /proc/PID/cmdline: prefer --token-file or the variable.
+    #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
+    /// Read the bearer token from this file (its first line).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
     /// Allow cross-origin requests from this origin (repeatable), e.g. http://localhost:3000.
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
@@ -600,8 +604,20 @@ async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
 
 /// `toolbox serve`: the HTTP sidecar until SIGTERM or Ctrl-C.
 async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
+    let from_file = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| UsageError(format!("--token-file {}: {e}", path.display())))?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        ),
+        None => None,
+    };
     let token = args
         .token
+        .or(from_file)
         .or_else(|| std::env::var("TOOLBOX_SERVE_TOKEN").ok())
         .filter(|t| !t.is_empty());
     let options = toolbox::server::ServeOptions {

@@ -465,3 +465,29 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
         assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
     }
 }
+
+/// A weak `toolbox serve` token is refused before anything listens: spaces, too few distinct
+/// characters, too short; a token file is read like the flag.
+#[test]
+fn weak_serve_tokens_are_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let file = ws.path().join("token");
+    std::fs::write(&file, "aaaaaaaaaaaaaaaaaaaaaaaa\n").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--token".into(), " ".repeat(20)], "spaces or control characters"),
+        (vec!["--token".into(), "abababababababababab".into()], "too weak"),
+        (vec!["--token".into(), "short".into()], "too short"),
+        (vec!["--token-file".into(), file.display().to_string()], "too weak"),
+        (vec!["--token-file".into(), "/nonexistent/token".into()], "--token-file"),
+    ];
+    for (args, said) in cases {
+        let out = toolbox(ws.path())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+}
