@@ -68,11 +68,39 @@ pub fn parse_origin(origin: &str) -> Result<String> {
 }
 
 /// The host name of a `Host` header (no port, brackets kept for IPv6).
-fn host_name(host: &str) -> &str {
-    if let Some(end) = host.strip_prefix('[').and_then(|h| h.find(']')) {
-        return &host[..end + 2];
+/// The name of a `Host` header (`name`, `name:port`, `[v6]` or `[v6]:port`), parsed strictly:
+/// a name of letters, digits, `.` and `-` (or a bracketed IPv6 address), a port of digits.
+/// Anything else (`localhost:80@evil.example`, a space, a second colon) is no host at all.
+fn host_name(host: &str) -> Option<&str> {
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let name = &host[..end + 2];
+        let v6 = &rest[..end];
+        if v6.is_empty() || !v6.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+            return None;
+        }
+        (name, &rest[end + 1..])
+    } else {
+        let (name, port) = match host.split_once(':') {
+            Some((name, port)) => (name, port),
+            None => (host, ""),
+        };
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+        if !name_ok {
+            return None;
+        }
+        (name, if port.is_empty() { "" } else { &host[name.len()..] })
+    };
+    match port.strip_prefix(':') {
+        None if port.is_empty() => Some(name),
+        Some(digits) if !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(name)
+        }
+        _ => None,
     }
-    host.rsplit_once(':').map_or(host, |(name, _)| name)
 }
 
 fn is_loopback_name(name: &str) -> bool {
@@ -91,7 +119,6 @@ fn deny(status: StatusCode, message: String) -> Response {
     response
 }
 
-/// Compares in time that does not depend on where the strings differ.
 /// Whether `given` equals `secret`, in time that depends only on the secret's length (not on
 /// where the first difference is, nor on whether the lengths differ).
 fn same_secret(given: &[u8], secret: &[u8]) -> bool {
@@ -110,11 +137,23 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
+    if headers.get_all(header::HOST).iter().count() > 1 {
+        return deny(
+            StatusCode::BAD_REQUEST,
+            "the request has more than one Host header".into(),
+        );
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if state.options.listen.ip().is_loopback() && !is_loopback_name(host_name(host)) {
+    if host_name(host).is_none() && !host.is_empty() {
+        return deny(
+            StatusCode::BAD_REQUEST,
+            format!("Host {host:?} is not a host name with an optional port"),
+        );
+    }
+    if state.options.listen.ip().is_loopback() && !host_name(host).is_some_and(is_loopback_name) {
         return deny(
             StatusCode::FORBIDDEN,
             format!(
@@ -169,9 +208,22 @@ mod tests {
 
     #[test]
     fn host_names_and_loopback() {
-        assert_eq!(host_name("localhost:7878"), "localhost");
-        assert_eq!(host_name("[::1]:7878"), "[::1]");
-        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert_eq!(host_name("localhost:7878"), Some("localhost"));
+        assert_eq!(host_name("[::1]:7878"), Some("[::1]"));
+        assert_eq!(host_name("[::1]"), Some("[::1]"));
+        assert_eq!(host_name("127.0.0.1"), Some("127.0.0.1"));
+        for bad in [
+            "localhost:80@evil.example",
+            "localhost:80:81",
+            "local host",
+            "localhost:",
+            "localhost:http",
+            "[::1]x",
+            "[evil]",
+            "",
+        ] {
+            assert_eq!(host_name(bad), None, "{bad:?}");
+        }
         assert!(is_loopback_name("LOCALHOST"));
         assert!(is_loopback_name("app.localhost"));
         assert!(!is_loopback_name("evil.example"));
