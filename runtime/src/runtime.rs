@@ -66,7 +66,11 @@ impl RuntimeOptions {
     /// The defaults, with `[runtime]` of `config` over them (unknown keys and values out of
     /// range are refused, naming them).
     pub fn from_config(config: &toolbox_executor::ExecutorConfig) -> anyhow::Result<Self> {
-        let table = toolbox_core::ConfigTable::new("runtime", config.providers.get("runtime"), RUNTIME_KEYS)?;
+        let table = toolbox_core::ConfigTable::new(
+            "runtime",
+            config.providers.get("runtime"),
+            RUNTIME_KEYS,
+        )?;
         let mut options = RuntimeOptions::default();
         if let Some(n) = table.u64_in("max_parallel_calls", 1, 256)? {
             options.max_parallel_calls = n as usize;

@@ -37,6 +37,8 @@ struct Turn {
     /// The turn's approval questions, one at a time in the order the model asked for the
     /// calls (sub-agents' calls included).
     approvals: ApprovalQueue,
+    /// Tool calls the turn's agents asked for so far.
+    calls: AtomicU32,
 }
 
 /// How one agent's run ended.
@@ -76,6 +78,7 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
         usage: Mutex::new(Usage::default()),
         steps: AtomicU32::new(0),
         approvals: ApprovalQueue::new(),
+        calls: AtomicU32::new(0),
     };
     let end = match open_conversation(&turn, &request.message) {
         Ok((mut messages, writer)) => {
@@ -259,14 +262,42 @@ fn run_agent<'a>(
                     notice: None,
                 };
             }
-            // The calls run at once, but their questions come one at a time, in this order.
+            // The calls run at once (at most max_parallel_calls, in order), but their
+            // questions come one at a time, in this order.
             let tickets: Vec<ApprovalTicket> =
                 calls.iter().map(|_| turn.approvals.ticket()).collect();
-            let results =
-                futures_util::future::join_all(calls.iter().zip(tickets).map(|(call, ticket)| {
-                    run_call(turn, agent, depth, chain, &offered, call, ticket)
-                }))
-                .await;
+            let limit = turn.rt.inner.options.max_calls_per_turn;
+            let results: Vec<String> = {
+                use futures_util::StreamExt;
+                let offered = &offered;
+                let mut runs: Vec<BoxFuture<'_, String>> = Vec::with_capacity(calls.len());
+                for (call, ticket) in calls.iter().zip(tickets) {
+                    let made = turn.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                    runs.push(Box::pin(async move {
+                        if made > limit {
+                            drop(ticket);
+                            let message = format!(
+                                "not run: this turn has made {limit} tool calls, the limit \
+                                 ([runtime] max_calls_per_turn); the turn ends here"
+                            );
+                            return finish_local(
+                                turn,
+                                agent,
+                                depth,
+                                call,
+                                CallStatus::Error,
+                                message,
+                                0,
+                            );
+                        }
+                        run_call(turn, agent, depth, chain, offered, call, ticket).await
+                    }));
+                }
+                futures_util::stream::iter(runs)
+                    .buffered(turn.rt.inner.options.max_parallel_calls.max(1))
+                    .collect()
+                    .await
+            };
             let answers: Vec<Message> = calls
                 .iter()
                 .zip(results)
@@ -280,6 +311,17 @@ fn run_agent<'a>(
             messages.extend(answers);
             if turn.cancel.is_cancelled() {
                 return cancelled(agent);
+            }
+            if turn.calls.load(Ordering::Relaxed) > limit {
+                return AgentEnd {
+                    stop: StopReason::MaxSteps,
+                    text: String::new(),
+                    notice: Some(format!(
+                        "the turn stopped after {limit} tool calls ([runtime] \
+                         max_calls_per_turn); the results so far are kept. Send another \
+                         message to go on"
+                    )),
+                };
             }
         }
         let notice = format!(

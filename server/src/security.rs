@@ -76,7 +76,11 @@ fn host_name(host: &str) -> Option<&str> {
         let end = rest.find(']')?;
         let name = &host[..end + 2];
         let v6 = &rest[..end];
-        if v6.is_empty() || !v6.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+        if v6.is_empty()
+            || !v6
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
             return None;
         }
         (name, &rest[end + 1..])
@@ -92,11 +96,22 @@ fn host_name(host: &str) -> Option<&str> {
         if !name_ok {
             return None;
         }
-        (name, if port.is_empty() { "" } else { &host[name.len()..] })
+        (
+            name,
+            if port.is_empty() {
+                ""
+            } else {
+                &host[name.len()..]
+            },
+        )
     };
     match port.strip_prefix(':') {
         None if port.is_empty() => Some(name),
-        Some(digits) if !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()) => {
+        Some(digits)
+            if !digits.is_empty()
+                && digits.len() <= 5
+                && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
             Some(name)
         }
         _ => None,

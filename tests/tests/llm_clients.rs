@@ -676,7 +676,9 @@ async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
         // At most a few connections (one request and its retries), each answered with 307.
         listener.set_nonblocking(false).unwrap();
         for _ in 0..4 {
-            let Ok((mut stream, _)) = listener.accept() else { return };
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
             stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
             let mut buf = [0u8; 65536];
             let _ = stream.read(&mut buf);
@@ -696,8 +698,14 @@ async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
     let client = client_with_env(&config, &env).expect("a client");
     let e = fails(&*client).await;
     assert!(e.message.contains("redirected to another origin"), "{e}");
-    assert!(e.message.contains(&elsewhere.addr().port().to_string()), "{e}");
+    assert!(
+        e.message.contains(&elsewhere.addr().port().to_string()),
+        "{e}"
+    );
     assert!(!e.message.contains(SECRET), "{e}");
-    assert!(elsewhere.requests().is_empty(), "the other origin was asked");
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the other origin was asked"
+    );
     drop(redirector);
 }

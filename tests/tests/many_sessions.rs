@@ -21,8 +21,12 @@ async fn two_thousand_sessions_under_a_1024_descriptor_limit_are_all_recorded() 
     for i in 0..2000 {
         let info = exec
             .run(
-                ToolRequest::new(format!("c{i}"), "file_manager__read", json!({"path": "a.txt"}))
-                    .session(format!("s{i}")),
+                ToolRequest::new(
+                    format!("c{i}"),
+                    "file_manager__read",
+                    json!({"path": "a.txt"}),
+                )
+                .session(format!("s{i}")),
             )
             .await;
         assert!(info.is_done(), "call {i}: {}", info.result);
@@ -30,8 +34,7 @@ async fn two_thousand_sessions_under_a_1024_descriptor_limit_are_all_recorded() 
     // A second call in an early session (its file was closed long ago) appends to it.
     let info = exec
         .run(
-            ToolRequest::new("again", "file_manager__read", json!({"path": "a.txt"}))
-                .session("s0"),
+            ToolRequest::new("again", "file_manager__read", json!({"path": "a.txt"})).session("s0"),
         )
         .await;
     assert!(info.is_done(), "{}", info.result);

@@ -659,12 +659,23 @@ async fn a_second_call_with_a_waiting_calls_id_is_refused() {
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while exec.pending_approvals("s1").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the first call never asked");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first call never asked"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let second = exec.run(req("same", "touch", json!({}))).await;
-    assert_eq!(second.error_kind, Some(ErrorKind::InvalidRequest), "{second:?}");
-    assert!(second.result.contains("already waiting for approval"), "{}", second.result);
+    assert_eq!(
+        second.error_kind,
+        Some(ErrorKind::InvalidRequest),
+        "{second:?}"
+    );
+    assert!(
+        second.result.contains("already waiting for approval"),
+        "{}",
+        second.result
+    );
     assert!(exec.respond_approval("s1", "same", ApprovalDecision::Approve));
     let first = first.await.unwrap();
     assert!(first.is_done(), "{}", first.result);

@@ -407,15 +407,24 @@ async fn a_turn_fans_out_within_its_caps() {
         .collect();
     let model = FakeModel::new(vec![calls(&batch), text("never asked")]);
     let options = RuntimeOptions::from_config(&config).unwrap();
-    assert_eq!((options.max_parallel_calls, options.max_calls_per_turn), (2, 6));
+    assert_eq!(
+        (options.max_parallel_calls, options.max_calls_per_turn),
+        (2, 6)
+    );
     let llm: Arc<dyn LlmClient> = model.clone();
     let rt = Runtime::new(ToolExecutor::new(config).unwrap(), Ok(llm), options);
-    let outcome = rt.run_turn("s1", TurnRequest::new("fan out")).await.unwrap();
+    let outcome = rt
+        .run_turn("s1", TurnRequest::new("fan out"))
+        .await
+        .unwrap();
     assert_eq!(outcome.stop_reason, StopReason::MaxSteps);
     let seen = std::fs::read_to_string(dir.path().join("seen.txt")).unwrap();
     let counts: Vec<u32> = seen.lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_eq!(counts.len(), 6, "exactly max_calls_per_turn ran: {seen}");
-    assert!(counts.iter().all(|n| *n <= 2), "more than 2 at once: {seen}");
+    assert!(
+        counts.iter().all(|n| *n <= 2),
+        "more than 2 at once: {seen}"
+    );
     // The refused calls were answered, saying why; the model was not asked again.
     let kept = toolbox_runtime::conversation::load(rt.executor().workspace(), &sid("s1")).unwrap();
     let refused = kept
@@ -427,7 +436,8 @@ async fn a_turn_fans_out_within_its_caps() {
     assert_eq!(model.script.lock().unwrap().len(), 1);
     // A workspace may lower the caps, not raise them; an unknown key is named.
     let mut bad = ExecutorConfig::new(dir.path());
-    bad.apply_toml("[runtime]\nmax_paralel_calls = 2\n").unwrap();
+    bad.apply_toml("[runtime]\nmax_paralel_calls = 2\n")
+        .unwrap();
     let e = RuntimeOptions::from_config(&bad).unwrap_err().to_string();
     assert!(e.contains("max_paralel_calls"), "{e}");
 }

@@ -69,7 +69,8 @@ pub async fn chat(config: ExecutorConfig, options: ChatOptions) -> Result<ExitCo
         return Err(UsageError(format!("chat needs a model: {why}")));
     }
     let executor = ToolExecutor::new(config).map_err(usage)?;
-    let runtime = Runtime::new(executor, llm, RuntimeOptions::default());
+    let runtime_options = RuntimeOptions::from_config(executor.config()).map_err(usage)?;
+    let runtime = Runtime::new(executor, llm, runtime_options);
     let mut events = runtime.events().subscribe(&options.session, None);
     let request = TurnRequest {
         message: options.message,

@@ -639,9 +639,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         eprintln!("toolbox serve: no model, so turns are refused until one is configured: {why}");
     }
     let executor = ToolExecutor::new(config).map_err(usage)?;
-    let options =
+    let runtime_options =
         toolbox::runtime::RuntimeOptions::from_config(executor.config()).map_err(usage)?;
-    let runtime = toolbox::runtime::Runtime::new(executor, llm, options);
+    let runtime = toolbox::runtime::Runtime::new(executor, llm, runtime_options);
     // Installed now, before binding: a SIGTERM right after "listening" still stops cleanly.
     let signal = toolbox::stop_signal();
     let stop = async move {

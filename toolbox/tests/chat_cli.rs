@@ -746,7 +746,10 @@ fn a_hostile_model_and_a_hostile_file_cannot_drive_the_terminal() {
     let (code, screen) = term.finish(LIMIT);
     assert_eq!(code, Some(0), "{screen}");
     for raw in ["\x1b[2J", "\x1b[H", "\x1b[8m", "\x1b]0;", "\u{202e}"] {
-        assert!(!screen.contains(raw), "{raw:?} reached the terminal: {screen:?}");
+        assert!(
+            !screen.contains(raw),
+            "{raw:?} reached the terminal: {screen:?}"
+        );
     }
     assert!(screen.contains("\\x1b[2J"), "shown escaped: {screen:?}");
     assert!(ws.path().join("shown.txt").exists(), "{screen}");

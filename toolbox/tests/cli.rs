@@ -474,11 +474,23 @@ fn weak_serve_tokens_are_refused() {
     let file = ws.path().join("token");
     std::fs::write(&file, "aaaaaaaaaaaaaaaaaaaaaaaa\n").unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--token".into(), " ".repeat(20)], "spaces or control characters"),
-        (vec!["--token".into(), "abababababababababab".into()], "too weak"),
+        (
+            vec!["--token".into(), " ".repeat(20)],
+            "spaces or control characters",
+        ),
+        (
+            vec!["--token".into(), "abababababababababab".into()],
+            "too weak",
+        ),
         (vec!["--token".into(), "short".into()], "too short"),
-        (vec!["--token-file".into(), file.display().to_string()], "too weak"),
-        (vec!["--token-file".into(), "/nonexistent/token".into()], "--token-file"),
+        (
+            vec!["--token-file".into(), file.display().to_string()],
+            "too weak",
+        ),
+        (
+            vec!["--token-file".into(), "/nonexistent/token".into()],
+            "--token-file",
+        ),
     ];
     for (args, said) in cases {
         let out = toolbox(ws.path())
