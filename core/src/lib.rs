@@ -32,6 +32,7 @@ pub mod preview;
 mod provider;
 mod runner;
 pub mod schema;
+pub mod secrets;
 pub mod session;
 mod skill;
 mod spool_file;

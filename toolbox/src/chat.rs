@@ -57,7 +57,8 @@ pub fn new_session_id(workspace: &toolbox::core::Workspace) -> SessionId {
 
 /// The model client `[llm]` and `TOOLBOX_LLM_*` describe, or why there is none.
 pub fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, String> {
-    let env = |name: &str| std::env::var(name).ok();
+    // Secrets were taken out of the environment at start-up; they are read from there.
+    let env = |name: &str| toolbox::core::secrets::var(name);
     LlmConfig::from_table(config.providers.get("llm"), &env)
         .and_then(|c| llm::client(&c))
         .map_err(|e| e.message)

@@ -273,6 +273,10 @@ pub(crate) fn usage(error: impl std::fmt::Display) -> UsageError {
 
 fn main() -> ExitCode {
     errors_without_backtraces();
+    // SAFETY: first thing, before any other thread exists.
+    unsafe {
+        toolbox::core::secrets::capture_and_scrub();
+    }
     let cli = Cli::parse();
     let stderr_is_terminal = std::io::stderr().is_terminal();
     // First, before any thread writes to stderr: from here on a client that never reads
@@ -618,7 +622,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
     let token = args
         .token
         .or(from_file)
-        .or_else(|| std::env::var("TOOLBOX_SERVE_TOKEN").ok())
+        .or_else(|| toolbox::core::secrets::var("TOOLBOX_SERVE_TOKEN"))
         .filter(|t| !t.is_empty());
     let options = toolbox::server::ServeOptions {
         listen: args.listen,

@@ -754,3 +754,36 @@ fn a_hostile_model_and_a_hostile_file_cannot_drive_the_terminal() {
     assert!(screen.contains("\\x1b[2J"), "shown escaped: {screen:?}");
     assert!(ws.path().join("shown.txt").exists(), "{screen}");
 }
+
+/// A model key in a variable that looks like a secret is taken out of the environment at
+/// start-up: the model request still carries it, the model's own shell command cannot read it.
+#[test]
+fn the_model_key_reaches_the_model_and_not_its_commands() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call(
+            "s1",
+            "shell",
+            json!({"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"}),
+        ),
+        Scripted::text("done"),
+    ]);
+    let out = chat_command(ws.path(), &llm, Wire::OpenAi, &["--mode", "full", "look"])
+        .env("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_API_KEY")
+        .env("SCRIPTED_API_KEY", KEY)
+        .env_remove("SCRIPTED_KEY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let requests = llm.requests();
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let results = tool_results(&requests[1]);
+    assert!(results[0].contains("PATH"), "{results:?}");
+    assert!(
+        !results[0].contains(KEY),
+        "the command read the key: {results:?}"
+    );
+}

@@ -264,3 +264,48 @@ fn mcp_in_read_only_mode_with_a_tightening_workspace_hides_and_refuses_shell() {
     assert!(refused, "{call}");
     assert!(!marker.exists(), "shell ran");
 }
+
+/// Secrets in toolbox's environment never reach the code it runs for a model: not through
+/// the child's environment, not through `/proc/<toolbox>/environ`, not through embedded
+/// Python's `os.environ`, on every Python backend and in the shell.
+#[test]
+fn secrets_in_the_environment_do_not_reach_model_run_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().to_path_buf();
+    let secrets = [
+        ("EXAMPLE_API_KEY", "sk-example-0123456789abcdef"),
+        ("GITHUB_TOKEN", "ghp_example0123456789abcdef"),
+        ("TOOLBOX_SERVE_TOKEN", "serve-token-0123456789abcdef"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-secret-0123456789abcdef"),
+    ];
+    let shell = r#"{"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"}"#;
+    let python = r#"{"code": "import os\nprint(dict(os.environ))\nfor pid in (os.getpid(), os.getppid()):\n    try:\n        print(open(f'/proc/{pid}/environ', 'rb').read())\n    except OSError as e:\n        print('unreadable', pid, e)"}"#;
+    for (tool, args, backend) in [
+        ("shell", shell, "embedded"),
+        ("run_python_code", python, "embedded"),
+        ("run_python_code", python, "isolated"),
+    ] {
+        let config = ws.join(".no-user-config").join(format!("{backend}.toml"));
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        std::fs::write(&config, format!("[python]\nbackend = \"{backend}\"\n")).unwrap();
+        let out = toolbox(&ws)
+            .envs(secrets)
+            .env("TOOLBOX_CONFIG", &config)
+            .args(["call", "--mode", "full", tool, args])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let envelope: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|_| panic!("{tool} {backend}: {stdout}"));
+        let result = envelope["result"].as_str().unwrap();
+        assert_eq!(envelope["status"], "done", "{tool} {backend}: {result}");
+        // The code did run and read its environment.
+        assert!(result.contains("PATH"), "{tool} {backend}: {result}");
+        for (name, value) in secrets {
+            assert!(
+                !result.contains(value),
+                "{tool} ({backend}) saw {name}: {result}"
+            );
+        }
+    }
+}

@@ -59,7 +59,7 @@ pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> 
     let n = args.u64_in("n", &[], 1, 1, 4)?;
 
     let table = ctx.provider_config("image_gen");
-    let endpoint = endpoint(table, |var| std::env::var(var).ok())?;
+    let endpoint = endpoint(table, toolbox_core::secrets::var)?;
     let client = provider.client(table, &endpoint)?;
 
     let mut body = json!({"model": endpoint.model, "prompt": prompt, "n": n, "size": size});

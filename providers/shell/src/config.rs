@@ -17,15 +17,7 @@ use toolbox_core::{ConfigTable, ParsedCache};
 /// Credentials the agent process holds (LLM API keys, cloud secrets) are the usual target of a
 /// prompt-injected `env | curl …`; a model rarely needs them in a shell. `*` matches any run of
 /// characters and matching ignores ASCII case. Set `deny_env = []` to pass everything through.
-pub const DEFAULT_DENY_ENV: &[&str] = &[
-    "*_API_KEY",
-    "*_API_TOKEN",
-    "*_SECRET",
-    "*_SECRET_KEY",
-    "*_ACCESS_KEY",
-    "*_AUTH_TOKEN",
-    "*_PASSWORD",
-];
+pub const DEFAULT_DENY_ENV: &[&str] = toolbox_core::secrets::SECRET_PATTERNS;
 
 /// Which OS sandbox wraps each command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -189,8 +189,9 @@ fn endpoint(base: &str, key: &str, path: &str) -> Result<Url> {
 }
 
 fn api_key(var: &str, service: &str, config_key: &str) -> Result<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+    // Through the secrets toolbox took out of its environment at start-up.
+    match toolbox_core::secrets::var(var) {
+        Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
         _ => bail!(
             "{NAME}: {service} needs an API key in the environment variable {var}, which is not set (set it, or name another variable with [web] {config_key})"
         ),

@@ -1,0 +1,156 @@
+//! Secrets in the environment: read once at start-up, then out of reach of model-run code.
+//!
+//! toolbox holds credentials (LLM keys, the serve token, image and web-search keys) that the
+//! code it runs for a model must never see. A deny list on each child is not enough: a shell
+//! command can read `/proc/$PPID/environ`, and embedded Python shares toolbox's own process.
+//! So the binary calls [`capture_and_scrub`] first thing, while it has one thread:
+//!
+//! - every variable whose name matches [`SECRET_PATTERNS`] is copied into this module and
+//!   removed from the process environment, so no child inherits it and embedded Python's
+//!   `os.environ` never has it;
+//! - its value in the original environment block, which `/proc/<pid>/environ` shows however
+//!   the environment changes later, is overwritten with `*`;
+//! - the process is made non-dumpable, so that a child that is not root cannot read toolbox's
+//!   `/proc/<pid>/environ` or `/proc/<pid>/mem` at all.
+//!
+//! toolbox's own code reads such a variable with [`var`], which looks here first.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Mutex, OnceLock};
+
+/// Names of variables that hold secrets (`*` is any run of characters; ASCII case ignored).
+/// The shell's `[shell] deny_env` starts from the same list.
+pub const SECRET_PATTERNS: &[&str] = &[
+    "*_API_KEY",
+    "*_API_TOKEN",
+    "*_TOKEN",
+    "*_SECRET",
+    "*_SECRET_KEY",
+    "*_ACCESS_KEY",
+    "*_AUTH_TOKEN",
+    "*_PASSWORD",
+    "TOOLBOX_SERVE_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+];
+
+fn store() -> &'static Mutex<HashMap<OsString, OsString>> {
+    static STORE: OnceLock<Mutex<HashMap<OsString, OsString>>> = OnceLock::new();
+    STORE.get_or_init(Mutex::default)
+}
+
+/// Whether `name` matches `pattern` (`*` any run of characters, ASCII case ignored).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let p = pattern.as_bytes();
+    let n = name.as_bytes();
+    // A greedy matcher that backtracks to the last star: linear for these short names.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if pi < p.len() && p[pi].eq_ignore_ascii_case(&n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Whether `name` is one of [`SECRET_PATTERNS`].
+pub fn is_secret_name(name: &str) -> bool {
+    SECRET_PATTERNS.iter().any(|p| name_matches(p, name))
+}
+
+/// Moves every secret variable out of the environment (see the module documentation) and
+/// makes the process non-dumpable. Returns how many variables were moved.
+///
+/// # Safety
+///
+/// Call it before any other thread exists (first thing in `main`): it changes the process
+/// environment, which other threads may be reading.
+pub unsafe fn capture_and_scrub() -> usize {
+    let names: Vec<OsString> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| name.to_str().is_some_and(is_secret_name))
+        .collect();
+    let mut kept = store().lock().unwrap_or_else(|e| e.into_inner());
+    for name in &names {
+        let Some(value) = std::env::var_os(name) else {
+            continue;
+        };
+        if let Ok(cname) = CString::new(name.as_bytes()) {
+            // SAFETY: single-threaded (the caller's promise); getenv returns the value's
+            // bytes in the environment block (the original one, shown by
+            // /proc/self/environ, for variables the process started with), NUL-terminated;
+            // they are overwritten in place, their length unchanged, before the variable is
+            // removed from the environment.
+            unsafe {
+                let at = libc::getenv(cname.as_ptr());
+                if !at.is_null() {
+                    let len = libc::strlen(at);
+                    std::ptr::write_bytes(at, b'*', len);
+                }
+            }
+        }
+        std::env::remove_var(name);
+        kept.insert(name.clone(), value);
+    }
+    // SAFETY: a plain prctl; on failure the process simply stays dumpable.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    names.len()
+}
+
+/// A variable's value: a secret [`capture_and_scrub`] took out of the environment, else the
+/// environment's. Empty values count as unset.
+pub fn var(name: &str) -> Option<String> {
+    let kept = store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(OsStr::new(name))
+        .cloned();
+    kept.or_else(|| std::env::var_os(name))
+        .and_then(|v| v.into_string().ok())
+        .filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names() {
+        for yes in [
+            "OPENAI_API_KEY",
+            "anthropic_api_key",
+            "GITHUB_TOKEN",
+            "TOOLBOX_SERVE_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
+            "DB_PASSWORD",
+        ] {
+            assert!(is_secret_name(yes), "{yes}");
+        }
+        for no in [
+            "PATH",
+            "HOME",
+            "OPENAI_API_KEY_ID",
+            "TOKENIZERS_PARALLELISM",
+            "LANG",
+        ] {
+            assert!(!is_secret_name(no), "{no}");
+        }
+    }
+}
