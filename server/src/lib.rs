@@ -14,6 +14,7 @@
 pub mod api;
 pub mod console;
 mod error;
+pub mod front_door;
 pub mod mcp;
 pub mod security;
 
@@ -164,13 +165,25 @@ pub async fn serve(
             tracing::info!(target: "toolbox", running, "shutting down: cancelling running turns");
         }
     };
-    axum::serve(
+    // Stop accepting on the signal; connections then finish what they are doing (event
+    // streams end once their session's turn has finished, at most the grace).
+    let stop_accepting = CancellationToken::new();
+    let stopping = {
+        let stop_accepting = stop_accepting.clone();
+        tokio::spawn(async move {
+            on_stop.await;
+            stop_accepting.cancel();
+        })
+    };
+    front_door::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app,
+        front_door::FrontDoor::from_descriptor_limit(),
+        stop_accepting,
+        grace + Duration::from_secs(1),
     )
-    .with_graceful_shutdown(on_stop)
-    .await
-    .context("the server stopped")?;
+    .await;
+    stopping.abort();
     // Again: a turn may have started between the signal and the first cancel.
     runtime.cancel_all();
     if !runtime.wait_idle(grace).await {

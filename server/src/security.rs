@@ -85,8 +85,9 @@ fn host_name(host: &str) -> Option<&str> {
         }
         (name, &rest[end + 1..])
     } else {
-        let (name, port) = match host.split_once(':') {
-            Some((name, port)) => (name, port),
+        let (name, port) = match host.find(':') {
+            // The port part keeps its colon: `name:` is no host.
+            Some(at) => (&host[..at], &host[at..]),
             None => (host, ""),
         };
         let name_ok = !name.is_empty()
@@ -96,14 +97,7 @@ fn host_name(host: &str) -> Option<&str> {
         if !name_ok {
             return None;
         }
-        (
-            name,
-            if port.is_empty() {
-                ""
-            } else {
-                &host[name.len()..]
-            },
-        )
+        (name, port)
     };
     match port.strip_prefix(':') {
         None if port.is_empty() => Some(name),
@@ -214,7 +208,59 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
             }
         }
     }
+    // Past every check: the connection's client has shown it may talk to this server (with
+    // a token configured, only a request that carried it counts).
+    if let Some(auth) = request
+        .extensions()
+        .get::<crate::front_door::ConnectionAuth>()
+    {
+        if protected || state.options.token.is_none() {
+            auth.passed();
+        }
+    }
+    let request = match read_body(request).await {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
     next.run(request).await
+}
+
+/// A request's body, read whole before the handler runs: refused at once when its
+/// `Content-Length` is over the limit (nothing is read), and when it does not arrive within
+/// [`BODY_READ_TIMEOUT`](crate::front_door::BODY_READ_TIMEOUT). A request without a body
+/// (GET, an SSE subscription) passes untouched.
+async fn read_body(request: Request) -> Result<Request, Response> {
+    if matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    ) {
+        return Ok(request);
+    }
+    let limit = crate::MAX_BODY_BYTES;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(deny(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {limit} bytes"),
+        ));
+    }
+    let (parts, body) = request.into_parts();
+    let wait = crate::front_door::BODY_READ_TIMEOUT;
+    match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, axum::body::Body::from(bytes))),
+        Ok(Err(_)) => Err(deny(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {limit} bytes, or could not be read"),
+        )),
+        Err(_) => Err(deny(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the body did not arrive within {} s", wait.as_secs()),
+        )),
+    }
 }
 
 #[cfg(test)]
