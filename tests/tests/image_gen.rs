@@ -154,7 +154,16 @@ async fn generated_pngs_are_saved_in_the_session_output_folder() {
         info.result
     );
     let out_dir = dir.path().join(".toolbox/sessions/s1/output");
-    for path in &lines[1..3] {
+    for line in &lines[1..3] {
+        // `.toolbox/sessions/s1/output/image-….png (output/image-….png)`: where it really is.
+        let (real, short) = line
+            .split_once(" (")
+            .expect("the real path, then the short one");
+        assert!(
+            real.starts_with(".toolbox/sessions/s1/output/image-"),
+            "{line}"
+        );
+        let path = short.trim_end_matches(')');
         assert!(
             path.starts_with("output/image-") && path.ends_with(".png"),
             "{path}"

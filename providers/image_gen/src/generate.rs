@@ -126,7 +126,12 @@ pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> 
         .await
         .map_err(|e| anyhow!("{NAME}: saving the images stopped unexpectedly: {e}"))??;
 
-    let shown: Vec<String> = saved.iter().map(|p| ctx.workspace.display(p)).collect();
+    // The real path, and the short one the model names it by: `.toolbox/sessions/s1/output/
+    // image-….png (output/image-….png)`.
+    let shown: Vec<String> = saved
+        .iter()
+        .map(|p| ctx.workspace.display_real(p))
+        .collect();
     let mut out = format!(
         "Saved {} image{} ({size}, model {}):\n",
         shown.len(),

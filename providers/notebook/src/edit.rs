@@ -154,8 +154,14 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         }
     };
     let nb = save(NAME, nb, abs, shown.clone()).await?;
+    // Where it really is: `.toolbox/sessions/s1/output/a.ipynb (output/a.ipynb)`.
+    let real = ctx
+        .workspace
+        .locate(path)
+        .map(|p| ctx.workspace.show_real(&p))
+        .unwrap_or(shown);
     Ok(Value::String(format!(
-        "{message} of {shown} ({} cells now)",
+        "{message} of {real} ({} cells now)",
         nb.cells().len()
     )))
 }
@@ -356,7 +362,10 @@ mod tests {
         .await
         .unwrap();
         assert!(
-            r.ends_with("at index 0 of output/new.ipynb (1 cells now)"),
+            r.ends_with(
+                "at index 0 of .toolbox/sessions/s1/output/new.ipynb (output/new.ipynb) (1 cells \
+                 now)"
+            ),
             "{r}"
         );
         let nb: Value = serde_json::from_slice(
