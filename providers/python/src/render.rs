@@ -41,6 +41,10 @@ pub fn render_result(result: &Value) -> String {
             .map(|item| {
                 let mime = item["mime_type"].as_str().unwrap_or("?");
                 match (item["path"].as_str(), item["text"].as_str()) {
+                    // `.toolbox/sessions/s1/output/figure-1.png (output/figure-1.png)`.
+                    (Some(_), _) if item["real_path"].is_string() => {
+                        format!("{mime} {}", item["real_path"].as_str().unwrap_or_default())
+                    }
                     (Some(path), _) => format!("{mime} {path}"),
                     (None, Some(text)) => text.to_string(),
                     (None, None) => mime.to_string(),

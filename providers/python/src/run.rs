@@ -352,7 +352,10 @@ fn show_paths(result: &mut Value, ctx: &ToolContext) {
         for item in items {
             if let Some(path) = item["path"].as_str() {
                 let shown = ctx.workspace.display(Path::new(path));
+                let real = ctx.workspace.display_real(Path::new(path));
                 item["path"] = Value::String(shown);
+                // For people and the rendered result: where the file really is.
+                item["real_path"] = Value::String(real);
             }
         }
     }
