@@ -193,7 +193,10 @@ async fn an_attached_kernel_shares_its_namespace_with_the_owner_and_every_sessio
         "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]);",
     )
     .await;
-    assert_eq!(text, "[display_data]\nimage/png output/figure-1.png\n");
+    assert_eq!(
+        text,
+        "[display_data]\nimage/png .toolbox/sessions/s1/output/figure-1.png (output/figure-1.png)\n"
+    );
     let png = std::fs::read(dir.path().join(".toolbox/sessions/s1/output/figure-1.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
     // Nothing of toolbox's is left in the user's namespace but OUTPUT_DIR.

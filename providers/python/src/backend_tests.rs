@@ -414,7 +414,7 @@ async fn figures_are_saved_as_png_under_output() {
         .unwrap();
         assert_eq!(
             text,
-            "[stdout]\nagg\n[display_data]\nimage/png output/figure-1.png\nimage/png output/figure-2.png\n",
+            "[stdout]\nagg\n[display_data]\nimage/png .toolbox/sessions/fig/output/figure-1.png (output/figure-1.png)\nimage/png .toolbox/sessions/fig/output/figure-2.png (output/figure-2.png)\n",
             "{backend}"
         );
         for n in [1, 2] {
@@ -433,7 +433,7 @@ async fn figures_are_saved_as_png_under_output() {
         );
         let text = run(&ctx, "plt.plot([3, 1]);").await.unwrap();
         assert_eq!(
-            text, "[display_data]\nimage/png output/figure-3.png\n",
+            text, "[display_data]\nimage/png .toolbox/sessions/fig/output/figure-3.png (output/figure-3.png)\n",
             "{backend}"
         );
         // A DataFrame's repr, as df.head() shows it in a notebook.
@@ -811,12 +811,12 @@ async fn the_same_cells_render_the_same_on_every_backend() {
         ("script:tools/bad.py", None),
         (
             "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nplt.figure()\nplt.bar(['a'], [1]);",
-            Some("[display_data]\nimage/png output/figure-1.png\nimage/png output/figure-2.png\n"),
+            Some("[display_data]\nimage/png .toolbox/sessions/same/output/figure-1.png (output/figure-1.png)\nimage/png .toolbox/sessions/same/output/figure-2.png (output/figure-2.png)\n"),
         ),
         ("len(plt.get_fignums())", Some("[result]\n0\n")),
         (
             "plt.plot([3, 1]);",
-            Some("[display_data]\nimage/png output/figure-3.png\n"),
+            Some("[display_data]\nimage/png .toolbox/sessions/same/output/figure-3.png (output/figure-3.png)\n"),
         ),
         (
             "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]}).head()",
