@@ -834,14 +834,8 @@ impl Workspace {
     /// working folder, a file a program wrote).
     pub fn display_real(&self, abs: &Path) -> String {
         let short = self.display(abs);
-        let real = match abs.strip_prefix(&self.root.path) {
-            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
-            Ok(rel) => rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/"),
-            Err(_) => return abs.display().to_string(),
+        let Some(real) = self.relative_to_root(abs) else {
+            return abs.display().to_string();
         };
         if real == short {
             real
@@ -862,15 +856,23 @@ impl Workspace {
                 }
             }
         }
-        match abs.strip_prefix(&self.root.path) {
-            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
-            Ok(rel) => rel
-                .components()
+        self.relative_to_root(abs)
+            .unwrap_or_else(|| abs.display().to_string())
+    }
+
+    /// `abs` relative to the root with `/` separators (`.` for the root itself); `None`
+    /// outside the workspace.
+    fn relative_to_root(&self, abs: &Path) -> Option<String> {
+        let rel = abs.strip_prefix(&self.root.path).ok()?;
+        if rel.as_os_str().is_empty() {
+            return Some(".".to_string());
+        }
+        Some(
+            rel.components()
                 .map(|c| c.as_os_str().to_string_lossy())
                 .collect::<Vec<_>>()
                 .join("/"),
-            Err(_) => abs.display().to_string(),
-        }
+        )
     }
 }
 

@@ -202,31 +202,8 @@ pub fn cached(cache: &ConfigCache, config: &Value) -> Result<Arc<ShellConfig>> {
     cache.get_or_build(config.get("shell"), ShellConfig::from_table)
 }
 
-/// `*` matches any run of characters (including none); everything else matches itself,
-/// ignoring ASCII case.
-pub fn wildcard_match(pattern: &str, name: &str) -> bool {
-    let p = pattern.as_bytes();
-    let n = name.as_bytes();
-    // Classic greedy matcher with backtracking to the last star: linear for these short names.
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if pi < p.len() && p[pi].eq_ignore_ascii_case(&n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
+/// Whether `name` matches a `deny_env` pattern: the one matcher of core's secrets list.
+pub use toolbox_core::secrets::name_matches as wildcard_match;
 
 #[cfg(test)]
 mod tests {
