@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -45,24 +46,37 @@ pub fn trajectory_path(workspace_root: &Path, session: &str) -> PathBuf {
 /// closed (and opened again when its session writes next): a process serving thousands of
 /// sessions must not hold a descriptor for each forever.
 pub const MAX_OPEN_TRAJECTORIES: usize = 256;
+/// A trajectory file not written for this long is closed (at the next write of any session,
+/// looked for at most once a minute).
+pub const TRAJECTORY_IDLE: Duration = Duration::from_secs(10 * 60);
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 pub(crate) struct TrajectoryWriter {
     workspace: Workspace,
     files: Mutex<OpenFiles>,
+    idle: Duration,
+    sweep_every: Duration,
 }
 
-/// The open files, each with the tick of its last write.
+/// The open files, each with the tick and time of its last write.
 #[derive(Default)]
 struct OpenFiles {
-    files: HashMap<SessionId, (File, u64)>,
+    files: HashMap<SessionId, (File, u64, Instant)>,
     tick: u64,
+    swept: Option<Instant>,
 }
 
 impl TrajectoryWriter {
     pub fn new(workspace: Workspace) -> Self {
+        Self::with_idle(workspace, TRAJECTORY_IDLE, SWEEP_EVERY)
+    }
+
+    fn with_idle(workspace: Workspace, idle: Duration, sweep_every: Duration) -> Self {
         TrajectoryWriter {
             workspace,
             files: Mutex::new(OpenFiles::default()),
+            idle,
+            sweep_every,
         }
     }
 
@@ -71,12 +85,22 @@ impl TrajectoryWriter {
         let mut open = self.files.lock().unwrap_or_else(|e| e.into_inner());
         open.tick += 1;
         let tick = open.tick;
+        let now = Instant::now();
+        if open
+            .swept
+            .is_none_or(|t| now.duration_since(t) >= self.sweep_every)
+        {
+            open.swept = Some(now);
+            let idle = self.idle;
+            open.files
+                .retain(|_, (_, _, written)| now.duration_since(*written) < idle);
+        }
         if !open.files.contains_key(session) {
             if open.files.len() >= MAX_OPEN_TRAJECTORIES {
                 let oldest = open
                     .files
                     .iter()
-                    .min_by_key(|(_, (_, used))| *used)
+                    .min_by_key(|(_, (_, used, _))| *used)
                     .map(|(sid, _)| sid.clone());
                 if let Some(oldest) = oldest {
                     open.files.remove(&oldest);
@@ -87,10 +111,11 @@ impl TrajectoryWriter {
             if torn {
                 line.insert(0, b'\n');
             }
-            open.files.insert(session.clone(), (file, tick));
+            open.files.insert(session.clone(), (file, tick, now));
         }
-        let (file, used) = open.files.get_mut(session).expect("inserted just above");
+        let (file, used, written) = open.files.get_mut(session).expect("inserted just above");
         *used = tick;
+        *written = now;
         file.write_all(&line)?;
         Ok(())
     }
@@ -184,4 +209,49 @@ fn parse_records(file: File, shown: &str) -> Result<Vec<ToolCallInfo>> {
         }
     }
     Ok(calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CallStatus;
+
+    fn info(session: &str) -> ToolCallInfo {
+        ToolCallInfo {
+            id: "c".into(),
+            tool: "shell".into(),
+            session_id: session.into(),
+            arguments: serde_json::json!({}),
+            status: CallStatus::Done,
+            result: "ok".into(),
+            spool_path: None,
+            error_kind: None,
+            started_at: "2026-01-01T00:00:00.000Z".into(),
+            elapsed_ms: 1,
+            waited_ms: 0,
+        }
+    }
+
+    #[test]
+    fn idle_trajectory_files_are_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let writer =
+            TrajectoryWriter::with_idle(ws.clone(), Duration::from_millis(50), Duration::ZERO);
+        let (a, b) = (
+            SessionId::parse("a").unwrap(),
+            SessionId::parse("b").unwrap(),
+        );
+        writer.append(&a, &info("a")).unwrap();
+        writer.append(&b, &info("b")).unwrap();
+        assert_eq!(writer.files.lock().unwrap().files.len(), 2);
+        std::thread::sleep(Duration::from_millis(100));
+        writer.append(&b, &info("b")).unwrap();
+        let open: Vec<SessionId> = writer.files.lock().unwrap().files.keys().cloned().collect();
+        assert_eq!(open, [b.clone()]);
+        // A closed file is opened again and appended to.
+        writer.append(&a, &info("a")).unwrap();
+        assert_eq!(read_session_trajectory(&ws, &a).unwrap().len(), 2);
+        assert_eq!(read_session_trajectory(&ws, &b).unwrap().len(), 2);
+    }
 }

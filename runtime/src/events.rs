@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -262,6 +263,12 @@ impl<'de> Deserialize<'de> for SessionEvent {
 
 /// How many events of each session are kept for replay.
 pub const HISTORY: usize = 10_000;
+/// How many bytes of events (as JSON) each session keeps for replay, at most: past it the
+/// oldest events go first, as past [`HISTORY`].
+pub const HISTORY_BYTES: usize = 2 * 1024 * 1024;
+/// How many bytes of events all sessions together keep. Past it the quiet streams (nobody
+/// subscribed, no turn in flight) that were active longest ago are dropped whole.
+pub const TOTAL_HISTORY_BYTES: usize = 256 * 1024 * 1024;
 /// How far a live subscriber may fall behind before it has to catch up from the history
 /// (the channel's slots are allocated up front, per session).
 const CHANNEL: usize = 256;
@@ -270,6 +277,47 @@ const CHANNEL: usize = 256;
 /// conversation and the trajectory on disk are the durable record, and a client naming
 /// session after session must not grow memory without bound.
 pub const MAX_STREAMS: usize = 4096;
+/// A stream nobody is subscribed to whose last turn ended is dropped once it has had no
+/// event for this long.
+pub const STREAM_IDLE: Duration = Duration::from_secs(30 * 60);
+/// A stream whose turn never said it finished (its process part died, say) is dropped
+/// after this long without an event, when nobody is subscribed.
+pub const UNFINISHED_STREAM_IDLE: Duration = Duration::from_secs(6 * 60 * 60);
+/// How often, at most, idle streams are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The bounds of an [`EventHub`]; [`Default`] gives the constants above.
+#[derive(Debug, Clone, Copy)]
+pub struct HubLimits {
+    /// Events kept per session.
+    pub history: usize,
+    /// Bytes of events kept per session.
+    pub history_bytes: usize,
+    /// Bytes of events kept in all.
+    pub total_bytes: usize,
+    /// Streams kept before quiet ones are dropped.
+    pub max_streams: usize,
+    /// Idle time after which a quiet finished stream is dropped.
+    pub idle: Duration,
+    /// Idle time after which an unwatched unfinished stream is dropped.
+    pub unfinished_idle: Duration,
+    /// How often, at most, idle streams are looked for.
+    pub sweep_every: Duration,
+}
+
+impl Default for HubLimits {
+    fn default() -> Self {
+        HubLimits {
+            history: HISTORY,
+            history_bytes: HISTORY_BYTES,
+            total_bytes: TOTAL_HISTORY_BYTES,
+            max_streams: MAX_STREAMS,
+            idle: STREAM_IDLE,
+            unfinished_idle: UNFINISHED_STREAM_IDLE,
+            sweep_every: SWEEP_EVERY,
+        }
+    }
+}
 
 struct Stream {
     state: Mutex<StreamState>,
@@ -278,27 +326,56 @@ struct Stream {
 
 struct StreamState {
     next_seq: u64,
-    history: VecDeque<Arc<SessionEvent>>,
+    history: VecDeque<(Arc<SessionEvent>, usize)>,
+    /// The JSON size of the kept events.
+    bytes: usize,
+    /// When the last event was emitted (or the stream was made).
+    active: Instant,
+}
+
+impl Stream {
+    /// Nobody listens and the last turn is over (a turn in flight keeps its numbering).
+    fn quiet(&self, state: &StreamState) -> bool {
+        self.live.receiver_count() == 0 && state.finished()
+    }
+}
+
+impl StreamState {
+    fn finished(&self) -> bool {
+        self.history
+            .back()
+            .is_none_or(|(e, _)| matches!(e.event, RuntimeEvent::TurnFinished { .. }))
+    }
 }
 
 /// How far a subscriber to every session's events ([`EventHub::subscribe_all`]) may fall
 /// behind before it gets `Lagged`.
 const ALL_CHANNEL: usize = 1024;
 
+#[derive(Default)]
+struct Streams {
+    map: HashMap<SessionId, Arc<Stream>>,
+    /// The JSON size of every kept event, all streams together.
+    bytes: usize,
+    swept: Option<Instant>,
+}
+
 /// Every session's event stream.
+///
+/// Bounded: at most [`HubLimits::history`] events and [`HubLimits::history_bytes`] bytes per
+/// session, [`HubLimits::total_bytes`] in all, and [`HubLimits::max_streams`] streams; a
+/// stream nobody watches is dropped after [`HubLimits::idle`] without an event.
 #[derive(Clone)]
 pub struct EventHub {
-    streams: Arc<Mutex<HashMap<SessionId, Arc<Stream>>>>,
+    streams: Arc<Mutex<Streams>>,
     /// Every event of every session, for front ends that watch them all (a session list).
     all: broadcast::Sender<Arc<SessionEvent>>,
+    limits: HubLimits,
 }
 
 impl Default for EventHub {
     fn default() -> Self {
-        EventHub {
-            streams: Arc::default(),
-            all: broadcast::channel(ALL_CHANNEL).0,
-        }
+        EventHub::with_limits(HubLimits::default())
     }
 }
 
@@ -311,52 +388,142 @@ pub struct Subscription {
 }
 
 impl EventHub {
+    /// A hub with other bounds than the default ones (tests, small hosts).
+    pub fn with_limits(limits: HubLimits) -> Self {
+        EventHub {
+            streams: Arc::default(),
+            all: broadcast::channel(ALL_CHANNEL).0,
+            limits,
+        }
+    }
+
     fn stream(&self, session: &SessionId) -> Arc<Stream> {
-        let mut streams = lock(&self.streams);
-        if streams.len() >= MAX_STREAMS && !streams.contains_key(session) {
-            // Only quiet ones: nobody listening and the last turn over (a turn in flight
-            // keeps its numbering).
-            streams.retain(|_, s| {
-                s.live.receiver_count() > 0
-                    || !lock(&s.state)
-                        .history
-                        .back()
-                        .is_none_or(|e| matches!(e.event, RuntimeEvent::TurnFinished { .. }))
+        self.stream_locked(&mut lock(&self.streams), session)
+    }
+
+    /// The stream of `session`, made if need be, marked active: under the streams' lock, so
+    /// a sweep never drops a stream that is being used.
+    fn stream_locked(&self, streams: &mut Streams, session: &SessionId) -> Arc<Stream> {
+        let now = Instant::now();
+        if let Some(stream) = streams.map.get(session) {
+            lock(&stream.state).active = now;
+            return stream.clone();
+        }
+        if streams
+            .swept
+            .is_none_or(|t| now.duration_since(t) >= self.limits.sweep_every)
+        {
+            streams.swept = Some(now);
+            self.drop_streams(streams, |stream, state| {
+                let idle = now.duration_since(state.active);
+                stream.live.receiver_count() == 0
+                    && if state.finished() {
+                        idle >= self.limits.idle
+                    } else {
+                        idle >= self.limits.unfinished_idle
+                    }
             });
         }
-        streams
-            .entry(session.clone())
-            .or_insert_with(|| {
-                Arc::new(Stream {
-                    state: Mutex::new(StreamState {
-                        next_seq: 1,
-                        history: VecDeque::new(),
-                    }),
-                    live: broadcast::channel(CHANNEL).0,
-                })
-            })
-            .clone()
+        if streams.map.len() >= self.limits.max_streams {
+            self.drop_streams(streams, |stream, state| stream.quiet(state));
+        }
+        let stream = Arc::new(Stream {
+            state: Mutex::new(StreamState {
+                next_seq: 1,
+                history: VecDeque::new(),
+                bytes: 0,
+                active: now,
+            }),
+            live: broadcast::channel(CHANNEL).0,
+        });
+        streams.map.insert(session.clone(), stream.clone());
+        stream
+    }
+
+    /// Drops every stream `gone` says so of, with its bytes.
+    fn drop_streams(
+        &self,
+        streams: &mut Streams,
+        mut gone: impl FnMut(&Stream, &StreamState) -> bool,
+    ) {
+        let mut freed = 0;
+        streams.map.retain(|_, stream| {
+            let state = lock(&stream.state);
+            if gone(stream, &state) {
+                freed += state.bytes;
+                false
+            } else {
+                true
+            }
+        });
+        streams.bytes -= freed;
     }
 
     /// Numbers `event`, keeps it for replay and hands it to every subscriber. Returns its seq.
     pub fn emit(&self, session: &SessionId, event: RuntimeEvent) -> u64 {
-        let stream = self.stream(session);
-        let mut state = lock(&stream.state);
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        let event = Arc::new(SessionEvent {
-            seq,
+        let event = SessionEvent {
+            seq: 0,
             session_id: session.to_string(),
             event,
-        });
-        if state.history.len() == HISTORY {
-            state.history.pop_front();
+        };
+        let mut streams = lock(&self.streams);
+        let stream = self.stream_locked(&mut streams, session);
+        let seq = {
+            let mut state = lock(&stream.state);
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            let event = Arc::new(SessionEvent { seq, ..event });
+            let size = json_size(&event);
+            let mut freed = 0;
+            while !state.history.is_empty()
+                && (state.history.len() >= self.limits.history
+                    || state.bytes + size > self.limits.history_bytes)
+            {
+                let (_, old) = state.history.pop_front().expect("not empty");
+                state.bytes -= old;
+                freed += old;
+            }
+            state.history.push_back((event.clone(), size));
+            state.bytes += size;
+            streams.bytes = streams.bytes + size - freed;
+            // Sent under the lock, so a subscriber's `missed` and `live` never overlap or gap.
+            let _ = stream.live.send(event.clone());
+            let _ = self.all.send(event);
+            seq
+        };
+        if streams.bytes > self.limits.total_bytes {
+            self.shed(&mut streams);
         }
-        state.history.push_back(event.clone());
-        // Sent under the lock, so a subscriber's `missed` and `live` never overlap or gap.
-        let _ = stream.live.send(event.clone());
-        let _ = self.all.send(event);
         seq
+    }
+
+    /// Drops quiet streams, those active longest ago first, until the total is within its
+    /// bound (or no quiet stream is left).
+    fn shed(&self, streams: &mut Streams) {
+        let mut quiet: Vec<(Instant, SessionId, usize)> = streams
+            .map
+            .iter()
+            .filter_map(|(sid, stream)| {
+                let state = lock(&stream.state);
+                stream
+                    .quiet(&state)
+                    .then(|| (state.active, sid.clone(), state.bytes))
+            })
+            .collect();
+        quiet.sort_by_key(|(active, _, _)| *active);
+        for (_, sid, bytes) in quiet {
+            if streams.bytes <= self.limits.total_bytes {
+                break;
+            }
+            streams.map.remove(&sid);
+            streams.bytes -= bytes;
+        }
+    }
+
+    /// How many streams are kept, and the bytes of their events.
+    pub fn kept(&self) -> (usize, usize) {
+        let streams = lock(&self.streams);
+        (streams.map.len(), streams.bytes)
     }
 
     /// Subscribes to the events of every session, from now on (nothing is replayed): for a
@@ -384,8 +551,8 @@ impl EventHub {
             missed: state
                 .history
                 .iter()
-                .filter(|e| e.seq > after)
-                .cloned()
+                .filter(|(e, _)| e.seq > after)
+                .map(|(e, _)| e.clone())
                 .collect(),
             live,
         }
@@ -398,10 +565,27 @@ impl EventHub {
         state
             .history
             .iter()
-            .filter(|e| e.seq > after)
-            .cloned()
+            .filter(|(e, _)| e.seq > after)
+            .map(|(e, _)| e.clone())
             .collect()
     }
+}
+
+/// The length of `event` as JSON, counted without building the text.
+fn json_size(event: &SessionEvent) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, event);
+    count.0
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -504,26 +688,111 @@ mod tests {
         assert_eq!(all[0].seq, 11);
     }
 
-    #[test]
-    fn idle_streams_are_dropped_past_the_cap() {
-        let hub = EventHub::default();
-        let watched = hub.subscribe(&sid("watched"), None);
-        let finished = || RuntimeEvent::TurnFinished {
+    fn finished() -> RuntimeEvent {
+        RuntimeEvent::TurnFinished {
             turn_id: "t".into(),
             stop_reason: StopReason::EndTurn,
             steps: 1,
             usage: Usage::default(),
             notice: None,
+        }
+    }
+
+    #[test]
+    fn history_is_bounded_in_bytes_too() {
+        let hub = EventHub::default();
+        let big = "x".repeat(100_000);
+        for _ in 0..100 {
+            hub.emit(&sid("a"), error(&big));
+        }
+        let all = hub.since(&sid("a"), 0);
+        let bytes: usize = all
+            .iter()
+            .map(|e| serde_json::to_vec(&**e).unwrap().len())
+            .sum();
+        assert!(bytes <= HISTORY_BYTES, "{bytes}");
+        assert!(all.len() >= 15, "{}", all.len());
+        assert_eq!(all.last().unwrap().seq, 100);
+        assert_eq!(hub.kept(), (1, bytes));
+    }
+
+    #[test]
+    fn all_histories_together_are_bounded_and_the_oldest_quiet_ones_go() {
+        let hub = EventHub::with_limits(HubLimits {
+            total_bytes: 1_000_000,
+            ..HubLimits::default()
+        });
+        let watched = hub.subscribe(&sid("watched"), None);
+        hub.emit(&sid("watched"), error(&"w".repeat(50_000)));
+        let big = "x".repeat(50_000);
+        for i in 0..200 {
+            hub.emit(&sid(&format!("s{i}")), error(&big));
+            hub.emit(&sid(&format!("s{i}")), finished());
+        }
+        let (streams, bytes) = hub.kept();
+        assert!(bytes <= 1_000_000, "{bytes}");
+        assert!(streams < 30, "{streams}");
+        let kept = lock(&hub.streams);
+        assert!(kept.map.contains_key(&sid("watched")));
+        assert!(kept.map.contains_key(&sid("s199")));
+        assert!(!kept.map.contains_key(&sid("s0")));
+        let counted: usize = kept.map.values().map(|s| lock(&s.state).bytes).sum();
+        assert_eq!(counted, bytes);
+        drop(kept);
+        drop(watched);
+    }
+
+    #[test]
+    fn quiet_streams_expire_when_idle() {
+        let hub = EventHub::with_limits(HubLimits {
+            idle: Duration::from_millis(50),
+            unfinished_idle: Duration::from_millis(2000),
+            sweep_every: Duration::ZERO,
+            ..HubLimits::default()
+        });
+        let watched = hub.subscribe(&sid("watched"), None);
+        hub.emit(&sid("watched"), finished());
+        hub.emit(&sid("done"), finished());
+        hub.emit(&sid("busy"), error("a turn in flight"));
+        std::thread::sleep(Duration::from_millis(100));
+        hub.emit(&sid("new"), finished());
+        let names = |hub: &EventHub| {
+            let mut names: Vec<String> = lock(&hub.streams)
+                .map
+                .keys()
+                .map(|s| s.to_string())
+                .collect();
+            names.sort();
+            names
         };
+        assert_eq!(names(&hub), ["busy", "new", "watched"]);
+        std::thread::sleep(Duration::from_millis(2100));
+        hub.emit(&sid("newer"), finished());
+        assert_eq!(names(&hub), ["newer", "watched"]);
+        assert_eq!(
+            hub.kept().1,
+            lock(&hub.streams)
+                .map
+                .values()
+                .map(|s| lock(&s.state).bytes)
+                .sum::<usize>()
+        );
+        drop(watched);
+    }
+
+    #[test]
+    fn idle_streams_are_dropped_past_the_cap() {
+        let hub = EventHub::default();
+        let watched = hub.subscribe(&sid("watched"), None);
         // A turn in flight (its last event is no turn_finished) keeps its stream.
         hub.emit(&sid("busy"), error("x"));
         for i in 0..MAX_STREAMS + 10 {
             hub.emit(&sid(&format!("s{i}")), finished());
         }
-        let count = lock(&hub.streams).len();
+        let count = lock(&hub.streams).map.len();
         assert!(count <= MAX_STREAMS, "{count}");
-        assert!(lock(&hub.streams).contains_key(&sid("watched")));
-        assert!(lock(&hub.streams).contains_key(&sid("busy")));
+        assert!(lock(&hub.streams).map.contains_key(&sid("watched")));
+        assert!(lock(&hub.streams).map.contains_key(&sid("busy")));
         drop(watched);
     }
 

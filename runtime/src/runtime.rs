@@ -1,6 +1,6 @@
 //! [`Runtime`]: turns, one at a time per session, over one executor and one model.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
@@ -167,6 +167,30 @@ pub enum ApprovalAnswer {
     Unknown,
 }
 
+/// How many of the calls that asked for approval are remembered: an answer to one asked
+/// longer ago is told `Unknown`, as it would be after a restart.
+pub const REMEMBERED_APPROVALS: usize = 4096;
+
+/// The calls that asked for approval, the latest [`REMEMBERED_APPROVALS`] of them.
+#[derive(Default)]
+pub(crate) struct AskedCalls {
+    set: HashSet<(String, String)>,
+    order: VecDeque<(String, String)>,
+}
+
+impl AskedCalls {
+    pub(crate) fn insert(&mut self, key: (String, String)) {
+        if self.set.insert(key.clone()) {
+            self.order.push_back(key);
+            while self.order.len() > REMEMBERED_APPROVALS {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+}
+
 pub(crate) struct SessionState {
     pub(crate) cancel: CancellationToken,
 }
@@ -178,8 +202,9 @@ pub(crate) struct Inner {
     pub(crate) hub: EventHub,
     pub(crate) options: RuntimeOptions,
     pub(crate) running: Mutex<HashMap<SessionId, SessionState>>,
-    /// Every (session, call id) that asked for approval, to tell a late answer from a wrong one.
-    pub(crate) asked: Mutex<HashSet<(String, String)>>,
+    /// The (session, call id) of the latest calls that asked for approval, to tell a late
+    /// answer from a wrong one.
+    pub(crate) asked: Mutex<AskedCalls>,
     pub(crate) next_turn: std::sync::atomic::AtomicU64,
 }
 
@@ -210,7 +235,7 @@ impl Runtime {
                 hub: EventHub::default(),
                 options,
                 running: Mutex::new(HashMap::new()),
-                asked: Mutex::new(HashSet::new()),
+                asked: Mutex::new(AskedCalls::default()),
                 next_turn: std::sync::atomic::AtomicU64::new(1),
             }),
         }
@@ -333,7 +358,7 @@ impl Runtime {
         // a call that asked someone else (an MCP client, by elicitation) is that channel's
         // to answer, not anyone's who can reach this API.
         let key = (session.to_string(), call_id.to_string());
-        if !lock(&self.inner.asked).contains(&key) {
+        if !lock(&self.inner.asked).set.contains(&key) {
             return ApprovalAnswer::Unknown;
         }
         if self
@@ -434,4 +459,22 @@ pub(crate) struct Started {
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod asked_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_latest_approvals_are_remembered() {
+        let mut asked = AskedCalls::default();
+        for i in 0..REMEMBERED_APPROVALS + 10 {
+            asked.insert(("s".into(), format!("c{i}")));
+        }
+        asked.insert(("s".into(), "c20".into()));
+        assert_eq!(asked.set.len(), REMEMBERED_APPROVALS);
+        assert_eq!(asked.order.len(), REMEMBERED_APPROVALS);
+        assert!(!asked.set.contains(&("s".into(), "c9".into())));
+        assert!(asked.set.contains(&("s".into(), "c10".into())));
+    }
 }
