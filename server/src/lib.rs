@@ -16,6 +16,7 @@ pub mod console;
 mod error;
 pub mod front_door;
 pub mod mcp;
+pub mod mcp_sessions;
 pub mod security;
 
 use std::net::SocketAddr;

@@ -46,6 +46,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::mcp_sessions::{room_for_new_sessions, BoundedSessions};
+pub use crate::mcp_sessions::{EVICTABLE_AFTER, MAX_MCP_SESSIONS};
 use axum::response::IntoResponse;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use rmcp::model::{
@@ -98,6 +100,9 @@ pub struct McpHttpOptions {
     /// Cancelling this ends every MCP session and its open SSE streams (for a graceful
     /// shutdown: an open stream would otherwise keep its connection busy).
     pub shutdown: CancellationToken,
+    /// The most MCP sessions open at once ([`MAX_MCP_SESSIONS`] by default); see
+    /// [`crate::mcp_sessions`] for which idle one a new session replaces at the cap.
+    pub max_sessions: usize,
 }
 
 impl McpHttpOptions {
@@ -108,6 +113,7 @@ impl McpHttpOptions {
             session,
             fallback: Fallback::Deny,
             allowed_hosts: Vec::new(),
+            max_sessions: MAX_MCP_SESSIONS,
             shutdown: CancellationToken::new(),
         }
     }
@@ -142,14 +148,22 @@ pub fn router(executor: ToolExecutor, options: McpHttpOptions) -> axum::Router {
         .with_cancellation_token(options.shutdown.clone());
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(idle);
+    let sessions = Arc::new(BoundedSessions::new(
+        sessions,
+        options.max_sessions,
+        EVICTABLE_AFTER,
+    ));
     // One handler per MCP session: the log level is the session's own.
     let service = StreamableHttpService::new(
         move || Ok(McpHandler::new(shared.clone())),
-        Arc::new(sessions),
+        sessions.clone(),
         config,
     );
     axum::Router::new()
         .route_service("/", service)
+        .layer(axum::middleware::from_fn(move |request, next| {
+            room_for_new_sessions(sessions.clone(), request, next)
+        }))
         .layer(axum::middleware::from_fn(check_post_body))
         .layer(axum::middleware::from_fn(cancel_when_the_client_leaves))
         .layer(axum::middleware::from_fn(delete_answers_no_content))

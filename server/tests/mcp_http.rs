@@ -411,3 +411,71 @@ async fn each_mcp_session_has_its_own_toolbox_session_unless_one_is_named() {
         }
     }
 }
+
+/// Sessions are bounded: at the cap, a new `initialize` gets 503 with a JSON-RPC error while
+/// no open session is idle, and ending one (`DELETE`) makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_capped_and_a_closed_one_makes_room() {
+    let server = start_with(PermissionMode::Full, Mount::Nest, |options| {
+        options.max_sessions = 3;
+    })
+    .await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let open = || {
+        http.post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(initialize)
+            .send()
+    };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let reply = open().await.unwrap();
+        assert_eq!(reply.status(), reqwest::StatusCode::OK);
+        ids.push(
+            reply.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+        let _ = reply.bytes().await;
+    }
+    let full = open().await.unwrap();
+    assert_eq!(full.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert!(full.headers().contains_key("retry-after"));
+    let body: Value = full.json().await.unwrap();
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("3 MCP sessions open"), "{message}");
+    assert!(message.contains("DELETE /mcp"), "{message}");
+
+    // A request in an open session still works at the cap.
+    let listed = http
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &ids[1])
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.status().is_success(), "{}", listed.status());
+
+    let closed = http
+        .delete(&server.url)
+        .header("mcp-session-id", &ids[0])
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let again = open().await.unwrap();
+    assert_eq!(again.status(), reqwest::StatusCode::OK);
+}
