@@ -80,9 +80,44 @@ pub fn is_secret_name(name: &str) -> bool {
 /// Call it before any other thread exists (first thing in `main`): it changes the process
 /// environment, which other threads may be reading.
 pub unsafe fn capture_and_scrub() -> usize {
+    // SAFETY: the caller's promise.
+    let moved = unsafe { move_out(is_secret_name) };
+    // SAFETY: a plain prctl; on failure the process simply stays dumpable.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    moved
+}
+
+/// Moves every variable matching one of `patterns` (an operator's `[shell] deny_env`) out of
+/// the environment as [`capture_and_scrub`] moves secrets: no child toolbox starts (a shell
+/// command, the Python worker, pip, a kernel, a language server) inherits it, and embedded
+/// Python never sees it; toolbox's own code still reads it with [`var`]. Returns how many
+/// variables were moved.
+///
+/// # Safety
+///
+/// Call it before any code that is not Rust's `std::env` reads the environment on another
+/// thread (the binary calls it right after loading its configuration, before any tool runs):
+/// it changes the process environment.
+pub unsafe fn withhold(patterns: &[String]) -> usize {
+    if patterns.is_empty() {
+        return 0;
+    }
+    // SAFETY: the caller's promise.
+    unsafe { move_out(|name| patterns.iter().any(|p| name_matches(p, name))) }
+}
+
+/// Moves the variables whose names `matches` into the store, overwriting their values in the
+/// original environment block first.
+///
+/// # Safety
+///
+/// As [`capture_and_scrub`]: nothing else may read the environment meanwhile.
+unsafe fn move_out(matches: impl Fn(&str) -> bool) -> usize {
     let names: Vec<OsString> = std::env::vars_os()
         .map(|(name, _)| name)
-        .filter(|name| name.to_str().is_some_and(is_secret_name))
+        .filter(|name| name.to_str().is_some_and(&matches))
         .collect();
     let mut kept = store().lock().unwrap_or_else(|e| e.into_inner());
     for name in &names {
@@ -90,11 +125,11 @@ pub unsafe fn capture_and_scrub() -> usize {
             continue;
         };
         if let Ok(cname) = CString::new(name.as_bytes()) {
-            // SAFETY: single-threaded (the caller's promise); getenv returns the value's
-            // bytes in the environment block (the original one, shown by
-            // /proc/self/environ, for variables the process started with), NUL-terminated;
-            // they are overwritten in place, their length unchanged, before the variable is
-            // removed from the environment.
+            // SAFETY: no concurrent environment access (the caller's promise); getenv
+            // returns the value's bytes in the environment block (the original one, shown
+            // by /proc/self/environ, for variables the process started with),
+            // NUL-terminated; they are overwritten in place, their length unchanged, before
+            // the variable is removed from the environment.
             unsafe {
                 let at = libc::getenv(cname.as_ptr());
                 if !at.is_null() {
@@ -105,10 +140,6 @@ pub unsafe fn capture_and_scrub() -> usize {
         }
         std::env::remove_var(name);
         kept.insert(name.clone(), value);
-    }
-    // SAFETY: a plain prctl; on failure the process simply stays dumpable.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     names.len()
 }

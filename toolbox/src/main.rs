@@ -387,7 +387,31 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
     }
     // Last: the workspace's own toolbox.toml, which may only tighten all of the above.
     config.apply_workspace_restrictions().map_err(usage)?;
+    withhold_denied_env(&config);
     Ok(config)
+}
+
+/// Takes the variables `[shell] deny_env` names out of toolbox's own environment, so that no
+/// child it starts (not only shell commands: the Python worker, pip, kernels) and no embedded
+/// Python code sees them. The default list (the secret names) is out already.
+fn withhold_denied_env(config: &ExecutorConfig) {
+    let patterns: Vec<String> = config
+        .providers
+        .get("shell")
+        .and_then(|shell| shell.get("deny_env"))
+        .and_then(serde_json::Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(serde_json::Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    // SAFETY: the configuration is loaded before any tool runs; no C code reads the
+    // environment on another thread yet (the async runtime's threads are idle).
+    unsafe {
+        toolbox::core::secrets::withhold(&patterns);
+    }
 }
 
 fn toolset_names(toolsets: &Option<Vec<String>>) -> Option<Vec<&str>> {

@@ -277,9 +277,13 @@ fn secrets_in_the_environment_do_not_reach_model_run_code() {
         ("GITHUB_TOKEN", "ghp_example0123456789abcdef"),
         ("TOOLBOX_SERVE_TOKEN", "serve-token-0123456789abcdef"),
         ("AWS_SECRET_ACCESS_KEY", "aws-secret-0123456789abcdef"),
+        // Not a secret by name: the operator's `[shell] deny_env` below names it.
+        ("CORP_LOGIN", "corp-login-0123456789abcdef"),
     ];
     let shell = r#"{"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"}"#;
-    let python = r#"{"code": "import os\nprint(dict(os.environ))\nfor pid in (os.getpid(), os.getppid()):\n    try:\n        print(open(f'/proc/{pid}/environ', 'rb').read())\n    except OSError as e:\n        print('unreadable', pid, e)"}"#;
+    // Also what a process started by the Python code inherits (embedded Python shares
+    // toolbox's own process, so that is toolbox's environment).
+    let python = r#"{"code": "import os, subprocess\nprint(dict(os.environ))\nprint(subprocess.run(['env'], capture_output=True, text=True).stdout)\nfor pid in (os.getpid(), os.getppid()):\n    try:\n        print(open(f'/proc/{pid}/environ', 'rb').read())\n    except OSError as e:\n        print('unreadable', pid, e)"}"#;
     for (tool, args, backend) in [
         ("shell", shell, "embedded"),
         ("run_python_code", python, "embedded"),
@@ -287,7 +291,11 @@ fn secrets_in_the_environment_do_not_reach_model_run_code() {
     ] {
         let config = ws.join(".no-user-config").join(format!("{backend}.toml"));
         std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-        std::fs::write(&config, format!("[python]\nbackend = \"{backend}\"\n")).unwrap();
+        std::fs::write(
+            &config,
+            format!("[python]\nbackend = \"{backend}\"\n[shell]\ndeny_env = [\"CORP_*\"]\n"),
+        )
+        .unwrap();
         let out = toolbox(&ws)
             .envs(secrets)
             .env("TOOLBOX_CONFIG", &config)
