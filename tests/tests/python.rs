@@ -509,3 +509,100 @@ async fn bad_limits_are_refused_naming_the_key() {
         info.result
     );
 }
+
+/// Swaps `a` and `b` atomically (`RENAME_EXCHANGE`).
+fn exchange(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+    // SAFETY: two valid C strings; renameat2 only reads them.
+    unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        ) == 0
+    }
+}
+
+/// The swap race of the security report: while a thread swaps the session scratchpad with a
+/// link to a folder outside the workspace, relative writes of run_python_code, embedded and
+/// isolated, all land in the scratchpad toolbox holds, never outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_the_scratchpad_for_a_link_never_sends_writes_outside() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _serial = serial().await;
+    for backend in ["embedded", "isolated"] {
+        let (dir, exec) = executor_toml(
+            PermissionMode::Full,
+            &format!("[python]\nbackend = \"{backend}\"\n"),
+        );
+        let outside = tempfile::tempdir().unwrap();
+        let first = call_in(&exec, "s", "run_python_code", json!({"code": "import os"})).await;
+        assert_eq!(
+            first.status,
+            CallStatus::Done,
+            "{backend}: {}",
+            first.result
+        );
+        let session = dir.path().join(".toolbox/sessions/s");
+        let (pad, swap) = (session.join("scratchpad"), session.join("swap"));
+        std::os::unix::fs::symlink(outside.path(), &swap).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, pad, swap) = (stop.clone(), pad.clone(), swap.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if exchange(&pad, &swap) {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let mut runs = 0;
+        while Instant::now() < deadline && runs < 600 {
+            let code = format!("open('w-{runs}.txt', 'w').write('x')");
+            let info = call_in(&exec, "s", "run_python_code", json!({ "code": code })).await;
+            assert_eq!(info.status, CallStatus::Done, "{backend}: {}", info.result);
+            runs += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert!(
+            swaps > 100,
+            "{backend}: the race loop barely ran ({swaps} swaps)"
+        );
+        let leaked: Vec<_> = std::fs::read_dir(outside.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            leaked.is_empty(),
+            "{backend}: {} of {runs} writes landed outside the workspace ({swaps} swaps)",
+            leaked.len()
+        );
+        // Every write is in the folder toolbox held, whichever name it has now.
+        let real = if std::fs::symlink_metadata(&pad).unwrap().is_dir() {
+            pad
+        } else {
+            swap
+        };
+        let written = std::fs::read_dir(&real)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("w-")
+            })
+            .count();
+        assert_eq!(written, runs, "{backend}");
+    }
+}

@@ -473,6 +473,16 @@ async fn bad_connection_files_get_clear_errors() {
         )),
         "{e}"
     );
+    // Attaching is bounded by the call's own timeout as well: a silent kernel costs a call
+    // its timeout_ms, not the 60 s of kernel_timeout_ms.
+    let e = fails(wrong_key.clone(), "timeout_ms = 1500").await;
+    assert!(
+        e.starts_with(&format!(
+            "{}it did not answer kernel_info_request within the call's timeout (1500 ms)",
+            prefix(&wrong_key)
+        )),
+        "{e}"
+    );
 }
 
 #[test]

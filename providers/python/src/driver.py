@@ -71,6 +71,8 @@ _STATE = {
     "fd_capture": False,
     # Embedded: toolbox's own working directory, held open, to return to after each run.
     "host_cwd_fd": None,
+    # A worker: the socket toolbox sends each run's folder over (a descriptor), or None.
+    "folder_socket": None,
 }
 # filename "<cell-N>" -> (session id, execution count, source characters), oldest first, to
 # show tracebacks of earlier cells. Each cell's source also sits in linecache. Both are bounded
@@ -627,6 +629,8 @@ def _run(req):
     # Every cell comes through here: kept to few calls and objects, since run after a pause
     # (an agent waiting on its model) each one costs cache misses.
     get = req.get
+    # A worker's folder comes first, whatever else of the run fails: one per run request.
+    passed_fd = _receive_folder() if _STATE["folder_socket"] is not None else None
     sid = get("session") or "default"
     session = _SESSIONS.get(sid) or _session(sid)
     if "root" in req:
@@ -670,6 +674,10 @@ def _run(req):
         if cwd_fd is not None and _STATE["host_cwd_fd"] is not None:
             os.fchdir(cwd_fd)
             back_to_host = True
+        elif passed_fd is not None:
+            # The folder toolbox holds, not whatever its name points at now; a worker stays
+            # there between runs.
+            os.fchdir(passed_fd)
         elif cwd:
             try:
                 old_cwd = os.getcwd()
@@ -743,6 +751,8 @@ def _run(req):
                 os.chdir(old_cwd)
         except OSError:
             pass
+        if passed_fd is not None:
+            os.close(passed_fd)
         if capture is not None:
             stdout, stderr = capture.stop()
         else:
@@ -799,6 +809,19 @@ def _forget_oldest_cells():
 
 def _current_cell():
     return "<cell-%d>" % _STATE["cell_seq"]
+
+
+def _receive_folder():
+    """The descriptor of this run's folder, sent by toolbox over the folder socket."""
+    import socket
+
+    sock = _STATE["folder_socket"]
+    _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if not fds:
+        raise RuntimeError("toolbox sent no folder for this run")
+    for extra in fds[1:]:
+        os.close(extra)
+    return fds[0]
 
 
 def _run_script(req, session, run):
@@ -1157,6 +1180,14 @@ def serve():
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="replace", write_through=True)
     configure(embedded=False)
     _STATE["fd_capture"] = True
+    # Each run's folder arrives as a descriptor on fd 3; nothing the code starts inherits it.
+    import socket
+
+    try:
+        os.set_inheritable(3, False)
+        _STATE["folder_socket"] = socket.socket(fileno=3)
+    except OSError:
+        _STATE["folder_socket"] = None
     for line in proto_in:
         if not line.strip():
             continue

@@ -8,8 +8,15 @@
 //! session starts a fresh worker and its result carries a note saying the state was reset.
 //!
 //! Calls of one session run one at a time; different sessions run in parallel.
+//!
+//! The worker never changes into a folder by name: before each run toolbox sends it the
+//! session scratchpad it holds open (a descriptor, over a socket the worker has as fd 3),
+//! and the driver `fchdir`s into that very folder, so a folder swapped for a link meanwhile
+//! changes nothing.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -81,22 +88,61 @@ pub struct Worker {
     /// is killed and removed when the worker goes.
     limits: Limits,
     prepared: Option<Arc<PreparedLimits>>,
+    /// Toolbox's end of the socket the worker gets folders over (its fd 3).
+    folders: UnixStream,
+}
+
+/// The worker's descriptor for the socket its folders come over.
+const FOLDER_SOCKET_FD: RawFd = 3;
+
+/// Sends `fd` over `socket` (`SCM_RIGHTS`, with one byte of data).
+fn send_fd(socket: &UnixStream, fd: RawFd) -> std::io::Result<()> {
+    #[repr(C, align(8))]
+    struct Control([u8; 64]);
+    let byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    };
+    let mut control = Control([0; 64]);
+    // SAFETY: a msghdr over live buffers; CMSG_* compute offsets inside `control`, which is
+    // large enough and aligned for one header carrying one descriptor.
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        if libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 impl Worker {
-    /// Starts `python -E -u -c <driver> --serve` in `cwd`, in a new process group, under
-    /// `limits` (`renewable`: the CPU limit is renewed before each call, for a worker that
-    /// serves many).
+    /// Starts `python -E -u -c <driver> --serve` in the folder `cwd` (held open), in a new
+    /// process group, under `limits` (`renewable`: the CPU limit is renewed before each call,
+    /// for a worker that serves many).
     pub async fn spawn(
         interpreter: &Path,
-        cwd: &Path,
+        cwd: &OwnedFd,
         limits: Limits,
         renewable: bool,
     ) -> Result<Worker> {
+        let (folders, theirs) =
+            UnixStream::pair().context("cannot make the Python worker's folder socket")?;
+        let theirs: OwnedFd = theirs.into();
+        let (theirs_fd, cwd_fd) = (theirs.as_raw_fd(), cwd.as_raw_fd());
         let mut command = python_command(interpreter);
         command
             .args(["-E", "-u", "-c", DRIVER_SOURCE, "--serve"])
-            .current_dir(cwd)
             .env("MPLBACKEND", "Agg")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -117,9 +163,29 @@ impl Worker {
                 command.pre_exec(move || hook.apply_in_child());
             }
         }
+        // After the limits hook, which may use descriptors of its own that fd 3 would replace.
+        // SAFETY: only async-signal-safe system calls on descriptors opened before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                // Starts in the folder held, not in whatever its name points at now.
+                if libc::fchdir(cwd_fd) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if theirs_fd == FOLDER_SOCKET_FD {
+                    // dup2 onto itself would keep close-on-exec.
+                    if libc::fcntl(theirs_fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(theirs_fd, FOLDER_SOCKET_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = command
             .spawn()
             .with_context(|| format!("cannot start the Python worker {}", interpreter.display()))?;
+        drop(theirs);
         let pid = child.id();
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -147,7 +213,13 @@ impl Worker {
             interpreter: interpreter.to_path_buf(),
             limits,
             prepared,
+            folders,
         })
+    }
+
+    /// Hands the worker the folder its next run works in.
+    fn send_folder(&self, folder: &OwnedFd) -> std::io::Result<()> {
+        send_fd(&self.folders, folder.as_raw_fd())
     }
 
     /// Before a call: the CPU limit applies per call (see `renew_cpu_budget`), and the limit
@@ -304,7 +376,7 @@ pub async fn request(
     timeout: Duration,
     tool: &str,
     interpreter: &Path,
-    cwd: &Path,
+    cwd: &OwnedFd,
     limits: Limits,
 ) -> Result<Value> {
     let deadline = tokio::time::Instant::now() + timeout;
@@ -334,8 +406,18 @@ pub async fn request(
     };
     let (since, cpu_watch) = worker.arm_limits();
     call.armed = true;
+    // The folder first: the driver takes it off the socket before it reads anything else of
+    // the request.
+    let sent = if request["op"] == "run" {
+        worker.send_folder(cwd)
+    } else {
+        Ok(())
+    };
     let outcome = tokio::select! {
-        line = worker.call(request) => Ok(line),
+        line = async {
+            sent?;
+            worker.call(request).await
+        } => Ok(line),
         _ = tokio::time::sleep_until(deadline) => Err(format!("timed out after {} ms", timeout.as_millis())),
         _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
         _ = cpu_watchdog(cpu_watch) => {

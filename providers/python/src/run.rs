@@ -314,7 +314,7 @@ pub async fn execute(
         }
         Backend::Isolated => {
             let interpreter = config.interpreter();
-            isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd(), limits).await
+            isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd_dir, limits).await
         }
         Backend::Jupyter => jupyter::request(&request, ctx, timeout, tool, config).await,
     };

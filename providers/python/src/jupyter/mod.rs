@@ -223,7 +223,16 @@ pub async fn request(
         started: false,
     };
     let mut notes: Vec<String> = call.slot.note.take().into_iter().collect();
-    if let Some(note) = ensure_kernel(&mut call.slot, target, config, ctx, tool).await? {
+    if let Some(note) = ensure_kernel(
+        &mut call.slot,
+        target,
+        config,
+        ctx,
+        tool,
+        (queue_deadline, timeout),
+    )
+    .await?
+    {
         notes.push(note);
     }
     let Some(kernel) = call.slot.kernel.as_mut() else {
@@ -383,7 +392,11 @@ async fn restart(
             process.kill();
         }
     }
-    match ensure_kernel(slot, target, config, ctx, tool).await {
+    let unbounded = (
+        Instant::now() + config.kernel_timeout,
+        config.kernel_timeout,
+    );
+    match ensure_kernel(slot, target, config, ctx, tool, unbounded).await {
         Ok(_) => {
             slot.note = Some(
                 "this session's kernel was restarted after the previous call: variables and \
@@ -405,6 +418,7 @@ async fn ensure_kernel(
     config: &PythonConfig,
     ctx: &ToolContext,
     tool: &str,
+    call: (Instant, Duration),
 ) -> Result<Option<String>> {
     let mut note = None;
     let mut known_session = None;
@@ -432,7 +446,7 @@ async fn ensure_kernel(
         return Ok(note);
     }
     let kernel = tokio::select! {
-        kernel = open_kernel(target, config, ctx) => kernel,
+        kernel = open_kernel(target, config, ctx, call) => kernel,
         _ = ctx.cancel.cancelled() => bail!("{tool} was cancelled while the kernel was starting"),
     };
     let kernel = kernel.map_err(|e| anyhow!("{tool}: {e:#}"))?;
@@ -447,10 +461,14 @@ async fn ensure_kernel(
     Ok(note)
 }
 
+/// Attaches to the kernel or starts it. Attaching is bounded by the call's own timeout too
+/// (`call`: its deadline and length), so a silent kernel costs a call no more than it asked
+/// for; starting one may take `[python] kernel_timeout_ms` whatever the call's timeout.
 async fn open_kernel(
     target: &KernelTarget,
     config: &PythonConfig,
     ctx: &ToolContext,
+    call: (Instant, Duration),
 ) -> Result<Kernel> {
     let deadline = Instant::now() + config.kernel_timeout;
     match target {
@@ -463,7 +481,15 @@ async fn open_kernel(
             };
             let info = ConnectionInfo::from_file(file).with_context(what)?;
             let name = format!("the attached kernel (connection file {})", file.display());
-            connect(info, None, InterruptMode::Message, name, deadline)
+            let (deadline, limit) = if call.0 < deadline {
+                (
+                    call.0,
+                    format!("the call's timeout ({} ms)", call.1.as_millis()),
+                )
+            } else {
+                (deadline, "[python] kernel_timeout_ms".to_string())
+            };
+            connect(info, None, InterruptMode::Message, name, deadline, &limit)
                 .await
                 .with_context(what)
         }
@@ -486,7 +512,8 @@ async fn open_kernel(
             if let Err(e) = wait_listening(&info, &mut process, deadline).await {
                 return Err(e).with_context(what);
             }
-            let kernel = connect(info, process, spec.interrupt_mode, name, deadline)
+            let limit = "[python] kernel_timeout_ms";
+            let kernel = connect(info, process, spec.interrupt_mode, name, deadline, limit)
                 .await
                 .with_context(what)?;
             let mut kernel = kernel;
@@ -558,6 +585,7 @@ async fn connect(
     interrupt: InterruptMode,
     name: String,
     deadline: Instant,
+    limit: &str,
 ) -> Result<Kernel> {
     if process.is_none() {
         // A dead kernel or a wrong port fails here at once, not after ZeroMQ's retries.
@@ -597,7 +625,7 @@ async fn connect(
         kernel_session: String::new(),
         restarted_as: None,
     };
-    let kernel_info = match handshake(&mut kernel, deadline).await {
+    let kernel_info = match handshake(&mut kernel, deadline, limit).await {
         Ok(info) => info,
         Err(e) => {
             if let Some(p) = kernel.process.as_mut() {
@@ -614,7 +642,7 @@ async fn connect(
 
 /// kernel_info_request until the reply and an iopub message for it arrive (the latter shows
 /// the iopub subscription is live; messages published before it are lost).
-async fn handshake(kernel: &mut Kernel, deadline: Instant) -> Result<Value> {
+async fn handshake(kernel: &mut Kernel, deadline: Instant, limit: &str) -> Result<Value> {
     let mut answered_once = false;
     loop {
         let (id, frames) = kernel
@@ -662,8 +690,7 @@ async fn handshake(kernel: &mut Kernel, deadline: Instant) -> Result<Value> {
             }
         }
         if Instant::now() >= deadline {
-            let mut why = "it did not answer kernel_info_request within [python] kernel_timeout_ms"
-                .to_string();
+            let mut why = format!("it did not answer kernel_info_request within {limit}");
             if kernel.bad_signatures > 0 {
                 why.push_str(&format!(
                     "; {} replies were dropped because their signature did not match the key \
@@ -725,7 +752,11 @@ pub async fn kernel_executable(
         slot = slot.lock_owned() => slot,
         _ = ctx.cancel.cancelled() => bail!("{tool} was cancelled"),
     };
-    ensure_kernel(&mut slot, target, config, ctx, tool).await?;
+    let unbounded = (
+        Instant::now() + config.kernel_timeout,
+        config.kernel_timeout,
+    );
+    ensure_kernel(&mut slot, target, config, ctx, tool, unbounded).await?;
     let Some(kernel) = slot.kernel.as_mut() else {
         bail!("{tool}: no kernel");
     };
