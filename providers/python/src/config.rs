@@ -10,6 +10,7 @@ use serde_json::Value;
 use toolbox_core::trust::Tighten;
 use toolbox_core::{ConfigTable, ToolContext};
 
+use crate::reap::SessionLimits;
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};
 
 /// Where run_python_code executes.
@@ -42,6 +43,8 @@ const KEYS: &[&str] = &[
     "connection_file",
     "kernel_name",
     "kernel_timeout_ms",
+    "session_idle_ms",
+    "max_live_sessions",
 ];
 
 // What an untrusted workspace's toolbox.toml may set in [python]: a stricter backend and
@@ -85,6 +88,8 @@ pub struct PythonConfig {
     pub kernel: Option<KernelTarget>,
     /// How long a kernel may take to start, or to answer when toolbox connects.
     pub kernel_timeout: Duration,
+    /// When idle sessions give their state back (see [`crate::reap`]).
+    pub session_limits: SessionLimits,
 }
 
 impl PythonConfig {
@@ -158,6 +163,12 @@ impl PythonConfig {
             pip_args: t.string_list("pip_args")?.unwrap_or_default(),
             kernel,
             kernel_timeout: millis("kernel_timeout_ms", DEFAULT_KERNEL_TIMEOUT)?,
+            session_limits: SessionLimits {
+                idle: millis("session_idle_ms", crate::reap::DEFAULT_SESSION_IDLE)?,
+                max_live: t
+                    .u64_in("max_live_sessions", 1, 100_000)?
+                    .map_or(crate::reap::DEFAULT_MAX_LIVE_SESSIONS, |n| n as usize),
+            },
         })
     }
 

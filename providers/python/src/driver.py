@@ -1131,6 +1131,12 @@ def _dispatch(req):
     if op == "sync":
         _sync_site(req)
         return {}
+    if op == "forget":
+        # Sessions idle too long (or too many): their namespaces go; toolbox tells each one's
+        # next call.
+        for sid in req.get("sessions") or ():
+            _SESSIONS.pop(sid, None)
+        return {}
     raise ValueError("unknown op %r" % (op,))
 
 

@@ -25,7 +25,7 @@
 //!   environment variables and the working directory are shared by every session; each
 //!   session has its own namespace. Runs are serialised: one at a time, across sessions.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -263,6 +263,125 @@ pub(crate) fn told_folders(key: String) {
 
 fn lock_told() -> std::sync::MutexGuard<'static, Option<HashSet<String>>> {
     TOLD_FOLDERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A session whose namespace the interpreter holds.
+struct Live {
+    /// When its last call ended.
+    last_used: Instant,
+    /// Its calls in flight.
+    running: usize,
+}
+
+#[derive(Default)]
+struct Sessions {
+    live: HashMap<String, Live>,
+    /// Sessions whose namespace was cleared, with why, told to their next call.
+    cleared: HashMap<String, String>,
+}
+
+/// At most this many sessions keep a note of why their namespace was cleared.
+const MAX_CLEARED_NOTES: usize = 10_000;
+
+static SESSIONS: Mutex<Option<Sessions>> = Mutex::new(None);
+
+fn lock_sessions() -> std::sync::MutexGuard<'static, Option<Sessions>> {
+    SESSIONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A call of a session, counted as running until dropped (however the call ends).
+pub(crate) struct LiveCall(String);
+
+impl Drop for LiveCall {
+    fn drop(&mut self) {
+        end_call(&self.0);
+    }
+}
+
+/// A call of session `key` begins: it counts as running until the guard is dropped. Also
+/// returns why its namespace was cleared since its last call, if it was.
+pub(crate) fn begin_call(key: &str) -> (LiveCall, Option<String>) {
+    let mut sessions = lock_sessions();
+    let sessions = sessions.get_or_insert_with(Sessions::default);
+    sessions
+        .live
+        .entry(key.to_string())
+        .or_insert(Live {
+            last_used: Instant::now(),
+            running: 0,
+        })
+        .running += 1;
+    (LiveCall(key.to_string()), sessions.cleared.remove(key))
+}
+
+fn end_call(key: &str) {
+    if let Some(live) = lock_sessions().as_mut().and_then(|s| s.live.get_mut(key)) {
+        live.running = live.running.saturating_sub(1);
+        live.last_used = Instant::now();
+    }
+}
+
+/// Whether the interpreter holds no namespace for the session `key` yet.
+pub(crate) fn is_new(key: &str) -> bool {
+    lock_sessions()
+        .as_ref()
+        .is_none_or(|s| !s.live.contains_key(key))
+}
+
+/// Clears the namespaces [`crate::reap`]'s rule says should go; `incoming` (a session about
+/// to run a call) is never one of them, and counts as live.
+pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
+    let Some(Ok(interpreter)) = INTERPRETER.get() else {
+        return;
+    };
+    let mut guard = lock_sessions();
+    let Some(sessions) = guard.as_mut() else {
+        return;
+    };
+    let now = Instant::now();
+    let mut busy = 0;
+    let mut live = Vec::new();
+    for (key, l) in &sessions.live {
+        if Some(key.as_str()) == incoming {
+            continue;
+        }
+        if l.running > 0 {
+            busy += 1;
+        } else {
+            live.push(crate::reap::Candidate {
+                key: key.clone(),
+                last_used: l.last_used,
+            });
+        }
+    }
+    let chosen = crate::reap::choose(live, busy, usize::from(incoming.is_some()), limits, now);
+    if chosen.is_empty() {
+        return;
+    }
+    let mut keys = Vec::with_capacity(chosen.len());
+    let mut told = lock_told();
+    for (key, why) in chosen {
+        sessions.live.remove(&key);
+        if let Some(told) = told.as_mut() {
+            told.remove(&key);
+        }
+        if sessions.cleared.len() >= MAX_CLEARED_NOTES {
+            sessions.cleared.clear();
+        }
+        sessions.cleared.insert(key.clone(), why.why("was cleared"));
+        keys.push(key);
+    }
+    drop(told);
+    // Queued while the sessions are locked: a later call of one of them is queued after it,
+    // so it finds a fresh namespace, and its note.
+    let (reply, _) = oneshot::channel();
+    let _ = interpreter.jobs.send(Job {
+        id: interpreter.next_id.fetch_add(1, Ordering::SeqCst),
+        request: serde_json::json!({"op": "forget", "sessions": keys}),
+        cwd: None,
+        reply,
+        abandoned: Arc::new(AtomicBool::new(false)),
+    });
 }
 
 /// Runs one job and hands its answer back. A call started with `handoff::spawn` (an MCP

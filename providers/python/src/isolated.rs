@@ -40,6 +40,66 @@ struct Slot {
     worker: Option<Worker>,
     /// Why the previous worker of this session ended, told to the next call.
     restarted: Option<String>,
+    /// When the session's last call ended.
+    last_used: Option<std::time::Instant>,
+}
+
+/// Whether the session `key` has no worker (and no call running that is starting one).
+fn needs_worker(key: &str) -> bool {
+    let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    slots
+        .as_ref()
+        .and_then(|slots| slots.get(key))
+        .is_none_or(|slot| slot.try_lock().is_ok_and(|s| s.worker.is_none()))
+}
+
+/// Stops the workers [`crate::reap`]'s rule says should go; `incoming` (a session about to
+/// run a call) is never one of them, and counts as live.
+pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
+    let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = {
+        let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        match slots.as_ref() {
+            Some(slots) => slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None => return,
+        }
+    };
+    let now = std::time::Instant::now();
+    let (mut guards, mut live, mut busy) = (Vec::new(), Vec::new(), 0);
+    for (key, slot) in slots {
+        if Some(key.as_str()) == incoming {
+            continue;
+        }
+        match slot.try_lock_owned() {
+            Ok(guard) if guard.worker.is_some() => {
+                live.push(crate::reap::Candidate {
+                    key: guards.len(),
+                    last_used: guard.last_used.unwrap_or(now),
+                });
+                guards.push(guard);
+            }
+            Ok(_) => {}
+            Err(_) => busy += 1,
+        }
+    }
+    let incoming = usize::from(incoming.is_some());
+    for (i, why) in crate::reap::choose(live, busy, incoming, limits, now) {
+        let slot = &mut guards[i];
+        if let Some(mut worker) = slot.worker.take() {
+            worker.kill();
+        }
+        slot.restarted = Some(why.why("was stopped"));
+    }
+    drop(guards);
+    // Slots that hold nothing (no worker, nothing to tell) are forgotten.
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(slots) = slots.as_mut() {
+        slots.retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || slot
+                    .try_lock()
+                    .map_or(true, |s| s.worker.is_some() || s.restarted.is_some())
+        });
+    }
 }
 
 type Slots = HashMap<String, Arc<tokio::sync::Mutex<Slot>>>;
@@ -360,6 +420,7 @@ struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.slot.last_used = Some(std::time::Instant::now());
         if self.armed {
             if let Some(mut worker) = self.slot.worker.take() {
                 worker.kill();
@@ -378,9 +439,16 @@ pub async fn request(
     interpreter: &Path,
     cwd: &OwnedFd,
     limits: Limits,
+    sessions: crate::reap::SessionLimits,
 ) -> Result<Value> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let slot = slot_for(&crate::run::session_key(ctx));
+    let key = crate::run::session_key(ctx);
+    // A session about to start a worker always looks: a burst of new sessions must not pass
+    // the cap before the next look.
+    if crate::reap::on_call(sessions) || needs_worker(&key) {
+        reap(sessions, Some(&key));
+    }
+    let slot = slot_for(&key);
     let slot = tokio::select! {
         slot = slot.lock_owned() => slot,
         _ = tokio::time::sleep_until(deadline) => bail!(

@@ -33,6 +33,7 @@ pub mod isolated;
 pub mod jupyter;
 mod lookup;
 mod pyvalue;
+pub mod reap;
 mod render;
 pub mod run;
 

@@ -305,7 +305,27 @@ pub async fn execute(
             if let Some(site) = config.site_packages() {
                 request["site_dirs"] = json!([site.to_string_lossy()]);
             }
+            let key = request["session"].as_str().unwrap_or_default().to_string();
+            // A new session always looks: a burst of them must not pass the cap before the
+            // next look.
+            if crate::reap::on_call(config.session_limits) || embedded::is_new(&key) {
+                embedded::reap(config.session_limits, Some(&key));
+            }
+            let (live, cleared) = embedded::begin_call(&key);
             let outcome = embedded::request(request, Some(cwd_dir), ctx, timeout, tool).await;
+            drop(live);
+            let outcome = outcome.map(|mut result| {
+                if let Some(why) = cleared {
+                    crate::add_note(
+                        &mut result,
+                        format!(
+                            "this session's Python namespace {why}; variables and imports \
+                             from before are gone"
+                        ),
+                    );
+                }
+                result
+            });
             // Answered, so the driver ran the request and kept the folders.
             if let (Ok(_), Some(key)) = (&outcome, first_run) {
                 embedded::told_folders(key);
@@ -314,7 +334,18 @@ pub async fn execute(
         }
         Backend::Isolated => {
             let interpreter = config.interpreter();
-            isolated::request(&request, ctx, timeout, tool, &interpreter, &cwd_dir, limits).await
+            let sessions = config.session_limits;
+            isolated::request(
+                &request,
+                ctx,
+                timeout,
+                tool,
+                &interpreter,
+                &cwd_dir,
+                limits,
+                sessions,
+            )
+            .await
         }
         Backend::Jupyter => jupyter::request(&request, ctx, timeout, tool, config).await,
     };

@@ -108,6 +108,72 @@ struct Slot {
     kernel: Option<Kernel>,
     /// Said at the start of the next result (e.g. the kernel was restarted).
     note: Option<String>,
+    /// When the slot's last call ended.
+    last_used: Option<std::time::Instant>,
+}
+
+/// Whether the slot `key` has no kernel (and no call running that is starting one).
+fn needs_kernel(key: &str) -> bool {
+    let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    slots
+        .as_ref()
+        .and_then(|slots| slots.get(key))
+        .is_none_or(|slot| slot.try_lock().is_ok_and(|s| s.kernel.is_none()))
+}
+
+/// Stops the kernels toolbox started that [`crate::reap`]'s rule says should go (an
+/// attached kernel is its owner's: never); `incoming` (a slot about to run a call) is never
+/// one of them, and counts as live.
+pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
+    let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = {
+        let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        match slots.as_ref() {
+            Some(slots) => slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None => return,
+        }
+    };
+    let now = std::time::Instant::now();
+    let (mut guards, mut live, mut busy) = (Vec::new(), Vec::new(), 0);
+    for (key, slot) in slots {
+        if Some(key.as_str()) == incoming || key.starts_with("attach:") {
+            continue;
+        }
+        match slot.try_lock_owned() {
+            Ok(guard) if guard.kernel.as_ref().is_some_and(|k| k.process.is_some()) => {
+                live.push(crate::reap::Candidate {
+                    key: guards.len(),
+                    last_used: guard.last_used.unwrap_or(now),
+                });
+                guards.push(guard);
+            }
+            Ok(_) => {}
+            Err(_) => busy += 1,
+        }
+    }
+    let incoming = usize::from(incoming.is_some_and(|k| !k.starts_with("attach:")));
+    for (i, why) in crate::reap::choose(live, busy, incoming, limits, now) {
+        let slot = &mut guards[i];
+        if let Some(mut kernel) = slot.kernel.take() {
+            if let Some(process) = kernel.process.as_mut() {
+                process.kill();
+            }
+        }
+        slot.note = Some(format!(
+            "this session's kernel {}; a new one was started, so variables and imports from \
+             before are gone",
+            why.why("was stopped")
+        ));
+    }
+    drop(guards);
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(slots) = slots.as_mut() {
+        slots.retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || slot
+                    .try_lock()
+                    .map_or(true, |s| s.kernel.is_some() || s.note.is_some())
+        });
+    }
 }
 
 type Slots = HashMap<String, Arc<tokio::sync::Mutex<Slot>>>;
@@ -151,6 +217,7 @@ struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.slot.last_used = Some(std::time::Instant::now());
         if !(self.armed && self.started) {
             return;
         }
@@ -208,7 +275,13 @@ pub async fn request(
         .as_ref()
         .ok_or_else(|| anyhow!("{tool}: [python] backend = \"jupyter\" names no kernel"))?;
     let queue_deadline = Instant::now() + timeout;
-    let slot = slot_for(&slot_key(target, config, ctx));
+    let key = slot_key(target, config, ctx);
+    // A slot about to start a kernel always looks: a burst of new sessions must not pass
+    // the cap before the next look.
+    if crate::reap::on_call(config.session_limits) || needs_kernel(&key) {
+        reap(config.session_limits, Some(&key));
+    }
+    let slot = slot_for(&key);
     let slot = tokio::select! {
         slot = slot.lock_owned() => slot,
         _ = tokio::time::sleep_until(queue_deadline) => bail!(

@@ -1,0 +1,227 @@
+//! Sessions that nobody uses any more give back what they hold.
+//!
+//! Each backend keeps something per session for as long as the process lives unless told
+//! otherwise: embedded, a namespace in the one interpreter; isolated, a worker process; a
+//! started Jupyter kernel, a kernel process. A server that sees session after session would
+//! grow without bound. So every backend follows one rule, `[python] session_idle_ms` and
+//! `[python] max_live_sessions`:
+//!
+//! - a session whose last call ended more than `session_idle_ms` ago (30 minutes by default)
+//!   loses its state (namespace, worker or kernel);
+//! - past `max_live_sessions` live sessions (64 by default) per backend, the ones whose last
+//!   call ended longest ago lose theirs, so the new one has room; a session with a call
+//!   running is never touched;
+//! - the session's next call starts afresh and its result says so, as after a crash.
+//!
+//! Backends look for such sessions when a call comes (at most once a second) and a
+//! background task does so every [`SWEEP_EVERY`], so an idle server gives its memory back too.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The default of `[python] session_idle_ms`.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// The default of `[python] max_live_sessions`.
+pub const DEFAULT_MAX_LIVE_SESSIONS: usize = 64;
+/// How often the background task looks.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// How often, at most, a call looks.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// The rule in force: the latest configuration a call brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// A session idle this long loses its state.
+    pub idle: Duration,
+    /// At most this many live sessions per backend.
+    pub max_live: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            idle: DEFAULT_SESSION_IDLE,
+            max_live: DEFAULT_MAX_LIVE_SESSIONS,
+        }
+    }
+}
+
+/// Why a session lost its state, told to its next call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reaped {
+    /// It was idle for longer than `session_idle_ms`.
+    Idle(Duration),
+    /// Other sessions needed the room (`max_live_sessions`).
+    Room(usize),
+}
+
+impl Reaped {
+    /// Completes "this session's Python {what} …", e.g. with `done` = "was stopped".
+    pub fn why(&self, done: &str) -> String {
+        match self {
+            Reaped::Idle(idle) => format!(
+                "{done} after {} without a call ([python] session_idle_ms)",
+                humantime::format_duration(if *idle >= Duration::from_secs(1) {
+                    Duration::from_secs(idle.as_secs())
+                } else {
+                    Duration::from_millis(idle.as_millis() as u64)
+                })
+            ),
+            Reaped::Room(max) => format!(
+                "{done} to make room for other sessions ([python] max_live_sessions = {max})"
+            ),
+        }
+    }
+}
+
+/// One live session a backend could reap: its key and when its last call ended.
+pub struct Candidate<K> {
+    /// The backend's own handle on it.
+    pub key: K,
+    /// When its last call ended.
+    pub last_used: Instant,
+}
+
+/// Which of `live` (sessions with no call running) to reap, and why, given `busy` more
+/// sessions that are running a call now and `incoming` about to start one.
+pub fn choose<K>(
+    mut live: Vec<Candidate<K>>,
+    busy: usize,
+    incoming: usize,
+    limits: SessionLimits,
+    now: Instant,
+) -> Vec<(K, Reaped)> {
+    let mut reaped = Vec::new();
+    live.sort_by_key(|c| c.last_used);
+    let mut kept = Vec::with_capacity(live.len());
+    for c in live {
+        let idle = now.saturating_duration_since(c.last_used);
+        if idle >= limits.idle {
+            reaped.push((c.key, Reaped::Idle(limits.idle)));
+        } else {
+            kept.push(c);
+        }
+    }
+    let total = kept.len() + busy + incoming;
+    let over = total.saturating_sub(limits.max_live.max(1));
+    for c in kept.into_iter().take(over) {
+        reaped.push((c.key, Reaped::Room(limits.max_live)));
+    }
+    reaped
+}
+
+struct State {
+    limits: SessionLimits,
+    looked: Option<Instant>,
+    sweeper: bool,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    limits: SessionLimits {
+        idle: DEFAULT_SESSION_IDLE,
+        max_live: DEFAULT_MAX_LIVE_SESSIONS,
+    },
+    looked: None,
+    sweeper: false,
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The rule in force.
+pub fn limits() -> SessionLimits {
+    state().limits
+}
+
+/// Called as a call starts, with its configuration's rule: records the rule, starts the
+/// background task once, and says whether this call should look for sessions to reap now.
+pub fn on_call(limits: SessionLimits) -> bool {
+    let mut state = state();
+    state.limits = limits;
+    if !state.sweeper {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            state.sweeper = true;
+            handle.spawn(async {
+                loop {
+                    tokio::time::sleep(SWEEP_EVERY).await;
+                    sweep_all();
+                }
+            });
+        }
+    }
+    let now = Instant::now();
+    let look = state
+        .looked
+        .is_none_or(|t| now.duration_since(t) >= LOOK_EVERY);
+    if look {
+        state.looked = Some(now);
+    }
+    look
+}
+
+/// Every backend looks once.
+pub fn sweep_all() {
+    let limits = limits();
+    crate::isolated::reap(limits, None);
+    crate::jupyter::reap(limits, None);
+    crate::embedded::reap(limits, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(now: Instant, ago_s: u64) -> Instant {
+        now - Duration::from_secs(ago_s)
+    }
+
+    #[test]
+    fn idle_sessions_go_then_the_oldest_past_the_cap() {
+        let now = Instant::now();
+        let limits = SessionLimits {
+            idle: Duration::from_secs(100),
+            max_live: 3,
+        };
+        let live = vec![
+            Candidate {
+                key: "a",
+                last_used: at(now, 50),
+            },
+            Candidate {
+                key: "idle",
+                last_used: at(now, 200),
+            },
+            Candidate {
+                key: "b",
+                last_used: at(now, 10),
+            },
+            Candidate {
+                key: "c",
+                last_used: at(now, 30),
+            },
+        ];
+        // a, b, c live, one busy, one incoming: 5 > 3, so the two oldest of a, b, c go.
+        let got = choose(live, 1, 1, limits, now);
+        assert_eq!(
+            got,
+            [
+                ("idle", Reaped::Idle(limits.idle)),
+                ("a", Reaped::Room(3)),
+                ("c", Reaped::Room(3)),
+            ]
+        );
+        assert!(choose(Vec::<Candidate<&str>>::new(), 10, 1, limits, now).is_empty());
+    }
+
+    #[test]
+    fn the_notes_name_the_keys() {
+        assert_eq!(
+            Reaped::Idle(Duration::from_secs(1800)).why("was stopped"),
+            "was stopped after 30m without a call ([python] session_idle_ms)"
+        );
+        assert!(Reaped::Room(64)
+            .why("was cleared")
+            .starts_with("was cleared to make room"));
+    }
+}
