@@ -69,6 +69,8 @@ use toolbox_executor::{
     schema, ApprovalDecision, ApprovalQueue, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
 };
 
+pub mod jsonrpc;
+
 /// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
 /// (it did not declare the `elicitation` capability at `initialize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
