@@ -37,9 +37,12 @@
 //! The stateless 2026-07-28 revision forbids the server-to-client requests the approval gate
 //! needs, so it is not offered; clients fall back to `initialize`.
 //!
-//! A POST body that is not JSON gets `400` with a JSON-RPC -32700 error (see
-//! [`MAX_BODY_BYTES`] for the size limit); everything else about the transport (sessions,
-//! `Accept` and `Content-Type` checks, SSE) is rmcp's.
+//! A POST body that is no message rmcp should see gets the JSON-RPC error `toolbox mcp`
+//! answers on stdio, from the checks both transports share ([`jsonrpc`]): `400` with -32700
+//! or -32600 for a body that is not JSON or no request, `200` with -32601 or -32602 for a
+//! request its method refuses, `413` over [`MAX_BODY_BYTES`] (see `check_post_body`);
+//! everything else about the transport (sessions, `Accept` and `Content-Type` checks, SSE)
+//! is rmcp's.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -51,10 +54,11 @@ pub use crate::mcp_sessions::{EVICTABLE_AFTER, MAX_MCP_SESSIONS};
 use axum::response::IntoResponse;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema, Implementation,
-    ListToolsResult, PaginatedRequestParams, PrimitiveSchemaDefinition, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
+    ContentBlock, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    EnumSchema, Implementation, InitializeRequestParams, ListToolsResult, PaginatedRequestParams,
+    PrimitiveSchemaDefinition, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
 };
 // MCP logging is deprecated by SEP-2577 (rmcp marks it so); `toolbox mcp` on stdio offers it,
 // and so does this endpoint, until clients stop asking for it.
@@ -70,6 +74,8 @@ use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, Too
 use toolbox_executor::{
     schema, ApprovalDecision, ApprovalQueue, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
 };
+
+pub mod jsonrpc;
 
 /// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
 /// (it did not declare the `elicitation` capability at `initialize`).
@@ -261,15 +267,30 @@ fn session_idle_timeout(executor: &ToolExecutor) -> Duration {
 /// The largest POST body read, as rmcp's own limit: 4 MiB.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// Answers a POST whose body is no JSON-RPC message at all with a JSON-RPC error, as
-/// `toolbox mcp` does on stdio: 400 with -32700 (Parse error) for a body that is not JSON,
-/// 400 with -32600 (Invalid Request) for JSON that is neither an object nor an array, 413
-/// for a body over [`MAX_BODY_BYTES`]. rmcp alone would say `415 Unsupported Media Type`
-/// in plain text. Everything else goes to rmcp untouched.
+/// Answers a POST whose body is not a message rmcp should see with the JSON-RPC error
+/// `toolbox mcp` gives the same message on stdio ([`jsonrpc::parse_message`],
+/// [`jsonrpc::check_params`]), as `application/json`:
+///
+/// - `400` with -32700 (Parse error, id null) for an empty body, one that is not UTF-8 or
+///   not JSON, or JSON nested deeper than [`jsonrpc::MAX_NESTING`];
+/// - `400` with -32600 (Invalid Request) for JSON that is no request object (`{}`, `[]`, a
+///   batch, a number, no `method`, `jsonrpc` not `"2.0"`), with the request's id when it
+///   has a usable one, else null;
+/// - `200` with -32601 (Method not found) for a request of a method toolbox does not serve,
+///   and with -32602 (Invalid params) for a served method whose params are wrong (`tools/call`
+///   `arguments` not an object, …): the request was fine, the method refused it;
+/// - `202` with no body for what needs no answer and rmcp would not read (a notification
+///   holding a lone surrogate, a response without a usable id);
+/// - `413` for a body over [`MAX_BODY_BYTES`].
+///
+/// rmcp alone answers most of these `415 Unsupported Media Type` in plain text, and a served
+/// method with params it cannot read as "method not found". Everything else goes to rmcp
+/// untouched.
 async fn check_post_body(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    use axum::http::StatusCode;
     if request.method() != axum::http::Method::POST {
         return next.run(request).await;
     }
@@ -281,9 +302,10 @@ async fn check_post_body(
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = || {
         jsonrpc_error(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            INVALID_REQUEST,
-            format!(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &Value::Null,
+            jsonrpc::INVALID_REQUEST,
+            &format!(
                 "Invalid Request: the body is over the limit of {MAX_BODY_BYTES} bytes (4 MiB) \
                  or could not be read"
             ),
@@ -295,39 +317,105 @@ async fn check_post_body(
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         return too_large();
     };
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
         return jsonrpc_error(
-            axum::http::StatusCode::BAD_REQUEST,
-            PARSE_ERROR,
-            format!("Parse error: the body is not JSON ({e})"),
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            jsonrpc::PARSE_ERROR,
+            "Parse error: the body is empty; send one JSON-RPC message",
         );
     }
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    if !matches!(first, Some(b'{') | Some(b'[')) {
-        return jsonrpc_error(
-            axum::http::StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            "Invalid Request: the body must be a JSON-RPC message (a JSON object)".into(),
-        );
-    }
-    // A request for a method this server does not offer is answered here, in a sentence that
-    // names it (rmcp would answer with the bare method name and log a warning for each).
-    if let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(&bytes) {
-        if let (Some(id), Some(Value::String(method))) = (message.get("id"), message.get("method"))
-        {
-            if !SERVED_METHODS.contains(&method.as_str()) && !id.is_null() {
+    match jsonrpc::parse_message(&bytes) {
+        jsonrpc::Parsed::Reject { id, code, message } => {
+            tracing::debug!("mcp: rejected a message: {message}");
+            // A request that was well-formed but refused by its method is answered like any
+            // other answer; a message that is no request at all is a bad request.
+            let status = if code == jsonrpc::PARSE_ERROR || code == jsonrpc::INVALID_REQUEST {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::OK
+            };
+            return jsonrpc_error(status, &id, code, &message);
+        }
+        jsonrpc::Parsed::Ignore => return StatusCode::ACCEPTED.into_response(),
+        jsonrpc::Parsed::Message(jsonrpc::Inbound::Request { id, method, params }) => {
+            // A request for a method this server does not offer is answered here, in a
+            // sentence that names it (rmcp would answer with the bare method name and log a
+            // warning for each).
+            if !SERVED_METHODS.contains(&method.as_str()) {
                 tracing::debug!("mcp: method not offered: {method}");
-                let body = serde_json::json!({
-                    "jsonrpc": "2.0",
-                    "id": id,
-                    "error": { "code": METHOD_NOT_FOUND, "message": method_not_found(method) },
-                });
-                return (axum::http::StatusCode::OK, axum::Json(body)).into_response();
+                return jsonrpc_error(
+                    StatusCode::OK,
+                    &id,
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &method_not_found(&method),
+                );
+            }
+            if let Err(message) = jsonrpc::check_params(&method, &params) {
+                return jsonrpc_error(StatusCode::OK, &id, jsonrpc::INVALID_PARAMS, &message);
+            }
+            if let Some((code, message)) = unreadable_for_rmcp(&bytes, &method, &params) {
+                let status = if code == jsonrpc::INVALID_REQUEST {
+                    StatusCode::BAD_REQUEST
+                } else {
+                    StatusCode::OK
+                };
+                return jsonrpc_error(status, &id, code, &message);
+            }
+        }
+        jsonrpc::Parsed::Message(jsonrpc::Inbound::Notification { .. })
+        | jsonrpc::Parsed::Response { .. } => {
+            if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+                return jsonrpc_error(
+                    StatusCode::BAD_REQUEST,
+                    &Value::Null,
+                    jsonrpc::INVALID_REQUEST,
+                    &format!("Invalid Request: the message does not fit the MCP schema ({e})"),
+                );
             }
         }
     }
     let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     next.run(request).await
+}
+
+/// Why rmcp cannot read a request for a served method that passed
+/// [`jsonrpc::check_params`], as the code and message of the error to answer; `None` when it
+/// can. rmcp would take a request whose params it cannot read for one of a method it does
+/// not know and answer "method not found". Only the checks of [`jsonrpc::check_params`] are
+/// shared with stdio; this is rmcp's own, stricter schema (`initialize` needs
+/// `capabilities` and `clientInfo`, a numeric id must fit in 64 signed bits).
+fn unreadable_for_rmcp(bytes: &[u8], method: &str, params: &Value) -> Option<(i64, String)> {
+    match serde_json::from_slice::<ClientJsonRpcMessage>(bytes) {
+        Ok(rmcp::model::JsonRpcMessage::Request(request))
+            if !matches!(request.request, ClientRequest::CustomRequest(_)) =>
+        {
+            return None
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return Some((
+                jsonrpc::INVALID_REQUEST,
+                format!("Invalid Request: the message does not fit the MCP schema ({e})"),
+            ))
+        }
+    }
+    fn why<T: serde::de::DeserializeOwned>(params: &Value) -> Option<String> {
+        T::deserialize(params).err().map(|e| e.to_string())
+    }
+    #[allow(deprecated)]
+    let why = match method {
+        "initialize" => why::<InitializeRequestParams>(params),
+        "tools/call" => why::<CallToolRequestParams>(params),
+        "tools/list" => why::<PaginatedRequestParams>(params),
+        "logging/setLevel" => why::<SetLevelRequestParams>(params),
+        _ => None,
+    };
+    let message = match why {
+        Some(why) => format!("Invalid params: {method} params do not fit the MCP schema ({why})"),
+        None => format!("Invalid params: {method} params do not fit the MCP schema"),
+    };
+    Some((jsonrpc::INVALID_PARAMS, message))
 }
 
 /// The requests toolbox's MCP servers answer (on both transports).
@@ -340,7 +428,7 @@ pub const SERVED_METHODS: &[&str] = &[
 ];
 
 /// The JSON-RPC "Method not found" code.
-pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const METHOD_NOT_FOUND: i64 = jsonrpc::METHOD_NOT_FOUND;
 
 /// The message of a -32601 answer: the method named, and what is offered instead.
 pub fn method_not_found(method: &str) -> String {
@@ -351,20 +439,14 @@ pub fn method_not_found(method: &str) -> String {
     )
 }
 
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-
-/// A JSON-RPC error response without an id (none could be read).
+/// A JSON-RPC error response, as `application/json`.
 fn jsonrpc_error(
     status: axum::http::StatusCode,
+    id: &Value,
     code: i64,
-    message: String,
+    message: &str,
 ) -> axum::response::Response {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": { "code": code, "message": message },
-    });
+    let body = jsonrpc::error_response(id, code, message);
     (status, axum::Json(body)).into_response()
 }
 
@@ -763,9 +845,8 @@ impl ServerHandler for McpHandler {
         let executor = &self.shared.executor;
         let name = request.name.to_string();
         if executor.registry().get(&name).is_none() {
-            let shown: String = name.chars().take(200).collect();
             return Err(ErrorData::invalid_params(
-                format!("unknown tool: {shown}"),
+                jsonrpc::unknown_tool(&name),
                 None,
             ));
         }

@@ -2,10 +2,13 @@
 //!
 //! A small JSON-RPC 2.0 server of our own, not rmcp's stdio transport: rmcp drops a line it
 //! cannot read (not JSON, not UTF-8, too long, a lone surrogate) without a reply, and a client
-//! then waits forever. Here every request gets an answer: -32700 for a line that does not
-//! parse, -32600 for JSON that is no request (or whose id is already in flight), -32601 for an
-//! unknown method, -32602 for bad params. Malformed notifications are dropped silently, as
-//! JSON-RPC asks, and the connection stays usable after any of these.
+//! then waits forever. Here every line that is not a well-formed notification or response gets
+//! exactly one reply line: -32700 for a line that does not parse, -32600 for JSON that is no
+//! request (`{}`, an array, a message without an id that is not a well-formed notification)
+//! or whose id is already in flight, -32601 for an unknown method, -32602 for bad params. The
+//! checks, codes and messages are `toolbox_server::mcp::jsonrpc`'s, shared with `/mcp`. A
+//! well-formed notification gets no reply whatever its method or params, as JSON-RPC asks, and
+//! the connection stays usable after any of these.
 //!
 //! Tool failures of any kind (errors, denials, timeouts, panics) are tool results with
 //! `isError: true`; only a name that is no tool at all is a protocol error, as MCP asks.
@@ -54,10 +57,9 @@ const INLINE_PARSE_BYTES: usize = 256 * 1024;
 /// A client asking for one of them gets it echoed; any other request gets the first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
+use toolbox_server::mcp::jsonrpc::{
+    self, Inbound, Parsed, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
 
 const INSTRUCTIONS: &str =
     "toolbox tools run inside one workspace folder; paths are relative to it.";
@@ -440,7 +442,7 @@ fn parse_frame_now(frame: stdio::Frame<'_>) -> Parsed {
                  it was skipped"
             ),
         },
-        stdio::Frame::Line(line) => parse_line(line),
+        stdio::Frame::Line(line) => jsonrpc::parse_message(line),
     }
 }
 
@@ -449,7 +451,7 @@ async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
     match frame {
         stdio::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES => {
             let line = line.to_vec();
-            tokio::task::spawn_blocking(move || parse_line(&line))
+            tokio::task::spawn_blocking(move || jsonrpc::parse_message(&line))
                 .await
                 .unwrap_or_else(|e| Parsed::Reject {
                     id: Value::Null,
@@ -533,259 +535,10 @@ fn tool_result_line(id: &Value, text: &str, is_error: bool) -> Vec<u8> {
 // Input: framing (`stdio::Framer`) and JSON-RPC validation on the serving task. Invalid
 // messages are answered at once; valid ones are dispatched.
 
-/// A well-formed JSON-RPC message for the dispatcher. `params` is `Null` when absent.
-#[derive(Debug)]
-enum Inbound {
-    Request {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    Notification {
-        method: String,
-        params: Value,
-    },
-}
-
-/// What one line turned out to be.
-#[derive(Debug)]
-enum Parsed {
-    Message(Inbound),
-    /// Answer with this error and do nothing else.
-    Reject {
-        id: Value,
-        code: i64,
-        message: String,
-    },
-    /// The client's response to a request of this server (an approval question).
-    Response {
-        id: Value,
-        result: Option<Value>,
-        error: Option<Value>,
-    },
-    /// Needs no answer: a blank line, a malformed notification.
-    Ignore,
-}
-
-fn parse_line(bytes: &[u8]) -> Parsed {
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return Parsed::Reject {
-            id: Value::Null,
-            code: PARSE_ERROR,
-            message: "Parse error: the line is not valid UTF-8".into(),
-        };
-    };
-    if text.trim().is_empty() {
-        return Parsed::Ignore;
-    }
-    let error = match serde_json::from_str::<Value>(text) {
-        Ok(value) => return classify(value),
-        Err(error) => error,
-    };
-    // serde_json refuses a lone surrogate escape such as "\ud800". The line is otherwise a
-    // fine request, so parse it once more with the escapes neutralised, only to learn the id
-    // and method the refusal must carry.
-    if let Some(repaired) = replace_lone_surrogates(text) {
-        if let Ok(value) = serde_json::from_str::<Value>(&repaired) {
-            return match classify(value) {
-                Parsed::Message(Inbound::Request { id, method, .. }) => {
-                    let holder = if method == "tools/call" {
-                        "the arguments hold"
-                    } else {
-                        "the params hold"
-                    };
-                    Parsed::Reject {
-                        id,
-                        code: INVALID_PARAMS,
-                        message: format!(
-                            "Invalid params: {holder} an invalid \\u escape (a lone surrogate, \
-                             which is no character)"
-                        ),
-                    }
-                }
-                Parsed::Message(Inbound::Notification { .. }) => Parsed::Ignore,
-                other => other,
-            };
-        }
-    }
-    Parsed::Reject {
-        id: Value::Null,
-        code: PARSE_ERROR,
-        message: format!("Parse error: {error}"),
-    }
-}
-
-/// `text` with every `\u` escape of an unpaired UTF-16 surrogate replaced by `\ufffd`, or
-/// `None` when there is none. Backslashes only occur inside strings in valid JSON, so
-/// walking escape by escape over the whole text is enough.
-fn replace_lone_surrogates(text: &str) -> Option<String> {
-    fn surrogate_at(bytes: &[u8], i: usize) -> Option<u16> {
-        let digits = bytes.get(i..i + 6)?;
-        if digits[0] != b'\\' || digits[1] != b'u' {
-            return None;
-        }
-        let hex = std::str::from_utf8(&digits[2..]).ok()?;
-        u16::from_str_radix(hex, 16)
-            .ok()
-            .filter(|n| (0xD800..=0xDFFF).contains(n))
-    }
-
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
-    let mut replaced = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] != b'\\' {
-            i += 1;
-            continue;
-        }
-        match surrogate_at(bytes, i) {
-            Some(0xD800..=0xDBFF)
-                if surrogate_at(bytes, i + 6).is_some_and(|low| low >= 0xDC00) =>
-            {
-                i += 12
-            }
-            Some(_) => {
-                out.push_str(&text[copied..i]);
-                out.push_str("\\ufffd");
-                i += 6;
-                copied = i;
-                replaced = true;
-            }
-            // Any other escape is two characters as far as finding the next one goes.
-            None => i += 2,
-        }
-    }
-    if !replaced {
-        return None;
-    }
-    out.push_str(&text[copied..]);
-    Some(out)
-}
-
-/// Checks the JSON-RPC envelope of a parsed line.
-fn classify(value: Value) -> Parsed {
-    let reject = |id: Value, code: i64, message: String| Parsed::Reject { id, code, message };
-    let mut message = match value {
-        Value::Object(message) => message,
-        Value::Array(_) => {
-            return reject(
-                Value::Null,
-                INVALID_REQUEST,
-                "Invalid Request: batches (JSON arrays) are not supported; send one request \
-                 per line"
-                    .into(),
-            )
-        }
-        other => {
-            return reject(
-                Value::Null,
-                INVALID_REQUEST,
-                format!(
-                    "Invalid Request: expected a JSON-RPC request object, got {}",
-                    json_kind(&other)
-                ),
-            )
-        }
-    };
-    if !message.contains_key("method")
-        && (message.contains_key("result") || message.contains_key("error"))
-    {
-        return match message.remove("id") {
-            Some(id) => Parsed::Response {
-                id,
-                result: message.remove("result"),
-                error: message.remove("error"),
-            },
-            None => Parsed::Ignore,
-        };
-    }
-    let id = match message.remove("id") {
-        None => None,
-        Some(id @ Value::String(_)) => Some(id),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
-        Some(other) => {
-            return reject(
-                Value::Null,
-                INVALID_REQUEST,
-                format!(
-                    "Invalid Request: id must be a string or an integer, not {}",
-                    json_kind(&other)
-                ),
-            )
-        }
-    };
-    // Past this point a notification (no id) that is malformed gets no answer: JSON-RPC
-    // never answers notifications.
-    let refuse = |code: i64, message: String| match &id {
-        Some(id) => reject(id.clone(), code, message),
-        None => Parsed::Ignore,
-    };
-    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return refuse(
-            INVALID_REQUEST,
-            r#"Invalid Request: "jsonrpc" must be "2.0""#.into(),
-        );
-    }
-    let method = match message.remove("method") {
-        Some(Value::String(method)) => method,
-        Some(other) => {
-            return refuse(
-                INVALID_REQUEST,
-                format!(
-                    "Invalid Request: method must be a string, not {}",
-                    json_kind(&other)
-                ),
-            )
-        }
-        None => return refuse(INVALID_REQUEST, "Invalid Request: method is missing".into()),
-    };
-    let params = match message.remove("params") {
-        None => Value::Null,
-        Some(params @ (Value::Object(_) | Value::Null)) => params,
-        Some(other) => {
-            return refuse(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: params must be an object, not {}",
-                    json_kind(&other)
-                ),
-            )
-        }
-    };
-    Parsed::Message(match id {
-        Some(id) => Inbound::Request { id, method, params },
-        None => Inbound::Notification { method, params },
-    })
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Events: the executor's sink. Runs on whatever thread the tool emits from, so it only takes
 // short locks and queues; nothing here can block a call.
 
-/// MCP's logging levels, lowest first (RFC 5424 names).
-const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
 /// Tool output is logged at `info`.
 const LEVEL_INFO: u8 = 1;
 /// No `logging/setLevel` yet: no log notifications.
@@ -806,7 +559,7 @@ struct Events {
     outbox: Mutex<Option<Outbox>>,
     /// The calls running now, by the executor's call id.
     routes: Mutex<HashMap<String, Route>>,
-    /// The level the client asked for with `logging/setLevel`, as an index of [`LOG_LEVELS`].
+    /// The level the client asked for with `logging/setLevel`, as an index of [`jsonrpc::LOG_LEVELS`].
     log_level: AtomicU8,
 }
 
@@ -1034,23 +787,23 @@ impl Dispatcher {
                 &format!("Invalid Request: request id {key} is already in flight"),
             );
         }
+        if let Err(message) = jsonrpc::check_params(method, &params) {
+            return self.outbox.error(&id, INVALID_PARAMS, &message);
+        }
         match method {
-            "initialize" => match initialize_result(&params) {
-                Ok(result) => {
-                    let capabilities = params.get("capabilities").unwrap_or(&Value::Null);
-                    let can_elicit = toolbox_server::mcp::can_elicit_form(capabilities);
-                    self.server
-                        .events
-                        .can_elicit
-                        .store(can_elicit, Ordering::SeqCst);
-                    self.outbox.result(&id, &result)
-                }
-                Err(message) => self.outbox.error(&id, INVALID_PARAMS, &message),
-            },
+            "initialize" => {
+                let capabilities = params.get("capabilities").unwrap_or(&Value::Null);
+                let can_elicit = toolbox_server::mcp::can_elicit_form(capabilities);
+                self.server
+                    .events
+                    .can_elicit
+                    .store(can_elicit, Ordering::SeqCst);
+                self.outbox.result(&id, &initialize_result(&params))
+            }
             "ping" => self.outbox.result(&id, "{}"),
             "tools/list" => self.outbox.result(&id, &self.server.tools_list),
             "tools/call" => self.start_call(id, key, params),
-            "logging/setLevel" => match log_level(&params) {
+            "logging/setLevel" => match jsonrpc::log_level(&params) {
                 Ok(level) => {
                     self.server.events.log_level.store(level, Ordering::Relaxed);
                     self.outbox.result(&id, "{}")
@@ -1090,14 +843,14 @@ impl Dispatcher {
             .and_then(|meta| meta.get("progressToken"))
             .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
             .cloned();
-        let (name, arguments) = match call_params(params) {
+        let (name, arguments) = match jsonrpc::call_params(params) {
             Ok(call) => call,
             Err(message) => return self.outbox.error(&id, INVALID_PARAMS, &message),
         };
         if self.server.executor.registry().get(&name).is_none() {
             return self
                 .outbox
-                .error(&id, INVALID_PARAMS, &format!("unknown tool: {name}"));
+                .error(&id, INVALID_PARAMS, &jsonrpc::unknown_tool(&name));
         }
         let serial = self.server.calls.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
@@ -1200,136 +953,26 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The level of `logging/setLevel`, or the message of an Invalid params error.
-fn log_level(params: &Value) -> Result<u8, String> {
-    let level = params.get("level").and_then(Value::as_str);
-    level
-        .and_then(|level| LOG_LEVELS.iter().position(|l| *l == level))
-        .map(|i| i as u8)
-        .ok_or_else(|| {
-            format!(
-                "Invalid params: logging/setLevel needs level, one of {}",
-                LOG_LEVELS.join(", ")
-            )
-        })
-}
-
-/// The serialised `initialize` result, or the message of an Invalid params error.
-fn initialize_result(params: &Value) -> Result<String, String> {
-    let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
-        return Err("Invalid params: initialize needs protocolVersion (a string)".into());
-    };
+/// The serialised `initialize` result for params [`jsonrpc::check_params`] accepted: the
+/// protocol version asked for when this server speaks it, else its newest.
+fn initialize_result(params: &Value) -> String {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
     let version = PROTOCOL_VERSIONS
         .iter()
-        .find(|v| **v == requested)
+        .find(|v| Some(**v) == requested)
         .unwrap_or(&PROTOCOL_VERSIONS[0]);
-    Ok(json!({
+    json!({
         "protocolVersion": version,
         "capabilities": { "tools": { "listChanged": false }, "logging": {} },
         "serverInfo": { "name": "toolbox", "version": env!("CARGO_PKG_VERSION") },
         "instructions": INSTRUCTIONS,
     })
-    .to_string())
-}
-
-/// The tool name and arguments of `tools/call`, or the message of an Invalid params error.
-fn call_params(params: Value) -> Result<(String, Value), String> {
-    let Value::Object(mut params) = params else {
-        return Err("Invalid params: tools/call needs params with the tool's name".into());
-    };
-    let name = match params.remove("name") {
-        Some(Value::String(name)) => name,
-        Some(other) => {
-            return Err(format!(
-                "Invalid params: name must be a string, not {}",
-                json_kind(&other)
-            ))
-        }
-        None => return Err("Invalid params: tools/call needs name".into()),
-    };
-    let arguments = match params.remove("arguments") {
-        None | Some(Value::Null) => Value::Object(Default::default()),
-        Some(arguments @ Value::Object(_)) => arguments,
-        Some(other) => {
-            return Err(format!(
-                "Invalid params: arguments must be an object, not {}",
-                json_kind(&other)
-            ))
-        }
-    };
-    Ok((name, arguments))
+    .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_lone_surrogates_are_replaced() {
-        assert_eq!(
-            replace_lone_surrogates(r#""\ud83d\ude00 \n \\ud800""#),
-            None
-        );
-        assert_eq!(
-            replace_lone_surrogates(r#""\ud800x\udc00\ud800\u0041""#).as_deref(),
-            Some(r#""\ufffdx\ufffd\ufffd\u0041""#)
-        );
-        // A high surrogate followed by another high one: the first is lone, the pair after
-        // it is fine.
-        assert_eq!(
-            replace_lone_surrogates(r#""\uD800\uD83D\uDE00""#).as_deref(),
-            Some(r#""\ufffd\uD83D\uDE00""#)
-        );
-    }
-
-    #[test]
-    fn lone_surrogate_in_arguments_is_invalid_params_with_the_id() {
-        let line = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x","arguments":{"s":"\ud800"}}}"#;
-        match parse_line(line) {
-            Parsed::Reject { id, code, message } => {
-                assert_eq!(id, json!("a"));
-                assert_eq!(code, INVALID_PARAMS);
-                assert!(message.contains("lone surrogate"), "{message}");
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn envelope_errors() {
-        let code = |line: &str| match parse_line(line.as_bytes()) {
-            Parsed::Reject { id, code, .. } => Some((id, code)),
-            _ => None,
-        };
-        assert_eq!(code("nope"), Some((Value::Null, PARSE_ERROR)));
-        assert_eq!(code("[]"), Some((Value::Null, INVALID_REQUEST)));
-        assert_eq!(code("3"), Some((Value::Null, INVALID_REQUEST)));
-        assert_eq!(
-            code(r#"{"id":1,"method":"ping"}"#),
-            Some((json!(1), INVALID_REQUEST))
-        );
-        assert_eq!(
-            code(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#),
-            Some((Value::Null, INVALID_REQUEST))
-        );
-        assert_eq!(
-            code(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#),
-            Some((Value::Null, INVALID_REQUEST))
-        );
-        assert_eq!(
-            code(r#"{"jsonrpc":"2.0","id":1,"method":2}"#),
-            Some((json!(1), INVALID_REQUEST))
-        );
-        assert_eq!(
-            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
-            Some((json!(1), INVALID_PARAMS))
-        );
-        // Malformed notifications and client responses get no answer.
-        assert_eq!(code(r#"{"method":"notifications/x"}"#), None);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","method":7}"#), None);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
-        assert_eq!(code("   "), None);
-    }
 
     #[test]
     fn a_tool_result_line_is_the_json_of_the_reply_object() {
@@ -1360,36 +1003,13 @@ mod tests {
     }
 
     #[test]
-    fn call_params_are_checked() {
-        assert!(call_params(json!({"name": "x", "arguments": "x"}))
-            .unwrap_err()
-            .contains("arguments must be an object"));
-        assert!(call_params(json!({"arguments": {}})).is_err());
-        assert!(call_params(json!({"name": 3})).is_err());
-        assert_eq!(
-            call_params(json!({"name": "x"})).unwrap(),
-            ("x".to_string(), json!({}))
-        );
-    }
-
-    #[test]
-    fn log_levels_are_mcp_names() {
-        assert_eq!(log_level(&json!({"level": "debug"})), Ok(0));
-        assert_eq!(log_level(&json!({"level": "info"})), Ok(LEVEL_INFO));
-        assert_eq!(log_level(&json!({"level": "emergency"})), Ok(7));
-        assert!(log_level(&json!({"level": "INFO"})).is_err());
-        assert!(log_level(&Value::Null).unwrap_err().contains("debug, info"));
-    }
-
-    #[test]
     fn protocol_version_is_echoed_when_supported() {
         let version = |requested: &str| {
-            let result = initialize_result(&json!({ "protocolVersion": requested })).unwrap();
+            let result = initialize_result(&json!({ "protocolVersion": requested }));
             serde_json::from_str::<Value>(&result).unwrap()["protocolVersion"].clone()
         };
         assert_eq!(version("2025-06-18"), "2025-06-18");
         assert_eq!(version("2024-11-05"), "2024-11-05");
         assert_eq!(version("1999-01-01"), PROTOCOL_VERSIONS[0]);
-        assert!(initialize_result(&Value::Null).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! `toolbox mcp` answers every request, however broken, and stays usable afterwards: raw
 //! lines on the real binary's stdin, replies read from its stdout, every read bounded so a
-//! regression fails instead of hanging.
+//! regression fails instead of hanging. The error shapes are `mcp_shapes`' tables, which
+//! `serve_mcp_errors.rs` sends to `/mcp` too.
 
 use std::io::Write;
 use std::process::{Child, ChildStdin, Stdio};
@@ -10,11 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod common;
+mod mcp_shapes;
 
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
+use mcp_shapes::{Shape, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 
 /// Generous for a debug build on a busy machine; only a regression waits this long.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -98,6 +97,21 @@ impl Server {
         reply["error"]["message"].as_str().unwrap().to_string()
     }
 
+    /// `tools/list` still answers, with the tools; being the very next reply also proves
+    /// nothing before it was answered twice.
+    fn assert_lists_tools(&mut self) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send_json(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+        let reply = self.reply();
+        assert_eq!(reply["id"], id, "{reply}");
+        let tools = reply["result"]["tools"].as_array().expect("a tools list");
+        assert!(
+            tools.iter().any(|t| t["name"] == "file_manager__read"),
+            "{reply}"
+        );
+    }
+
     /// A valid tool call right after gets its normal answer: the connection survived. Being
     /// the very next reply also proves nothing unanswered was left behind.
     fn assert_usable(&mut self) {
@@ -150,25 +164,55 @@ fn a_line_over_16_mib_is_skipped_unbuffered_and_answered() {
     server.assert_usable();
 }
 
-#[test]
-fn garbage_is_a_parse_error() {
+/// Sends every case of `shape`, each as one line: each gets exactly one error reply, with the
+/// right code, id and message, and the server then still lists its tools and runs a call.
+fn answers_each_case_once(shape: Shape) {
     let mut server = Server::start();
-    server.send_line("this is not json {");
-    server.expect_error(Value::Null, PARSE_ERROR);
-    // A truncated request too.
-    server.send_line(r#"{"jsonrpc":"2.0","id":3,"method":"#);
-    server.expect_error(Value::Null, PARSE_ERROR);
+    for case in mcp_shapes::cases(shape) {
+        let mut line = case.body.clone();
+        line.push(b'\n');
+        server.send(&line);
+        mcp_shapes::check_error(shape, &case, &server.reply());
+    }
+    server.assert_lists_tools();
     server.assert_usable();
 }
 
 #[test]
-fn bytes_that_are_not_utf8_are_a_parse_error() {
+fn stdio_answers_parse_errors() {
+    answers_each_case_once(Shape::ParseError);
+}
+
+#[test]
+fn stdio_answers_invalid_requests() {
+    answers_each_case_once(Shape::InvalidRequest);
+}
+
+#[test]
+fn stdio_answers_deep_nesting_with_a_parse_error() {
+    answers_each_case_once(Shape::DeepNesting);
+}
+
+#[test]
+fn stdio_answers_invalid_params() {
+    answers_each_case_once(Shape::InvalidParams);
+}
+
+#[test]
+fn stdio_answers_unknown_methods() {
+    answers_each_case_once(Shape::MethodNotFound);
+}
+
+#[test]
+fn stdio_leaves_notifications_and_responses_unanswered() {
     let mut server = Server::start();
-    server.send(b"\xff\xfe\n");
-    server.expect_error(Value::Null, PARSE_ERROR);
-    // Invalid UTF-8 inside an otherwise fine request.
-    server.send(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"x\":\"\xc3\x28\"}\n");
-    server.expect_error(Value::Null, PARSE_ERROR);
+    for (_, line) in mcp_shapes::unanswered() {
+        server.send_line(line);
+    }
+    server.send_line("");
+    server.send_line("   ");
+    // The next reply is tools/list's: none of the above was answered.
+    server.assert_lists_tools();
     server.assert_usable();
 }
 
@@ -227,72 +271,6 @@ fn a_duplicate_in_flight_id_is_refused_and_the_original_still_answered() {
     // Once answered, the id is free again.
     server.send_json(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}));
     assert_eq!(server.reply()["result"], json!({}));
-    server.assert_usable();
-}
-
-#[test]
-fn bad_tools_call_params_are_invalid_params() {
-    let mut server = Server::start();
-    let cases = [
-        json!({ "name": "file_manager__read", "arguments": "x" }),
-        json!({ "name": "file_manager__read", "arguments": [1] }),
-        json!({ "arguments": {} }),
-        json!({ "name": 3, "arguments": {} }),
-        json!({ "name": "no_such_tool", "arguments": {} }),
-    ];
-    for (id, params) in cases.into_iter().enumerate() {
-        server.send_json(
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}),
-        );
-        server.expect_error(json!(id), INVALID_PARAMS);
-    }
-    server.send_line(r#"{"jsonrpc":"2.0","id":"p","method":"tools/call","params":"x"}"#);
-    server.expect_error(json!("p"), INVALID_PARAMS);
-    server.assert_usable();
-}
-
-#[test]
-fn json_that_is_no_request_is_an_invalid_request() {
-    let mut server = Server::start();
-    server.send_line(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
-    server.expect_error(Value::Null, INVALID_REQUEST);
-    server.send_line("42");
-    server.expect_error(Value::Null, INVALID_REQUEST);
-    server.send_line(r#"{"id":2,"method":"ping"}"#);
-    server.expect_error(json!(2), INVALID_REQUEST);
-    server.send_line(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#);
-    server.expect_error(json!(3), INVALID_REQUEST);
-    server.send_line(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#);
-    server.expect_error(Value::Null, INVALID_REQUEST);
-    server.send_line(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#);
-    server.expect_error(Value::Null, INVALID_REQUEST);
-    server.send_line(r#"{"jsonrpc":"2.0","id":4,"method":["ping"]}"#);
-    server.expect_error(json!(4), INVALID_REQUEST);
-    server.send_line(r#"{"jsonrpc":"2.0","id":5}"#);
-    server.expect_error(json!(5), INVALID_REQUEST);
-    server.send_line(r#"{"jsonrpc":"2.0","id":6,"method":"no/such/method"}"#);
-    let message = server.expect_error(json!(6), METHOD_NOT_FOUND);
-    // A sentence that names the method and what is offered instead.
-    assert_eq!(
-        message,
-        "Method not found: toolbox does not offer \"no/such/method\"; it serves tools \
-         (tools/list, tools/call), ping and logging/setLevel"
-    );
-    server.assert_usable();
-}
-
-#[test]
-fn malformed_notifications_get_no_reply_and_break_nothing() {
-    let mut server = Server::start();
-    server.send_line(r#"{"method":"notifications/initialized"}"#);
-    server.send_line(r#"{"jsonrpc":"2.0","method":7}"#);
-    server.send_line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}"#);
-    server.send_line(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#);
-    server.send_line(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"arguments":"\ud800"}}"#);
-    server.send_line(r#"{"jsonrpc":"2.0","method":"no/such/notification"}"#);
-    server.send_line(r#"{"jsonrpc":"2.0","result":{},"id":99}"#);
-    server.send_line("");
-    // assert_usable checks that its reply is the next line: none of the above was answered.
     server.assert_usable();
 }
 
