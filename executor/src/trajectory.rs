@@ -248,7 +248,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         writer.append(&b, &info("b")).unwrap();
         let open: Vec<SessionId> = writer.files.lock().unwrap().files.keys().cloned().collect();
-        assert_eq!(open, [b.clone()]);
+        assert_eq!(open, std::slice::from_ref(&b));
         // A closed file is opened again and appended to.
         writer.append(&a, &info("a")).unwrap();
         assert_eq!(read_session_trajectory(&ws, &a).unwrap().len(), 2);

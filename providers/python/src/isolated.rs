@@ -436,11 +436,13 @@ pub async fn request(
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,
-    interpreter: &Path,
+    config: &crate::PythonConfig,
     cwd: &OwnedFd,
     limits: Limits,
-    sessions: crate::reap::SessionLimits,
 ) -> Result<Value> {
+    let interpreter = config.interpreter();
+    let interpreter = interpreter.as_path();
+    let sessions = config.session_limits;
     let deadline = tokio::time::Instant::now() + timeout;
     let key = crate::run::session_key(ctx);
     // A session about to start a worker always looks: a burst of new sessions must not pass

@@ -333,19 +333,7 @@ pub async fn execute(
             outcome
         }
         Backend::Isolated => {
-            let interpreter = config.interpreter();
-            let sessions = config.session_limits;
-            isolated::request(
-                &request,
-                ctx,
-                timeout,
-                tool,
-                &interpreter,
-                &cwd_dir,
-                limits,
-                sessions,
-            )
-            .await
+            isolated::request(&request, ctx, timeout, tool, config, &cwd_dir, limits).await
         }
         Backend::Jupyter => jupyter::request(&request, ctx, timeout, tool, config).await,
     };
