@@ -229,10 +229,14 @@ struct Root {
 struct HeldSession {
     base: Arc<OwnedFd>,
     folders: [Option<Arc<OwnedFd>>; 3],
+    opened: std::time::Instant,
 }
 
 /// How many session folders a workspace holds open; past that, the set starts over.
 const MAX_OPEN_SESSIONS: usize = 256;
+/// Folders held this long are let go when another session opens its own (and opened again
+/// on their session's next use): an idle server does not hold them for good.
+const HELD_SESSION_EXPIRY: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// The jail every tool path goes through.
 ///
@@ -442,7 +446,8 @@ impl Workspace {
     /// and held open after: a session folder is then one lookup in it rather than a walk of
     /// four names from the root, on every call of the session. `fresh` drops what is held
     /// and walks again (the folder was deleted). A session folder renamed elsewhere in the
-    /// workspace is still the session's until the process ends, like a working directory.
+    /// workspace is still the session's while it is held (see [`HELD_SESSION_EXPIRY`]), like a
+    /// working directory.
     fn session_base(&self, sid: &SessionId, create: bool, fresh: bool) -> io::Result<Arc<OwnedFd>> {
         let mut sessions = self.held_sessions();
         if !fresh {
@@ -455,9 +460,12 @@ impl Workspace {
         if sessions.len() >= MAX_OPEN_SESSIONS {
             sessions.clear();
         }
+        let now = std::time::Instant::now();
+        sessions.retain(|_, held| now.duration_since(held.opened) < HELD_SESSION_EXPIRY);
         let held = HeldSession {
             base: base.clone(),
             folders: Default::default(),
+            opened: now,
         };
         sessions.insert(sid.clone(), held);
         Ok(base)
