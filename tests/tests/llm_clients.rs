@@ -1,9 +1,13 @@
 //! Both LLM clients against the scripted LLM server, in both wire formats: streaming,
-//! parallel tool calls, the request bodies they send, retries, and how they fail.
+//! parallel tool calls, the request bodies they send, retries, and how they fail. A raw
+//! loopback server stands in for a misbehaving endpoint: a response past
+//! `[llm] max_response_bytes`.
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -152,6 +156,8 @@ both_wires!(
     a_silent_server_times_out,
     a_server_that_does_not_stream_is_understood,
     a_redirect_to_another_origin_never_gets_the_key,
+    a_stream_past_max_response_bytes_fails_naming_the_key,
+    a_whole_body_past_max_response_bytes_fails_naming_the_key,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -667,7 +673,6 @@ fn a_client_needs_a_model() {
 /// refused, naming the origin: the key is never sent there, in either wire format (reqwest
 /// strips `Authorization` itself, but not `x-api-key`).
 async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
-    use std::io::Write;
     let elsewhere = ScriptedLlm::start(vec![Scripted::text("you should not be here")]);
     let target = format!("http://{}{}", elsewhere.addr(), wire.path());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -708,4 +713,252 @@ async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
         "the other origin was asked"
     );
     drop(redirector);
+}
+
+// ---------------------------------------------------------------------------------------
+// A raw loopback server for endpoints that misbehave in ways the scripted server does not.
+
+/// A loopback server that answers every request by handing the connection to `respond`,
+/// which writes whatever it likes (status line, headers, body) and returns; the connection
+/// is then closed. It counts the requests it read, and stops accepting when dropped.
+struct RawServer {
+    addr: SocketAddr,
+    requests: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl RawServer {
+    fn start(respond: impl Fn(&mut TcpStream) + Send + Sync + 'static) -> RawServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let requests = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let respond = Arc::new(respond);
+        let accept = {
+            let (requests, stop) = (requests.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok((mut stream, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let (requests, respond) = (requests.clone(), respond.clone());
+                    std::thread::spawn(move || {
+                        if toolbox_tests::http::read_request(&mut stream).is_none() {
+                            return;
+                        }
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+                        respond(&mut stream);
+                        let _ = stream.flush();
+                        let _ = stream.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            })
+        };
+        RawServer {
+            addr,
+            requests,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    fn base_url(&self, wire: Wire) -> String {
+        match wire {
+            Wire::OpenAi => format!("http://{}/v1", self.addr),
+            Wire::Anthropic => format!("http://{}", self.addr),
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+/// A 200 head with `content_type`, for a body that ends when the connection closes.
+fn head_200(content_type: &str) -> String {
+    format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nConnection: close\r\n\r\n")
+}
+
+/// One SSE event.
+fn sse(event: Option<&str>, data: &str) -> String {
+    match event {
+        Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    }
+}
+
+/// An Anthropic event, named by its own type.
+fn anthropic_event(value: Value) -> String {
+    let name = value["type"].as_str().unwrap_or("unknown").to_string();
+    sse(Some(&name), &value.to_string())
+}
+
+/// An OpenAI chunk with one choice.
+fn openai_chunk(delta: Value, finish: Value) -> String {
+    sse(
+        None,
+        &json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).to_string(),
+    )
+}
+
+/// The events that open a response.
+fn opening(wire: Wire) -> String {
+    match wire {
+        Wire::OpenAi => openai_chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        Wire::Anthropic => anthropic_event(json!({
+            "type": "message_start",
+            "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+                        "usage": {"input_tokens": 1, "output_tokens": 1}},
+        })),
+    }
+}
+
+/// One text delta (Anthropic: in content block 0, which [`opening_text_block`] starts).
+fn text_delta(wire: Wire, text: &str) -> String {
+    match wire {
+        Wire::OpenAi => openai_chunk(json!({"content": text}), Value::Null),
+        Wire::Anthropic => anthropic_event(json!({
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": text},
+        })),
+    }
+}
+
+/// Starts the text block text deltas go to (nothing for OpenAI).
+fn opening_text_block(wire: Wire) -> String {
+    match wire {
+        Wire::OpenAi => String::new(),
+        Wire::Anthropic => anthropic_event(json!({
+            "type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""},
+        })),
+    }
+}
+
+/// The events that finish a response properly.
+fn finishing(wire: Wire, stop: &str) -> String {
+    match wire {
+        Wire::OpenAi => [openai_chunk(json!({}), json!(stop)), sse(None, "[DONE]")].concat(),
+        Wire::Anthropic => [
+            anthropic_event(json!({
+                "type": "message_delta", "delta": {"stop_reason": stop},
+                "usage": {"output_tokens": 2},
+            })),
+            anthropic_event(json!({"type": "message_stop"})),
+        ]
+        .concat(),
+    }
+}
+
+/// A client for `wire` at `server` that sends [`SECRET`] as its key.
+fn keyed_client(wire: Wire, server: &RawServer, test: &str, extra: Value) -> Arc<dyn LlmClient> {
+    let var = wire.key_var(test);
+    let config = config_at(wire, &server.base_url(wire), &var, extra);
+    let env = |name: &str| (name == var).then(|| SECRET.to_string());
+    client_with_env(&config, &env).expect("a client")
+}
+
+/// The error of `result`; a completion is reported short (its text may be a megabyte).
+fn failed(result: Result<Completion, LlmError>, why: &str) -> LlmError {
+    match result {
+        Ok(c) => panic!(
+            "{why}, yet it was a completion: {} bytes of text, tool calls {:?}, stop {:?}",
+            c.text.len(),
+            c.tool_calls,
+            c.stop_reason
+        ),
+        Err(e) => e,
+    }
+}
+
+const CAP: usize = 64 * 1024;
+
+/// Text deltas of 1 KiB, 1024 of them (about 1 MB), in a bounded loop: the client must stop
+/// at the 64 KiB cap; a write error (the client went away) ends the loop early.
+fn stream_past_the_cap(stream: &mut TcpStream, wire: Wire, before: &str) {
+    let piece = "x".repeat(1024);
+    let start = [
+        head_200("text/event-stream"),
+        opening(wire),
+        before.to_string(),
+    ]
+    .concat();
+    if stream.write_all(start.as_bytes()).is_err() {
+        return;
+    }
+    let event = text_delta(wire, &piece);
+    for _ in 0..1024 {
+        if stream.write_all(event.as_bytes()).is_err() {
+            return;
+        }
+    }
+    let _ = stream.write_all(finishing(wire, "end_turn").as_bytes());
+}
+
+async fn a_stream_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
+    let server = RawServer::start(move |stream| {
+        stream_past_the_cap(stream, wire, &opening_text_block(wire))
+    });
+    let client = keyed_client(wire, &server, "CAP", json!({"max_response_bytes": CAP}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "a response past the cap");
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
+    assert!(e.message.contains(&CAP.to_string()), "{e}");
+    // Reading stopped at the cap: the text handed over is less than the cap.
+    assert!(
+        pieces.concat().len() <= CAP,
+        "{} bytes",
+        pieces.concat().len()
+    );
+    assert_eq!(
+        server.requests(),
+        1,
+        "a response past the cap is not retried"
+    );
+}
+
+async fn a_whole_body_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
+    let server = RawServer::start(move |stream| {
+        let text = "y".repeat(1024 * 1024);
+        let body = match wire {
+            Wire::OpenAi => json!({"choices": [{"index": 0, "finish_reason": "stop",
+                                   "message": {"role": "assistant", "content": text}}]}),
+            Wire::Anthropic => json!({"type": "message", "stop_reason": "end_turn",
+                                      "content": [{"type": "text", "text": text}]}),
+        }
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body.as_bytes());
+    });
+    let client = keyed_client(
+        wire,
+        &server,
+        "CAP_WHOLE",
+        json!({"max_response_bytes": CAP}),
+    );
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "a body past the cap");
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
+    assert!(e.message.contains(&CAP.to_string()), "{e}");
+    assert!(pieces.is_empty(), "{} pieces", pieces.len());
 }

@@ -9,6 +9,9 @@
 //! the server asked for. Once a response has started streaming nothing is retried, since its
 //! text has already been handed to the caller.
 //!
+//! No response body, streamed or whole, is read past `[llm] max_response_bytes`: the
+//! completion fails as soon as the cap is passed.
+//!
 //! Every other refusal fails at once with the server's own message: 401/403 as
 //! [`LlmErrorKind::Auth`], 404 or a message about an unknown model as
 //! [`LlmErrorKind::UnknownModel`], the rest as [`LlmErrorKind::Server`].
@@ -132,6 +135,19 @@ pub(crate) fn snippet(text: &str, max: usize) -> String {
         None => text.to_string(),
         Some((cut, _)) => format!("{}…", &text[..cut]),
     }
+}
+
+/// The error for a response body longer than `[llm] max_response_bytes`.
+pub(crate) fn too_large(cap: usize) -> LlmError {
+    LlmError::new(
+        LlmErrorKind::BadResponse,
+        format!(
+            "the model's response is larger than {cap} bytes ([llm] max_response_bytes, \
+             TOOLBOX_LLM_MAX_RESPONSE_BYTES), so toolbox stopped reading it: the answer is \
+             dropped and none of its tool calls run. Raise [llm] max_response_bytes if answers \
+             this long are expected"
+        ),
+    )
 }
 
 /// What an error body says: its message and its error type or code, if it is JSON of the
@@ -266,6 +282,11 @@ impl Transport {
         }
     }
 
+    /// The cap on one response body: `[llm] max_response_bytes`.
+    fn max_response_bytes(&self) -> usize {
+        usize::try_from(self.config.max_response_bytes).unwrap_or(usize::MAX)
+    }
+
     /// `url` checked to be a URL, for a client to keep.
     pub(crate) fn endpoint(&self, url: String) -> Result<String, LlmError> {
         reqwest::Url::parse(&url).map_err(|e| {
@@ -300,7 +321,7 @@ impl Transport {
 
     /// POSTs `body` to `url` with [`post`](Self::post) and says what came back: a stream of
     /// events, or a whole JSON body from a server that ignored `stream: true` (read here, at
-    /// most [`JSON_BODY_CAP`] bytes).
+    /// most `max_response_bytes`).
     pub(crate) async fn send(
         &self,
         url: &str,
@@ -309,13 +330,15 @@ impl Transport {
         body: &Value,
     ) -> Result<Reply, LlmError> {
         let response = self.post(url, model, headers, body).await?;
+        let cap = self.max_response_bytes();
         if is_json(&response) {
-            let body = self.read_body(response, JSON_BODY_CAP, true).await?;
+            let body = self.read_body(response, cap, true).await?;
             return Ok(Reply::Whole(body));
         }
         Ok(Reply::Stream(Box::new(EventStream::new(
             response,
             self.config.idle_timeout,
+            cap,
         ))))
     }
 
@@ -428,8 +451,9 @@ impl Transport {
         }
         let retry_after = retry_after(response.headers());
         // A body that cannot be read still leaves the status to report.
+        let cap = ERROR_BODY_CAP.min(self.max_response_bytes());
         let body = self
-            .read_body(response, ERROR_BODY_CAP, false)
+            .read_body(response, cap, false)
             .await
             .unwrap_or_default();
         let (message, error_type) = server_message(&String::from_utf8_lossy(&body));
@@ -517,7 +541,8 @@ impl Transport {
     }
 
     /// Reads up to `cap` bytes of `response`'s body, waiting at most `idle_timeout` for each
-    /// chunk. With `exact`, a longer body is an error; otherwise it is cut.
+    /// chunk. With `exact`, a longer body is the [`too_large`] error (`cap` is then
+    /// `max_response_bytes`), read no further; otherwise it is cut.
     pub(crate) async fn read_body(
         &self,
         mut response: reqwest::Response,
@@ -553,10 +578,7 @@ impl Transport {
             };
             if body.len() + chunk.len() > cap {
                 if exact {
-                    return Err(LlmError::new(
-                        LlmErrorKind::BadResponse,
-                        format!("the response is larger than {cap} bytes"),
-                    ));
+                    return Err(too_large(cap));
                 }
                 body.extend_from_slice(&chunk[..cap - body.len()]);
                 return Ok(body);
@@ -579,9 +601,6 @@ fn plural(n: u32) -> &'static str {
         "s"
     }
 }
-
-/// The largest whole (non-streamed) JSON response read.
-pub(crate) const JSON_BODY_CAP: usize = 32 * 1024 * 1024;
 
 /// What a model server answered a request with.
 pub(crate) enum Reply {
