@@ -1,7 +1,7 @@
 //! Both LLM clients against the scripted LLM server, in both wire formats: streaming,
 //! parallel tool calls, the request bodies they send, retries, and how they fail. A raw
 //! loopback server stands in for a misbehaving endpoint: a response past
-//! `[llm] max_response_bytes`.
+//! `[llm] max_response_bytes`, the key echoed inside a 200.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -158,6 +158,7 @@ both_wires!(
     a_redirect_to_another_origin_never_gets_the_key,
     a_stream_past_max_response_bytes_fails_naming_the_key,
     a_whole_body_past_max_response_bytes_fails_naming_the_key,
+    the_key_echoed_inside_a_200_is_redacted,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -871,6 +872,20 @@ fn keyed_client(wire: Wire, server: &RawServer, test: &str, extra: Value) -> Arc
     client_with_env(&config, &env).expect("a client")
 }
 
+/// Neither the Display nor the Debug of `e` holds the key or a piece of it 8 characters
+/// long or more (a quote cut in the middle of the key must not show its start).
+fn assert_no_key(e: &LlmError) {
+    for shown in [e.to_string(), format!("{e:?}")] {
+        for start in 0..=SECRET.len() - 8 {
+            let piece = &SECRET[start..start + 8];
+            assert!(
+                !shown.contains(piece),
+                "{piece:?} of the key leaked: {shown}"
+            );
+        }
+    }
+}
+
 /// The error of `result`; a completion is reported short (its text may be a megabyte).
 fn failed(result: Result<Completion, LlmError>, why: &str) -> LlmError {
     match result {
@@ -961,4 +976,55 @@ async fn a_whole_body_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
     assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
     assert!(e.message.contains(&CAP.to_string()), "{e}");
     assert!(pieces.is_empty(), "{} pieces", pieces.len());
+}
+
+async fn the_key_echoed_inside_a_200_is_redacted(wire: Wire) {
+    // Quotes are cut at 200 characters: this one cuts the key in the middle.
+    let padding = "p".repeat(190);
+    let error_event = match wire {
+        Wire::OpenAi => sse(
+            None,
+            &json!({"error": {"message": format!("Incorrect API key provided: {SECRET}"),
+                              "type": "invalid_request_error"}})
+            .to_string(),
+        ),
+        Wire::Anthropic => anthropic_event(json!({"type": "error", "error": {
+            "type": "authentication_error", "message": format!("invalid x-api-key {SECRET}"),
+        }})),
+    };
+    let stream =
+        |events: &str| [head_200("text/event-stream"), opening(wire), events.into()].concat();
+    let cases: Vec<(&str, String)> = vec![
+        ("an error event", stream(&error_event)),
+        (
+            "a data line that is not JSON",
+            stream(&sse(None, &format!("upstream said: key {SECRET} refused"))),
+        ),
+        (
+            "JSON that does not parse",
+            stream(&sse(None, &format!("{{\"choices\": [\"{SECRET}\""))),
+        ),
+        (
+            "a quote cut inside the key",
+            stream(&sse(None, &format!("{padding}{SECRET}"))),
+        ),
+        (
+            "a whole JSON error",
+            format!(
+                "{}{}",
+                head_200("application/json; charset=utf-8"),
+                json!({"error": {"message": format!("key {SECRET} has no quota")}})
+            ),
+        ),
+    ];
+    for (what, reply) in cases {
+        let server = RawServer::start(move |stream| {
+            let _ = stream.write_all(reply.as_bytes());
+        });
+        let client = keyed_client(wire, &server, "ECHO", json!({}));
+        let e = fails(&*client).await;
+        assert_no_key(&e);
+        assert!(e.message.contains("<redacted>"), "{what}: {e}");
+        assert_eq!(server.requests(), 1, "{what}: {e}");
+    }
 }

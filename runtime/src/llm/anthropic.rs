@@ -139,9 +139,7 @@ impl LlmClient for AnthropicClient {
         request: ChatRequest<'_>,
         on_text: TextSink<'_>,
     ) -> Result<Completion, LlmError> {
-        self.transport
-            .within_request_timeout(self.call(&request, on_text))
-            .await
+        self.transport.run(self.call(&request, on_text)).await
     }
 }
 

@@ -141,9 +141,7 @@ impl LlmClient for OpenAiClient {
         request: ChatRequest<'_>,
         on_text: TextSink<'_>,
     ) -> Result<Completion, LlmError> {
-        self.transport
-            .within_request_timeout(self.call(&request, on_text))
-            .await
+        self.transport.run(self.call(&request, on_text)).await
     }
 }
 

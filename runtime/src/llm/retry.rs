@@ -12,6 +12,11 @@
 //! No response body, streamed or whole, is read past `[llm] max_response_bytes`: the
 //! completion fails as soon as the cap is passed.
 //!
+//! Every error a completion ends with, and the one log line of a retry, pass through
+//! [`Transport::scrub`]: the API key (and the start of it, where a quote was cut inside it) is
+//! replaced, and control characters are escaped. Text from a response (an error event, a
+//! stream event that is not JSON, a page) reaches people only that way.
+//!
 //! Every other refusal fails at once with the server's own message: 401/403 as
 //! [`LlmErrorKind::Auth`], 404 or a message about an unknown model as
 //! [`LlmErrorKind::UnknownModel`], the rest as [`LlmErrorKind::Server`].
@@ -22,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
+use toolbox_core::preview::terminal_safe;
 
 use super::sse::{error_chain, EventStream};
 use super::{Completion, LlmConfig, LlmError, LlmErrorKind, TextSink};
@@ -36,6 +42,10 @@ pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 const ERROR_BODY_CAP: usize = 64 * 1024;
 /// How much of a server's message an error quotes.
 const MESSAGE_CHARS: usize = 1000;
+/// What the API key is replaced with.
+const REDACTED: &str = "<redacted>";
+/// The shortest start of the key that is replaced where a quote was cut (`…`) right after it.
+const MIN_KEY_PIECE: usize = 4;
 
 /// Whether a response with `status` is tried again.
 pub(crate) fn is_retryable(status: u16) -> bool {
@@ -135,6 +145,33 @@ pub(crate) fn snippet(text: &str, max: usize) -> String {
         None => text.to_string(),
         Some((cut, _)) => format!("{}…", &text[..cut]),
     }
+}
+
+/// `text` with every occurrence of `key` replaced, and also the start of the key where a
+/// [`snippet`] was cut inside it (a piece of the key right before a `…`). A key shorter than
+/// [`MIN_KEY_PIECE`] is not looked for: it would match ordinary text.
+pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
+    let Some(key) = key.filter(|k| k.len() >= MIN_KEY_PIECE) else {
+        return text.to_string();
+    };
+    let mut out = text.replace(key, REDACTED);
+    let mut from = 0;
+    while let Some(found) = out[from..].find('…') {
+        let at = from + found;
+        let before = &out[..at];
+        let piece = (MIN_KEY_PIECE..=key.len().min(before.len()))
+            .rev()
+            .map(|n| before.len() - n)
+            .find(|&start| before.is_char_boundary(start) && key.starts_with(&before[start..]));
+        from = match piece {
+            Some(start) => {
+                out.replace_range(start..at, REDACTED);
+                start + REDACTED.len() + '…'.len_utf8()
+            }
+            None => at + '…'.len_utf8(),
+        };
+    }
+    out
 }
 
 /// The error for a response body longer than `[llm] max_response_bytes`.
@@ -274,12 +311,11 @@ impl Transport {
         self.key.as_deref()
     }
 
-    /// `text` with every occurrence of the key replaced.
-    fn redact(&self, text: &str) -> String {
-        match self.key() {
-            Some(key) if key.len() >= 4 => text.replace(key, "<redacted>"),
-            _ => text.to_string(),
-        }
+    /// `text` made fit to show: the key [`redact`]ed, control characters escaped. Every
+    /// error a completion ends with passes through here (see [`run`](Self::run)), and so does
+    /// the log line of a retry: this is where text from a response is cleaned, once.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        terminal_safe(&redact(text, self.key()))
     }
 
     /// The cap on one response body: `[llm] max_response_bytes`.
@@ -301,22 +337,24 @@ impl Transport {
         Ok(url)
     }
 
-    /// Runs `call` within `request_timeout` (retries included).
-    pub(crate) async fn within_request_timeout<T>(
+    /// Runs a client's whole `call` within `request_timeout` (retries included), and hands
+    /// back its error [`scrub`](Self::scrub)bed: every completion ends here.
+    pub(crate) async fn run<T>(
         &self,
         call: impl Future<Output = Result<T, LlmError>>,
     ) -> Result<T, LlmError> {
         let limit = self.config.request_timeout;
-        tokio::time::timeout(limit, call).await.map_err(|_| {
-            LlmError::new(
+        let result = tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(LlmError::new(
                 LlmErrorKind::Timeout,
                 format!(
                     "the model's answer took longer than {} ms (request_timeout_ms, \
                      TOOLBOX_LLM_TIMEOUT_MS)",
                     limit.as_millis()
                 ),
-            )
-        })?
+            ))
+        });
+        result.map_err(|e| LlmError::new(e.kind, self.scrub(&e.message)))
     }
 
     /// POSTs `body` to `url` with [`post`](Self::post) and says what came back: a stream of
@@ -388,7 +426,8 @@ impl Transport {
             }
             let wait = retry_after.unwrap_or_else(|| backoff(attempts - 1));
             tracing::warn!(
-                "LLM request failed ({what}); retrying in {} ms ({attempts} of {} attempts made)",
+                "LLM request failed ({}); retrying in {} ms ({attempts} of {} attempts made)",
+                self.scrub(&what),
                 wait.as_millis(),
                 max + 1
             );
@@ -422,10 +461,7 @@ impl Transport {
                     what: format!(
                         "could not connect to {url}: {}",
                         // reqwest's own text repeats the URL; its sources say what failed.
-                        self.redact(
-                            &std::error::Error::source(&e)
-                                .map_or_else(|| e.to_string(), error_chain)
-                        )
+                        std::error::Error::source(&e).map_or_else(|| e.to_string(), error_chain)
                     ),
                     retry_after: None,
                 });
@@ -437,10 +473,7 @@ impl Transport {
                     } else {
                         LlmErrorKind::Transport
                     },
-                    format!(
-                        "the request to {url} failed: {}",
-                        self.redact(&error_chain(&e))
-                    ),
+                    format!("the request to {url} failed: {}", error_chain(&e)),
                 )))
             }
             Ok(Ok(response)) => response,
@@ -457,7 +490,6 @@ impl Transport {
             .await
             .unwrap_or_default();
         let (message, error_type) = server_message(&String::from_utf8_lossy(&body));
-        let message = self.redact(&message);
         let code = status.as_u16();
         let status_text = match status.canonical_reason() {
             Some(reason) => format!("HTTP {code} {reason}"),
@@ -775,6 +807,24 @@ mod tests {
             assert!(mentions_unknown_model(m), "{m}");
         }
         assert!(!mentions_unknown_model("context length exceeded"));
+    }
+
+    #[test]
+    fn the_key_and_a_cut_start_of_it_are_redacted() {
+        let key = Some("sk-abcdefghij");
+        assert_eq!(
+            redact("a sk-abcdefghij b sk-abcdefghij", key),
+            "a <redacted> b <redacted>"
+        );
+        // A quote cut inside the key keeps no piece of it.
+        let cut = snippet(&format!("{}sk-abcdefghij", "p".repeat(10)), 16);
+        assert_eq!(cut, "ppppppppppsk-abc…");
+        assert_eq!(redact(&cut, key), "pppppppppp<redacted>…");
+        // Other text before a cut stays; so does everything without a key.
+        assert_eq!(redact("plain…", key), "plain…");
+        assert_eq!(redact("sk-abcdefghij", None), "sk-abcdefghij");
+        assert_eq!(redact("ab ab", Some("ab")), "ab ab");
+        assert_eq!(redact("é…", key), "é…");
     }
 
     #[test]
