@@ -1,7 +1,7 @@
 //! Both LLM clients against the scripted LLM server, in both wire formats: streaming,
 //! parallel tool calls, the request bodies they send, retries, and how they fail. A raw
 //! loopback server stands in for a misbehaving endpoint: a response past
-//! `[llm] max_response_bytes`, the key echoed inside a 200.
+//! `[llm] max_response_bytes`, the key echoed inside a 200, a 200 that is not a stream.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -159,6 +159,8 @@ both_wires!(
     a_stream_past_max_response_bytes_fails_naming_the_key,
     a_whole_body_past_max_response_bytes_fails_naming_the_key,
     the_key_echoed_inside_a_200_is_redacted,
+    a_200_that_is_neither_a_stream_nor_json_is_an_error,
+    content_types_with_parameters_are_understood,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -1016,6 +1018,13 @@ async fn the_key_echoed_inside_a_200_is_redacted(wire: Wire) {
                 json!({"error": {"message": format!("key {SECRET} has no quota")}})
             ),
         ),
+        (
+            "an HTML page",
+            format!(
+                "{}<html><body>Your key {SECRET} was refused</body></html>",
+                head_200("text/html")
+            ),
+        ),
     ];
     for (what, reply) in cases {
         let server = RawServer::start(move |stream| {
@@ -1027,4 +1036,60 @@ async fn the_key_echoed_inside_a_200_is_redacted(wire: Wire) {
         assert!(e.message.contains("<redacted>"), "{what}: {e}");
         assert_eq!(server.requests(), 1, "{what}: {e}");
     }
+}
+
+async fn a_200_that_is_neither_a_stream_nor_json_is_an_error(wire: Wire) {
+    let server = RawServer::start(|stream| {
+        let body = "<!DOCTYPE html>\n<html>\n  <body>\x1b[2J\x1b]0;owned\x07Please \
+                    <b>sign in</b> to continue\u{202e}</body>\n</html>\n";
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "HTML", json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "an HTML page is not an answer");
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("text/html; charset=utf-8"), "{e}");
+    assert!(e.message.contains("sign in"), "{e}");
+    assert!(e.message.contains("text/event-stream"), "{e}");
+    for bad in ['\x1b', '\x07', '\u{202e}', '\n'] {
+        assert!(
+            !e.message.contains(bad),
+            "{bad:?} reached the message: {e:?}"
+        );
+    }
+    assert!(pieces.is_empty(), "{pieces:?}");
+    assert_eq!(server.requests(), 1);
+}
+
+async fn content_types_with_parameters_are_understood(wire: Wire) {
+    let stream_reply = [
+        head_200("Text/Event-Stream; charset=UTF-8"),
+        opening(wire),
+        opening_text_block(wire),
+        text_delta(wire, "fine"),
+        finishing(wire, "end_turn"),
+    ]
+    .concat();
+    let server = RawServer::start(move |stream| {
+        let _ = stream.write_all(stream_reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "PARAMS", json!({}));
+    let completion = ask(&*client, &hello()).await.0.expect("a completion");
+    assert_eq!(completion.text, "fine");
+
+    // A JSON error in a 200, with a charset: the server's message, not a content-type error.
+    let server = RawServer::start(|stream| {
+        let body = json!({"error": {"message": "the quota is used up"}}).to_string();
+        let reply = format!("{}{body}", head_200("application/json; charset=utf-8"));
+        let _ = stream.write_all(reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "PARAMS", json!({}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
+    assert!(e.message.contains("the quota is used up"), "{e}");
 }

@@ -401,8 +401,14 @@ impl StreamState {
 fn parse_whole(body: &[u8], url: &str) -> Result<Completion, LlmError> {
     let value = parse_json_body(body, url)?;
     let mut state = StreamState::default();
-    if value.get("type").and_then(Value::as_str) == Some("error") {
-        state.apply(None, &value, &|_| {})?;
+    // Anthropic's `{"type":"error",…}`, or a proxy's OpenAI-style `{"error":{…}}`.
+    let error_type = value.get("type").and_then(Value::as_str) == Some("error");
+    if error_type
+        || value
+            .get("error")
+            .is_some_and(|e| e.is_object() || e.is_string())
+    {
+        state.apply(Some("error"), &value, &|_| {})?;
     }
     let content = value
         .get("content")

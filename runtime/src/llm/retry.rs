@@ -9,8 +9,11 @@
 //! the server asked for. Once a response has started streaming nothing is retried, since its
 //! text has already been handed to the caller.
 //!
-//! No response body, streamed or whole, is read past `[llm] max_response_bytes`: the
-//! completion fails as soon as the cap is passed.
+//! A 2xx is read only as what was asked for: `text/event-stream`, or `application/json` from a
+//! server that ignored `stream: true` (parameters such as `; charset=utf-8` and any case are
+//! fine). Anything else (an HTML login page from a proxy, say) is an error that names the
+//! content type and quotes the start of the body. No response body, streamed or whole, is read
+//! past `[llm] max_response_bytes`: the completion fails as soon as the cap is passed.
 //!
 //! Every error a completion ends with, and the one log line of a retry, pass through
 //! [`Transport::scrub`]: the API key (and the start of it, where a quote was cut inside it) is
@@ -25,7 +28,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
 use toolbox_core::preview::terminal_safe;
 
@@ -42,6 +45,10 @@ pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 const ERROR_BODY_CAP: usize = 64 * 1024;
 /// How much of a server's message an error quotes.
 const MESSAGE_CHARS: usize = 1000;
+/// How much of a body of the wrong content type is read, to quote the start of it.
+const EXCERPT_BODY_CAP: usize = 4096;
+/// How many characters of a body of the wrong content type an error quotes.
+const EXCERPT_CHARS: usize = 200;
 /// What the API key is replaced with.
 const REDACTED: &str = "<redacted>";
 /// The shortest start of the key that is replaced where a quote was cut (`…`) right after it.
@@ -172,6 +179,18 @@ pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
         };
     }
     out
+}
+
+/// The start of a body for an error message: whitespace runs as one space, at most
+/// [`EXCERPT_CHARS`] characters (escaping and redaction come later, in
+/// [`Transport::scrub`]).
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line: Vec<&str> = text.split_whitespace().collect();
+    if one_line.is_empty() {
+        return "(the response had no body)".to_string();
+    }
+    snippet(&one_line.join(" "), EXCERPT_CHARS)
 }
 
 /// The error for a response body longer than `[llm] max_response_bytes`.
@@ -359,7 +378,7 @@ impl Transport {
 
     /// POSTs `body` to `url` with [`post`](Self::post) and says what came back: a stream of
     /// events, or a whole JSON body from a server that ignored `stream: true` (read here, at
-    /// most `max_response_bytes`).
+    /// most `max_response_bytes`). Any other content type is an error quoting the body.
     pub(crate) async fn send(
         &self,
         url: &str,
@@ -369,15 +388,37 @@ impl Transport {
     ) -> Result<Reply, LlmError> {
         let response = self.post(url, model, headers, body).await?;
         let cap = self.max_response_bytes();
-        if is_json(&response) {
-            let body = self.read_body(response, cap, true).await?;
-            return Ok(Reply::Whole(body));
+        match body_kind(&response) {
+            BodyKind::Json => {
+                let body = self.read_body(response, cap, true).await?;
+                Ok(Reply::Whole(body))
+            }
+            BodyKind::Stream => Ok(Reply::Stream(Box::new(EventStream::new(
+                response,
+                self.config.idle_timeout,
+                cap,
+            )))),
+            BodyKind::Other(content_type) => {
+                let status = response.status().as_u16();
+                let cap = EXCERPT_BODY_CAP.min(cap);
+                // A body that cannot be read still leaves the content type to report.
+                let body = self
+                    .read_body(response, cap, false)
+                    .await
+                    .unwrap_or_default();
+                Err(LlmError::new(
+                    LlmErrorKind::BadResponse,
+                    format!(
+                        "{url} answered HTTP {status} with content type {content_type}, not \
+                         text/event-stream (a streamed answer) or application/json, so it is \
+                         not a model's answer; check [llm] base_url (it is {}). The body \
+                         starts: {}",
+                        self.config.base_url,
+                        excerpt(&body)
+                    ),
+                ))
+            }
         }
-        Ok(Reply::Stream(Box::new(EventStream::new(
-            response,
-            self.config.idle_timeout,
-            cap,
-        ))))
     }
 
     /// POSTs `body` to `url` as JSON, with the headers `headers` adds, retrying as the
@@ -689,16 +730,42 @@ pub(crate) fn parse_event_data(data: &str, url: &str) -> Result<Value, LlmError>
     })
 }
 
-/// Whether `response` is a whole JSON body (a server that ignored `stream: true`).
-fn is_json(response: &reqwest::Response) -> bool {
-    response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            let ct = ct.trim().to_ascii_lowercase();
-            ct.starts_with("application/json") || ct.contains("+json")
-        })
+/// What a 2xx body is, by its content type.
+#[derive(Debug, PartialEq)]
+enum BodyKind {
+    /// `text/event-stream`.
+    Stream,
+    /// `application/json` or `…+json`: a whole answer (or a server's error).
+    Json,
+    /// Anything else, as the server named it (quoted), or `no Content-Type` when it named none.
+    Other(String),
+}
+
+fn body_kind(response: &reqwest::Response) -> BodyKind {
+    let Some(value) = response.headers().get(CONTENT_TYPE) else {
+        return BodyKind::Other("no Content-Type".to_string());
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    content_type_kind(&text)
+}
+
+/// [`BodyKind`] of a `Content-Type` value: its media type, any case, parameters ignored.
+fn content_type_kind(value: &str) -> BodyKind {
+    let media = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if media == "text/event-stream" {
+        BodyKind::Stream
+    } else if media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json"))
+    {
+        BodyKind::Json
+    } else {
+        BodyKind::Other(format!("{:?}", snippet(value, 100)))
+    }
 }
 
 #[cfg(test)]
@@ -810,6 +877,28 @@ mod tests {
     }
 
     #[test]
+    fn content_types_are_read_by_their_media_type() {
+        for stream in ["text/event-stream", "Text/Event-Stream; charset=UTF-8"] {
+            assert_eq!(content_type_kind(stream), BodyKind::Stream, "{stream}");
+        }
+        for json in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/problem+json",
+        ] {
+            assert_eq!(content_type_kind(json), BodyKind::Json, "{json}");
+        }
+        assert_eq!(
+            content_type_kind("text/html; charset=utf-8"),
+            BodyKind::Other("\"text/html; charset=utf-8\"".to_string())
+        );
+        assert!(matches!(
+            content_type_kind("text/event-streamx"),
+            BodyKind::Other(_)
+        ));
+    }
+
+    #[test]
     fn the_key_and_a_cut_start_of_it_are_redacted() {
         let key = Some("sk-abcdefghij");
         assert_eq!(
@@ -825,6 +914,16 @@ mod tests {
         assert_eq!(redact("sk-abcdefghij", None), "sk-abcdefghij");
         assert_eq!(redact("ab ab", Some("ab")), "ab ab");
         assert_eq!(redact("é…", key), "é…");
+    }
+
+    #[test]
+    fn excerpts_are_one_short_line() {
+        assert_eq!(
+            excerpt(b"<html>\n  <body>hi</body>\n</html>\n"),
+            "<html> <body>hi</body> </html>"
+        );
+        assert_eq!(excerpt(b"  \n"), "(the response had no body)");
+        assert!(excerpt("x".repeat(500).as_bytes()).ends_with('…'));
     }
 
     #[test]
