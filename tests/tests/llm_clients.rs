@@ -1,20 +1,26 @@
 //! Both LLM clients against the scripted LLM server, in both wire formats: streaming,
 //! parallel tool calls, the request bodies they send, retries, and how they fail. A raw
 //! loopback server stands in for a misbehaving endpoint: a response past
-//! `[llm] max_response_bytes`, the key echoed inside a 200, a 200 that is not a stream.
+//! `[llm] max_response_bytes`, the key echoed inside a 200, a 200 that is not a stream, a
+//! stream cut before its finish marker (also through a whole turn: its tool never runs).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use toolbox as _;
+use toolbox_core::SessionId;
+use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
 use toolbox_runtime::llm::{
     client_with_env, ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind,
     Message, ToolCall, Usage,
 };
+use toolbox_runtime::{Runtime, RuntimeEvent, RuntimeOptions, StopReason, TurnRequest};
 use toolbox_tests::scripted_llm::{
     RecordedRequest, Scripted, ScriptedLlm, EXHAUSTED, USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS,
 };
@@ -161,6 +167,8 @@ both_wires!(
     the_key_echoed_inside_a_200_is_redacted,
     a_200_that_is_neither_a_stream_nor_json_is_an_error,
     content_types_with_parameters_are_understood,
+    a_stream_cut_before_its_finish_marker_is_an_error,
+    a_cut_or_oversized_response_runs_no_tool_in_a_turn,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -721,6 +729,9 @@ async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
 // ---------------------------------------------------------------------------------------
 // A raw loopback server for endpoints that misbehave in ways the scripted server does not.
 
+/// What a [`RawServer`] does with a connection once it has read the request.
+type Respond = dyn Fn(&mut TcpStream) + Send + Sync;
+
 /// A loopback server that answers every request by handing the connection to `respond`,
 /// which writes whatever it likes (status line, headers, body) and returns; the connection
 /// is then closed. It counts the requests it read, and stops accepting when dropped.
@@ -848,6 +859,29 @@ fn opening_text_block(wire: Wire) -> String {
             "type": "content_block_start", "index": 0,
             "content_block": {"type": "text", "text": ""},
         })),
+    }
+}
+
+/// A whole tool call, complete arguments included (Anthropic: content block 1).
+fn tool_call(wire: Wire, id: &str, name: &str, arguments: &Value) -> String {
+    match wire {
+        Wire::OpenAi => openai_chunk(
+            json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": arguments.to_string()}}]}),
+            Value::Null,
+        ),
+        Wire::Anthropic => [
+            anthropic_event(json!({
+                "type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}},
+            })),
+            anthropic_event(json!({
+                "type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": arguments.to_string()},
+            })),
+            anthropic_event(json!({"type": "content_block_stop", "index": 1})),
+        ]
+        .concat(),
     }
 }
 
@@ -1092,4 +1126,128 @@ async fn content_types_with_parameters_are_understood(wire: Wire) {
     let e = fails(&*client).await;
     assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
     assert!(e.message.contains("the quota is used up"), "{e}");
+}
+
+/// A stream with some text and a whole tool call, cut before its finish marker.
+fn cut_stream(wire: Wire) -> String {
+    [
+        head_200("text/event-stream"),
+        opening(wire),
+        opening_text_block(wire),
+        text_delta(wire, "Writing it."),
+        tool_call(
+            wire,
+            "c1",
+            "file_manager__write",
+            &json!({"path": "cut.txt", "content": "x"}),
+        ),
+    ]
+    .concat()
+}
+
+async fn a_stream_cut_before_its_finish_marker_is_an_error(wire: Wire) {
+    let reply = cut_stream(wire);
+    let server = RawServer::start(move |stream| {
+        let _ = stream.write_all(reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "CUT", json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "a cut stream is not a completion");
+    assert_eq!(e.kind, LlmErrorKind::Transport, "{e}");
+    assert!(
+        e.message
+            .contains("the model's stream ended before it finished"),
+        "{e}"
+    );
+    let marker = match wire {
+        Wire::OpenAi => "[DONE]",
+        Wire::Anthropic => "message_stop",
+    };
+    assert!(e.message.contains(marker), "{e}");
+    assert_eq!(pieces.concat(), "Writing it.");
+    // Not retried: its text already reached the caller.
+    assert_eq!(server.requests(), 1);
+}
+
+/// Every file under `dir` named `name`.
+fn find_named(dir: &Path, name: &str, found: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            find_named(&path, name, found);
+        } else if entry.file_name() == name {
+            found.push(path.display().to_string());
+        }
+    }
+}
+
+async fn a_cut_or_oversized_response_runs_no_tool_in_a_turn(wire: Wire) {
+    let call = tool_call(
+        wire,
+        "c1",
+        "file_manager__write",
+        &json!({"path": "cut.txt", "content": "x"}),
+    );
+    let cut = cut_stream(wire);
+    let cases: Vec<(&str, Arc<Respond>, &str)> = vec![
+        (
+            "cut",
+            Arc::new(move |stream: &mut TcpStream| {
+                let _ = stream.write_all(cut.as_bytes());
+            }),
+            "ended before it finished",
+        ),
+        (
+            "oversized",
+            Arc::new(move |stream: &mut TcpStream| {
+                let before = [call.clone(), opening_text_block(wire)].concat();
+                stream_past_the_cap(stream, wire, &before)
+            }),
+            "[llm] max_response_bytes",
+        ),
+    ];
+    for (what, respond, want) in cases {
+        let server = RawServer::start(move |stream| respond(stream));
+        let dir = tempfile::tempdir().expect("a workspace");
+        let mut config = ExecutorConfig::new(dir.path());
+        config.permissions.mode = PermissionMode::Full;
+        let executor = ToolExecutor::new(config).expect("an executor");
+        let llm = keyed_client(wire, &server, "TURN", json!({"max_response_bytes": CAP}));
+        let rt = Runtime::new(executor, Ok(llm), RuntimeOptions::default());
+        let outcome = rt
+            .run_turn("cut", TurnRequest::new("write cut.txt"))
+            .await
+            .expect("the turn starts");
+        assert_eq!(outcome.stop_reason, StopReason::Error, "{what}");
+        let session = SessionId::parse("cut").expect("a session id");
+        let events = rt.events().since(&session, 0);
+        for event in &events {
+            assert!(
+                !matches!(
+                    event.event,
+                    RuntimeEvent::ToolCallStarted { .. } | RuntimeEvent::ToolCallFinished { .. }
+                ),
+                "{what}: a tool ran: {:?}",
+                event.event
+            );
+        }
+        let notice = events
+            .iter()
+            .find_map(|e| match &e.event {
+                RuntimeEvent::TurnFinished { notice, .. } => notice.clone(),
+                _ => None,
+            })
+            .unwrap_or_default();
+        assert!(notice.contains(want), "{what}: {notice}");
+        assert!(!notice.contains(SECRET), "{what}: {notice}");
+        let mut found = Vec::new();
+        find_named(dir.path(), "cut.txt", &mut found);
+        assert!(found.is_empty(), "{what}: the tool ran: {found:?}");
+        // Only the user's message is kept: no assistant message from the cut response.
+        let conversation = dir.path().join(".toolbox/sessions/cut/messages.jsonl");
+        let kept = std::fs::read_to_string(&conversation).unwrap_or_default();
+        assert_eq!(kept.lines().count(), 1, "{what}: {kept}");
+        assert!(!kept.contains("file_manager__write"), "{what}: {kept}");
+        assert_eq!(server.requests(), 1, "{what}");
+    }
 }

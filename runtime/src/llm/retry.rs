@@ -7,7 +7,11 @@
 //! (seconds or an HTTP date): that is honoured up to 60 s. A server that asks for longer is
 //! not waited for: the call fails at once with [`LlmErrorKind::RateLimited`], saying how long
 //! the server asked for. Once a response has started streaming nothing is retried, since its
-//! text has already been handed to the caller.
+//! text has already been handed to the caller: that holds for a stream that breaks, and for
+//! one that ends before its finish marker (`data: [DONE]` or a `finish_reason`; Anthropic's
+//! `message_stop` or a `stop_reason`), which is an error, never a shorter answer, so none of
+//! its tool calls run. Asking again would show the same text twice and pay for it twice; the
+//! person sends the message again instead.
 //!
 //! A 2xx is read only as what was asked for: `text/event-stream`, or `application/json` from a
 //! server that ignored `stream: true` (parameters such as `; charset=utf-8` and any case are
@@ -202,6 +206,24 @@ pub(crate) fn too_large(cap: usize) -> LlmError {
              TOOLBOX_LLM_MAX_RESPONSE_BYTES), so toolbox stopped reading it: the answer is \
              dropped and none of its tool calls run. Raise [llm] max_response_bytes if answers \
              this long are expected"
+        ),
+    )
+}
+
+/// The error for a stream that ended before its finish marker, `wanted`, holding `calls`
+/// tool calls so far.
+pub(crate) fn stream_cut(url: &str, wanted: &str, calls: usize) -> LlmError {
+    let calls = match calls {
+        0 => String::new(),
+        1 => "; the tool call it had begun is not run".to_string(),
+        n => format!("; none of the {n} tool calls it had begun is run"),
+    };
+    LlmError::new(
+        LlmErrorKind::Transport,
+        format!(
+            "the model's stream ended before it finished: {url} closed the response without \
+             {wanted}, so the answer is incomplete and is dropped{calls}. It is not retried, \
+             since its text may already have been shown; send the message again"
         ),
     )
 }
