@@ -1,16 +1,26 @@
 //! Both LLM clients against the scripted LLM server, in both wire formats: streaming,
-//! parallel tool calls, the request bodies they send, retries, and how they fail.
+//! parallel tool calls, the request bodies they send, retries, and how they fail. A raw
+//! loopback server stands in for a misbehaving endpoint: a response past
+//! `[llm] max_response_bytes`, the key echoed inside a 200, a 200 that is not a stream, a
+//! stream cut before its finish marker (also through a whole turn: its tool never runs).
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use toolbox as _;
+use toolbox_core::SessionId;
+use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
 use toolbox_runtime::llm::{
     client_with_env, ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind,
     Message, ToolCall, Usage,
 };
+use toolbox_runtime::{Runtime, RuntimeEvent, RuntimeOptions, StopReason, TurnRequest};
 use toolbox_tests::scripted_llm::{
     RecordedRequest, Scripted, ScriptedLlm, EXHAUSTED, USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS,
 };
@@ -152,6 +162,13 @@ both_wires!(
     a_silent_server_times_out,
     a_server_that_does_not_stream_is_understood,
     a_redirect_to_another_origin_never_gets_the_key,
+    a_stream_past_max_response_bytes_fails_naming_the_key,
+    a_whole_body_past_max_response_bytes_fails_naming_the_key,
+    the_key_echoed_inside_a_200_is_redacted,
+    a_200_that_is_neither_a_stream_nor_json_is_an_error,
+    content_types_with_parameters_are_understood,
+    a_stream_cut_before_its_finish_marker_is_an_error,
+    a_cut_or_oversized_response_runs_no_tool_in_a_turn,
 );
 
 async fn streamed_text_arrives_in_pieces(wire: Wire) {
@@ -667,7 +684,6 @@ fn a_client_needs_a_model() {
 /// refused, naming the origin: the key is never sent there, in either wire format (reqwest
 /// strips `Authorization` itself, but not `x-api-key`).
 async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
-    use std::io::Write;
     let elsewhere = ScriptedLlm::start(vec![Scripted::text("you should not be here")]);
     let target = format!("http://{}{}", elsewhere.addr(), wire.path());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -708,4 +724,530 @@ async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
         "the other origin was asked"
     );
     drop(redirector);
+}
+
+// ---------------------------------------------------------------------------------------
+// A raw loopback server for endpoints that misbehave in ways the scripted server does not.
+
+/// What a [`RawServer`] does with a connection once it has read the request.
+type Respond = dyn Fn(&mut TcpStream) + Send + Sync;
+
+/// A loopback server that answers every request by handing the connection to `respond`,
+/// which writes whatever it likes (status line, headers, body) and returns; the connection
+/// is then closed. It counts the requests it read, and stops accepting when dropped.
+struct RawServer {
+    addr: SocketAddr,
+    requests: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl RawServer {
+    fn start(respond: impl Fn(&mut TcpStream) + Send + Sync + 'static) -> RawServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let requests = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let respond = Arc::new(respond);
+        let accept = {
+            let (requests, stop) = (requests.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok((mut stream, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let (requests, respond) = (requests.clone(), respond.clone());
+                    std::thread::spawn(move || {
+                        if toolbox_tests::http::read_request(&mut stream).is_none() {
+                            return;
+                        }
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+                        respond(&mut stream);
+                        let _ = stream.flush();
+                        let _ = stream.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            })
+        };
+        RawServer {
+            addr,
+            requests,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    fn base_url(&self, wire: Wire) -> String {
+        match wire {
+            Wire::OpenAi => format!("http://{}/v1", self.addr),
+            Wire::Anthropic => format!("http://{}", self.addr),
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+/// A 200 head with `content_type`, for a body that ends when the connection closes.
+fn head_200(content_type: &str) -> String {
+    format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nConnection: close\r\n\r\n")
+}
+
+/// One SSE event.
+fn sse(event: Option<&str>, data: &str) -> String {
+    match event {
+        Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    }
+}
+
+/// An Anthropic event, named by its own type.
+fn anthropic_event(value: Value) -> String {
+    let name = value["type"].as_str().unwrap_or("unknown").to_string();
+    sse(Some(&name), &value.to_string())
+}
+
+/// An OpenAI chunk with one choice.
+fn openai_chunk(delta: Value, finish: Value) -> String {
+    sse(
+        None,
+        &json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).to_string(),
+    )
+}
+
+/// The events that open a response.
+fn opening(wire: Wire) -> String {
+    match wire {
+        Wire::OpenAi => openai_chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        Wire::Anthropic => anthropic_event(json!({
+            "type": "message_start",
+            "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+                        "usage": {"input_tokens": 1, "output_tokens": 1}},
+        })),
+    }
+}
+
+/// One text delta (Anthropic: in content block 0, which [`opening_text_block`] starts).
+fn text_delta(wire: Wire, text: &str) -> String {
+    match wire {
+        Wire::OpenAi => openai_chunk(json!({"content": text}), Value::Null),
+        Wire::Anthropic => anthropic_event(json!({
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": text},
+        })),
+    }
+}
+
+/// Starts the text block text deltas go to (nothing for OpenAI).
+fn opening_text_block(wire: Wire) -> String {
+    match wire {
+        Wire::OpenAi => String::new(),
+        Wire::Anthropic => anthropic_event(json!({
+            "type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""},
+        })),
+    }
+}
+
+/// A whole tool call, complete arguments included (Anthropic: content block 1).
+fn tool_call(wire: Wire, id: &str, name: &str, arguments: &Value) -> String {
+    match wire {
+        Wire::OpenAi => openai_chunk(
+            json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": arguments.to_string()}}]}),
+            Value::Null,
+        ),
+        Wire::Anthropic => [
+            anthropic_event(json!({
+                "type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}},
+            })),
+            anthropic_event(json!({
+                "type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": arguments.to_string()},
+            })),
+            anthropic_event(json!({"type": "content_block_stop", "index": 1})),
+        ]
+        .concat(),
+    }
+}
+
+/// The events that finish a response properly.
+fn finishing(wire: Wire, stop: &str) -> String {
+    match wire {
+        Wire::OpenAi => [openai_chunk(json!({}), json!(stop)), sse(None, "[DONE]")].concat(),
+        Wire::Anthropic => [
+            anthropic_event(json!({
+                "type": "message_delta", "delta": {"stop_reason": stop},
+                "usage": {"output_tokens": 2},
+            })),
+            anthropic_event(json!({"type": "message_stop"})),
+        ]
+        .concat(),
+    }
+}
+
+/// A client for `wire` at `server` that sends [`SECRET`] as its key.
+fn keyed_client(wire: Wire, server: &RawServer, test: &str, extra: Value) -> Arc<dyn LlmClient> {
+    let var = wire.key_var(test);
+    let config = config_at(wire, &server.base_url(wire), &var, extra);
+    let env = |name: &str| (name == var).then(|| SECRET.to_string());
+    client_with_env(&config, &env).expect("a client")
+}
+
+/// Neither the Display nor the Debug of `e` holds the key or a piece of it 8 characters
+/// long or more (a quote cut in the middle of the key must not show its start).
+fn assert_no_key(e: &LlmError) {
+    for shown in [e.to_string(), format!("{e:?}")] {
+        for start in 0..=SECRET.len() - 8 {
+            let piece = &SECRET[start..start + 8];
+            assert!(
+                !shown.contains(piece),
+                "{piece:?} of the key leaked: {shown}"
+            );
+        }
+    }
+}
+
+/// The error of `result`; a completion is reported short (its text may be a megabyte).
+fn failed(result: Result<Completion, LlmError>, why: &str) -> LlmError {
+    match result {
+        Ok(c) => panic!(
+            "{why}, yet it was a completion: {} bytes of text, tool calls {:?}, stop {:?}",
+            c.text.len(),
+            c.tool_calls,
+            c.stop_reason
+        ),
+        Err(e) => e,
+    }
+}
+
+const CAP: usize = 64 * 1024;
+
+/// Text deltas of 1 KiB, 1024 of them (about 1 MB), in a bounded loop: the client must stop
+/// at the 64 KiB cap; a write error (the client went away) ends the loop early.
+fn stream_past_the_cap(stream: &mut TcpStream, wire: Wire, before: &str) {
+    let piece = "x".repeat(1024);
+    let start = [
+        head_200("text/event-stream"),
+        opening(wire),
+        before.to_string(),
+    ]
+    .concat();
+    if stream.write_all(start.as_bytes()).is_err() {
+        return;
+    }
+    let event = text_delta(wire, &piece);
+    for _ in 0..1024 {
+        if stream.write_all(event.as_bytes()).is_err() {
+            return;
+        }
+    }
+    let _ = stream.write_all(finishing(wire, "end_turn").as_bytes());
+}
+
+async fn a_stream_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
+    let server = RawServer::start(move |stream| {
+        stream_past_the_cap(stream, wire, &opening_text_block(wire))
+    });
+    let client = keyed_client(wire, &server, "CAP", json!({"max_response_bytes": CAP}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "a response past the cap");
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
+    assert!(e.message.contains(&CAP.to_string()), "{e}");
+    // Reading stopped at the cap: the text handed over is less than the cap.
+    assert!(
+        pieces.concat().len() <= CAP,
+        "{} bytes",
+        pieces.concat().len()
+    );
+    assert_eq!(
+        server.requests(),
+        1,
+        "a response past the cap is not retried"
+    );
+}
+
+async fn a_whole_body_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
+    let server = RawServer::start(move |stream| {
+        let text = "y".repeat(1024 * 1024);
+        let body = match wire {
+            Wire::OpenAi => json!({"choices": [{"index": 0, "finish_reason": "stop",
+                                   "message": {"role": "assistant", "content": text}}]}),
+            Wire::Anthropic => json!({"type": "message", "stop_reason": "end_turn",
+                                      "content": [{"type": "text", "text": text}]}),
+        }
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body.as_bytes());
+    });
+    let client = keyed_client(
+        wire,
+        &server,
+        "CAP_WHOLE",
+        json!({"max_response_bytes": CAP}),
+    );
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "a body past the cap");
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
+    assert!(e.message.contains(&CAP.to_string()), "{e}");
+    assert!(pieces.is_empty(), "{} pieces", pieces.len());
+}
+
+async fn the_key_echoed_inside_a_200_is_redacted(wire: Wire) {
+    // Quotes are cut at 200 characters: this one cuts the key in the middle.
+    let padding = "p".repeat(190);
+    let error_event = match wire {
+        Wire::OpenAi => sse(
+            None,
+            &json!({"error": {"message": format!("Incorrect API key provided: {SECRET}"),
+                              "type": "invalid_request_error"}})
+            .to_string(),
+        ),
+        Wire::Anthropic => anthropic_event(json!({"type": "error", "error": {
+            "type": "authentication_error", "message": format!("invalid x-api-key {SECRET}"),
+        }})),
+    };
+    let stream =
+        |events: &str| [head_200("text/event-stream"), opening(wire), events.into()].concat();
+    let cases: Vec<(&str, String)> = vec![
+        ("an error event", stream(&error_event)),
+        (
+            "a data line that is not JSON",
+            stream(&sse(None, &format!("upstream said: key {SECRET} refused"))),
+        ),
+        (
+            "JSON that does not parse",
+            stream(&sse(None, &format!("{{\"choices\": [\"{SECRET}\""))),
+        ),
+        (
+            "a quote cut inside the key",
+            stream(&sse(None, &format!("{padding}{SECRET}"))),
+        ),
+        (
+            "a whole JSON error",
+            format!(
+                "{}{}",
+                head_200("application/json; charset=utf-8"),
+                json!({"error": {"message": format!("key {SECRET} has no quota")}})
+            ),
+        ),
+        (
+            "an HTML page",
+            format!(
+                "{}<html><body>Your key {SECRET} was refused</body></html>",
+                head_200("text/html")
+            ),
+        ),
+    ];
+    for (what, reply) in cases {
+        let server = RawServer::start(move |stream| {
+            let _ = stream.write_all(reply.as_bytes());
+        });
+        let client = keyed_client(wire, &server, "ECHO", json!({}));
+        let e = fails(&*client).await;
+        assert_no_key(&e);
+        assert!(e.message.contains("<redacted>"), "{what}: {e}");
+        assert_eq!(server.requests(), 1, "{what}: {e}");
+    }
+}
+
+async fn a_200_that_is_neither_a_stream_nor_json_is_an_error(wire: Wire) {
+    let server = RawServer::start(|stream| {
+        let body = "<!DOCTYPE html>\n<html>\n  <body>\x1b[2J\x1b]0;owned\x07Please \
+                    <b>sign in</b> to continue\u{202e}</body>\n</html>\n";
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "HTML", json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "an HTML page is not an answer");
+    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
+    assert!(e.message.contains("text/html; charset=utf-8"), "{e}");
+    assert!(e.message.contains("sign in"), "{e}");
+    assert!(e.message.contains("text/event-stream"), "{e}");
+    for bad in ['\x1b', '\x07', '\u{202e}', '\n'] {
+        assert!(
+            !e.message.contains(bad),
+            "{bad:?} reached the message: {e:?}"
+        );
+    }
+    assert!(pieces.is_empty(), "{pieces:?}");
+    assert_eq!(server.requests(), 1);
+}
+
+async fn content_types_with_parameters_are_understood(wire: Wire) {
+    let stream_reply = [
+        head_200("Text/Event-Stream; charset=UTF-8"),
+        opening(wire),
+        opening_text_block(wire),
+        text_delta(wire, "fine"),
+        finishing(wire, "end_turn"),
+    ]
+    .concat();
+    let server = RawServer::start(move |stream| {
+        let _ = stream.write_all(stream_reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "PARAMS", json!({}));
+    let completion = ask(&*client, &hello()).await.0.expect("a completion");
+    assert_eq!(completion.text, "fine");
+
+    // A JSON error in a 200, with a charset: the server's message, not a content-type error.
+    let server = RawServer::start(|stream| {
+        let body = json!({"error": {"message": "the quota is used up"}}).to_string();
+        let reply = format!("{}{body}", head_200("application/json; charset=utf-8"));
+        let _ = stream.write_all(reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "PARAMS", json!({}));
+    let e = fails(&*client).await;
+    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
+    assert!(e.message.contains("the quota is used up"), "{e}");
+}
+
+/// A stream with some text and a whole tool call, cut before its finish marker.
+fn cut_stream(wire: Wire) -> String {
+    [
+        head_200("text/event-stream"),
+        opening(wire),
+        opening_text_block(wire),
+        text_delta(wire, "Writing it."),
+        tool_call(
+            wire,
+            "c1",
+            "file_manager__write",
+            &json!({"path": "cut.txt", "content": "x"}),
+        ),
+    ]
+    .concat()
+}
+
+async fn a_stream_cut_before_its_finish_marker_is_an_error(wire: Wire) {
+    let reply = cut_stream(wire);
+    let server = RawServer::start(move |stream| {
+        let _ = stream.write_all(reply.as_bytes());
+    });
+    let client = keyed_client(wire, &server, "CUT", json!({}));
+    let (result, pieces) = ask(&*client, &hello()).await;
+    let e = failed(result, "a cut stream is not a completion");
+    assert_eq!(e.kind, LlmErrorKind::Transport, "{e}");
+    assert!(
+        e.message
+            .contains("the model's stream ended before it finished"),
+        "{e}"
+    );
+    let marker = match wire {
+        Wire::OpenAi => "[DONE]",
+        Wire::Anthropic => "message_stop",
+    };
+    assert!(e.message.contains(marker), "{e}");
+    assert_eq!(pieces.concat(), "Writing it.");
+    // Not retried: its text already reached the caller.
+    assert_eq!(server.requests(), 1);
+}
+
+/// Every file under `dir` named `name`.
+fn find_named(dir: &Path, name: &str, found: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            find_named(&path, name, found);
+        } else if entry.file_name() == name {
+            found.push(path.display().to_string());
+        }
+    }
+}
+
+async fn a_cut_or_oversized_response_runs_no_tool_in_a_turn(wire: Wire) {
+    let call = tool_call(
+        wire,
+        "c1",
+        "file_manager__write",
+        &json!({"path": "cut.txt", "content": "x"}),
+    );
+    let cut = cut_stream(wire);
+    let cases: Vec<(&str, Arc<Respond>, &str)> = vec![
+        (
+            "cut",
+            Arc::new(move |stream: &mut TcpStream| {
+                let _ = stream.write_all(cut.as_bytes());
+            }),
+            "ended before it finished",
+        ),
+        (
+            "oversized",
+            Arc::new(move |stream: &mut TcpStream| {
+                let before = [call.clone(), opening_text_block(wire)].concat();
+                stream_past_the_cap(stream, wire, &before)
+            }),
+            "[llm] max_response_bytes",
+        ),
+    ];
+    for (what, respond, want) in cases {
+        let server = RawServer::start(move |stream| respond(stream));
+        let dir = tempfile::tempdir().expect("a workspace");
+        let mut config = ExecutorConfig::new(dir.path());
+        config.permissions.mode = PermissionMode::Full;
+        let executor = ToolExecutor::new(config).expect("an executor");
+        let llm = keyed_client(wire, &server, "TURN", json!({"max_response_bytes": CAP}));
+        let rt = Runtime::new(executor, Ok(llm), RuntimeOptions::default());
+        let outcome = rt
+            .run_turn("cut", TurnRequest::new("write cut.txt"))
+            .await
+            .expect("the turn starts");
+        assert_eq!(outcome.stop_reason, StopReason::Error, "{what}");
+        let session = SessionId::parse("cut").expect("a session id");
+        let events = rt.events().since(&session, 0);
+        for event in &events {
+            assert!(
+                !matches!(
+                    event.event,
+                    RuntimeEvent::ToolCallStarted { .. } | RuntimeEvent::ToolCallFinished { .. }
+                ),
+                "{what}: a tool ran: {:?}",
+                event.event
+            );
+        }
+        let notice = events
+            .iter()
+            .find_map(|e| match &e.event {
+                RuntimeEvent::TurnFinished { notice, .. } => notice.clone(),
+                _ => None,
+            })
+            .unwrap_or_default();
+        assert!(notice.contains(want), "{what}: {notice}");
+        assert!(!notice.contains(SECRET), "{what}: {notice}");
+        let mut found = Vec::new();
+        find_named(dir.path(), "cut.txt", &mut found);
+        assert!(found.is_empty(), "{what}: the tool ran: {found:?}");
+        // Only the user's message is kept: no assistant message from the cut response.
+        let conversation = dir.path().join(".toolbox/sessions/cut/messages.jsonl");
+        let kept = std::fs::read_to_string(&conversation).unwrap_or_default();
+        assert_eq!(kept.lines().count(), 1, "{what}: {kept}");
+        assert!(!kept.contains("file_manager__write"), "{what}: {kept}");
+        assert_eq!(server.requests(), 1, "{what}");
+    }
 }

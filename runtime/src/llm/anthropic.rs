@@ -16,6 +16,9 @@
 //! - the API wants user and assistant turns to alternate, so consecutive messages of one
 //!   role are merged, and a message with nothing to send (empty text, no calls) is left out.
 //!
+//! A stream is finished by `message_stop`, or a `message_delta` with a `stop_reason`; one that
+//! ends without either was cut, and is an error (its tool calls are never returned).
+//!
 //! Input tokens are reported as the sum of `input_tokens` and the cache's
 //! `cache_creation_input_tokens` and `cache_read_input_tokens`: the whole prompt.
 
@@ -26,7 +29,7 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use toolbox_executor::SchemaFormat;
 
-use super::retry::{parse_event_data, parse_json_body, snippet, Transport};
+use super::retry::{parse_event_data, parse_json_body, snippet, stream_cut, Transport};
 use super::{
     ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind, Message, TextSink,
     ToolCall, Usage,
@@ -110,6 +113,7 @@ impl AnthropicClient {
                 ControlFlow::Break(completion) => return Ok(completion),
             };
         let mut state = StreamState::default();
+        let mut stopped = false;
         while let Some(event) = events.next().await? {
             let data = event.data.trim();
             if data.is_empty() {
@@ -117,8 +121,22 @@ impl AnthropicClient {
             }
             let value = parse_event_data(data, &self.url)?;
             if state.apply(event.event.as_deref(), &value, on_text)? {
+                stopped = true;
                 break;
             }
+        }
+        // A stream that just stops is cut, not finished: its half-sent tool call must not run.
+        if !stopped && state.stop_reason.is_empty() {
+            let calls = state
+                .blocks
+                .values()
+                .filter(|b| matches!(b, Block::ToolUse { .. }))
+                .count();
+            return Err(stream_cut(
+                &self.url,
+                "message_stop or a message_delta with a stop_reason",
+                calls,
+            ));
         }
         Ok(state.finish())
     }
@@ -139,9 +157,7 @@ impl LlmClient for AnthropicClient {
         request: ChatRequest<'_>,
         on_text: TextSink<'_>,
     ) -> Result<Completion, LlmError> {
-        self.transport
-            .within_request_timeout(self.call(&request, on_text))
-            .await
+        self.transport.run(self.call(&request, on_text)).await
     }
 }
 
@@ -403,8 +419,14 @@ impl StreamState {
 fn parse_whole(body: &[u8], url: &str) -> Result<Completion, LlmError> {
     let value = parse_json_body(body, url)?;
     let mut state = StreamState::default();
-    if value.get("type").and_then(Value::as_str) == Some("error") {
-        state.apply(None, &value, &|_| {})?;
+    // Anthropic's `{"type":"error",…}`, or a proxy's OpenAI-style `{"error":{…}}`.
+    let error_type = value.get("type").and_then(Value::as_str) == Some("error");
+    if error_type
+        || value
+            .get("error")
+            .is_some_and(|e| e.is_object() || e.is_string())
+    {
+        state.apply(Some("error"), &value, &|_| {})?;
     }
     let content = value
         .get("content")

@@ -29,8 +29,14 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 600_000;
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
 /// The default `max_tokens`.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The default `max_response_bytes`: 8 MiB, far more than any answer of `max_tokens` needs.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
 /// The largest `max_retries` accepted.
 const MAX_MAX_RETRIES: u64 = 20;
+/// The smallest `max_response_bytes` accepted: below it even a short answer would not fit.
+const MIN_MAX_RESPONSE_BYTES: u64 = 1024;
+/// The largest `max_response_bytes` accepted: 1 GiB.
+const MAX_MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Every key `[llm]` understands.
 pub const KEYS: &[&str] = &[
@@ -43,10 +49,11 @@ pub const KEYS: &[&str] = &[
     "request_timeout_ms",
     "max_retries",
     "max_tokens",
+    "max_response_bytes",
 ];
 
 // What an untrusted workspace's toolbox.toml may set in [llm]: shorter timeouts, fewer
-// retries, shorter answers. The provider, URL, model and key variable are the operator's
+// retries, shorter answers, smaller responses. The provider, URL, model and key variable are the operator's
 // alone: a repository must not redirect prompts or keys to a server of its choosing.
 toolbox_core::workspace_config_rules!(
     "llm",
@@ -62,6 +69,10 @@ toolbox_core::workspace_config_rules!(
         ),
         ("max_retries", Tighten::AtMost(DEFAULT_MAX_RETRIES as u64)),
         ("max_tokens", Tighten::AtMost(DEFAULT_MAX_TOKENS as u64)),
+        (
+            "max_response_bytes",
+            Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES)
+        ),
     ]
 );
 
@@ -132,6 +143,9 @@ pub struct LlmConfig {
     pub max_retries: u32,
     /// `max_tokens` per response (Anthropic requires one).
     pub max_tokens: u32,
+    /// `max_response_bytes`: the most bytes of one response body (streamed or not) read
+    /// before the completion fails; bounds memory and what could reach `messages.jsonl`.
+    pub max_response_bytes: u64,
 }
 
 impl Default for LlmConfig {
@@ -148,6 +162,7 @@ impl Default for LlmConfig {
             request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
             max_retries: DEFAULT_MAX_RETRIES,
             max_tokens: DEFAULT_MAX_TOKENS,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -268,6 +283,13 @@ impl LlmConfig {
                 .map_or(DEFAULT_MAX_RETRIES, |n| n as u32),
             max_tokens: pick_number("max_tokens", "TOOLBOX_LLM_MAX_TOKENS", 1, u32_max)?
                 .map_or(DEFAULT_MAX_TOKENS, |n| n as u32),
+            max_response_bytes: pick_number(
+                "max_response_bytes",
+                "TOOLBOX_LLM_MAX_RESPONSE_BYTES",
+                MIN_MAX_RESPONSE_BYTES,
+                MAX_MAX_RESPONSE_BYTES,
+            )?
+            .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
         })
     }
 
@@ -336,6 +358,7 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(600));
         assert_eq!(c.connect_timeout, Duration::from_secs(10));
         assert_eq!((c.max_retries, c.max_tokens), (3, 4096));
+        assert_eq!(c.max_response_bytes, 8 * 1024 * 1024);
 
         let c = LlmConfig::from_table(Some(&json!({"provider": "anthropic"})), &no_env).unwrap();
         assert_eq!(c.provider, LlmProvider::Anthropic);
@@ -353,6 +376,7 @@ mod tests {
             "provider": "openai", "base_url": "http://127.0.0.1:8000/v1/", "model": "m1",
             "api_key_env": "MY_KEY", "connect_timeout_ms": 5, "idle_timeout_ms": 6,
             "request_timeout_ms": 7, "max_retries": 0, "max_tokens": 9,
+            "max_response_bytes": 65536,
         });
         let c = LlmConfig::from_table(Some(&table), &no_env).unwrap();
         assert_eq!(c.base_url, "http://127.0.0.1:8000/v1");
@@ -362,6 +386,7 @@ mod tests {
         assert_eq!(c.idle_timeout, Duration::from_millis(6));
         assert_eq!(c.request_timeout, Duration::from_millis(7));
         assert_eq!((c.max_retries, c.max_tokens), (0, 9));
+        assert_eq!(c.max_response_bytes, 65536);
 
         let env = |name: &str| {
             Some(
@@ -374,6 +399,7 @@ mod tests {
                     "TOOLBOX_LLM_TIMEOUT_MS" => "17",
                     "TOOLBOX_LLM_MAX_RETRIES" => "5",
                     "TOOLBOX_LLM_MAX_TOKENS" => "19",
+                    "TOOLBOX_LLM_MAX_RESPONSE_BYTES" => "2048",
                     "TOOLBOX_LLM_PROVIDER" => "",
                     _ => return None,
                 }
@@ -389,6 +415,7 @@ mod tests {
         assert_eq!(c.idle_timeout, Duration::from_millis(16));
         assert_eq!(c.request_timeout, Duration::from_millis(17));
         assert_eq!((c.max_retries, c.max_tokens), (5, 19));
+        assert_eq!(c.max_response_bytes, 2048);
     }
 
     #[test]
@@ -414,6 +441,14 @@ mod tests {
                 "[llm] max_retries must be between 0 and 20",
             ),
             (json!({"max_tokens": 0}), "[llm] max_tokens must be between"),
+            (
+                json!({"max_response_bytes": 10}),
+                "[llm] max_response_bytes must be between 1024 and 1073741824, got 10",
+            ),
+            (
+                json!({"max_response_bytes": "big"}),
+                "[llm] max_response_bytes must be a whole number",
+            ),
             (json!({"api_key_env": "A=B"}), "[llm] api_key_env must name"),
             (json!([1]), "[llm] must be a table"),
         ] {
@@ -422,6 +457,13 @@ mod tests {
         }
         let env = |name: &str| (name == "TOOLBOX_LLM_MAX_RETRIES").then(|| "many".to_string());
         assert!(err(json!({}), &env).contains("TOOLBOX_LLM_MAX_RETRIES must be a whole number"));
+        let env =
+            |name: &str| (name == "TOOLBOX_LLM_MAX_RESPONSE_BYTES").then(|| "8MiB".to_string());
+        assert!(err(json!({}), &env)
+            .contains("TOOLBOX_LLM_MAX_RESPONSE_BYTES must be a whole number, got \"8MiB\""));
+        let env = |name: &str| (name == "TOOLBOX_LLM_MAX_RESPONSE_BYTES").then(|| "0".to_string());
+        assert!(err(json!({}), &env)
+            .contains("TOOLBOX_LLM_MAX_RESPONSE_BYTES must be between 1024 and 1073741824"));
         let env = |name: &str| (name == "TOOLBOX_LLM_BASE_URL").then(|| "localhost".to_string());
         assert!(err(json!({}), &env).contains("TOOLBOX_LLM_BASE_URL must be an http"));
     }
@@ -452,5 +494,6 @@ mod tests {
             assert!(rules.rule(key).is_none(), "{key}");
         }
         assert!(rules.rule("request_timeout_ms").is_some());
+        assert!(rules.rule("max_response_bytes").is_some());
     }
 }

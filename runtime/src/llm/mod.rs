@@ -8,6 +8,12 @@
 //! streams. They retry 429 and 5xx with backoff (honouring `Retry-After`) a bounded number of
 //! times and fail with an [`LlmError`] that says what went wrong without ever showing the
 //! key. [`LlmConfig`] is the `[llm]` table plus `TOOLBOX_LLM_*`.
+//!
+//! A completion is whole or it is an error: a response past `[llm] max_response_bytes`, a 2xx
+//! that is neither an event stream nor JSON, and a stream that ends before its finish marker
+//! all fail, so no tool call from a partial answer ever reaches the turn. The private `retry`
+//! module has the policy, and the one place (`Transport::scrub`) every error text passes
+//! through to be redacted and made safe to print.
 
 pub mod anthropic;
 mod config;
@@ -122,9 +128,10 @@ pub enum LlmErrorKind {
     RateLimited,
     /// Still 5xx after every retry, or another refusal (4xx) with the server's message.
     Server,
-    /// The response (or a stream event) did not parse.
+    /// The response (or a stream event) did not parse, was neither an event stream nor JSON,
+    /// or was larger than `[llm] max_response_bytes`.
     BadResponse,
-    /// Could not connect, or the connection broke.
+    /// Could not connect, or the connection broke, or the stream ended before it finished.
     Transport,
     /// No answer, or no stream data, within the configured time.
     Timeout,
@@ -132,7 +139,8 @@ pub enum LlmErrorKind {
     Config,
 }
 
-/// A failed model request. The message never contains the API key.
+/// A failed model request. The message never contains the API key (nor a quoted start of
+/// it), also where it quotes a response, and has its control characters escaped.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct LlmError {

@@ -11,6 +11,9 @@
 //!
 //! A server that ignores `stream: true` and answers with one JSON completion is understood
 //! too; its text then reaches the caller in one piece.
+//!
+//! A stream is finished by `data: [DONE]` or a chunk with a `finish_reason`; one that ends
+//! without either was cut, and is an error (its tool calls are never returned).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -19,7 +22,7 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use toolbox_executor::SchemaFormat;
 
-use super::retry::{parse_event_data, parse_json_body, snippet, Transport};
+use super::retry::{parse_event_data, parse_json_body, snippet, stream_cut, Transport};
 use super::{
     ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind, Message, TextSink,
     ToolCall, Usage,
@@ -111,9 +114,11 @@ impl OpenAiClient {
                 ControlFlow::Break(completion) => return Ok(completion),
             };
         let mut state = StreamState::default();
+        let mut done = false;
         while let Some(event) = events.next().await? {
             let data = event.data.trim();
             if data == "[DONE]" {
+                done = true;
                 break;
             }
             if data.is_empty() {
@@ -121,6 +126,14 @@ impl OpenAiClient {
             }
             let chunk = parse_event_data(data, &self.url)?;
             state.apply(&chunk, on_text)?;
+        }
+        // A stream that just stops is cut, not finished: its half-sent tool call must not run.
+        if !done && state.stop_reason.is_empty() {
+            return Err(stream_cut(
+                &self.url,
+                "`data: [DONE]` or a finish_reason",
+                state.calls.len(),
+            ));
         }
         Ok(state.finish())
     }
@@ -141,9 +154,7 @@ impl LlmClient for OpenAiClient {
         request: ChatRequest<'_>,
         on_text: TextSink<'_>,
     ) -> Result<Completion, LlmError> {
-        self.transport
-            .within_request_timeout(self.call(&request, on_text))
-            .await
+        self.transport.run(self.call(&request, on_text)).await
     }
 }
 

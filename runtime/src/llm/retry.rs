@@ -7,7 +7,22 @@
 //! (seconds or an HTTP date): that is honoured up to 60 s. A server that asks for longer is
 //! not waited for: the call fails at once with [`LlmErrorKind::RateLimited`], saying how long
 //! the server asked for. Once a response has started streaming nothing is retried, since its
-//! text has already been handed to the caller.
+//! text has already been handed to the caller: that holds for a stream that breaks, and for
+//! one that ends before its finish marker (`data: [DONE]` or a `finish_reason`; Anthropic's
+//! `message_stop` or a `stop_reason`), which is an error, never a shorter answer, so none of
+//! its tool calls run. Asking again would show the same text twice and pay for it twice; the
+//! person sends the message again instead.
+//!
+//! A 2xx is read only as what was asked for: `text/event-stream`, or `application/json` from a
+//! server that ignored `stream: true` (parameters such as `; charset=utf-8` and any case are
+//! fine). Anything else (an HTML login page from a proxy, say) is an error that names the
+//! content type and quotes the start of the body. No response body, streamed or whole, is read
+//! past `[llm] max_response_bytes`: the completion fails as soon as the cap is passed.
+//!
+//! Every error a completion ends with, and the one log line of a retry, pass through
+//! [`Transport::scrub`]: the API key (and the start of it, where a quote was cut inside it) is
+//! replaced, and control characters are escaped. Text from a response (an error event, a
+//! stream event that is not JSON, a page) reaches people only that way.
 //!
 //! Every other refusal fails at once with the server's own message: 401/403 as
 //! [`LlmErrorKind::Auth`], 404 or a message about an unknown model as
@@ -17,8 +32,9 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
+use toolbox_core::preview::terminal_safe;
 
 use super::sse::{error_chain, EventStream};
 use super::{Completion, LlmConfig, LlmError, LlmErrorKind, TextSink};
@@ -33,6 +49,14 @@ pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 const ERROR_BODY_CAP: usize = 64 * 1024;
 /// How much of a server's message an error quotes.
 const MESSAGE_CHARS: usize = 1000;
+/// How much of a body of the wrong content type is read, to quote the start of it.
+const EXCERPT_BODY_CAP: usize = 4096;
+/// How many characters of a body of the wrong content type an error quotes.
+const EXCERPT_CHARS: usize = 200;
+/// What the API key is replaced with.
+const REDACTED: &str = "<redacted>";
+/// The shortest start of the key that is replaced where a quote was cut (`…`) right after it.
+const MIN_KEY_PIECE: usize = 4;
 
 /// Whether a response with `status` is tried again.
 pub(crate) fn is_retryable(status: u16) -> bool {
@@ -132,6 +156,76 @@ pub(crate) fn snippet(text: &str, max: usize) -> String {
         None => text.to_string(),
         Some((cut, _)) => format!("{}…", &text[..cut]),
     }
+}
+
+/// `text` with every occurrence of `key` replaced, and also the start of the key where a
+/// [`snippet`] was cut inside it (a piece of the key right before a `…`). A key shorter than
+/// [`MIN_KEY_PIECE`] is not looked for: it would match ordinary text.
+pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
+    let Some(key) = key.filter(|k| k.len() >= MIN_KEY_PIECE) else {
+        return text.to_string();
+    };
+    let mut out = text.replace(key, REDACTED);
+    let mut from = 0;
+    while let Some(found) = out[from..].find('…') {
+        let at = from + found;
+        let before = &out[..at];
+        let piece = (MIN_KEY_PIECE..=key.len().min(before.len()))
+            .rev()
+            .map(|n| before.len() - n)
+            .find(|&start| before.is_char_boundary(start) && key.starts_with(&before[start..]));
+        from = match piece {
+            Some(start) => {
+                out.replace_range(start..at, REDACTED);
+                start + REDACTED.len() + '…'.len_utf8()
+            }
+            None => at + '…'.len_utf8(),
+        };
+    }
+    out
+}
+
+/// The start of a body for an error message: whitespace runs as one space, at most
+/// [`EXCERPT_CHARS`] characters (escaping and redaction come later, in
+/// [`Transport::scrub`]).
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line: Vec<&str> = text.split_whitespace().collect();
+    if one_line.is_empty() {
+        return "(the response had no body)".to_string();
+    }
+    snippet(&one_line.join(" "), EXCERPT_CHARS)
+}
+
+/// The error for a response body longer than `[llm] max_response_bytes`.
+pub(crate) fn too_large(cap: usize) -> LlmError {
+    LlmError::new(
+        LlmErrorKind::BadResponse,
+        format!(
+            "the model's response is larger than {cap} bytes ([llm] max_response_bytes, \
+             TOOLBOX_LLM_MAX_RESPONSE_BYTES), so toolbox stopped reading it: the answer is \
+             dropped and none of its tool calls run. Raise [llm] max_response_bytes if answers \
+             this long are expected"
+        ),
+    )
+}
+
+/// The error for a stream that ended before its finish marker, `wanted`, holding `calls`
+/// tool calls so far.
+pub(crate) fn stream_cut(url: &str, wanted: &str, calls: usize) -> LlmError {
+    let calls = match calls {
+        0 => String::new(),
+        1 => "; the tool call it had begun is not run".to_string(),
+        n => format!("; none of the {n} tool calls it had begun is run"),
+    };
+    LlmError::new(
+        LlmErrorKind::Transport,
+        format!(
+            "the model's stream ended before it finished: {url} closed the response without \
+             {wanted}, so the answer is incomplete and is dropped{calls}. It is not retried, \
+             since its text may already have been shown; send the message again"
+        ),
+    )
 }
 
 /// What an error body says: its message and its error type or code, if it is JSON of the
@@ -258,12 +352,16 @@ impl Transport {
         self.key.as_deref()
     }
 
-    /// `text` with every occurrence of the key replaced.
-    fn redact(&self, text: &str) -> String {
-        match self.key() {
-            Some(key) if key.len() >= 4 => text.replace(key, "<redacted>"),
-            _ => text.to_string(),
-        }
+    /// `text` made fit to show: the key [`redact`]ed, control characters escaped. Every
+    /// error a completion ends with passes through here (see [`run`](Self::run)), and so does
+    /// the log line of a retry: this is where text from a response is cleaned, once.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        terminal_safe(&redact(text, self.key()))
+    }
+
+    /// The cap on one response body: `[llm] max_response_bytes`.
+    fn max_response_bytes(&self) -> usize {
+        usize::try_from(self.config.max_response_bytes).unwrap_or(usize::MAX)
     }
 
     /// `url` checked to be a URL, for a client to keep.
@@ -280,27 +378,29 @@ impl Transport {
         Ok(url)
     }
 
-    /// Runs `call` within `request_timeout` (retries included).
-    pub(crate) async fn within_request_timeout<T>(
+    /// Runs a client's whole `call` within `request_timeout` (retries included), and hands
+    /// back its error [`scrub`](Self::scrub)bed: every completion ends here.
+    pub(crate) async fn run<T>(
         &self,
         call: impl Future<Output = Result<T, LlmError>>,
     ) -> Result<T, LlmError> {
         let limit = self.config.request_timeout;
-        tokio::time::timeout(limit, call).await.map_err(|_| {
-            LlmError::new(
+        let result = tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(LlmError::new(
                 LlmErrorKind::Timeout,
                 format!(
                     "the model's answer took longer than {} ms (request_timeout_ms, \
                      TOOLBOX_LLM_TIMEOUT_MS)",
                     limit.as_millis()
                 ),
-            )
-        })?
+            ))
+        });
+        result.map_err(|e| LlmError::new(e.kind, self.scrub(&e.message)))
     }
 
     /// POSTs `body` to `url` with [`post`](Self::post) and says what came back: a stream of
     /// events, or a whole JSON body from a server that ignored `stream: true` (read here, at
-    /// most [`JSON_BODY_CAP`] bytes).
+    /// most `max_response_bytes`). Any other content type is an error quoting the body.
     pub(crate) async fn send(
         &self,
         url: &str,
@@ -309,14 +409,38 @@ impl Transport {
         body: &Value,
     ) -> Result<Reply, LlmError> {
         let response = self.post(url, model, headers, body).await?;
-        if is_json(&response) {
-            let body = self.read_body(response, JSON_BODY_CAP, true).await?;
-            return Ok(Reply::Whole(body));
+        let cap = self.max_response_bytes();
+        match body_kind(&response) {
+            BodyKind::Json => {
+                let body = self.read_body(response, cap, true).await?;
+                Ok(Reply::Whole(body))
+            }
+            BodyKind::Stream => Ok(Reply::Stream(Box::new(EventStream::new(
+                response,
+                self.config.idle_timeout,
+                cap,
+            )))),
+            BodyKind::Other(content_type) => {
+                let status = response.status().as_u16();
+                let cap = EXCERPT_BODY_CAP.min(cap);
+                // A body that cannot be read still leaves the content type to report.
+                let body = self
+                    .read_body(response, cap, false)
+                    .await
+                    .unwrap_or_default();
+                Err(LlmError::new(
+                    LlmErrorKind::BadResponse,
+                    format!(
+                        "{url} answered HTTP {status} with content type {content_type}, not \
+                         text/event-stream (a streamed answer) or application/json, so it is \
+                         not a model's answer; check [llm] base_url (it is {}). The body \
+                         starts: {}",
+                        self.config.base_url,
+                        excerpt(&body)
+                    ),
+                ))
+            }
         }
-        Ok(Reply::Stream(Box::new(EventStream::new(
-            response,
-            self.config.idle_timeout,
-        ))))
     }
 
     /// POSTs `body` to `url` as JSON, with the headers `headers` adds, retrying as the
@@ -365,7 +489,8 @@ impl Transport {
             }
             let wait = retry_after.unwrap_or_else(|| backoff(attempts - 1));
             tracing::warn!(
-                "LLM request failed ({what}); retrying in {} ms ({attempts} of {} attempts made)",
+                "LLM request failed ({}); retrying in {} ms ({attempts} of {} attempts made)",
+                self.scrub(&what),
                 wait.as_millis(),
                 max + 1
             );
@@ -399,10 +524,7 @@ impl Transport {
                     what: format!(
                         "could not connect to {url}: {}",
                         // reqwest's own text repeats the URL; its sources say what failed.
-                        self.redact(
-                            &std::error::Error::source(&e)
-                                .map_or_else(|| e.to_string(), error_chain)
-                        )
+                        std::error::Error::source(&e).map_or_else(|| e.to_string(), error_chain)
                     ),
                     retry_after: None,
                 });
@@ -414,10 +536,7 @@ impl Transport {
                     } else {
                         LlmErrorKind::Transport
                     },
-                    format!(
-                        "the request to {url} failed: {}",
-                        self.redact(&error_chain(&e))
-                    ),
+                    format!("the request to {url} failed: {}", error_chain(&e)),
                 )))
             }
             Ok(Ok(response)) => response,
@@ -428,12 +547,12 @@ impl Transport {
         }
         let retry_after = retry_after(response.headers());
         // A body that cannot be read still leaves the status to report.
+        let cap = ERROR_BODY_CAP.min(self.max_response_bytes());
         let body = self
-            .read_body(response, ERROR_BODY_CAP, false)
+            .read_body(response, cap, false)
             .await
             .unwrap_or_default();
         let (message, error_type) = server_message(&String::from_utf8_lossy(&body));
-        let message = self.redact(&message);
         let code = status.as_u16();
         let status_text = match status.canonical_reason() {
             Some(reason) => format!("HTTP {code} {reason}"),
@@ -517,7 +636,8 @@ impl Transport {
     }
 
     /// Reads up to `cap` bytes of `response`'s body, waiting at most `idle_timeout` for each
-    /// chunk. With `exact`, a longer body is an error; otherwise it is cut.
+    /// chunk. With `exact`, a longer body is the [`too_large`] error (`cap` is then
+    /// `max_response_bytes`), read no further; otherwise it is cut.
     pub(crate) async fn read_body(
         &self,
         mut response: reqwest::Response,
@@ -553,10 +673,7 @@ impl Transport {
             };
             if body.len() + chunk.len() > cap {
                 if exact {
-                    return Err(LlmError::new(
-                        LlmErrorKind::BadResponse,
-                        format!("the response is larger than {cap} bytes"),
-                    ));
+                    return Err(too_large(cap));
                 }
                 body.extend_from_slice(&chunk[..cap - body.len()]);
                 return Ok(body);
@@ -579,9 +696,6 @@ fn plural(n: u32) -> &'static str {
         "s"
     }
 }
-
-/// The largest whole (non-streamed) JSON response read.
-pub(crate) const JSON_BODY_CAP: usize = 32 * 1024 * 1024;
 
 /// What a model server answered a request with.
 pub(crate) enum Reply {
@@ -638,16 +752,42 @@ pub(crate) fn parse_event_data(data: &str, url: &str) -> Result<Value, LlmError>
     })
 }
 
-/// Whether `response` is a whole JSON body (a server that ignored `stream: true`).
-fn is_json(response: &reqwest::Response) -> bool {
-    response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            let ct = ct.trim().to_ascii_lowercase();
-            ct.starts_with("application/json") || ct.contains("+json")
-        })
+/// What a 2xx body is, by its content type.
+#[derive(Debug, PartialEq)]
+enum BodyKind {
+    /// `text/event-stream`.
+    Stream,
+    /// `application/json` or `…+json`: a whole answer (or a server's error).
+    Json,
+    /// Anything else, as the server named it (quoted), or `no Content-Type` when it named none.
+    Other(String),
+}
+
+fn body_kind(response: &reqwest::Response) -> BodyKind {
+    let Some(value) = response.headers().get(CONTENT_TYPE) else {
+        return BodyKind::Other("no Content-Type".to_string());
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    content_type_kind(&text)
+}
+
+/// [`BodyKind`] of a `Content-Type` value: its media type, any case, parameters ignored.
+fn content_type_kind(value: &str) -> BodyKind {
+    let media = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if media == "text/event-stream" {
+        BodyKind::Stream
+    } else if media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json"))
+    {
+        BodyKind::Json
+    } else {
+        BodyKind::Other(format!("{:?}", snippet(value, 100)))
+    }
 }
 
 #[cfg(test)]
@@ -756,6 +896,56 @@ mod tests {
             assert!(mentions_unknown_model(m), "{m}");
         }
         assert!(!mentions_unknown_model("context length exceeded"));
+    }
+
+    #[test]
+    fn content_types_are_read_by_their_media_type() {
+        for stream in ["text/event-stream", "Text/Event-Stream; charset=UTF-8"] {
+            assert_eq!(content_type_kind(stream), BodyKind::Stream, "{stream}");
+        }
+        for json in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/problem+json",
+        ] {
+            assert_eq!(content_type_kind(json), BodyKind::Json, "{json}");
+        }
+        assert_eq!(
+            content_type_kind("text/html; charset=utf-8"),
+            BodyKind::Other("\"text/html; charset=utf-8\"".to_string())
+        );
+        assert!(matches!(
+            content_type_kind("text/event-streamx"),
+            BodyKind::Other(_)
+        ));
+    }
+
+    #[test]
+    fn the_key_and_a_cut_start_of_it_are_redacted() {
+        let key = Some("sk-abcdefghij");
+        assert_eq!(
+            redact("a sk-abcdefghij b sk-abcdefghij", key),
+            "a <redacted> b <redacted>"
+        );
+        // A quote cut inside the key keeps no piece of it.
+        let cut = snippet(&format!("{}sk-abcdefghij", "p".repeat(10)), 16);
+        assert_eq!(cut, "ppppppppppsk-abc…");
+        assert_eq!(redact(&cut, key), "pppppppppp<redacted>…");
+        // Other text before a cut stays; so does everything without a key.
+        assert_eq!(redact("plain…", key), "plain…");
+        assert_eq!(redact("sk-abcdefghij", None), "sk-abcdefghij");
+        assert_eq!(redact("ab ab", Some("ab")), "ab ab");
+        assert_eq!(redact("é…", key), "é…");
+    }
+
+    #[test]
+    fn excerpts_are_one_short_line() {
+        assert_eq!(
+            excerpt(b"<html>\n  <body>hi</body>\n</html>\n"),
+            "<html> <body>hi</body> </html>"
+        );
+        assert_eq!(excerpt(b"  \n"), "(the response had no body)");
+        assert!(excerpt("x".repeat(500).as_bytes()).ends_with('…'));
     }
 
     #[test]

@@ -220,24 +220,32 @@ impl SseParser {
     }
 }
 
-/// The events of a streamed HTTP response, read with an idle timeout.
+/// The events of a streamed HTTP response, read with an idle timeout and a cap on the bytes
+/// of the whole body.
 pub(crate) struct EventStream {
     response: reqwest::Response,
     parser: SseParser,
     queue: VecDeque<SseEvent>,
     ended: bool,
     idle: Duration,
+    /// Body bytes read so far.
+    read: usize,
+    /// The most body bytes read (`[llm] max_response_bytes`).
+    max_bytes: usize,
 }
 
 impl EventStream {
-    /// Reads `response`'s body as events, waiting at most `idle` for each chunk.
-    pub(crate) fn new(response: reqwest::Response, idle: Duration) -> Self {
+    /// Reads `response`'s body as events, waiting at most `idle` for each chunk, and failing
+    /// as soon as more than `max_bytes` have arrived.
+    pub(crate) fn new(response: reqwest::Response, idle: Duration, max_bytes: usize) -> Self {
         EventStream {
             response,
-            parser: SseParser::new(),
+            parser: SseParser::with_max_event_bytes(DEFAULT_MAX_EVENT_BYTES.min(max_bytes)),
             queue: VecDeque::new(),
             ended: false,
             idle,
+            read: 0,
+            max_bytes,
         }
     }
 
@@ -272,7 +280,16 @@ impl EventStream {
                     )
                 })?;
             let events = match chunk {
-                Some(bytes) => self.parser.feed(&bytes),
+                Some(bytes) => {
+                    // Counted before anything is parsed: what is past the cap is never kept.
+                    self.read = self.read.saturating_add(bytes.len());
+                    if self.read > self.max_bytes {
+                        self.ended = true;
+                        self.queue.clear();
+                        return Err(super::retry::too_large(self.max_bytes));
+                    }
+                    self.parser.feed(&bytes)
+                }
                 None => {
                     self.ended = true;
                     self.parser.finish().map(|e| e.into_iter().collect())
