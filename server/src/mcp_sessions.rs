@@ -273,8 +273,10 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_an_idle_session_makes_room_unused_ones_first() {
         let (bounded, ids) = sessions(3).await;
-        // ids[0] is the oldest, but it was used; ids[1] only said initialize.
+        // ids[0] is the oldest and ids[2] the newest, but both were used; ids[1] only said
+        // initialize (and spoke last).
         lock(&bounded.seen).get_mut(&ids[0]).unwrap().used = true;
+        lock(&bounded.seen).get_mut(&ids[2]).unwrap().used = true;
         bounded.touch(&ids[1]);
         assert!(bounded.make_room().await);
         assert_eq!(bounded.open().await, 2);
