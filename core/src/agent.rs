@@ -28,7 +28,8 @@
 //! `None`). Toolset names are checked for their form here; whether they exist is checked by
 //! whoever expands them into tools (the executor knows the registry).
 //!
-//! Where agents are found, in order ([`AgentSet::discover`]):
+//! Where agents are found, in order (`toolbox_host::discover_agents`, which reads the files;
+//! this module only parses them):
 //!
 //! 1. `<workspace>/.toolbox/agents/*.md`. `.toolbox` and `agents` are opened without following
 //!    a symbolic link, and a link among the files is skipped with a reason: the workspace is
@@ -46,21 +47,13 @@
 //! both files. Every invalid file is skipped with its reasons ([`AgentSet::problems`]);
 //! discovery itself never fails.
 
-use std::ffi::OsStr;
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
 
-use rustix::fs::OFlags;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Value};
 
 use crate::config_table::ConfigTable;
-use crate::dirfd::{self, Dir, EntryKind};
 use crate::frontmatter::{self, set_once, OtherKeys, ScalarText, SplitError};
-use crate::workspace::{Workspace, TOOLBOX_DIR};
 
 // An untrusted workspace's toolbox.toml may set nothing in [agents]: `dirs` would let a
 // repository point toolbox at folders outside it, whose prompts would then steer agents.
@@ -318,37 +311,20 @@ pub struct AgentSet {
 }
 
 impl AgentSet {
-    /// Finds the agents of `workspace` (`.toolbox/agents/*.md`), of the configuration's
-    /// `[agents] dirs` (`config` is the whole provider configuration, as
-    /// `ToolContext::config` holds it) and the built-in `default` agent; see the
-    /// [module documentation](self) for the order and the rules. Never fails: an invalid
-    /// file, folder or `[agents]` table becomes one of the [`problems`](Self::problems).
-    /// Blocking: run it off the async threads.
-    pub fn discover(workspace: &Workspace, config: &Value) -> AgentSet {
-        let mut set = AgentSet::default();
-        match open_toolbox_agents(workspace) {
-            Ok(Some(dir)) => set.scan(&dir, &format!("{TOOLBOX_DIR}/{AGENTS_DIR}"), Links::No),
-            Ok(None) => {}
-            Err((file, reason)) => set.problem(file, reason),
+    /// An empty set, for discovery to fill (`toolbox_host::discover_agents` does, in
+    /// `host`): add agents with [`add`](Self::add), problems with
+    /// [`problem`](Self::problem), then [`finish`](Self::finish).
+    pub fn new() -> AgentSet {
+        AgentSet::default()
+    }
+
+    /// Adds the built-in `default` agent unless a file defined one, and sorts by name.
+    pub fn finish(mut self) -> AgentSet {
+        if self.get(DEFAULT_AGENT).is_none() {
+            self.agents.push(AgentDef::builtin_default());
         }
-        match AgentsConfig::from_config(config) {
-            Ok(agents_config) => {
-                for given in &agents_config.dirs {
-                    match open_configured(workspace, given) {
-                        Ok((dir, shown, links)) => set.scan(&dir, &shown, links),
-                        Err((shown, reason)) => {
-                            set.problem(shown, format!("[agents] dirs names {given:?}: {reason}"))
-                        }
-                    }
-                }
-            }
-            Err(e) => set.problem("configuration".to_string(), format!("{e:#}")),
-        }
-        if set.get(DEFAULT_AGENT).is_none() {
-            set.agents.push(AgentDef::builtin_default());
-        }
-        set.agents.sort_by(|a, b| a.name.cmp(&b.name));
-        set
+        self.agents.sort_by(|a, b| a.name.cmp(&b.name));
+        self
     }
 
     /// The agents, sorted by name; the `default` agent is always among them.
@@ -383,58 +359,13 @@ impl AgentSet {
         out
     }
 
-    fn problem(&mut self, file: String, reason: String) {
+    /// Records that `file` was skipped, and why.
+    pub fn problem(&mut self, file: String, reason: String) {
         self.problems.push(AgentProblem { file, reason });
     }
 
-    /// Reads every `*.md` file of one folder held open; `shown` is the folder for messages.
-    fn scan(&mut self, dir: &Dir, shown: &str, links: Links) {
-        let entries = match dir.entries() {
-            Ok(entries) => entries,
-            Err(e) => return self.problem(shown.to_string(), format!("cannot list it: {e}")),
-        };
-        let mut read = 0;
-        for entry in entries {
-            let bytes = entry.name.as_bytes();
-            if bytes.starts_with(b".") || !bytes.ends_with(b".md") {
-                continue; // Notes beside the agents, editors' swap files, .git.
-            }
-            read += 1;
-            if read > MAX_FILES_PER_FOLDER {
-                self.problem(
-                    shown.to_string(),
-                    format!(
-                        "only the first {MAX_FILES_PER_FOLDER} .md files (by name) are read; \
-                         the rest are ignored"
-                    ),
-                );
-                break;
-            }
-            let file = format!("{shown}/{}", show_name(&entry.name));
-            let problem = match (entry.kind, links) {
-                (EntryKind::File, _) | (EntryKind::Symlink, Links::Beneath | Links::Follow) => None,
-                (EntryKind::Symlink, Links::No) => Some(format!(
-                    "it is a symbolic link, which toolbox does not follow in {TOOLBOX_DIR}/ \
-                     (put the file itself there)"
-                )),
-                (EntryKind::Dir, _) => Some("it is a folder, not an agent file".to_string()),
-                (EntryKind::Other, _) => Some("it is not a regular file".to_string()),
-            };
-            if let Some(reason) = problem {
-                self.problem(file, reason);
-                continue;
-            }
-            let parsed = read_file(dir, &entry.name, links)
-                .and_then(|bytes| parse_file(&bytes, &file).map_err(|p| p.join("; ")));
-            match parsed {
-                Ok(agent) => self.add(agent),
-                Err(reason) => self.problem(file, reason),
-            }
-        }
-    }
-
-    /// Adds an agent unless one of its name came first.
-    fn add(&mut self, agent: AgentDef) {
+    /// Adds an agent unless one of its name came first (then the later one is a problem).
+    pub fn add(&mut self, agent: AgentDef) {
         if let Some(first) = self.agents.iter().find(|a| a.name == agent.name) {
             let reason = format!(
                 "an agent named {} is already defined in {}; this file is ignored",
@@ -444,145 +375,6 @@ impl AgentSet {
         }
         self.agents.push(agent);
     }
-}
-
-/// How a folder's links are treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Links {
-    /// Never followed (`.toolbox/agents`).
-    No,
-    /// Followed while they stay beneath the folder (a workspace-relative folder).
-    Beneath,
-    /// Followed (an operator's absolute folder).
-    Follow,
-}
-
-/// `.toolbox/agents`, opened without following a link; `None` when either does not exist.
-fn open_toolbox_agents(workspace: &Workspace) -> Result<Option<Dir>, (String, String)> {
-    let toolbox = match open_child_dir_no_link(workspace.root_fd(), OsStr::new(TOOLBOX_DIR)) {
-        Ok(Some(dir)) => dir,
-        Ok(None) => return Ok(None),
-        Err(reason) => return Err((TOOLBOX_DIR.to_string(), reason)),
-    };
-    open_child_dir_no_link(toolbox.as_fd(), OsStr::new(AGENTS_DIR))
-        .map_err(|reason| (format!("{TOOLBOX_DIR}/{AGENTS_DIR}"), reason))
-}
-
-/// The folder `name` in `parent`, never through a link; `None` when it does not exist.
-fn open_child_dir_no_link(
-    parent: std::os::fd::BorrowedFd<'_>,
-    name: &OsStr,
-) -> Result<Option<Dir>, String> {
-    match dirfd::open_child(parent, name, OFlags::DIRECTORY | OFlags::RDONLY) {
-        Ok(fd) => Ok(Some(Dir::from_fd(fd))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(match dirfd::file_type_at(parent, name) {
-            Ok(rustix::fs::FileType::Symlink) => format!(
-                "it is a symbolic link, which toolbox does not follow in {TOOLBOX_DIR}/ \
-                 (agents there are not read)"
-            ),
-            Ok(t) if t != rustix::fs::FileType::Directory => {
-                "it is not a folder, so no agents are read from it".to_string()
-            }
-            _ => format!("cannot open it: {e}"),
-        }),
-    }
-}
-
-/// Opens a folder of `[agents] dirs`: absolute, `~` / `~/…` (the operator's home) or
-/// relative to the workspace root. Returns the folder, how it is shown and how its links are
-/// treated; or how it is shown and why it cannot be used.
-fn open_configured(
-    workspace: &Workspace,
-    given: &str,
-) -> Result<(Dir, String, Links), (String, String)> {
-    let absolute: Option<PathBuf> = if given == "~" || given.starts_with("~/") {
-        let Some(home) = std::env::var_os("HOME") else {
-            return Err((
-                given.to_string(),
-                "HOME is not set, so ~ cannot be expanded".to_string(),
-            ));
-        };
-        Some(Path::new(&home).join(given.trim_start_matches('~').trim_start_matches('/')))
-    } else if Path::new(given).is_absolute() {
-        // An operator's setting: the one place a path is taken as written.
-        Some(PathBuf::from(given))
-    } else {
-        None
-    };
-    match absolute {
-        Some(path) => {
-            let shown = path.display().to_string();
-            let shown = shown.trim_end_matches('/').to_string();
-            match Dir::open_path(&path) {
-                Ok(dir) => Ok((dir, shown, Links::Follow)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    Err((shown, "the folder does not exist".to_string()))
-                }
-                Err(e) => Err((shown, format!("cannot open it: {e}"))),
-            }
-        }
-        None => {
-            let shown = given.trim_end_matches('/').to_string();
-            let opened = workspace.locate(given).and_then(|p| workspace.open_dir(&p));
-            match opened {
-                Ok(dir) => Ok((dir, shown, Links::Beneath)),
-                Err(e) if e.is_not_found() => Err((
-                    shown,
-                    "the folder does not exist in the workspace".to_string(),
-                )),
-                Err(e) => Err((shown, e.to_string())),
-            }
-        }
-    }
-}
-
-/// Reads the file `name` of `dir` (at most one byte over the cap), treating links as told.
-fn read_file(dir: &Dir, name: &OsStr, links: Links) -> Result<Vec<u8>, String> {
-    let opened: io::Result<File> = match links {
-        Links::No => dir.open_file(name),
-        Links::Beneath => dir.open_file_beneath(Path::new(name)),
-        Links::Follow => {
-            dirfd::open_child_following(dir.as_fd(), name, OFlags::RDONLY | OFlags::NONBLOCK)
-                .and_then(|fd| dirfd::regular_file(fd, name))
-        }
-    };
-    let file = opened.map_err(|e| explain_open(&e))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_AGENT_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    Ok(bytes)
-}
-
-/// An open error in words.
-fn explain_open(e: &io::Error) -> String {
-    match e.raw_os_error() {
-        Some(code) if code == rustix::io::Errno::XDEV.raw_os_error() => {
-            "it is a link that leads out of its folder, which is not followed".to_string()
-        }
-        Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => {
-            "it is a symbolic link, which is not followed here".to_string()
-        }
-        _ if e.kind() == io::ErrorKind::NotFound => {
-            "it does not exist (or is a broken link)".to_string()
-        }
-        _ => format!("cannot open it: {e}"),
-    }
-}
-
-/// A file name as one safe line: control characters escaped.
-fn show_name(name: &OsStr) -> String {
-    name.to_string_lossy()
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// Parses an agent file; on failure every problem found.

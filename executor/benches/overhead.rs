@@ -6,8 +6,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
-use toolbox_core::{EventSink, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::ToolInfo;
 use toolbox_executor::{ExecutorConfig, PermissionMode, Registry, ToolExecutor, ToolRequest};
+use toolbox_host::{EventSink, ToolContext, ToolProvider};
 
 struct Echo;
 

@@ -369,7 +369,7 @@ impl ExecutorConfig {
     /// The workspace's `toolbox.toml`, read without following a link and capped in size.
     fn read_workspace_file(&self) -> Result<Option<String>> {
         let shown = self.workspace_file_shown();
-        let ws = toolbox_core::Workspace::new(&self.workspace)?;
+        let ws = toolbox_host::Workspace::new(&self.workspace)?;
         let file = match ws.open_root_file(CONFIG_FILE) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -6,8 +6,9 @@ use anyhow::{anyhow, Result};
 use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolbox_core::{
-    ApprovalRequest, CancellationToken, EventSink, SessionId, ToolContext, ToolEvent, Workspace,
+use toolbox_core::SessionId;
+use toolbox_host::{
+    ApprovalRequest, CancellationToken, EventSink, ToolContext, ToolEvent, Workspace,
 };
 
 use crate::approval::ApprovalBroker;
@@ -438,7 +439,7 @@ impl ToolExecutor {
         let session_id = session.to_string();
         tracing::debug!(target: "toolbox", tool_id = %request.id, tool_name = %request.name, session = %session_id, "tool execution started");
 
-        let claim = toolbox_core::SpoolClaim::default();
+        let claim = toolbox_host::SpoolClaim::default();
         let waited = WaitClock::default();
         let (tool_name, outcome) = self
             .dispatch(&request, &session, cancel, claim.clone(), ticket, &waited)
@@ -451,7 +452,7 @@ impl ToolExecutor {
         let (result, spool_path) = match claim.get() {
             // The tool streamed its full output to its own spool file already.
             Some(path) => {
-                let bytes = toolbox_core::spool_file_len(&self.inner.workspace, &path).unwrap_or(0);
+                let bytes = toolbox_host::spool_file_len(&self.inner.workspace, &path).unwrap_or(0);
                 let reader = self.inner.spool_reader.as_deref();
                 (spool::preview(&text, &path, bytes, reader), Some(path))
             }
@@ -511,7 +512,7 @@ impl ToolExecutor {
         request: &ToolRequest,
         session_id: &SessionId,
         cancel: CancellationToken,
-        claim: toolbox_core::SpoolClaim,
+        claim: toolbox_host::SpoolClaim,
         ticket: Option<Arc<crate::ApprovalTicket>>,
         waited: &WaitClock,
     ) -> (String, Result<String, (ErrorKind, String)>) {
@@ -552,7 +553,7 @@ impl ToolExecutor {
         request: &ToolRequest,
         session_id: &SessionId,
         cancel: CancellationToken,
-        claim: toolbox_core::SpoolClaim,
+        claim: toolbox_host::SpoolClaim,
         ticket: Option<Arc<crate::ApprovalTicket>>,
         waited: &WaitClock,
     ) -> Result<String, (ErrorKind, String)> {

@@ -2,7 +2,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use toolbox_core::{registered_providers, ToolInfo, ToolProvider};
+use toolbox_core::ToolInfo;
+use toolbox_host::{registered_providers, ToolProvider};
 
 use crate::Permissions;
 

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use toolbox_core::Workspace;
+use toolbox_host::Workspace;
 
 /// Results of this many bytes or more are spooled by default.
 pub const SPOOL_THRESHOLD_BYTES: usize = 16_384;
@@ -53,12 +53,12 @@ pub fn offload_if_large(
     }
 }
 
-pub use toolbox_core::safe_file_part;
+pub use toolbox_host::safe_file_part;
 
 fn write_spool_file(workspace: &Workspace, call_id: &str, bytes: &[u8]) -> std::io::Result<String> {
-    let (mut file, rel) = toolbox_core::create_spool_file(workspace, call_id)?;
+    let (mut file, rel) = toolbox_host::create_spool_file(workspace, call_id)?;
     if let Err(e) = file.write_all(bytes).and_then(|_| file.flush()) {
-        toolbox_core::remove_spool_file(workspace, &rel);
+        toolbox_host::remove_spool_file(workspace, &rel);
         return Err(e);
     }
     Ok(rel)

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use toolbox_core::{SessionId, Workspace, TOOLBOX_DIR};
+use toolbox_core::SessionId;
+use toolbox_host::{Workspace, TOOLBOX_DIR};
 
 use crate::ToolCallInfo;
 

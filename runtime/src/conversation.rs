@@ -16,7 +16,8 @@ use std::io::{self, Read, Write};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use toolbox_core::{SessionId, Workspace, TOOLBOX_DIR};
+use toolbox_core::SessionId;
+use toolbox_host::{Workspace, TOOLBOX_DIR};
 
 use crate::llm::Message;
 
@@ -48,7 +49,7 @@ pub fn list_sessions(workspace: &Workspace) -> Vec<SessionId> {
             continue;
         };
         for entry in dir.entries().unwrap_or_default() {
-            if entry.kind != toolbox_core::EntryKind::Dir {
+            if entry.kind != toolbox_host::EntryKind::Dir {
                 continue;
             }
             if let Some(sid) = entry.name.to_str().and_then(|n| SessionId::parse(n).ok()) {
@@ -158,11 +159,11 @@ pub fn session_summary(workspace: &Workspace, session: &SessionId) -> SessionSum
 
 /// The later modification time of the session's conversation and trajectory files.
 fn last_activity(
-    conversations: Option<&toolbox_core::Dir>,
-    trajectories: Option<&toolbox_core::Dir>,
+    conversations: Option<&toolbox_host::Dir>,
+    trajectories: Option<&toolbox_host::Dir>,
     session: &SessionId,
 ) -> Option<std::time::SystemTime> {
-    let mtime = |dir: Option<&toolbox_core::Dir>, file: &str| {
+    let mtime = |dir: Option<&toolbox_host::Dir>, file: &str| {
         let folder = dir?.open_dir(OsStr::new(session.as_str())).ok()?;
         let (_, seconds) = folder.size_and_mtime(OsStr::new(file)).ok()?;
         let seconds = u64::try_from(seconds).ok()?;
@@ -175,7 +176,7 @@ fn last_activity(
 
 /// The first user message within the first [`SUMMARY_READ_BYTES`] of the session's
 /// conversation, shortened.
-fn first_user_message(conversations: &toolbox_core::Dir, session: &SessionId) -> Option<String> {
+fn first_user_message(conversations: &toolbox_host::Dir, session: &SessionId) -> Option<String> {
     let folder = conversations.open_dir(OsStr::new(session.as_str())).ok()?;
     let file = folder.open_file(OsStr::new(MESSAGES_FILE)).ok()?;
     let mut head = Vec::new();

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{AgentSet, CancellationToken, SessionId};
+use toolbox_core::SessionId;
 use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, ToolExecutor};
+use toolbox_host::CancellationToken;
 
 use crate::agent::ActiveAgent;
 use crate::events::{EventHub, RuntimeEvent, StopReason};
@@ -419,7 +420,7 @@ impl Runtime {
     /// error listing the known ones and any file skipped for being invalid.
     pub(crate) fn find_agent(&self, name: &str) -> Result<ActiveAgent, TurnError> {
         let config = Value::Object(self.inner.executor.config().providers.clone());
-        let set = AgentSet::discover(self.inner.executor.workspace(), &config);
+        let set = toolbox_host::discover_agents(self.inner.executor.workspace(), &config);
         if let Some(agent) = set.get(name) {
             return Ok(ActiveAgent::from(agent));
         }

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
-use toolbox_core::{CancellationToken, EventSink, OutputStream, SessionId, ToolEvent};
+use toolbox_core::SessionId;
 use toolbox_executor::{
     schema, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind, PermissionMode, Permissions,
     ToolRequest,
 };
+use toolbox_host::{CancellationToken, EventSink, OutputStream, ToolEvent};
 
 use crate::agent::ActiveAgent;
 use crate::conversation::{self, ConversationWriter};

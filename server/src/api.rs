@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-use toolbox_core::{AgentSet, SessionId};
+use toolbox_core::SessionId;
 use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, SchemaFormat};
 use toolbox_runtime::{conversation, ApprovalAnswer, SessionEvent, TurnError, TurnRequest};
 
@@ -201,7 +201,7 @@ async fn tools(State(state): Shared, Query(query): Query<ToolsQuery>) -> AppResu
 async fn agents(State(state): Shared) -> Json<Value> {
     let executor = state.runtime.executor();
     let config = Value::Object(executor.config().providers.clone());
-    Json(AgentSet::discover(executor.workspace(), &config).summary())
+    Json(toolbox_host::discover_agents(executor.workspace(), &config).summary())
 }
 
 /// One row of the session list: what `GET /api/sessions` and the session feed say of a

@@ -70,10 +70,11 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, Peer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
+use toolbox_core::SessionId;
 use toolbox_executor::{
     schema, ApprovalDecision, ApprovalQueue, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
 };
+use toolbox_host::{ApprovalRequest, CancellationToken, EventSink, ToolEvent};
 
 pub mod jsonrpc;
 

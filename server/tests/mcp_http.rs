@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tempfile::TempDir;
 use toolbox as _;
-use toolbox_core::{CancellationToken, SessionId};
+use toolbox_core::SessionId;
 use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
+use toolbox_host::CancellationToken;
 use toolbox_server::mcp::{self, Fallback, McpHttpOptions};
 
 /// Only a guard against a hang: the script bounds each of its own steps as well.

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tempfile::TempDir;
-use toolbox_core::EventSink;
 use toolbox_executor::{
     CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolCallInfo, ToolExecutor, ToolRequest,
 };
+use toolbox_host::EventSink;
 
 /// The session [`call`] runs in.
 pub const SESSION: &str = "s1";

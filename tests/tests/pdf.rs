@@ -372,7 +372,7 @@ async fn tools_are_read_only_in_the_documents_toolset_and_the_extractor_is_linke
     names.sort();
     assert_eq!(names, vec!["pdf__info", "pdf__read", "pdf__search"]);
 
-    let extractor = toolbox_core::find_extractor("application/pdf; charset=binary")
+    let extractor = toolbox_host::find_extractor("application/pdf; charset=binary")
         .expect("the pdf extractor is registered");
     assert_eq!(extractor.provider, "pdf");
     let bytes = std::fs::read(dir.path().join("multi.pdf")).unwrap();

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use toolbox_core::{Args, EventSink, ToolContext, ToolEvent, ToolInfo, ToolProvider, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
 use toolbox_executor::{
     ApprovalDecision, CallStatus, ErrorKind, ExecutorConfig, PermissionMode, Registry,
     ToolExecutor, ToolRequest,
 };
+use toolbox_host::{EventSink, ToolContext, ToolEvent, ToolProvider};
 
 struct TestTools;
 
@@ -358,7 +359,7 @@ async fn timeouts_and_cancellation_say_which() {
         "tool sleepy timed out after 100 ms\ncancelled inside the tool"
     );
 
-    let token = toolbox_core::CancellationToken::new();
+    let token = toolbox_host::CancellationToken::new();
     let canceller = token.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;

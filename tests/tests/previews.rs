@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use toolbox as _;
-use toolbox_core::{ApprovalRequest, BlockKind, EventSink, ToolEvent};
+use toolbox_core::BlockKind;
 use toolbox_executor::{ApprovalDecision, PermissionMode, ToolExecutor, ToolRequest};
+use toolbox_host::{ApprovalRequest, EventSink, ToolEvent};
 use toolbox_tests::{executor_with_events, write_file};
 
 type Slot = Arc<Mutex<Option<ToolExecutor>>>;

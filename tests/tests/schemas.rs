@@ -10,7 +10,7 @@ use toolbox_tests::executor;
 
 #[test]
 fn every_compiled_provider_registers() {
-    let mut registered: Vec<&str> = toolbox_core::registered_providers()
+    let mut registered: Vec<&str> = toolbox_host::registered_providers()
         .iter()
         .map(|r| r.name)
         .collect();

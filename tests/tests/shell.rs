@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolbox_core::{CancellationToken, EventSink, OutputStream, ToolEvent};
 use toolbox_executor::{
     CallStatus, ErrorKind, ExecutorConfig, PermissionMode, ToolExecutor, ToolRequest,
 };
+use toolbox_host::{CancellationToken, EventSink, OutputStream, ToolEvent};
 
 use toolbox as _;
 use toolbox_tests::call;
@@ -499,8 +499,8 @@ fn executor_with_limits(limits: Value) -> (tempfile::TempDir, ToolExecutor) {
 
 /// Whether containment here runs in cgroup mode with `controller` available for limits.
 fn cgroup_offers(controller: &str) -> bool {
-    let c = toolbox_core::containment::ensure();
-    c.mode() == toolbox_core::containment::Mode::Cgroup
+    let c = toolbox_host::containment::ensure();
+    c.mode() == toolbox_host::containment::Mode::Cgroup
         && c.cgroups().iter().any(|g| g.has(controller))
 }
 

@@ -406,7 +406,7 @@ async fn configured_dirs_are_the_operators_and_a_workspace_cannot_add_one() {
 fn the_system_prompt_index_names_every_valid_skill() {
     let dir = tempfile::tempdir().unwrap();
     skills(dir.path());
-    let ws = toolbox_core::Workspace::new(dir.path()).unwrap();
+    let ws = toolbox_host::Workspace::new(dir.path()).unwrap();
     let index = toolbox::skill::system_prompt_index(&ws, &serde_json::Value::Null).unwrap();
     assert!(index.starts_with("## Skills\n\n"), "{index}");
     assert!(
@@ -425,7 +425,7 @@ fn the_system_prompt_index_names_every_valid_skill() {
         "{index}"
     );
     let empty = tempfile::tempdir().unwrap();
-    let ws = toolbox_core::Workspace::new(empty.path()).unwrap();
+    let ws = toolbox_host::Workspace::new(empty.path()).unwrap();
     assert_eq!(
         toolbox::skill::system_prompt_index(&ws, &serde_json::Value::Null).unwrap(),
         ""

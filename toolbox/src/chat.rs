@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
-use toolbox::core::{ApprovalRequest, SessionId};
+use toolbox::core::SessionId;
+use toolbox::host::ApprovalRequest;
 use toolbox::runtime::llm::{self, LlmConfig};
 use toolbox::runtime::{
     Runtime, RuntimeEvent, RuntimeOptions, SessionEvent, StopReason, TurnRequest,
@@ -32,7 +33,7 @@ pub struct ChatOptions {
 
 /// A new session id for `toolbox chat`: `chat-YYYYMMDD-HHMMSS` (UTC), with `-2`, `-3`, …
 /// when the workspace already has that one.
-pub fn new_session_id(workspace: &toolbox::core::Workspace) -> SessionId {
+pub fn new_session_id(workspace: &toolbox::host::Workspace) -> SessionId {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     // 2026-12-01T20:30:00Z -> 20261201-203000
     let stamp: String = now
@@ -58,7 +59,7 @@ pub fn new_session_id(workspace: &toolbox::core::Workspace) -> SessionId {
 /// The model client `[llm]` and `TOOLBOX_LLM_*` describe, or why there is none.
 pub fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, String> {
     // Secrets were taken out of the environment at start-up; they are read from there.
-    let env = |name: &str| toolbox::core::secrets::var(name);
+    let env = |name: &str| toolbox::host::secrets::var(name);
     LlmConfig::from_table(config.providers.get("llm"), &env)
         .and_then(|c| llm::client(&c))
         .map_err(|e| e.message)

@@ -26,7 +26,7 @@ pub mod stderr_pump;
 /// The handlers are installed when this is called, not when the future is first polled, so
 /// a signal that arrives between the call and the first poll is not lost to the default
 /// action. Installing them replaces that default action (die at once), so the caller can
-/// stop cleanly: end its work, then call [`core::containment::shutdown`] so nothing a tool
+/// stop cleanly: end its work, then call [`host::containment::shutdown`] so nothing a tool
 /// started outlives the process. Call it from inside the tokio runtime.
 pub fn stop_signal() -> impl std::future::Future<Output = &'static str> + Send {
     use tokio::signal::unix::{signal, SignalKind};
@@ -73,6 +73,8 @@ pub use toolbox_executor::{
     ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,
     SchemaFormat, SchemaRendering, ToolCallInfo, ToolExecutor, ToolRequest,
 };
+/// The host layer: the call context, the workspace jail, containment, limits, secrets.
+pub use toolbox_host as host;
 pub use toolbox_runtime as runtime;
 pub use toolbox_server as server;
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use toolbox::core::{EventSink, SessionId, ToolEvent};
+use toolbox::core::SessionId;
+use toolbox::host::{EventSink, ToolEvent};
 mod chat;
 
 use toolbox::{
@@ -258,7 +259,7 @@ pub(crate) fn out_or_exit(text: &str, code: u8) {
         .and_then(|()| stdout.flush());
     if let Err(e) = written {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            toolbox::core::containment::shutdown();
+            toolbox::host::containment::shutdown();
             std::process::exit(code.into());
         }
     }
@@ -275,7 +276,7 @@ fn main() -> ExitCode {
     errors_without_backtraces();
     // SAFETY: first thing, before any other thread exists.
     unsafe {
-        toolbox::core::secrets::capture_and_scrub();
+        toolbox::host::secrets::capture_and_scrub();
     }
     let cli = Cli::parse();
     let stderr_is_terminal = std::io::stderr().is_terminal();
@@ -323,7 +324,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
     });
     // Nothing a tool started outlives toolbox: kill what is left (processes started by
     // embedded Python, say) before exiting. The janitor covers a toolbox that dies instead.
-    toolbox::core::containment::shutdown();
+    toolbox::host::containment::shutdown();
     // Do not wait for blocking threads: one may be stuck reading stdin forever.
     runtime.shutdown_timeout(Duration::from_millis(200));
     match outcome {
@@ -410,7 +411,7 @@ fn withhold_denied_env(config: &ExecutorConfig) {
     // SAFETY: the configuration is loaded before any tool runs; no C code reads the
     // environment on another thread yet (the async runtime's threads are idle).
     unsafe {
-        toolbox::core::secrets::withhold(&patterns);
+        toolbox::host::secrets::withhold(&patterns);
     }
 }
 
@@ -464,7 +465,7 @@ fn skills(args: SkillsArgs) -> Result<ExitCode, UsageError> {
     #[cfg(feature = "skill")]
     {
         use toolbox::skill::{render_check, render_listing, SkillSet};
-        let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+        let workspace = toolbox::host::Workspace::new(&config.workspace).map_err(usage)?;
         let set =
             SkillSet::discover(&workspace, &Value::Object(config.providers)).map_err(usage)?;
         if !args.check {
@@ -491,8 +492,8 @@ fn skills(args: SkillsArgs) -> Result<ExitCode, UsageError> {
 /// `toolbox agents [--json]`: the agents on stdout, skipped files on stderr; exit 0 either way.
 fn agents(args: AgentsArgs) -> Result<ExitCode, UsageError> {
     let config = load_config(&args.common)?;
-    let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
-    let set = toolbox::core::AgentSet::discover(&workspace, &Value::Object(config.providers));
+    let workspace = toolbox::host::Workspace::new(&config.workspace).map_err(usage)?;
+    let set = toolbox::host::discover_agents(&workspace, &Value::Object(config.providers));
     out(&agents_cmd::render(&set, args.json));
     eprint!("{}", agents_cmd::render_problems(&set));
     Ok(ExitCode::SUCCESS)
@@ -501,7 +502,7 @@ fn agents(args: AgentsArgs) -> Result<ExitCode, UsageError> {
 /// `toolbox sessions [--json]`: the sessions, most recently active first.
 fn sessions(args: SessionsArgs) -> Result<ExitCode, UsageError> {
     let config = load_config(&args.common)?;
-    let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+    let workspace = toolbox::host::Workspace::new(&config.workspace).map_err(usage)?;
     let summaries = toolbox::runtime::conversation::session_summaries(&workspace);
     if args.json {
         let rows: Vec<Value> = summaries
@@ -587,7 +588,7 @@ async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
     if let Some(ms) = args.timeout_ms {
         request = request.timeout(Duration::from_millis(ms.max(1)));
     }
-    let cancel = toolbox::core::CancellationToken::new();
+    let cancel = toolbox::host::CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
         // SIGTERM or Ctrl-C cancels the call, which stops what it started and still
@@ -646,7 +647,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
     let token = args
         .token
         .or(from_file)
-        .or_else(|| toolbox::core::secrets::var("TOOLBOX_SERVE_TOKEN"))
+        .or_else(|| toolbox::host::secrets::var("TOOLBOX_SERVE_TOKEN"))
         .filter(|t| !t.is_empty());
     let options = toolbox::server::ServeOptions {
         listen: args.listen,
@@ -696,7 +697,7 @@ async fn chat_command(args: ChatArgs) -> Result<ExitCode, UsageError> {
     };
     let config = load_config(&args.common)?;
     let approve = terminal_approve(args.approve, &config, "chat")?;
-    let workspace = toolbox::core::Workspace::new(&config.workspace).map_err(usage)?;
+    let workspace = toolbox::host::Workspace::new(&config.workspace).map_err(usage)?;
     let session = match (args.session, args.continue_last) {
         (Some(session), _) => session,
         (None, true) => {

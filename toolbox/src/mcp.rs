@@ -38,11 +38,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::{json, Value};
 use tokio::io::unix::AsyncFd;
-use toolbox_core::handoff::IdleWork;
-use toolbox_core::{ApprovalRequest, CancellationToken, EventSink, SessionId, ToolEvent};
+use toolbox_core::SessionId;
 use toolbox_executor::{
     schema, ApprovalDecision, CallStatus, ExecutorConfig, SchemaFormat, ToolExecutor, ToolRequest,
 };
+use toolbox_host::handoff::IdleWork;
+use toolbox_host::{ApprovalRequest, CancellationToken, EventSink, ToolEvent};
 
 /// The longest line (one JSON-RPC message, newline excluded) the server reads. Longer lines
 /// are skipped up to their newline without being buffered, so a client cannot make the server
@@ -245,7 +246,7 @@ async fn dispatch_chunk(
 
 /// Serves polled input (a pipe, socket or terminal) with two readers: this task, and the
 /// embedded Python thread while it is idle, to which the input is offered as
-/// [`IdleWork`](toolbox_core::handoff::IdleWork). A request that arrives while that thread
+/// [`IdleWork`](toolbox_host::handoff::IdleWork). A request that arrives while that thread
 /// waits wakes it; it reads and parses the request, starts the call in place, runs the cell
 /// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
 /// leaves the input alone; whenever the thread turns to something else, this task reads.
@@ -264,7 +265,7 @@ async fn serve_polled(fd: AsyncFd<stdio::Gate>, dispatcher: Dispatcher) {
         ended: AtomicBool::new(false),
         runtime: tokio::runtime::Handle::current(),
     });
-    let _offer = toolbox_core::handoff::offer_idle_work(reader.clone());
+    let _offer = toolbox_host::handoff::offer_idle_work(reader.clone());
     loop {
         let ready = tokio::select! {
             biased;
@@ -416,7 +417,7 @@ impl IdleWork for SharedInput {
             // From here this thread is busy: the serving task reads what comes meanwhile.
             self.watch(false);
             for call in calls {
-                toolbox_core::handoff::spawn_here(call);
+                toolbox_host::handoff::spawn_here(call);
             }
         }
     }
@@ -904,7 +905,7 @@ impl Dispatcher {
             None => Some(call),
         });
         if let Some(call) = call {
-            toolbox_core::handoff::spawn(call);
+            toolbox_host::handoff::spawn(call);
         }
     }
 }

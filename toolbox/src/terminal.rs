@@ -11,7 +11,7 @@ use std::io::{IsTerminal, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use toolbox::core::ApprovalRequest;
+use toolbox::host::ApprovalRequest;
 use toolbox::ApprovalDecision;
 
 /// How a question ended.

@@ -192,7 +192,7 @@ fn tools_cannot_read_the_protocol_from_stdin() {
 }
 
 /// Embedded Python answers from its own thread, which writes the call's reply itself (see
-/// `toolbox_core::handoff`). The other ways a Python call ends still work over MCP: a fast
+/// `toolbox_host::handoff`). The other ways a Python call ends still work over MCP: a fast
 /// call sent while a cell sleeps is answered first; a cell that outlives its `timeout_ms` is
 /// interrupted and answered; a cancelled cell gets no reply and frees the interpreter; and
 /// the session's state carries over between calls.
@@ -257,7 +257,7 @@ fn embedded_python_calls_end_every_way_over_one_connection() {
 }
 
 /// Once embedded Python has started, its thread reads requests itself while it is idle (see
-/// `toolbox_core::handoff::IdleWork`). While it runs a cell, the server still reads: fast
+/// `toolbox_host::handoff::IdleWork`). While it runs a cell, the server still reads: fast
 /// calls and pings sent after a cell started are answered before the cell ends, as are the
 /// requests that came in the same write as the cell.
 #[test]

@@ -8,7 +8,8 @@ use std::io::Read;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::{blocking, object_schema, prop, text, write, TOOLSET};
 
@@ -99,7 +100,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 /// An edit worked out but not yet written: the folder and name it goes to, the text before
 /// and after.
 struct Planned {
-    dir: toolbox_core::Dir,
+    dir: toolbox_host::Dir,
     name: std::ffi::OsString,
     shown: String,
     real: String,

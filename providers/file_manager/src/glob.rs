@@ -7,7 +7,8 @@
 use anyhow::{anyhow, Result};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
-use toolbox_core::{Args, PathError, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{PathError, ToolContext};
 
 use crate::{blocking, cancelled, object_schema, prop, walk, TOOLSET};
 
@@ -159,7 +160,7 @@ mod tests {
     use crate::test_support::*;
     use serde_json::json;
 
-    fn tree(ctx: &toolbox_core::ToolContext) {
+    fn tree(ctx: &toolbox_host::ToolContext) {
         put(ctx, "top.rs", "");
         put(ctx, "src/lib.rs", "");
         put(ctx, "src/a/b.rs", "");

@@ -13,7 +13,8 @@ use globset::GlobMatcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde_json::Value;
-use toolbox_core::{Args, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk, WsPath};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{EntryKind, PathError, ToolContext, WsPath};
 
 use crate::{blocking, cancelled, glob, object_schema, prop, text, walk, TOOLSET};
 
@@ -304,7 +305,7 @@ fn new_searcher() -> Searcher {
 fn search_entry(
     searcher: &mut Searcher,
     q: &Query,
-    ws: &toolbox_core::Workspace,
+    ws: &toolbox_host::Workspace,
     base: &WsPath,
     entry: &walk::WalkEntry,
 ) -> Option<Vec<(u64, String)>> {

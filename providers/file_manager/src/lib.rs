@@ -10,13 +10,13 @@
 //! | `file_manager__glob` | `glob_search` | read | find files by glob pattern, honouring `.gitignore` |
 //! | `file_manager__grep` | `grep_search` | read | search file contents by regex, honouring `.gitignore` |
 //!
-//! Every path goes through [`Workspace::resolve`](toolbox_core::Workspace::resolve), so the
+//! Every path goes through [`Workspace::resolve`](toolbox_host::Workspace::resolve), so the
 //! jail and the session routing (`output/`, `scratchpad/`, `input/`) apply to every tool, and
 //! every path shown to the model is workspace-relative. Filesystem work runs on tokio's
 //! blocking pool; the walks behind list, glob and grep watch the call's cancellation token.
 //! Results are plain text written for a model to read.
 //!
-//! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
+//! The crate registers itself with [`toolbox_host::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `file_manager` feature.
 
 #![forbid(unsafe_code)]
@@ -33,9 +33,10 @@ mod write;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Preview, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
-toolbox_core::register_provider!("file_manager", || std::sync::Arc::new(
+toolbox_host::register_provider!("file_manager", || std::sync::Arc::new(
     FileManager::default()
 ));
 
@@ -112,7 +113,7 @@ use toolbox_core::schema::{object_schema, prop};
 mod test_support {
     use serde_json::Value;
     use tempfile::TempDir;
-    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+    use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
     use crate::FileManager;
 
@@ -153,7 +154,8 @@ mod tests {
     use super::test_support::*;
     use super::*;
     use serde_json::json;
-    use toolbox_core::{registered_providers, ToolRisk};
+    use toolbox_core::ToolRisk;
+    use toolbox_host::registered_providers;
 
     #[test]
     fn six_tools_with_simple_closed_schemas() {

@@ -13,9 +13,8 @@ use ignore::gitignore::Gitignore;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{
-    Args, Dir, DirEntryInfo, EntryKind, PathError, ToolContext, ToolInfo, ToolRisk,
-};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{Dir, DirEntryInfo, EntryKind, PathError, ToolContext};
 
 use crate::{blocking, cancelled, object_schema, prop, text, walk, TOOLSET};
 

@@ -9,7 +9,8 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, PathError, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{PathError, ToolContext};
 
 use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
 
@@ -98,8 +99,8 @@ const INLINE_READ_BYTES: u64 = 64 * 1024;
 
 /// The file, and its size when it was opened.
 fn open(
-    ws: &toolbox_core::Workspace,
-    p: &toolbox_core::WsPath,
+    ws: &toolbox_host::Workspace,
+    p: &toolbox_host::WsPath,
     shown: &str,
 ) -> Result<(File, u64)> {
     ws.open_read_sized(p).map_err(|e| match e {

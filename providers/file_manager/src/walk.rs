@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
-use toolbox_core::{Dir, DirEntryInfo, EntryKind, PathError, Workspace, WsPath};
+use toolbox_host::{Dir, DirEntryInfo, EntryKind, PathError, Workspace, WsPath};
 
 /// Ignore-file names read in every folder, lowest precedence first.
 const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];
@@ -80,7 +80,7 @@ pub(crate) fn shown_path(base_shown: &str, rel: &Path) -> String {
 struct Frame {
     dir: Arc<Dir>,
     rel: PathBuf,
-    entries: std::vec::IntoIter<toolbox_core::DirEntryInfo>,
+    entries: std::vec::IntoIter<toolbox_host::DirEntryInfo>,
     /// The ignore rules in force here, deepest first.
     ignores: Arc<Vec<Gitignore>>,
 }
@@ -378,7 +378,7 @@ fn read_small(dir: &Dir, name: &str) -> Option<String> {
 /// folder has no ancestors worth reading (they are toolbox's own).
 fn ancestor_ignores(ws: &Workspace, base: &WsPath) -> Vec<Gitignore> {
     let mut out = Vec::new();
-    if base.base() != toolbox_core::Base::Root {
+    if base.base() != toolbox_host::Base::Root {
         return out;
     }
     let shown = ws.show(base);

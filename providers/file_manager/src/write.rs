@@ -11,7 +11,8 @@ use std::io::{self, Write};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Dir, EntryKind, PathError, Preview, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_host::{Dir, EntryKind, PathError, ToolContext};
 
 use crate::{blocking, object_schema, prop, text, TOOLSET};
 
@@ -196,7 +197,7 @@ mod tests {
     use serde_json::json;
     use std::fs::{self, File};
     use std::path::Path;
-    use toolbox_core::Workspace;
+    use toolbox_host::Workspace;
 
     /// The atomic replace of a file in a real folder, as write and edit use it.
     fn atomic_replace_with(

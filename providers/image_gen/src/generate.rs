@@ -8,7 +8,8 @@ use anyhow::{anyhow, bail, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::config::{endpoint, Endpoint};
 use crate::ImageGen;
@@ -59,7 +60,7 @@ pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> 
     let n = args.u64_in("n", &[], 1, 1, 4)?;
 
     let table = ctx.provider_config("image_gen");
-    let endpoint = endpoint(table, toolbox_core::secrets::var)?;
+    let endpoint = endpoint(table, toolbox_host::secrets::var)?;
     let client = provider.client(table, &endpoint)?;
 
     let mut body = json!({"model": endpoint.model, "prompt": prompt, "n": n, "size": size});
@@ -121,7 +122,7 @@ pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> 
         .workspace
         .output_dir()
         .map_err(|e| anyhow!("{NAME}: cannot create the output folder: {e}"))?;
-    let call_id = toolbox_core::safe_file_part(&ctx.call_id);
+    let call_id = toolbox_host::safe_file_part(&ctx.call_id);
     let saved = tokio::task::spawn_blocking(move || save_all(&dir, &call_id, &images))
         .await
         .map_err(|e| anyhow!("{NAME}: saving the images stopped unexpectedly: {e}"))??;

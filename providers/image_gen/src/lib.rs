@@ -8,7 +8,7 @@
 //! `{model, prompt, n, size}` and a Bearer key — plus `response_format: "b64_json"` unless the
 //! model is a `gpt-image-*` one, which always answers in base64 and rejects the parameter —
 //! checks that each image really is a PNG, and writes it under a fresh name in
-//! [`Workspace::output_dir`](toolbox_core::Workspace::output_dir), returning the paths as the
+//! [`Workspace::output_dir`](toolbox_host::Workspace::output_dir), returning the paths as the
 //! model sees them (`output/image-….png`). The endpoint is configured by the operator, never
 //! by the model, so it is not subject to an address guard (a local server works).
 //!
@@ -30,11 +30,12 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ParsedCache, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{ParsedCache, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
 pub use crate::generate::NAME;
 
-toolbox_core::register_provider!("image_gen", || std::sync::Arc::new(ImageGen::default()));
+toolbox_host::register_provider!("image_gen", || std::sync::Arc::new(ImageGen::default()));
 
 /// The `image_gen` provider. It keeps one HTTP client (and its connection pool) per
 /// configuration.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolbox_core::{EventSink, ToolProvider};
 use toolbox_executor::{ExecutorConfig, PermissionMode, Registry, ToolExecutor, ToolRequest};
+use toolbox_host::{EventSink, ToolProvider};
 use toolbox_memory::MemoryProvider;
 
 const DEFAULT_MEMORIES: usize = 100_000;

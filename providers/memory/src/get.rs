@@ -3,7 +3,8 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
-use toolbox_core::{ToolContext, ToolInfo};
+use toolbox_core::ToolInfo;
+use toolbox_host::ToolContext;
 
 use crate::{header, id_prop, MemoryProvider, TOOLSET};
 

@@ -36,11 +36,12 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::schema::prop;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{Args, ConfigTable, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Args, ConfigTable, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
 use crate::store::{Location, Memory, Store, Stores};
 
-toolbox_core::register_provider!("memory", || Arc::new(MemoryProvider::default()));
+toolbox_host::register_provider!("memory", || Arc::new(MemoryProvider::default()));
 
 /// The toolset every memory tool belongs to.
 const TOOLSET: &str = "memory";

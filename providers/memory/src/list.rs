@@ -4,7 +4,8 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::{integer_in, object_schema};
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::store::Page;
 use crate::{header, tags_arg, tags_note, tags_prop, text, MemoryProvider, TOOLSET};

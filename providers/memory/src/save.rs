@@ -3,7 +3,8 @@
 use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::{
     settings, tags_arg, tags_prop, text, MemoryProvider, MAX_TAGS, MAX_TAG_CHARS, MAX_TITLE_BYTES,

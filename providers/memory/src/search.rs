@@ -3,7 +3,8 @@
 use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::{header, tags_arg, tags_note, tags_prop, MemoryProvider, TOOLSET};
 

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
-use toolbox_core::{EntryKind, Workspace};
+use toolbox_host::{EntryKind, Workspace};
 
 use crate::text::{self, Term};
 
@@ -165,7 +165,7 @@ fn locate(loc: &Location, create: bool) -> Result<Option<Found>> {
 /// `.toolbox/memory.sqlite`, checked through the folder's descriptor: a regular file with one
 /// link, never a symbolic link. Created (mode 0600) when missing and `create` is set.
 fn locate_in_workspace(ws: &Workspace, create: bool) -> Result<Option<Found>> {
-    let shown = format!("{}/{DB_NAME}", toolbox_core::TOOLBOX_DIR);
+    let shown = format!("{}/{DB_NAME}", toolbox_host::TOOLBOX_DIR);
     let dir = ws
         .toolbox_subdir(&[])
         .map_err(|e| anyhow!("cannot open the memory store's folder: {e}"))?;

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
-use toolbox_core::{ToolContext, ToolProvider, Workspace};
+use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
 use super::*;
 use crate::store::DB_NAME;

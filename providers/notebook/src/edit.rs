@@ -2,7 +2,8 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::nb::{new_cell, set_cell_type, source_lines, Notebook};
 use crate::{load, notebook_path, object_schema, prop, save, CellRef, TOOLSETS};

@@ -2,7 +2,8 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::nb::{multiline, source_text, Notebook};
 use crate::{load, notebook_path, object_schema, prop, CellRef, TOOLSETS};

@@ -12,7 +12,7 @@
 //! notebook that validates against nbformat 4.5.
 //!
 //! `notebook__run_cell` does not depend on the python provider: it runs the cell through
-//! whatever [`toolbox_core::CodeRunner`] is registered for `python` (the python provider's,
+//! whatever [`toolbox_host::CodeRunner`] is registered for `python` (the python provider's,
 //! when it is linked), so a cell and `run_python_code` share one session namespace.
 
 #![forbid(unsafe_code)]
@@ -25,11 +25,12 @@ mod run_cell;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolProvider, Workspace, WsPath};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider, Workspace, WsPath};
 
 use crate::nb::Notebook;
 
-toolbox_core::register_provider!("notebook", || std::sync::Arc::new(
+toolbox_host::register_provider!("notebook", || std::sync::Arc::new(
     NotebookProvider::default()
 ));
 
@@ -186,7 +187,7 @@ pub(crate) use toolbox_core::schema::{object_schema, prop};
 pub(crate) mod test_support {
     use serde_json::{json, Value};
     use tempfile::TempDir;
-    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+    use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
     use crate::NotebookProvider;
 
@@ -244,7 +245,8 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolbox_core::{registered_providers, ToolRisk};
+    use toolbox_core::ToolRisk;
+    use toolbox_host::registered_providers;
 
     #[test]
     fn three_tools_risks_aliases_toolsets() {

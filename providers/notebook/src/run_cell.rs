@@ -1,6 +1,6 @@
 //! `notebook__run_cell`: run one code cell in the session's Python and store its outputs.
 //!
-//! The cell runs through the `python` [`CodeRunner`](toolbox_core::CodeRunner), i.e. in the
+//! The cell runs through the `python` [`CodeRunner`](toolbox_host::CodeRunner), i.e. in the
 //! same session namespace as `run_python_code` (working directory: the session scratchpad),
 //! on whatever `[python] backend` says — with `jupyter`, in the user's own kernel.
 //! Its result becomes nbformat outputs — `stream` (stdout, stderr), `display_data` (figures
@@ -16,7 +16,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use base64::Engine;
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::nb::{source_lines, source_text};
 use crate::{load, notebook_path, object_schema, prop, save, CellRef, TOOLSETS};
@@ -89,7 +90,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let source = source_text(cell);
     let cell_id = cell["id"].as_str().map(str::to_string);
 
-    let runner = toolbox_core::find_code_runner("python").ok_or_else(|| {
+    let runner = toolbox_host::find_code_runner("python").ok_or_else(|| {
         anyhow!("{NAME}: no Python runner is linked into this build (enable the toolbox feature `python`)")
     })?;
     let running = (runner.run)(&source, ctx);
@@ -262,7 +263,7 @@ fn render(result: &Value) -> String {
 mod tests {
     use super::*;
     use crate::test_support::*;
-    use toolbox_core::RunFuture;
+    use toolbox_host::RunFuture;
 
     // The python provider is not linked into this crate's tests; a stand-in runner answers
     // like it does, so the conversion to nbformat outputs is tested without Python.
@@ -291,7 +292,7 @@ mod tests {
             }))
         })
     }
-    toolbox_core::register_code_runner!("fake-python", "python", fake_runner);
+    toolbox_host::register_code_runner!("fake-python", "python", fake_runner);
 
     #[tokio::test]
     async fn outputs_and_count_are_written_back() {

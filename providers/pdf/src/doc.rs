@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use anyhow::{anyhow, bail, Result};
 use lopdf::{Document, Object};
-use toolbox_core::CancellationToken;
+use toolbox_host::CancellationToken;
 
 /// A loaded document and what we learned about its encryption.
 pub struct Pdf {
@@ -153,7 +153,7 @@ impl Pdf {
 }
 
 /// Reads a whole PDF as text with `--- page N ---` markers: the extractor other providers
-/// (web_fetch) reach through [`toolbox_core::find_extractor`].
+/// (web_fetch) reach through [`toolbox_host::find_extractor`].
 pub fn extract_all(bytes: &[u8]) -> Result<String> {
     let pdf = load(bytes, "the PDF")?;
     pdf.ensure_readable("the PDF")?;

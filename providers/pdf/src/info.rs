@@ -3,7 +3,8 @@
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::{doc, open, path_prop, TOOLSET};
 

@@ -12,7 +12,7 @@
 //! that names it, never a crash. Files encrypted with a user password are reported by
 //! `pdf__info` and refused with a clear error by the text tools.
 //!
-//! The crate also registers a [`toolbox_core::ContentExtractor`] for `application/pdf`, which
+//! The crate also registers a [`toolbox_host::ContentExtractor`] for `application/pdf`, which
 //! `web_fetch` uses to read PDF responses when this provider is linked.
 //!
 //! One module per tool (`info`, `read`, `search`); `doc` loads a file and extracts text,
@@ -30,12 +30,13 @@ use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::schema::prop;
-use toolbox_core::{Args, ConfigTable, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Args, ConfigTable, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
 use crate::doc::Pdf;
 
-toolbox_core::register_provider!("pdf", || std::sync::Arc::new(PdfProvider::default()));
-toolbox_core::register_extractor!("pdf", &["application/pdf"], doc::extract_all);
+toolbox_host::register_provider!("pdf", || std::sync::Arc::new(PdfProvider::default()));
+toolbox_host::register_extractor!("pdf", &["application/pdf"], doc::extract_all);
 
 /// The toolset every pdf tool belongs to.
 const TOOLSET: &str = "documents";
@@ -104,7 +105,7 @@ async fn open(tool: &'static str, args: &Args<'_>, ctx: &ToolContext) -> Result<
         use std::io::Read;
         // Opened beneath the workspace root by descriptor; what is parsed is what was checked.
         let file = ws.open_read(&p).map_err(|e| match e {
-            toolbox_core::PathError::Io { ref source, .. }
+            toolbox_host::PathError::Io { ref source, .. }
                 if source.kind() == std::io::ErrorKind::IsADirectory =>
             {
                 anyhow!("{name} is a directory, not a PDF file")

@@ -4,7 +4,8 @@
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::{open, pages, pages_arg, pages_prop, path_prop, TOOLSET};
 

@@ -34,7 +34,7 @@ fn backend_table(backend: &str, extra: serde_json::Value) -> serde_json::Value {
     table
 }
 
-async fn run(ctx: &toolbox_core::ToolContext, code: &str) -> Result<String, String> {
+async fn run(ctx: &toolbox_host::ToolContext, code: &str) -> Result<String, String> {
     call(ctx, RUN, json!({ "code": code })).await
 }
 
@@ -682,8 +682,8 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
         }}));
         let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let seen = events.clone();
-        ctx.events = toolbox_core::EventSink::new(move |event| {
-            if let toolbox_core::ToolEvent::Progress { message, .. } = event {
+        ctx.events = toolbox_host::EventSink::new(move |event| {
+            if let toolbox_host::ToolEvent::Progress { message, .. } = event {
                 seen.lock().unwrap().push(message);
             }
         });
@@ -971,7 +971,7 @@ async fn jupyter_cancellation_interrupts_the_kernel() {
 }
 
 /// The kernel's pid, asked of the kernel.
-async fn kernel_pid(ctx: &toolbox_core::ToolContext) -> i32 {
+async fn kernel_pid(ctx: &toolbox_host::ToolContext) -> i32 {
     let text = run(ctx, "import os\nos.getpid()").await.unwrap();
     text.trim()
         .rsplit_once("[result]\n")

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{ConfigTable, ToolContext};
+use toolbox_core::ConfigTable;
+use toolbox_host::ToolContext;
 
 use crate::reap::SessionLimits;
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};

@@ -38,7 +38,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyModule;
 use serde_json::Value;
 use tokio::sync::{oneshot, OnceCell};
-use toolbox_core::ToolContext;
+use toolbox_host::ToolContext;
 
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION, DRIVER_SOURCE};
 
@@ -100,7 +100,7 @@ fn ring(bell: &OwnedFd) {
 }
 
 /// Waits until the bell rings or `work` (if any) is readable; true when `work` is.
-fn wait(bell: &OwnedFd, work: Option<&dyn toolbox_core::handoff::IdleWork>) -> bool {
+fn wait(bell: &OwnedFd, work: Option<&dyn toolbox_host::handoff::IdleWork>) -> bool {
     let mut fds = [
         libc::pollfd {
             fd: bell.as_raw_fd(),
@@ -209,11 +209,11 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     }
     {
         let bell = bell.clone();
-        toolbox_core::handoff::on_idle_work_changed(Arc::new(move || ring(&bell)));
+        toolbox_host::handoff::on_idle_work_changed(Arc::new(move || ring(&bell)));
     }
     ON_PYTHON_THREAD.with(|on| on.set(true));
     // The work this thread is watching, if any (see `handoff::IdleWork`).
-    let mut watching: Option<Arc<dyn toolbox_core::handoff::IdleWork>> = None;
+    let mut watching: Option<Arc<dyn toolbox_host::handoff::IdleWork>> = None;
     loop {
         match queue.try_recv() {
             Ok(job) => {
@@ -228,7 +228,7 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
         }
         // Idle: wait for a job, or for the offered work (a request on `toolbox mcp`'s
         // input, which this thread then reads and starts itself).
-        let offered = toolbox_core::handoff::idle_work().filter(|work| !work.finished());
+        let offered = toolbox_host::handoff::idle_work().filter(|work| !work.finished());
         if let Some(old) = watching.take() {
             if !offered.as_ref().is_some_and(|new| Arc::ptr_eq(&old, new)) {
                 old.watch(false);
@@ -391,7 +391,7 @@ fn run_one(interpreter: &Arc<Interpreter>, job: Job) {
     let response = Python::attach(|py| interpreter.run_job(py, &job));
     interpreter.clear_stuck(job.id);
     let reply = job.reply;
-    toolbox_core::handoff::with_inline_wakeups(|| {
+    toolbox_host::handoff::with_inline_wakeups(|| {
         let _ = reply.send(response);
     });
 }
@@ -740,7 +740,7 @@ fn parse_response(
 /// stdlib folder, and the path of the libpython the process loaded.
 pub async fn info() -> Result<Value> {
     let ws = std::env::temp_dir();
-    let workspace = toolbox_core::Workspace::new(&ws)?;
+    let workspace = toolbox_host::Workspace::new(&ws)?;
     let ctx = ToolContext::new(workspace, "info", "info", "python_info");
     let mut info = request(
         serde_json::json!({"op": "info"}),

@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::{object_schema, prop, TOOLSETS};
@@ -116,7 +117,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         .unwrap_or_else(|| config.interpreter());
 
     // pip and its build steps run inside toolbox's containment.
-    toolbox_core::containment::ensure();
+    toolbox_host::containment::ensure();
     let mut command = crate::isolated::python_command(&interpreter);
     // -I: isolated mode, so the working folder (the scratchpad) is not on sys.path and a
     // planted pip.py cannot run in place of pip; PYTHON* variables are ignored too.

@@ -27,8 +27,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::OwnedMutexGuard;
-use toolbox_core::limits::{Counters, Limits, PreparedLimits};
-use toolbox_core::ToolContext;
+use toolbox_host::limits::{Counters, Limits, PreparedLimits};
+use toolbox_host::ToolContext;
 
 use crate::DRIVER_SOURCE;
 
@@ -293,8 +293,8 @@ impl Worker {
         let mut watch = None;
         if let (Some(seconds), Some(pid)) = (self.limits.cpu_seconds, self.pid) {
             let pid = pid as i32;
-            if let Some(used) = toolbox_core::limits::renew_cpu_budget(pid, seconds) {
-                let extra = seconds + 1 + toolbox_core::limits::CPU_HARD_EXTRA;
+            if let Some(used) = toolbox_host::limits::renew_cpu_budget(pid, seconds) {
+                let extra = seconds + 1 + toolbox_host::limits::CPU_HARD_EXTRA;
                 watch = Some((pid, used + Duration::from_secs(extra)));
             }
         }
@@ -385,7 +385,7 @@ async fn cpu_watchdog(watch: Option<(i32, Duration)>) {
     };
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        if toolbox_core::limits::cpu_time(pid).is_some_and(|used| used >= limit) {
+        if toolbox_host::limits::cpu_time(pid).is_some_and(|used| used >= limit) {
             return;
         }
     }
@@ -491,7 +491,7 @@ pub async fn request(
         _ = tokio::time::sleep_until(deadline) => Err(format!("timed out after {} ms", timeout.as_millis())),
         _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
         _ = cpu_watchdog(cpu_watch) => {
-            let message = limits.message(toolbox_core::limits::Exceeded::Cpu, "the code");
+            let message = limits.message(toolbox_host::limits::Exceeded::Cpu, "the code");
             worker.kill();
             call.slot.worker = None;
             call.slot.restarted = Some("ran out of CPU time and was killed".into());

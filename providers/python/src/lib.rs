@@ -20,7 +20,7 @@
 //! prefix into [`BUILD_PYTHON_EXECUTABLE`], [`BUILD_PYTHON_VERSION`] and
 //! [`BUILD_PYTHON_PREFIX`] (an embedded interpreter's own `sys.executable` is a guess).
 //!
-//! Other providers run code in the same session through the [`toolbox_core::CodeRunner`]
+//! Other providers run code in the same session through the [`toolbox_host::CodeRunner`]
 //! registered here for language `python` (the notebook provider does); its result is the
 //! structured value described at [`run::execute`].
 
@@ -40,13 +40,14 @@ pub mod run;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Preview, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
 pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
 
-toolbox_core::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
-toolbox_core::register_code_runner!("python", "python", run::code_runner);
+toolbox_host::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
+toolbox_host::register_code_runner!("python", "python", run::code_runner);
 
 /// The interpreter pyo3 was built against (its `sys.executable`, baked in by build.rs).
 pub const BUILD_PYTHON_EXECUTABLE: &str = env!("TOOLBOX_BUILD_PYTHON_EXECUTABLE");
@@ -133,7 +134,7 @@ pub(crate) use toolbox_core::schema::{object_schema, prop};
 pub(crate) mod test_support {
     use serde_json::{json, Value};
     use tempfile::TempDir;
-    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+    use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
     use crate::PythonProvider;
 
@@ -178,7 +179,8 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolbox_core::{registered_providers, ToolRisk};
+    use toolbox_core::ToolRisk;
+    use toolbox_host::registered_providers;
 
     #[test]
     fn three_tools_with_closed_schemas_risks_and_toolsets() {
@@ -216,7 +218,7 @@ mod tests {
     #[test]
     fn registered_provider_and_code_runner() {
         assert!(registered_providers().iter().any(|r| r.name == "python"));
-        let runner = toolbox_core::find_code_runner("python").expect("python runner");
+        let runner = toolbox_host::find_code_runner("python").expect("python runner");
         assert_eq!(runner.provider, "python");
     }
 

@@ -26,7 +26,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::config::PythonConfig;
 use crate::{object_schema, prop, BUILD_PYTHON_EXECUTABLE, DRIVER_SOURCE, TOOLSETS};
@@ -142,7 +143,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let config = PythonConfig::from_ctx(ctx)?;
     let root = ctx.workspace.root();
     // The lookup's interpreter runs inside toolbox's containment like every tool process.
-    toolbox_core::containment::ensure();
+    toolbox_host::containment::ensure();
     let request = json!({
         "op": "lookup",
         "query": query,

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, RunFuture, SessionFolder, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{RunFuture, SessionFolder, ToolContext};
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::{embedded, install, isolated, jupyter, object_schema, prop, render, TOOLSETS};
@@ -107,8 +108,8 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
         (_, Some(path)) => {
             // `skill:<name>/scripts/x.py` is a skill's script, found through the skill
             // provider's hook and jailed to that skill's folder.
-            let abs = if toolbox_core::is_skill_ref(path) {
-                toolbox_core::resolve_skill_file(path, ctx, NAME)?.path
+            let abs = if toolbox_host::is_skill_ref(path) {
+                toolbox_host::resolve_skill_file(path, ctx, NAME)?.path
             } else {
                 ctx.workspace
                     .resolve_existing(path)
@@ -197,7 +198,7 @@ pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::P
     );
     match (script, code) {
         (Some(path), _) => {
-            let shown = if toolbox_core::is_skill_ref(path) {
+            let shown = if toolbox_host::is_skill_ref(path) {
                 path.to_string()
             } else {
                 match ctx.workspace.locate(path) {
@@ -228,7 +229,7 @@ pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::P
     }
 }
 
-/// The [`toolbox_core::CodeRunner`] for `python`: runs `code` as a cell in the caller's
+/// The [`toolbox_host::CodeRunner`] for `python`: runs `code` as a cell in the caller's
 /// session, with the configured backend and default timeout, and returns [`execute`]'s value.
 pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
     Box::pin(async move {
@@ -263,14 +264,14 @@ pub async fn execute(
     timeout: Duration,
     tool: &str,
 ) -> Result<Value> {
-    let limits = toolbox_core::limits::Limits::from_config(&ctx.config)
+    let limits = toolbox_host::limits::Limits::from_config(&ctx.config)
         .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))?;
     // For a kernel, the venv is only where its kernelspec is looked up: never created here.
     if config.backend != Backend::Jupyter {
         ensure_venv(config, ctx).await?;
     }
     // Before the code runs: whatever it starts is inside toolbox's containment.
-    let containment = toolbox_core::containment::ensure();
+    let containment = toolbox_host::containment::ensure();
     // Both folders are made if missing, on every run (code may have deleted them); their
     // paths are only built when they are told.
     let cwd_dir = ctx

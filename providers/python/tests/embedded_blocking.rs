@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolbox_core::{ToolContext, ToolProvider, Workspace};
+use toolbox_host::{ToolContext, ToolProvider, Workspace};
 use toolbox_python::PythonProvider;
 
 async fn run(ctx: &ToolContext, code: &str, timeout_ms: Option<u64>) -> Result<String, String> {

@@ -22,7 +22,7 @@ fn build_executor(workspace: &std::path::Path, shell: serde_json::Value) -> Tool
     config.trajectory = true;
     config.providers.insert("shell".into(), shell);
     let registry =
-        Registry::from_providers([Arc::new(Shell::new()) as Arc<dyn toolbox_core::ToolProvider>])
+        Registry::from_providers([Arc::new(Shell::new()) as Arc<dyn toolbox_host::ToolProvider>])
             .expect("registry");
     ToolExecutor::with_registry(config, registry, Default::default()).expect("executor")
 }

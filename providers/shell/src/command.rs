@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::limits::{Counters, Limits, PreparedLimits};
-use toolbox_core::{Args, OutputStream, Preview, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_host::limits::{Counters, Limits, PreparedLimits};
+use toolbox_host::{OutputStream, ToolContext};
 
 use crate::capture::{HeadTail, Utf8Stream};
 use crate::config::{SandboxMode, ShellConfig};
@@ -130,7 +131,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     let limits = Limits::from_config(&ctx.config)
         .map_err(|e| anyhow!("{NAME}: invalid configuration: {e:#}"))?;
     // Before anything is started: what starts afterwards is inside toolbox's containment.
-    toolbox_core::containment::ensure();
+    toolbox_host::containment::ensure();
     let (timeout, capped_from) = match timeout_arg {
         Some(0) => bail!("{NAME}: argument `timeout_ms` must be at least 1"),
         Some(ms) if ms > config.max_timeout.as_millis() as u64 => (config.max_timeout, Some(ms)),

@@ -17,7 +17,7 @@ use toolbox_core::{ConfigTable, ParsedCache};
 /// Credentials the agent process holds (LLM API keys, cloud secrets) are the usual target of a
 /// prompt-injected `env | curl …`; a model rarely needs them in a shell. `*` matches any run of
 /// characters and matching ignores ASCII case. Set `deny_env = []` to pass everything through.
-pub const DEFAULT_DENY_ENV: &[&str] = toolbox_core::secrets::SECRET_PATTERNS;
+pub const DEFAULT_DENY_ENV: &[&str] = toolbox_host::secrets::SECRET_PATTERNS;
 
 /// Which OS sandbox wraps each command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +203,7 @@ pub fn cached(cache: &ConfigCache, config: &Value) -> Result<Arc<ShellConfig>> {
 }
 
 /// Whether `name` matches a `deny_env` pattern: the one matcher of core's secrets list.
-pub use toolbox_core::secrets::name_matches as wildcard_match;
+pub use toolbox_host::secrets::name_matches as wildcard_match;
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,7 @@
 //!
 //! **Why a janitor.** `PR_SET_PDEATHSIG` reaches only the process we forked (bash), not the
 //! processes bash starts. Every command's session is therefore registered with toolbox's
-//! janitor (`toolbox_core::containment`), a small process that kills the process group and
+//! janitor (`toolbox_host::containment`), a small process that kills the process group and
 //! every process of each session still registered when toolbox dies, however it dies. In
 //! cgroup mode the janitor also kills toolbox's whole cgroup, which holds every command.
 
@@ -99,11 +99,11 @@ pub fn reap_later(pid: i32) {
     });
 }
 
-/// Tells toolbox's janitor (see `toolbox_core::containment`) that a command's session
+/// Tells toolbox's janitor (see `toolbox_host::containment`) that a command's session
 /// started (`+`) or is fully stopped (`-`): if toolbox dies in between, the janitor kills the
 /// process group and every process of the session.
 pub fn janitor_send(op: char, id: u32) {
-    let containment = toolbox_core::containment::ensure();
+    let containment = toolbox_host::containment::ensure();
     match op {
         '+' => containment.register_group(id as i32),
         _ => containment.unregister_group(id as i32),

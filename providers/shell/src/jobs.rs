@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use tokio::sync::Notify;
-use toolbox_core::limits::Counters;
-use toolbox_core::{Args, CancellationToken, OutputStream, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::limits::Counters;
+use toolbox_host::{CancellationToken, OutputStream, ToolContext};
 
 use crate::capture::Unread;
 use crate::command::{self, Prepared};

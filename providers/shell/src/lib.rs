@@ -41,11 +41,12 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{Preview, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
 use crate::config::{ConfigCache, ShellConfig};
 
-toolbox_core::register_provider!("shell", || Arc::new(Shell::new()));
+toolbox_host::register_provider!("shell", || Arc::new(Shell::new()));
 
 /// The toolset every tool of this provider belongs to.
 const TOOLSET: &str = "shell";
@@ -124,7 +125,7 @@ mod test_support {
 
     use serde_json::Value;
     use tempfile::TempDir;
-    use toolbox_core::{ToolContext, ToolProvider, Workspace};
+    use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
     use crate::Shell;
 
@@ -166,7 +167,8 @@ mod tests {
     use super::test_support::*;
     use super::*;
     use serde_json::json;
-    use toolbox_core::{registered_providers, ToolRisk};
+    use toolbox_core::ToolRisk;
+    use toolbox_host::registered_providers;
 
     #[test]
     fn four_tools_with_simple_closed_schemas() {

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::unix::pipe;
-use toolbox_core::limits::PreparedLimits;
-use toolbox_core::OutputStream;
+use toolbox_host::limits::PreparedLimits;
+use toolbox_host::OutputStream;
 
 use crate::host;
 use crate::sandbox::PreparedSandbox;
@@ -116,8 +116,8 @@ pub fn signal_group(pgid: i32, signal: i32) {
 
 /// Every process on the system, as far as `/proc` shows it at this moment (core's one
 /// `/proc` reader).
-fn processes() -> impl Iterator<Item = toolbox_core::containment::ProcStat> {
-    toolbox_core::containment::processes().into_iter()
+fn processes() -> impl Iterator<Item = toolbox_host::containment::ProcStat> {
+    toolbox_host::containment::processes().into_iter()
 }
 
 /// Sends `signal` to every process whose session is `sid` (found by reading `/proc`), to
@@ -669,7 +669,7 @@ pub async fn supervise(
     wait_until_gone(run.group.pid, swept_session).await;
     // Under a subreaper, what the command left behind was re-parented to toolbox; reap the
     // zombies so a long-running server does not collect them.
-    if let Some(containment) = toolbox_core::containment::current() {
+    if let Some(containment) = toolbox_host::containment::current() {
         containment.reap_orphans(run.group.pid);
     }
     Outcome {

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 
 use crate::process::human_duration;
 use crate::{object_schema, prop, Shell, TOOLSET};

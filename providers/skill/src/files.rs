@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Result};
-use toolbox_core::{Dir, EntryKind};
+use toolbox_host::{Dir, EntryKind};
 
 use crate::registry::{explain_open, leads_out, show_name, Skill};
 

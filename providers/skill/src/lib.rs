@@ -14,7 +14,7 @@
 //! once into a [`SkillName`] before any path is built; a skill's folder is held by
 //! descriptor and its files are opened beneath it with `openat2(RESOLVE_BENEATH)`.
 //!
-//! The crate registers a [`toolbox_core::SkillResolver`], so `run_python_code` runs a
+//! The crate registers a [`toolbox_host::SkillResolver`], so `run_python_code` runs a
 //! skill's script given as `script_path: "skill:<name>/scripts/x.py"` without the two
 //! providers depending on each other.
 //!
@@ -37,15 +37,16 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolContext, ToolInfo, ToolProvider, Workspace};
+use toolbox_core::ToolInfo;
+use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
 pub use frontmatter::SkillMd;
 pub use lookup::rank;
 pub use name::{InvalidSkillName, SkillName};
 pub use registry::{Skill, SkillConfig, SkillSet, Skipped};
 
-toolbox_core::register_provider!("skill", || Arc::new(SkillProvider::default()));
-toolbox_core::register_skill_resolver!("skill", script::resolve);
+toolbox_host::register_provider!("skill", || Arc::new(SkillProvider::default()));
+toolbox_host::register_skill_resolver!("skill", script::resolve);
 
 // An untrusted workspace's toolbox.toml may set nothing in [skill]: `dirs` would let a
 // repository point toolbox at folders outside it.
@@ -147,7 +148,7 @@ fn find_skill<'a>(set: &'a SkillSet, name: &SkillName) -> Result<&'a Skill> {
 ///
 /// ```no_run
 /// # fn demo() -> anyhow::Result<()> {
-/// let workspace = toolbox_core::Workspace::new(".")?;
+/// let workspace = toolbox_host::Workspace::new(".")?;
 /// let set = toolbox_skill::SkillSet::discover(&workspace, &serde_json::Value::Null)?;
 /// let section = toolbox_skill::render_index(&set);
 /// # Ok(()) }

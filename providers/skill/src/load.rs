@@ -3,7 +3,8 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk, SKILL_REF_PREFIX};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{ToolContext, SKILL_REF_PREFIX};
 
 use crate::files::{self, human_size};
 use crate::registry::Skill;
@@ -39,7 +40,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let name = parse_name(NAME, a.str("name", &["skill", "command"])?)?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
-    let python = toolbox_core::find_code_runner("python").is_some();
+    let python = toolbox_host::find_code_runner("python").is_some();
     tokio::task::spawn_blocking(move || {
         let (listed, cut) = files::list(skill.dir());
         Value::String(render(&skill, &listed, cut, python))

@@ -3,7 +3,8 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::registry::{Skill, SkillSet};
 use crate::{discover, TOOLSET};

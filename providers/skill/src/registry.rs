@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{ConfigTable, Dir, EntryKind, Workspace};
+use toolbox_core::ConfigTable;
+use toolbox_host::{Dir, EntryKind, Workspace};
 
 use crate::frontmatter::{self, SkillMd, MAX_SKILL_MD_BYTES};
 use crate::name::SkillName;

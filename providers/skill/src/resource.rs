@@ -4,7 +4,8 @@
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::files::{self, SkillPath};
 use crate::{discover, find, parse_name, TOOLSET};

@@ -1,8 +1,8 @@
-//! The [`toolbox_core::SkillResolver`]: `skill:<name>/<path>` to a real file beneath that
+//! The [`toolbox_host::SkillResolver`]: `skill:<name>/<path>` to a real file beneath that
 //! skill's folder, for `run_python_code`'s `script_path`.
 
 use anyhow::{anyhow, bail, Result};
-use toolbox_core::{SkillFile, ToolContext, SKILL_REF_PREFIX};
+use toolbox_host::{SkillFile, ToolContext, SKILL_REF_PREFIX};
 
 use crate::files::SkillPath;
 use crate::name::SkillName;

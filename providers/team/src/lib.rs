@@ -26,12 +26,13 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::ToolInfo;
+use toolbox_host::{ToolContext, ToolProvider};
 
 pub use call::NAME as CALL_AGENT;
 pub use list::NAME as LIST_AGENTS;
 
-toolbox_core::register_provider!("team", || Arc::new(TeamProvider::default()));
+toolbox_host::register_provider!("team", || Arc::new(TeamProvider::default()));
 
 /// The toolset both tools belong to.
 pub const TOOLSET: &str = "team";

@@ -3,7 +3,8 @@
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
-use toolbox_core::{AgentSet, Args, ToolContext, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::ToolContext;
 
 use crate::TOOLSET;
 
@@ -29,8 +30,9 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let workspace = ctx.workspace.clone();
     let config = ctx.config.clone();
     // Reading folders blocks; keep it off the async threads.
-    let set = tokio::task::spawn_blocking(move || AgentSet::discover(&workspace, &config))
-        .await
-        .map_err(|e| anyhow!("{NAME}: looking for agents stopped unexpectedly: {e}"))?;
+    let set =
+        tokio::task::spawn_blocking(move || toolbox_host::discover_agents(&workspace, &config))
+            .await
+            .map_err(|e| anyhow!("{NAME}: looking for agents stopped unexpectedly: {e}"))?;
     Ok(set.summary())
 }

@@ -2,7 +2,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use toolbox_core::{ToolRisk, Workspace};
+use toolbox_core::ToolRisk;
+use toolbox_host::Workspace;
 
 use super::*;
 

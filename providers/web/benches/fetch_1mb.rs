@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
-use toolbox_core::{ToolContext, ToolProvider, Workspace};
+use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
 const MAX_CONNECTIONS: usize = 50_000;
 const LIFETIME: Duration = Duration::from_secs(600);

@@ -3,7 +3,8 @@
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 use url::Url;
 
 use crate::convert::{self, Format};
@@ -155,7 +156,7 @@ pub async fn run(clients: Clients, args: Value, ctx: &ToolContext) -> Result<Val
     } else {
         mime.clone()
     };
-    let (title, content) = if let Some(extractor) = toolbox_core::find_extractor(&kind) {
+    let (title, content) = if let Some(extractor) = toolbox_host::find_extractor(&kind) {
         if body.truncated {
             bail!(
                 "{NAME}: {final_url} is {kind} larger than {cap} bytes ([web] max_response_bytes); a cut-off document cannot be read — raise the limit to read it"
@@ -276,7 +277,7 @@ fn readable_mime(mime: &str) -> bool {
         || is_html(mime)
         || is_json(mime)
         || is_xml(mime)
-        || toolbox_core::find_extractor(mime).is_some()
+        || toolbox_host::find_extractor(mime).is_some()
 }
 
 fn pdf_hint(mime: &str) -> &'static str {
@@ -332,7 +333,7 @@ mod tests {
     fn pdf_is_refused_without_the_pdf_provider() {
         // This test binary does not link toolbox-pdf, so no PDF extractor is registered:
         // the situation of a toolbox built without the `pdf` feature.
-        assert!(toolbox_core::find_extractor("application/pdf").is_none());
+        assert!(toolbox_host::find_extractor("application/pdf").is_none());
         assert!(!readable_mime("application/pdf"));
         assert!(pdf_hint("application/pdf").contains("the pdf provider is not built into"));
     }

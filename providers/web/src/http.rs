@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
-use toolbox_core::CancellationToken;
+use toolbox_host::CancellationToken;
 
 use crate::config::WebConfig;
 use crate::guard::{redirect_policy, GuardedResolver, Refused, TooManyRedirects};

@@ -14,9 +14,9 @@
 //! HTTP is reqwest with rustls (ring provider), no proxies. The clients are built once per
 //! provider instance from the `[web]` table and rebuilt only if that table changes. A PDF
 //! response is read with the extractor the pdf provider registers
-//! ([`toolbox_core::find_extractor`]) — this crate does not depend on it.
+//! ([`toolbox_host::find_extractor`]) — this crate does not depend on it.
 //!
-//! The crate registers itself with [`toolbox_core::register_provider!`]; a binary gets it by
+//! The crate registers itself with [`toolbox_host::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `web` feature.
 
 #![forbid(unsafe_code)]
@@ -31,12 +31,13 @@ mod search;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ParsedCache, ToolContext, ToolInfo, ToolProvider};
+use toolbox_core::{ParsedCache, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
 
 use crate::config::WebConfig;
 use crate::http::Clients;
 
-toolbox_core::register_provider!("web", || std::sync::Arc::new(Web::default()));
+toolbox_host::register_provider!("web", || std::sync::Arc::new(Web::default()));
 
 /// The `web` provider. It keeps the HTTP clients (and their connection pools) between calls.
 #[derive(Default)]

@@ -3,7 +3,8 @@
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolContext, ToolInfo};
+use toolbox_core::{Args, ToolInfo};
+use toolbox_host::ToolContext;
 use url::Url;
 
 use crate::config::{Backend, SearchConfig};
@@ -190,7 +191,7 @@ fn endpoint(base: &str, key: &str, path: &str) -> Result<Url> {
 
 fn api_key(var: &str, service: &str, config_key: &str) -> Result<String> {
     // Through the secrets toolbox took out of its environment at start-up.
-    match toolbox_core::secrets::var(var) {
+    match toolbox_host::secrets::var(var) {
         Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
         _ => bail!(
             "{NAME}: {service} needs an API key in the environment variable {var}, which is not set (set it, or name another variable with [web] {config_key})"

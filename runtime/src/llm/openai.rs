@@ -39,7 +39,7 @@ impl OpenAiClient {
     /// A client for `config`, reading the key from the process environment (the variable
     /// named by `api_key_env`) now. Fails when no model is set.
     pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
-        let key = config.api_key(&toolbox_core::secrets::var);
+        let key = config.api_key(&toolbox_host::secrets::var);
         Self::with_api_key(config, key)
     }
 

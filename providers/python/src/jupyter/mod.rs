@@ -46,7 +46,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
-use toolbox_core::ToolContext;
+use toolbox_host::ToolContext;
 
 use crate::config::{KernelTarget, PythonConfig};
 use spec::{InterruptMode, Process};
@@ -573,8 +573,8 @@ async fn open_kernel(
                 .scratchpad()
                 .map_err(|e| anyhow!("cannot create the session scratchpad: {e}"))?;
             // Started kernels live inside toolbox's containment.
-            toolbox_core::containment::ensure();
-            toolbox_core::containment::before_shutdown(shutdown_started_kernels);
+            toolbox_host::containment::ensure();
+            toolbox_host::containment::before_shutdown(shutdown_started_kernels);
             let (process, info) = spec::spawn(&spec, &cwd)?;
             let name = format!(
                 "the kernel toolbox started from kernelspec {:?} (pid {})",

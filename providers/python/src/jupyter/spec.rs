@@ -261,7 +261,7 @@ pub fn kill_group(pid: i32) {
     unsafe {
         libc::kill(-pid, libc::SIGKILL);
     }
-    if let Some(c) = toolbox_core::containment::current() {
+    if let Some(c) = toolbox_host::containment::current() {
         c.unregister_group(pid);
     }
 }
@@ -343,7 +343,7 @@ pub fn spawn(spec: &KernelSpec, cwd: &Path) -> Result<(Process, ConnectionInfo)>
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| anyhow!("the kernel process has no pid"))?;
-    if let Some(c) = toolbox_core::containment::current() {
+    if let Some(c) = toolbox_host::containment::current() {
         c.register_group(pid);
     }
     started_list(|list| {

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Preview, SessionId, ToolRisk, Workspace};
+use toolbox_core::{Preview, SessionId, ToolRisk};
+
+use crate::Workspace;
 
 /// Which stream a chunk of streamed output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +121,7 @@ pub struct ToolContext {
     /// by table name, as the executor holds them after every layer was applied; the
     /// executor's own top-level settings (mode, timeouts) are not in it. `null` in a context
     /// made with [`Self::new`]. A provider reads its table with
-    /// [`ConfigTable::from_config`](crate::ConfigTable::from_config).
+    /// [`ConfigTable::from_config`](toolbox_core::ConfigTable::from_config).
     pub config: Arc<Value>,
     /// A spool file the tool wrote itself, set through [`Self::create_spool_file`].
     pub spool: SpoolClaim,
@@ -182,7 +184,7 @@ impl ToolContext {
         Ok((file, rel))
     }
 
-    /// The `[name]` table of the configuration, if any, unchecked; [`crate::ConfigTable`]
+    /// The `[name]` table of the configuration, if any, unchecked; [`toolbox_core::ConfigTable`]
     /// checks its keys and types.
     pub fn provider_config(&self, name: &str) -> Option<&Value> {
         self.config.get(name)

@@ -36,18 +36,18 @@ use anyhow::Result;
 use serde_json::Value;
 
 use crate::containment::{self, CgroupVersion, Mode};
-use crate::ConfigTable;
+use toolbox_core::ConfigTable;
 
 /// The keys `[limits]` accepts.
 pub const KEYS: &[&str] = &["memory_mb", "processes", "cpu_seconds"];
 
 // An untrusted workspace's toolbox.toml may set or lower a limit, never lift one.
-crate::workspace_config_rules!(
+toolbox_core::workspace_config_rules!(
     "limits",
     [
-        ("memory_mb", crate::trust::Tighten::Limit),
-        ("processes", crate::trust::Tighten::Limit),
-        ("cpu_seconds", crate::trust::Tighten::Limit),
+        ("memory_mb", toolbox_core::trust::Tighten::Limit),
+        ("processes", toolbox_core::trust::Tighten::Limit),
+        ("cpu_seconds", toolbox_core::trust::Tighten::Limit),
     ]
 );
 

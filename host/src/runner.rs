@@ -40,7 +40,7 @@ pub fn find_code_runner(language: &str) -> Option<&'static CodeRunner> {
 /// fn run<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
 ///     Box::pin(async move { todo!("run `code` in the session of `ctx`") })
 /// }
-/// toolbox_core::register_code_runner!("python", "python", run);
+/// toolbox_host::register_code_runner!("python", "python", run);
 /// ```
 #[macro_export]
 macro_rules! register_code_runner {

@@ -3,7 +3,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{Preview, ToolContext, ToolInfo};
+use toolbox_core::{Preview, ToolInfo};
+
+use crate::ToolContext;
 
 /// A family of tools behind one implementation.
 ///
@@ -59,7 +61,7 @@ pub fn registered_providers() -> Vec<&'static ProviderRegistration> {
 /// Registers a provider with the executor's registry at link time.
 ///
 /// ```ignore
-/// toolbox_core::register_provider!("file_manager", || std::sync::Arc::new(FileManager));
+/// toolbox_host::register_provider!("file_manager", || std::sync::Arc::new(FileManager));
 /// ```
 #[macro_export]
 macro_rules! register_provider {

@@ -34,7 +34,7 @@ pub fn find_extractor(mime: &str) -> Option<&'static ContentExtractor> {
 /// Registers a [`ContentExtractor`] at link time.
 ///
 /// ```ignore
-/// toolbox_core::register_extractor!("pdf", &["application/pdf"], extract_pdf_text);
+/// toolbox_host::register_extractor!("pdf", &["application/pdf"], extract_pdf_text);
 /// ```
 #[macro_export]
 macro_rules! register_extractor {

@@ -68,7 +68,7 @@ pub fn resolve_skill_file(
 /// Registers a [`SkillResolver`] at link time.
 ///
 /// ```ignore
-/// toolbox_core::register_skill_resolver!("skill", resolve);
+/// toolbox_host::register_skill_resolver!("skill", resolve);
 /// ```
 #[macro_export]
 macro_rules! register_skill_resolver {

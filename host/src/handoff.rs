@@ -203,7 +203,7 @@ impl Task {
                         Ok(Poll::Pending) => false,
                         Ok(Poll::Ready(())) => true,
                         Err(panic) => {
-                            let message = crate::panic::message(&*panic);
+                            let message = toolbox_core::panic::message(&*panic);
                             tracing::error!("a task (a tool call) panicked: {message}");
                             true
                         }

@@ -1,0 +1,58 @@
+//! toolbox-host is what runs a tool call against the machine: the call's context and the
+//! provider trait, and every piece that touches the operating system.
+//!
+//! - [`ToolProvider`] is what a provider crate implements; it registers itself with
+//!   [`register_provider!`] and the executor finds it through [`registered_providers`].
+//! - [`ToolContext`] is everything a tool call may use: the [`Workspace`] jail with session
+//!   routing, the session and call ids, a cancellation token, an [`EventSink`] for streamed
+//!   output and the configuration.
+//! - [`Workspace`] and [`Dir`]: paths a model gives, opened beneath the workspace root by
+//!   descriptor (`openat2(RESOLVE_BENEATH)`), never checked and then opened by name.
+//! - [`containment`] keeps every process a tool starts inside toolbox's reach (a cgroup or a
+//!   subreaper, and a janitor process), so none outlives toolbox; [`limits`] is the
+//!   `[limits]` table (memory, processes, CPU time) applied to them.
+//! - [`handoff`] lets a thread outside the async runtime carry a call's task on in place.
+//! - [`secrets`] takes secrets out of the process environment before any child can see them.
+//! - [`discover_agents`] finds agent files on disk; their format is `toolbox_core::agent`.
+//! - The link-time hooks through which one provider uses another's ability without
+//!   depending on it: [`ContentExtractor`], [`CodeRunner`], [`SkillResolver`].
+//!
+//! It builds on `toolbox-core` (the vocabulary) and nothing else of toolbox's.
+
+#![deny(missing_docs)]
+
+mod agents;
+pub mod containment;
+mod context;
+mod dirfd;
+mod extract;
+pub mod handoff;
+pub mod limits;
+mod provider;
+mod runner;
+pub mod secrets;
+mod skill;
+mod spool_file;
+mod workspace;
+
+pub use agents::discover_agents;
+pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
+pub use dirfd::{Dir, DirEntryInfo, EntryKind};
+pub use extract::{find_extractor, ContentExtractor};
+pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
+pub use runner::{find_code_runner, CodeRunner, RunFuture};
+pub use skill::{
+    find_skill_resolver, is_skill_ref, resolve_skill_file, SkillFile, SkillResolver,
+    SKILL_REF_PREFIX,
+};
+pub use spool_file::{
+    create_spool_file, remove_spool_file, safe_file_part, spool_file_len, SPOOL_DIR,
+};
+pub use workspace::{
+    validate_session_id, Base, PathError, SessionFolder, Workspace, WsPath, TOOLBOX_DIR,
+};
+
+/// Re-exported so provider crates can call [`register_provider!`] without naming `inventory`.
+pub use inventory;
+/// Re-exported so providers and the executor share one cancellation type.
+pub use tokio_util::sync::CancellationToken;
