@@ -59,6 +59,92 @@ use crate::frontmatter::{self, set_once, OtherKeys, ScalarText, SplitError};
 // repository point toolbox at folders outside it, whose prompts would then steer agents.
 crate::workspace_config_rules!("agents", []);
 
+/// The tool through which one agent runs another: declared by the team provider (with
+/// [`call_agent_info`]), served by the agent runtime, which parses its arguments with
+/// [`CallAgentArgs`]. Its one name, schema and argument rules live here, beside the agents.
+pub const CALL_AGENT: &str = "call_agent";
+
+/// `call_agent`'s tool description and schema, in the toolset `toolset`. Intercepted: the
+/// executor refuses it; only a runtime serves it.
+pub fn call_agent_info(toolset: &str) -> crate::ToolInfo {
+    use crate::schema::{object_schema, prop};
+    crate::ToolInfo::new(
+        CALL_AGENT,
+        "Run another agent on a task in this same session and return its final answer. The \
+         agent works with its own instructions and toolsets until it is done, then its last \
+         message comes back as this tool's result. Write the task so it stands on its own: the \
+         goal, the files or data involved, and what to return. list_agents shows the agents \
+         and what each is for.",
+        object_schema(
+            &[
+                (
+                    "agent",
+                    prop(
+                        "string",
+                        "The agent's name, as list_agents shows it, e.g. \"reviewer\".",
+                    ),
+                ),
+                (
+                    "task",
+                    prop(
+                        "string",
+                        "What the agent should do, self-contained, and what it should answer with.",
+                    ),
+                ),
+            ],
+            &["agent", "task"],
+        ),
+    )
+    .risk(crate::ToolRisk::Read)
+    .toolsets(&[toolset])
+    .intercepted()
+}
+
+/// `call_agent`'s arguments, parsed once from what the model sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallAgentArgs {
+    /// The agent to run, as the model named it (trimmed); whether it exists is the runtime's
+    /// to find out.
+    pub agent: String,
+    /// What it should do (trimmed, never empty).
+    pub task: String,
+}
+
+impl CallAgentArgs {
+    /// Parses the arguments text a model sent (empty is `{}`); the error names the tool and
+    /// the argument.
+    pub fn parse(raw: &str) -> Result<CallAgentArgs, String> {
+        let raw = if raw.trim().is_empty() { "{}" } else { raw };
+        let args = match serde_json::from_str::<Value>(raw) {
+            Ok(Value::Object(args)) => args,
+            Ok(_) => {
+                return Err(format!(
+                    "{CALL_AGENT}: arguments must be a JSON object with agent and task"
+                ))
+            }
+            Err(e) => return Err(format!("{CALL_AGENT}: arguments are not valid JSON: {e}")),
+        };
+        let text = |key: &str| {
+            args.get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let Some(agent) = text("agent") else {
+            return Err(format!(
+                "{CALL_AGENT} requires agent: the name of an agent (see list_agents)"
+            ));
+        };
+        let Some(task) = text("task") else {
+            return Err(format!(
+                "{CALL_AGENT} requires task: what the agent should do, in full"
+            ));
+        };
+        Ok(CallAgentArgs { agent, task })
+    }
+}
+
 /// An agent file larger than this is refused: its body goes into every request the agent makes.
 pub const MAX_AGENT_FILE_BYTES: u64 = 256 * 1024;
 /// The frontmatter (between the `---` lines) may be at most this long.

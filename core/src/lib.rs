@@ -28,7 +28,9 @@ pub mod session;
 mod tool;
 pub mod trust;
 
-pub use agent::{AgentDef, AgentName, AgentProblem, AgentSet, AgentsConfig, InvalidAgentName};
+pub use agent::{
+    AgentDef, AgentName, AgentProblem, AgentSet, AgentsConfig, CallAgentArgs, InvalidAgentName,
+};
 pub use args::Args;
 pub use config_table::{ConfigTable, ParsedCache};
 pub use preview::{BlockKind, Preview, PreviewBlock};

@@ -120,7 +120,7 @@ impl CallStatus {
 pub enum ErrorKind {
     /// No tool or alias of that name is registered.
     UnknownTool,
-    /// Bad request: an unparsable argument string, an invalid session id, `call_agent`.
+    /// Bad request: an unparsable argument string, an invalid session id, an intercepted tool.
     InvalidRequest,
     /// The permissions refused the call, or the user did, or no approval came in time.
     Denied,
@@ -518,10 +518,8 @@ impl ToolExecutor {
     ) -> (String, Result<String, (ErrorKind, String)>) {
         let inner = &*self.inner;
         let found = inner.registry.get(&request.name);
-        let intercepted = match found {
-            Some(tool) => tool.info.intercepted,
-            None => request.name == "call_agent",
-        };
+        // By the flag alone: the executor names no tool.
+        let intercepted = found.is_some_and(|tool| tool.info.intercepted);
         if intercepted {
             let shown = shorten(&request.name, 200);
             return (

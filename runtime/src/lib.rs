@@ -23,4 +23,4 @@ pub use events::{EventHub, RuntimeEvent, SessionEvent, StopReason, Subscription}
 pub use runtime::{
     ApprovalAnswer, Runtime, RuntimeOptions, TurnError, TurnOutcome, TurnRequest, DEFAULT_AGENT,
 };
-pub use turn::CALL_AGENT;
+pub use toolbox_core::agent::CALL_AGENT;

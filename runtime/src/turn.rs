@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
+use toolbox_core::agent::{CallAgentArgs, CALL_AGENT};
 use toolbox_core::SessionId;
 use toolbox_executor::{
     schema, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind, PermissionMode, Permissions,
@@ -21,9 +22,6 @@ use crate::conversation::{self, ConversationWriter};
 use crate::events::{preview, RuntimeEvent, StopReason};
 use crate::llm::{ChatRequest, LlmClient, Message, ToolCall, Usage};
 use crate::runtime::{lock, Runtime, Started, TurnOutcome, TurnRequest};
-
-/// The intercepted tool that runs a sub-turn.
-pub const CALL_AGENT: &str = "call_agent";
 
 /// Everything one turn shares across its agents.
 struct Turn {
@@ -548,29 +546,9 @@ async fn call_agent(
             started.elapsed().as_millis() as u64,
         )
     };
-    let args = match serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        &call.arguments
-    }) {
-        Ok(Value::Object(args)) => args,
-        Ok(_) => {
-            return fail("call_agent: arguments must be a JSON object with agent and task".into())
-        }
-        Err(e) => return fail(format!("call_agent: arguments are not valid JSON: {e}")),
-    };
-    let text_arg = |key: &str| {
-        args.get(key)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
-    let Some(name) = text_arg("agent") else {
-        return fail("call_agent requires agent: the name of an agent (see list_agents)".into());
-    };
-    let Some(task) = text_arg("task") else {
-        return fail("call_agent requires task: what the agent should do, in full".into());
+    let CallAgentArgs { agent: name, task } = match CallAgentArgs::parse(&call.arguments) {
+        Ok(args) => args,
+        Err(e) => return fail(e),
     };
     let max_depth = turn.rt.inner.options.max_agent_depth;
     let shown_chain = chain.join(" → ");

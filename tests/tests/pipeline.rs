@@ -37,7 +37,9 @@ impl ToolProvider for TestTools {
             ToolInfo::new("streamer", "Spools its own output.", obj.clone()),
             ToolInfo::new("touch", "Writes.", obj.clone()).risk(ToolRisk::FileWrite),
             ToolInfo::new("sh", "Shell.", obj.clone()).risk(ToolRisk::Shell),
-            ToolInfo::new("py", "Python.", obj).risk(ToolRisk::Python),
+            ToolInfo::new("py", "Python.", obj.clone()).risk(ToolRisk::Python),
+            // Served by a runtime, as call_agent is: the executor refuses it by the flag.
+            ToolInfo::new("relay", "Intercepted.", obj).intercepted(),
         ]
     }
 
@@ -120,13 +122,17 @@ async fn routing_aliases_and_unknown_tools() {
     assert_eq!(info.result, "unknown tool: nope");
     assert_eq!(info.error_kind, Some(ErrorKind::UnknownTool));
 
-    let info = exec.run(req("3", "call_agent", json!({}))).await;
+    let info = exec.run(req("3", "relay", json!({}))).await;
     assert_eq!(info.status, CallStatus::Error);
+    assert_eq!(info.error_kind, Some(ErrorKind::InvalidRequest));
     assert!(
         info.result.contains("must intercept it before dispatch"),
         "{}",
         info.result
     );
+    // The executor names no tool: call_agent, where no provider declares it, is unknown.
+    let info = exec.run(req("3b", "call_agent", json!({}))).await;
+    assert_eq!(info.result, "unknown tool: call_agent");
 
     let info = exec.run(req("4", "echo", json!({}))).await;
     assert_eq!(info.result, "echo requires text");

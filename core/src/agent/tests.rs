@@ -228,3 +228,31 @@ fn the_agents_table_is_checked() {
     let rules = crate::trust::table_rules("agents").expect("[agents] declares its rules");
     assert!(rules.rules.is_empty());
 }
+
+#[test]
+fn call_agent_arguments_are_parsed_once_with_errors_naming_them() {
+    assert_eq!(
+        CallAgentArgs::parse(r#"{"agent": " reviewer ", "task": "look"}"#),
+        Ok(CallAgentArgs {
+            agent: "reviewer".into(),
+            task: "look".into()
+        })
+    );
+    let e = |raw: &str| CallAgentArgs::parse(raw).unwrap_err();
+    assert_eq!(
+        e(""),
+        "call_agent requires agent: the name of an agent (see list_agents)"
+    );
+    assert_eq!(
+        e(r#"{"agent": "a", "task": "  "}"#),
+        "call_agent requires task: what the agent should do, in full"
+    );
+    assert_eq!(
+        e("[1]"),
+        "call_agent: arguments must be a JSON object with agent and task"
+    );
+    assert!(e("{").starts_with("call_agent: arguments are not valid JSON: "));
+    let info = call_agent_info("team");
+    assert_eq!(info.name, CALL_AGENT);
+    assert!(info.intercepted);
+}

@@ -6,45 +6,15 @@
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{ToolInfo, ToolRisk};
+use toolbox_core::agent::{call_agent_info, CALL_AGENT as NAME};
+use toolbox_core::ToolInfo;
 
 use crate::TOOLSET;
 
-/// The tool's name.
-pub const NAME: &str = "call_agent";
-
+/// The tool's name, schema and argument rules are core's (`toolbox_core::agent`), beside the
+/// agent definitions; this provider lists it so it has a toolset.
 pub(crate) fn info() -> ToolInfo {
-    ToolInfo::new(
-        NAME,
-        "Run another agent on a task in this same session and return its final answer. The \
-         agent works with its own instructions and toolsets until it is done, then its last \
-         message comes back as this tool's result. Write the task so it stands on its own: the \
-         goal, the files or data involved, and what to return. list_agents shows the agents \
-         and what each is for.",
-        object_schema(
-            &[
-                (
-                    "agent",
-                    prop(
-                        "string",
-                        "The agent's name, as list_agents shows it, e.g. \"reviewer\".",
-                    ),
-                ),
-                (
-                    "task",
-                    prop(
-                        "string",
-                        "What the agent should do, self-contained, and what it should answer with.",
-                    ),
-                ),
-            ],
-            &["agent", "task"],
-        ),
-    )
-    .risk(ToolRisk::Read)
-    .toolsets(&[TOOLSET])
-    .intercepted()
+    call_agent_info(TOOLSET)
 }
 
 pub(crate) fn run(_args: Value) -> Result<Value> {

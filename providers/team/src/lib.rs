@@ -29,8 +29,8 @@ use serde_json::Value;
 use toolbox_core::ToolInfo;
 use toolbox_host::{ToolContext, ToolProvider};
 
-pub use call::NAME as CALL_AGENT;
 pub use list::NAME as LIST_AGENTS;
+pub use toolbox_core::agent::CALL_AGENT;
 
 toolbox_host::register_provider!("team", || Arc::new(TeamProvider::default()));
 
@@ -56,7 +56,7 @@ impl ToolProvider for TeamProvider {
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
         match tool {
             list::NAME => list::run(args, ctx).await,
-            call::NAME => call::run(args),
+            CALL_AGENT => call::run(args),
             other => Err(anyhow!("team has no tool named {other}")),
         }
     }
