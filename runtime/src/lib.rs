@@ -10,6 +10,7 @@
 //! executor stays unaware of agents.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod conversation;

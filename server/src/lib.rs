@@ -10,6 +10,7 @@
 //! - [`console`]: the web console at `/`, embedded in the binary.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod console;

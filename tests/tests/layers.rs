@@ -98,3 +98,103 @@ fn crates_depend_only_on_the_layers_below_them() {
         );
     }
 }
+
+/// The crates' source folders: every `Cargo.toml` of the workspace but the root's.
+fn crate_dirs() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs = Vec::new();
+    for parent in [root.clone(), root.join("providers")] {
+        for entry in std::fs::read_dir(&parent).unwrap() {
+            let dir = entry.unwrap().path();
+            if dir.join("Cargo.toml").is_file() && dir.join("src").is_dir() {
+                dirs.push(dir);
+            }
+        }
+    }
+    dirs.sort();
+    dirs
+}
+
+/// Every `.rs` file under `dir`, with its text.
+fn sources(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// A crate whose code has no `unsafe` says so: `#![forbid(unsafe_code)]` at its root.
+#[test]
+fn crates_without_unsafe_code_forbid_it() {
+    let mut missing = Vec::new();
+    for dir in crate_dirs() {
+        let src = dir.join("src");
+        let uses_unsafe = sources(&src).iter().any(|(_, text)| {
+            text.lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .any(|l| {
+                    l.contains("unsafe {") || l.contains("unsafe fn") || l.contains("unsafe impl")
+                })
+        });
+        let root = ["lib.rs", "main.rs"]
+            .iter()
+            .map(|f| src.join(f))
+            .find(|p| p.is_file())
+            .unwrap();
+        let forbids = std::fs::read_to_string(&root)
+            .unwrap()
+            .contains("#![forbid(unsafe_code)]");
+        if !uses_unsafe && !forbids {
+            missing.push(root.display().to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "no unsafe code, but no #![forbid(unsafe_code)]: {missing:?}"
+    );
+}
+
+/// The executor routes through the registry and names no tool: no string literal in its
+/// code (tests aside) is the name or alias of a registered tool.
+#[test]
+fn the_executor_names_no_tool() {
+    use toolbox as _;
+    let mut names = BTreeSet::new();
+    for provider in toolbox_host::registered_providers() {
+        for tool in (provider.build)().list_tools() {
+            names.insert(tool.name.to_string());
+            names.extend(tool.aliases.iter().map(|a| a.to_string()));
+        }
+    }
+    assert!(
+        names.contains("call_agent") && names.contains("shell"),
+        "{names:?}"
+    );
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../executor/src");
+    let mut named = Vec::new();
+    for (path, text) in sources(&src) {
+        // Code only: a file's tests start at its #[cfg(test)].
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (i, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for literal in line.split('"').skip(1).step_by(2) {
+                if names.contains(literal) {
+                    named.push(format!("{}:{}: \"{literal}\"", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(named.is_empty(), "the executor names tools: {named:#?}");
+}

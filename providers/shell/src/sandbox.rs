@@ -649,9 +649,11 @@ mod tests {
     #[test]
     fn the_user_namespace_variant_protects_the_same() {
         // What a non-root user gets; root can take the same path (it maps itself to itself).
-        if probe_namespace(true).is_err() {
-            eprintln!("no user namespaces here; skipped");
-            return;
+        if let Err(e) = probe_namespace(true) {
+            panic!(
+                "this test needs user namespaces (the sandbox a non-root user gets): {e}; \
+                 enable them (kernel.unprivileged_userns_clone) where toolbox runs"
+            );
         }
         let (_dir, spec) = protected_workspace();
         let mut protection = Protection::prepare(&spec).expect("a mount namespace here");
