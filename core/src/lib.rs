@@ -19,12 +19,13 @@
 
 pub mod agent;
 mod args;
-pub mod config_table;
+mod config_table;
+pub mod error;
 pub mod frontmatter;
 pub mod panic;
 pub mod preview;
 pub mod schema;
-pub mod session;
+mod session;
 mod tool;
 pub mod trust;
 

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rustix::fs::OFlags;
 use serde_json::Value;
@@ -148,20 +148,7 @@ fn open_configured(
     workspace: &Workspace,
     given: &str,
 ) -> Result<(Dir, String, Links), (String, String)> {
-    let absolute: Option<PathBuf> = if given == "~" || given.starts_with("~/") {
-        let Some(home) = std::env::var_os("HOME") else {
-            return Err((
-                given.to_string(),
-                "HOME is not set, so ~ cannot be expanded".to_string(),
-            ));
-        };
-        Some(Path::new(&home).join(given.trim_start_matches('~').trim_start_matches('/')))
-    } else if Path::new(given).is_absolute() {
-        // An operator's setting: the one place a path is taken as written.
-        Some(PathBuf::from(given))
-    } else {
-        None
-    };
+    let absolute = crate::operator_path(given).map_err(|why| (given.to_string(), why))?;
     match absolute {
         Some(path) => {
             let shown = path.display().to_string();

@@ -22,12 +22,14 @@
 #![deny(missing_docs)]
 
 mod agents;
+mod blocking;
 pub mod containment;
 mod context;
 mod dirfd;
 mod extract;
 pub mod handoff;
 pub mod limits;
+mod paths;
 mod provider;
 mod runner;
 pub mod secrets;
@@ -36,9 +38,11 @@ mod spool_file;
 mod workspace;
 
 pub use agents::discover_agents;
+pub use blocking::blocking;
 pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
 pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
+pub use paths::operator_path;
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
 pub use runner::{find_code_runner, CodeRunner, RunFuture};
 pub use skill::{

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rustix::fs::OFlags;
 
 use crate::dirfd::{self, Dir};
-use toolbox_core::session::{InvalidSessionId, SessionId};
+use toolbox_core::{InvalidSessionId, SessionId};
 
 /// The folder inside the workspace where toolbox keeps its own data.
 pub const TOOLBOX_DIR: &str = ".toolbox";

@@ -96,9 +96,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
+    toolbox_host::blocking(format!("{tool}: the file task"), work).await?
 }
 
 /// The error every long walk stops with when its call is cancelled.

@@ -123,9 +123,10 @@ pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> 
         .output_dir()
         .map_err(|e| anyhow!("{NAME}: cannot create the output folder: {e}"))?;
     let call_id = toolbox_host::safe_file_part(&ctx.call_id);
-    let saved = tokio::task::spawn_blocking(move || save_all(&dir, &call_id, &images))
-        .await
-        .map_err(|e| anyhow!("{NAME}: saving the images stopped unexpectedly: {e}"))??;
+    let saved = toolbox_host::blocking(format!("{NAME}: saving the images"), move || {
+        save_all(&dir, &call_id, &images)
+    })
+    .await??;
 
     // The real path, and the short one the model names it by: `.toolbox/sessions/s1/output/
     // image-….png (output/image-….png)`.
@@ -284,16 +285,7 @@ fn api_message(body: &str) -> String {
 }
 
 fn describe(err: &reqwest::Error, endpoint: &Endpoint) -> String {
-    let mut out = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = e.source();
-    }
+    let mut out = toolbox_core::error::chain(err);
     if err.is_timeout() {
         out.push_str(&format!(
             " (timed out after {} ms; [image_gen] timeout_ms)",

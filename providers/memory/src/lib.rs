@@ -131,16 +131,16 @@ fn settings(ctx: &ToolContext) -> Result<Settings> {
 
 /// `[memory] path`: absolute, or under the home folder with `~/`.
 fn operator_path(given: &str) -> Result<PathBuf> {
-    let path = match given.strip_prefix("~/") {
-        Some(rest) => match std::env::var_os("HOME") {
-            Some(home) if !home.is_empty() => PathBuf::from(home).join(rest),
-            _ => bail!("[memory] path {given:?} starts with ~/ but HOME is not set"),
-        },
-        None => PathBuf::from(given),
-    };
-    if !path.is_absolute() {
-        bail!("[memory] path must be an absolute path (or start with ~/), got {given:?}");
+    if given == "~" {
+        bail!("[memory] path must name a file, got {given:?}");
     }
+    let path = match toolbox_host::operator_path(given) {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            bail!("[memory] path must be an absolute path (or start with ~/), got {given:?}")
+        }
+        Err(_) => bail!("[memory] path {given:?} starts with ~/ but HOME is not set"),
+    };
     if path.file_name().is_none() {
         bail!("[memory] path must name a file, got {given:?}");
     }
@@ -159,7 +159,7 @@ impl MemoryProvider {
     ) -> Result<T> {
         let settings = settings(ctx)?;
         let stores = self.stores.clone();
-        tokio::task::spawn_blocking(move || {
+        toolbox_host::blocking(format!("{tool}: the memory task"), move || {
             let store = stores.get(&settings.location, create)?;
             match store {
                 None => f(None),
@@ -169,8 +169,7 @@ impl MemoryProvider {
                 }
             }
         })
-        .await
-        .map_err(|e| anyhow!("{tool}: the memory task stopped unexpectedly: {e}"))?
+        .await?
         .map_err(|e| anyhow!("{tool}: {e:#}"))
     }
 }

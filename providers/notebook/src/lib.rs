@@ -112,15 +112,14 @@ pub(crate) fn notebook_path(tool: &str, ctx: &ToolContext, path: &str) -> Result
 /// Loads a notebook on the blocking pool, opened beneath the workspace root, with errors
 /// prefixed by the tool name.
 pub(crate) async fn load(tool: &'static str, nb: NbPath, shown: String) -> Result<Notebook> {
-    tokio::task::spawn_blocking(move || {
+    toolbox_host::blocking(format!("{tool}: the file task"), move || {
         let file = nb.ws.open_read(&nb.path).map_err(|e| match e {
             _ if e.is_not_found() => anyhow!("cannot read {shown}: it does not exist"),
             other => anyhow!("cannot read {shown}: {other}"),
         })?;
         Notebook::load(file, &shown)
     })
-    .await
-    .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
+    .await?
     .map_err(|e| anyhow!("{tool}: {e}"))
 }
 
@@ -132,7 +131,7 @@ pub(crate) async fn save(
     nb: NbPath,
     shown: String,
 ) -> Result<Notebook> {
-    tokio::task::spawn_blocking(move || {
+    toolbox_host::blocking(format!("{tool}: the file task"), move || {
         let failed = |e: &dyn std::fmt::Display| anyhow!("{tool}: cannot write {shown}: {e}");
         let bytes = notebook.to_bytes().map_err(|e| failed(&e))?;
         nb.ws
@@ -140,8 +139,7 @@ pub(crate) async fn save(
             .map_err(|e| failed(&e))?;
         Ok(notebook)
     })
-    .await
-    .map_err(|e| anyhow!("{tool}: the file task stopped unexpectedly: {e}"))?
+    .await?
 }
 
 /// Which cell a call means: `index` (alias `cell_index`, `cell_number`) or `cell_id`.

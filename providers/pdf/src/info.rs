@@ -1,6 +1,6 @@
 //! `pdf__info`: page count, metadata and encryption of a PDF file.
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
 use toolbox_core::{Args, ToolInfo};
@@ -41,11 +41,10 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     }
     out.push_str(&format!("PDF version: {}\n", pdf.doc.version));
     if !pdf.locked {
-        let meta = tokio::task::spawn_blocking(move || {
+        let meta = toolbox_host::blocking(format!("{NAME}: the PDF task"), move || {
             doc::guarded("reading metadata", || Ok(pdf.metadata()))
         })
-        .await
-        .map_err(|e| anyhow!("{NAME}: the PDF task stopped unexpectedly: {e}"))??;
+        .await??;
         if meta.is_empty() {
             out.push_str("metadata: none\n");
         }

@@ -101,7 +101,7 @@ async fn open(tool: &'static str, args: &Args<'_>, ctx: &ToolContext) -> Result<
     let shown = ws.show(&p);
     let max_bytes = max_file_bytes(ctx)?;
     let name = shown.clone();
-    let pdf = tokio::task::spawn_blocking(move || -> Result<Pdf> {
+    let pdf = toolbox_host::blocking(format!("{tool}: the PDF task"), move || -> Result<Pdf> {
         use std::io::Read;
         // Opened beneath the workspace root by descriptor; what is parsed is what was checked.
         let file = ws.open_read(&p).map_err(|e| match e {
@@ -127,8 +127,7 @@ async fn open(tool: &'static str, args: &Args<'_>, ctx: &ToolContext) -> Result<
             .map_err(|e| anyhow!("cannot read {name}: {e}"))?;
         doc::load(&bytes, &name)
     })
-    .await
-    .map_err(|e| anyhow!("{tool}: the PDF task stopped unexpectedly: {e}"))?
+    .await?
     .map_err(|e| anyhow!("{tool}: {e:#}"))?;
     Ok((pdf, shown))
 }

@@ -51,9 +51,10 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let total = pdf.page_count;
     let texts = {
         let wanted = wanted.clone();
-        tokio::task::spawn_blocking(move || pdf.pages_text(&wanted, max_chars, &cancel))
-            .await
-            .map_err(|e| anyhow!("{NAME}: the PDF task stopped unexpectedly: {e}"))?
+        toolbox_host::blocking(format!("{NAME}: the PDF task"), move || {
+            pdf.pages_text(&wanted, max_chars, &cancel)
+        })
+        .await?
     };
     if ctx.cancel.is_cancelled() {
         bail!("{NAME}: cancelled");

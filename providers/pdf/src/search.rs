@@ -56,27 +56,27 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let wanted = pages::parse(NAME, spec.as_deref(), pdf.page_count)?;
     let cancel = ctx.cancel.clone();
     let searched = wanted.len();
-    let (matches, total, failed) = tokio::task::spawn_blocking(move || {
-        let mut matches = Vec::new();
-        let mut total = 0usize;
-        let mut failed = Vec::new();
-        for (page, text) in pdf.pages_text(&wanted, usize::MAX, &cancel) {
-            let Ok(text) = text else {
-                failed.push(page);
-                continue;
-            };
-            let hay: Vec<char> = normalize_space(&text).chars().collect();
-            for at in find_all(&hay, &needle) {
-                total += 1;
-                if matches.len() < max_results {
-                    matches.push((page, context(&hay, at, needle.len())));
+    let (matches, total, failed) =
+        toolbox_host::blocking(format!("{NAME}: the PDF task"), move || {
+            let mut matches = Vec::new();
+            let mut total = 0usize;
+            let mut failed = Vec::new();
+            for (page, text) in pdf.pages_text(&wanted, usize::MAX, &cancel) {
+                let Ok(text) = text else {
+                    failed.push(page);
+                    continue;
+                };
+                let hay: Vec<char> = normalize_space(&text).chars().collect();
+                for at in find_all(&hay, &needle) {
+                    total += 1;
+                    if matches.len() < max_results {
+                        matches.push((page, context(&hay, at, needle.len())));
+                    }
                 }
             }
-        }
-        (matches, total, failed)
-    })
-    .await
-    .map_err(|e| anyhow!("{NAME}: the PDF task stopped unexpectedly: {e}"))?;
+            (matches, total, failed)
+        })
+        .await?;
     if ctx.cancel.is_cancelled() {
         bail!("{NAME}: cancelled");
     }

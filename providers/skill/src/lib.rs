@@ -85,11 +85,12 @@ impl ToolProvider for SkillProvider {
 async fn discover(tool: &'static str, ctx: &ToolContext) -> Result<Arc<SkillSet>> {
     let workspace = ctx.workspace.clone();
     let config = ctx.config.clone();
-    tokio::task::spawn_blocking(move || SkillSet::discover(&workspace, &config))
-        .await
-        .map_err(|e| anyhow!("{tool}: looking for skills stopped unexpectedly: {e}"))?
-        .map(Arc::new)
-        .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))
+    toolbox_host::blocking(format!("{tool}: looking for skills"), move || {
+        SkillSet::discover(&workspace, &config)
+    })
+    .await?
+    .map(Arc::new)
+    .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))
 }
 
 /// A skill name from a model, parsed; the error names the tool.

@@ -41,12 +41,11 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
     let python = toolbox_host::find_code_runner("python").is_some();
-    tokio::task::spawn_blocking(move || {
+    toolbox_host::blocking(format!("{NAME}: listing the skill's files"), move || {
         let (listed, cut) = files::list(skill.dir());
         Value::String(render(&skill, &listed, cut, python))
     })
     .await
-    .map_err(|e| anyhow::anyhow!("{NAME}: listing the skill's files stopped unexpectedly: {e}"))
 }
 
 /// The text the model gets for a loaded skill.

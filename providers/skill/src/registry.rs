@@ -16,7 +16,7 @@
 
 use std::ffi::OsStr;
 use std::io::{self, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
@@ -277,23 +277,7 @@ fn open_workspace_dir(workspace: &Workspace, rel: &str) -> Result<Option<Dir>> {
 
 /// Opens a configured root: absolute, `~/…` (the operator's home) or workspace-relative.
 fn configured_root(workspace: &Workspace, given: &str) -> Result<(Dir, String), (String, String)> {
-    let expanded: Option<PathBuf> = if given == "~" || given.starts_with("~/") {
-        match std::env::var_os("HOME") {
-            Some(home) => {
-                Some(Path::new(&home).join(given.trim_start_matches('~').trim_start_matches('/')))
-            }
-            None => {
-                return Err((
-                    given.to_string(),
-                    "HOME is not set, so ~ cannot be expanded".into(),
-                ))
-            }
-        }
-    } else if Path::new(given).is_absolute() {
-        Some(PathBuf::from(given))
-    } else {
-        None
-    };
+    let expanded = toolbox_host::operator_path(given).map_err(|why| (given.to_string(), why))?;
     match expanded {
         Some(path) => {
             let shown = path.display().to_string();

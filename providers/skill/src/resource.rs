@@ -73,12 +73,11 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
-    tokio::task::spawn_blocking(move || {
+    toolbox_host::blocking(format!("{NAME}: the read"), move || {
         let file = path.open(&skill)?;
         let shown = format!("{}/{}", skill.name(), path.as_str());
         files::read_window(file, &shown, offset, limit).map(Value::String)
     })
-    .await
-    .map_err(|e| anyhow!("{NAME}: the read stopped unexpectedly: {e}"))?
+    .await?
     .map_err(|e| anyhow!("{NAME}: {e:#}"))
 }

@@ -1,6 +1,6 @@
 //! `list_agents`: the agents a model may hand work to, and the agent files that were skipped.
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
 use toolbox_core::{Args, ToolInfo, ToolRisk};
@@ -30,9 +30,9 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let workspace = ctx.workspace.clone();
     let config = ctx.config.clone();
     // Reading folders blocks; keep it off the async threads.
-    let set =
-        tokio::task::spawn_blocking(move || toolbox_host::discover_agents(&workspace, &config))
-            .await
-            .map_err(|e| anyhow!("{NAME}: looking for agents stopped unexpectedly: {e}"))?;
+    let set = toolbox_host::blocking(format!("{NAME}: looking for agents"), move || {
+        toolbox_host::discover_agents(&workspace, &config)
+    })
+    .await?;
     Ok(set.summary())
 }

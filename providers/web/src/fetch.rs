@@ -164,20 +164,19 @@ pub async fn run(clients: Clients, args: Value, ctx: &ToolContext) -> Result<Val
         }
         let extract = extractor.extract;
         let bytes = body.bytes;
-        let text = tokio::task::spawn_blocking(move || extract(&bytes))
-            .await
-            .map_err(|e| anyhow!("{NAME}: the {kind} extractor stopped unexpectedly: {e}"))?
-            .map_err(|e| {
-                anyhow!("{NAME}: cannot read the {kind} document at {final_url}: {e:#}")
-            })?;
+        let text = toolbox_host::blocking(format!("{NAME}: the {kind} extractor"), move || {
+            extract(&bytes)
+        })
+        .await?
+        .map_err(|e| anyhow!("{NAME}: cannot read the {kind} document at {final_url}: {e:#}"))?;
         (None, text)
     } else if is_html(&kind) {
         let html = convert::decode_text(&body.bytes, charset.as_deref());
         let page_url = final_url.clone();
-        let page =
-            tokio::task::spawn_blocking(move || convert::html_page(&html, &page_url, format))
-                .await
-                .map_err(|e| anyhow!("{NAME}: converting the page failed unexpectedly: {e}"))?;
+        let page = toolbox_host::blocking(format!("{NAME}: converting the page"), move || {
+            convert::html_page(&html, &page_url, format)
+        })
+        .await?;
         if page.whole_page && format != Format::Html {
             notes.push("no main article was found, so this is the whole page".into());
         }

@@ -131,17 +131,7 @@ pub fn describe_error(err: &reqwest::Error, config: &WebConfig) -> String {
     chain(err)
 }
 
-/// An error and its causes, `a: b: c`, without repeating a cause its parent already quoted.
+/// An error and its causes, `a: b: c` (core's one printer).
 pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = e.source();
-    }
-    out
+    toolbox_core::error::chain(err)
 }

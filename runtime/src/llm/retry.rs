@@ -101,52 +101,9 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
 
 /// An HTTP date in any of the three forms RFC 9110 says to accept:
 /// `Sun, 06 Nov 1994 08:49:37 GMT`, `Sunday, 06-Nov-94 08:49:37 GMT`,
-/// `Sun Nov  6 08:49:37 1994`.
+/// `Sun Nov  6 08:49:37 1994` (httpdate reads all three).
 pub(crate) fn parse_http_date(text: &str) -> Option<SystemTime> {
-    const MONTHS: [&str; 12] = [
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
-    let month_of = |s: &str| {
-        MONTHS
-            .iter()
-            .position(|m| s.eq_ignore_ascii_case(m))
-            .map(|i| i as u32 + 1)
-    };
-    let tokens: Vec<&str> = text
-        .split([' ', ',', '-'])
-        .filter(|t| !t.is_empty())
-        .collect();
-    // The weekday first, then day-month-year-time, or (asctime) month-day-time-year.
-    let (day, month, year, time) = match tokens.as_slice() {
-        [_, m, d, t, y] if month_of(m).is_some() => (*d, *m, *y, *t),
-        [_, d, m, y, t, zone] if zone.eq_ignore_ascii_case("GMT") => (*d, *m, *y, *t),
-        _ => return None,
-    };
-    let month = month_of(month)?;
-    let day: u32 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
-    let mut year: i64 = year.parse().ok()?;
-    if year < 100 {
-        year += if year < 70 { 2000 } else { 1900 };
-    }
-    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if hms.next().is_some() || h > 23 || m > 59 || s > 60 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    let seconds = u64::try_from(days).ok()? * 86_400 + h * 3600 + m * 60 + s;
-    Some(UNIX_EPOCH + Duration::from_secs(seconds))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = i64::from((month + 9) % 12);
-    let day_of_year = (153 * month_from_march + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    httpdate::parse_http_date(text).ok()
 }
 
 /// The first `max` characters of `text`, trimmed, with `…` when cut.

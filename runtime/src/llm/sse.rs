@@ -301,19 +301,9 @@ impl EventStream {
     }
 }
 
-/// An error and its sources, `a: b: c`.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let s = e.to_string();
-        if !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
-        source = e.source();
-    }
-    text
+/// An error and its sources, `a: b: c` (core's one printer).
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    toolbox_core::error::chain(error)
 }
 
 #[cfg(test)]

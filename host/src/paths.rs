@@ -1,0 +1,36 @@
+//! Paths an operator writes in a configuration file.
+
+use std::path::{Path, PathBuf};
+
+/// An operator's path as written: `~` and `~/…` under the home folder (`HOME`), an absolute
+/// path as is, `None` for a relative one (whose base the caller knows: the workspace, or an
+/// error). `~user` is not expanded (it is taken as relative). The error says why `~` cannot
+/// be expanded (`HOME` unset or empty).
+pub fn operator_path(given: &str) -> Result<Option<PathBuf>, String> {
+    if given == "~" || given.starts_with("~/") {
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| "HOME is not set, so ~ cannot be expanded".to_string())?;
+        let rest = given.trim_start_matches('~').trim_start_matches('/');
+        return Ok(Some(Path::new(&home).join(rest)));
+    }
+    if Path::new(given).is_absolute() {
+        return Ok(Some(PathBuf::from(given)));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_absolute_and_relative() {
+        let home = PathBuf::from(std::env::var_os("HOME").expect("HOME is set for tests"));
+        assert_eq!(operator_path("~"), Ok(Some(home.clone())));
+        assert_eq!(operator_path("~/a/b"), Ok(Some(home.join("a/b"))));
+        assert_eq!(operator_path("/srv/x"), Ok(Some(PathBuf::from("/srv/x"))));
+        assert_eq!(operator_path("rel/x"), Ok(None));
+        assert_eq!(operator_path("~bob/x"), Ok(None));
+    }
+}
