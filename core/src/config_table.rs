@@ -1,7 +1,7 @@
 //! [`ConfigTable`]: the one way a provider reads its `[table]` of the configuration.
 //!
 //! Every table arrives as JSON (the executor converts `toolbox.toml`, see
-//! [`ToolContext::config`](crate::ToolContext::config)). Reading it through this type gives
+//! `toolbox_host::ToolContext::config`). Reading it through this type gives
 //! every table the same rules and the same words:
 //!
 //! - no table (or `null`) means every default; anything but a table is an error;
