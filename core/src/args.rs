@@ -10,6 +10,31 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 /// strict-mode client (which must send every property, `null` for the ones it leaves out)
 /// gets the same call as one that omits them. Models often quote numbers and booleans, so
 /// `"10"` is accepted for an integer and `"true"` for a boolean.
+///
+/// ```
+/// use serde_json::json;
+/// use toolbox_core::Args;
+///
+/// let value = json!({"file_path": "notes.md", "limit": "20"});
+/// let args = Args::new("read_file", &value)?;
+/// // The alias is accepted for the canonical name; the quoted number is read as a number.
+/// assert_eq!(args.str("path", &["file_path"])?, "notes.md");
+/// assert_eq!(args.opt_u64("limit", &[])?, Some(20));
+/// assert_eq!(args.opt_u64("offset", &[])?, None);
+///
+/// // Errors name the tool and the argument, so the model knows what to fix.
+/// let value = json!({"limit": "all"});
+/// let args = Args::new("read_file", &value)?;
+/// assert_eq!(
+///     args.str("path", &["file_path"]).unwrap_err().to_string(),
+///     "read_file requires path"
+/// );
+/// assert_eq!(
+///     args.opt_u64("limit", &[]).unwrap_err().to_string(),
+///     "read_file: argument `limit` must be a non-negative integer, got a string \"all\""
+/// );
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Args<'a> {
     tool: &'a str,

@@ -1,7 +1,7 @@
 //! [`ConfigTable`]: the one way a provider reads its `[table]` of the configuration.
 //!
 //! Every table arrives as JSON (the executor converts `toolbox.toml`, see
-//! [`ToolContext::config`](crate::ToolContext::config)). Reading it through this type gives
+//! `toolbox_host::ToolContext::config`). Reading it through this type gives
 //! every table the same rules and the same words:
 //!
 //! - no table (or `null`) means every default; anything but a table is an error;
@@ -28,6 +28,28 @@ use serde_json::{Map, Value};
 ///
 /// Every getter returns `Ok(None)` for a key that is absent or `null`, so the caller keeps
 /// its default in one place.
+///
+/// ```
+/// use serde_json::json;
+/// use toolbox_core::ConfigTable;
+///
+/// const KEYS: &[&str] = &["max_jobs", "sandbox"];
+///
+/// let config = json!({"shell": {"max_jobs": 4}});
+/// let table = ConfigTable::from_config(&config, "shell", KEYS)?;
+/// assert_eq!(table.u64_in("max_jobs", 1, 64)?, Some(4));
+/// // Not set: the caller's default applies.
+/// assert_eq!(table.one_of("sandbox", &["off", "read-only"])?, None);
+///
+/// // A misspelt key is refused, with the keys the table knows.
+/// let config = json!({"shell": {"max_job": 4}});
+/// let err = ConfigTable::from_config(&config, "shell", KEYS).unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "[shell] has an unknown key `max_job` (known keys: max_jobs, sandbox)"
+/// );
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigTable<'a> {
     name: &'a str,

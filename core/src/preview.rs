@@ -3,7 +3,7 @@
 //! A person approves an *effect*: a diff for an edit, the real path and the content for a
 //! write, the command and its working folder for a shell command, numbered code for Python.
 //! Each provider describes its own tools' previews beside their `info()`
-//! ([`ToolProvider::preview`](crate::ToolProvider::preview)); any other tool gets
+//! (`toolbox_host::ToolProvider::preview`); any other tool gets
 //! [`Preview::arguments`], its arguments as indented `key: value` lines. Never escaped JSON.
 //!
 //! This module is also the one renderer: [`Preview::to_text`] is what the terminal prints

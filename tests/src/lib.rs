@@ -2,6 +2,7 @@
 //! workspace, one call in a session, and the usual "this worked" / "this failed saying …"
 //! checks. A test file still says `use toolbox as _;` so the providers are linked in.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod scripted_llm;
@@ -157,11 +158,13 @@ pub mod http {
     /// One request as the test server saw it.
     #[derive(Debug, Clone)]
     pub struct Request {
+        /// `GET`, `POST` and so on.
         pub method: String,
         /// Path and query, as sent.
         pub target: String,
         /// Lower-case names.
         pub headers: HashMap<String, String>,
+        /// The bytes after the head, read until there are `content-length` of them.
         pub body: Vec<u8>,
     }
 
@@ -179,6 +182,7 @@ pub mod http {
                 .collect()
         }
 
+        /// The target without its query.
         pub fn path(&self) -> String {
             self.target.split('?').next().unwrap_or("").to_string()
         }

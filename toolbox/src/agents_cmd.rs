@@ -9,7 +9,7 @@ const DESCRIPTION_CHARS: usize = 100;
 
 /// What goes to stdout: a table (NAME, TOOLSETS, SOURCE, DESCRIPTION), or with `json` an
 /// array of each agent's [`AgentDef::summary`].
-pub fn render(set: &AgentSet, json: bool) -> String {
+pub(crate) fn render(set: &AgentSet, json: bool) -> String {
     if json {
         let rows: Vec<Value> = set.agents().iter().map(AgentDef::summary).collect();
         return format!("{}\n", Value::Array(rows));
@@ -46,7 +46,7 @@ pub fn render(set: &AgentSet, json: bool) -> String {
 }
 
 /// What goes to stderr: one `FILE: REASON` line per skipped file (empty when none).
-pub fn render_problems(set: &AgentSet) -> String {
+pub(crate) fn render_problems(set: &AgentSet) -> String {
     set.problems()
         .iter()
         .map(|p| format!("{}: {}\n", p.file, p.reason))

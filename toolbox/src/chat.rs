@@ -24,16 +24,16 @@ use crate::{usage, Approve, UsageError};
 const SHOWN: usize = 200;
 
 /// What the command line asked for.
-pub struct ChatOptions {
-    pub session: SessionId,
-    pub agent: Option<String>,
-    pub approve: Approve,
-    pub message: String,
+pub(crate) struct ChatOptions {
+    pub(crate) session: SessionId,
+    pub(crate) agent: Option<String>,
+    pub(crate) approve: Approve,
+    pub(crate) message: String,
 }
 
 /// A new session id for `toolbox chat`: `chat-YYYYMMDD-HHMMSS` (UTC), with `-2`, `-3`, …
 /// when the workspace already has that one.
-pub fn new_session_id(workspace: &toolbox::host::Workspace) -> SessionId {
+pub(crate) fn new_session_id(workspace: &toolbox::host::Workspace) -> SessionId {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     // 2026-12-01T20:30:00Z -> 20261201-203000
     let stamp: String = now
@@ -57,7 +57,7 @@ pub fn new_session_id(workspace: &toolbox::host::Workspace) -> SessionId {
 }
 
 /// The model client `[llm]` and `TOOLBOX_LLM_*` describe, or why there is none.
-pub fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, String> {
+pub(crate) fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, String> {
     // Secrets were taken out of the environment at start-up; they are read from there.
     let env = |name: &str| toolbox::host::secrets::var(name);
     LlmConfig::from_table(config.providers.get("llm"), &env)
@@ -65,7 +65,12 @@ pub fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, St
         .map_err(|e| e.message)
 }
 
-pub async fn chat(config: ExecutorConfig, options: ChatOptions) -> Result<ExitCode, UsageError> {
+/// Runs the turn and shows it; exits 0 when the model ended it, 130 when it was cancelled,
+/// 1 otherwise. A usage error when there is no model or the turn cannot start.
+pub(crate) async fn chat(
+    config: ExecutorConfig,
+    options: ChatOptions,
+) -> Result<ExitCode, UsageError> {
     let llm = llm_client(&config);
     if let Err(why) = &llm {
         return Err(UsageError(format!("chat needs a model: {why}")));

@@ -17,6 +17,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod mcp;
 pub mod stderr_pump;
 

@@ -1,6 +1,8 @@
 //! The `toolbox` command: list tools, print schemas, call one tool, serve MCP on stdio,
 //! list and check skills, or list agents.
 
+#![deny(missing_docs)]
+
 mod agents_cmd;
 mod terminal;
 

@@ -5,6 +5,7 @@
 //! - `cargo xtask bundles`: build the `toolbox` binary with no providers, each provider alone
 //!   and all providers, and check each lists exactly its providers' tools.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;

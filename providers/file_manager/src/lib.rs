@@ -19,6 +19,7 @@
 //! The crate registers itself with [`toolbox_host::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `file_manager` feature.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod edit;

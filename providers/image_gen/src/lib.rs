@@ -20,6 +20,7 @@
 //!
 //! `generate` is the tool; `config` resolves the endpoint from the table and the environment.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod config;

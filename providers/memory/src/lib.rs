@@ -18,6 +18,7 @@
 //! One module per tool (`save`, `search`, `list`, `get`, `delete`); the shared argument
 //! parsing, configuration and formatting live here.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod delete;

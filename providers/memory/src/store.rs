@@ -69,24 +69,33 @@ pub enum Location {
 /// One memory as stored.
 #[derive(Debug, Clone)]
 pub struct Memory {
+    /// The id `memory__save` returned; `memory__get` and `memory__delete` take it.
     pub id: i64,
+    /// The title given when it was saved, if any.
     pub title: Option<String>,
+    /// The text as saved.
     pub text: String,
+    /// Its tags as saved, each once, in sorted order.
     pub tags: Vec<String>,
+    /// When it was saved, in milliseconds since the Unix epoch.
     pub created_ms: i64,
 }
 
 /// One search result: the memory and how it matched.
 #[derive(Debug, Clone)]
 pub struct Hit {
+    /// The memory, in full.
     pub memory: Memory,
+    /// A one-line excerpt around the matches, each match between `**`.
     pub snippet: String,
 }
 
 /// A page of [`Store::list`].
 #[derive(Debug)]
 pub struct Page {
+    /// The memories on this page, newest first.
     pub memories: Vec<Memory>,
+    /// How many memories carry every tag asked for, across all pages.
     pub total: u64,
 }
 

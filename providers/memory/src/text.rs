@@ -94,14 +94,6 @@ fn bigrams(run: &str) -> String {
     out
 }
 
-/// What the index sees of one column: the text with every CJK run written as bigrams, and
-/// the last character of each run of two or more (for one-character queries).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct IndexForm {
-    pub text: String,
-    pub tails: String,
-}
-
 /// The index form of `text`; `tails` is appended to.
 pub fn index_form(text: &str, tails: &mut String) -> String {
     let mut out = String::with_capacity(text.len() * 2);
@@ -140,7 +132,10 @@ pub fn tag_key(tag: &str) -> String {
 /// One searchable unit of a query: a word (letters and digits), or a CJK run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Term {
+    /// A run of letters and digits, as typed.
     Word(String),
+    /// A run of CJK characters, which has no spaces between words; it is searched as its
+    /// overlapping pairs.
     Cjk(Vec<char>),
 }
 
@@ -385,6 +380,14 @@ pub fn preview(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the index sees of one column: the text with every CJK run written as bigrams,
+    /// and the last character of each run of two or more (for one-character queries).
+    #[derive(Debug, Default, PartialEq, Eq)]
+    struct IndexForm {
+        text: String,
+        tails: String,
+    }
 
     fn form(text: &str) -> IndexForm {
         let mut tails = String::new();

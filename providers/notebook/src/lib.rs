@@ -15,6 +15,7 @@
 //! whatever [`toolbox_host::CodeRunner`] is registered for `python` (the python provider's,
 //! when it is linked), so a cell and `run_python_code` share one session namespace.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod edit;

@@ -28,6 +28,7 @@ const CELL_TYPES: &[&str] = &["code", "markdown", "raw"];
 /// A parsed, checked notebook.
 #[derive(Debug, Clone)]
 pub struct Notebook {
+    /// The whole document, including the fields toolbox does not know about.
     pub doc: Value,
 }
 
@@ -66,7 +67,9 @@ impl Notebook {
         Self::parse(&bytes, shown)
     }
 
-    pub fn parse(bytes: &[u8], shown: &str) -> Result<Self> {
+    /// Parses and checks the bytes of a notebook file; `shown` is the path as the model
+    /// knows it.
+    fn parse(bytes: &[u8], shown: &str) -> Result<Self> {
         let doc: Value = serde_json::from_slice(bytes).map_err(|e| {
             anyhow!("{shown} is not a valid notebook: it is not JSON ({e}); the file was left untouched")
         })?;
@@ -76,6 +79,7 @@ impl Notebook {
         Ok(Notebook { doc })
     }
 
+    /// The cells, in order (none if the document has no `cells` list).
     pub fn cells(&self) -> &[Value] {
         self.doc["cells"]
             .as_array()
@@ -83,6 +87,7 @@ impl Notebook {
             .unwrap_or(&[])
     }
 
+    /// The cells, to change; a document without a `cells` list gets an empty one first.
     pub fn cells_mut(&mut self) -> &mut Vec<Value> {
         if !self.doc["cells"].is_array() {
             self.doc["cells"] = json!([]);

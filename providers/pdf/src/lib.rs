@@ -18,6 +18,7 @@
 //! One module per tool (`info`, `read`, `search`); `doc` loads a file and extracts text,
 //! `pages` parses page lists. The shared file opening (jail, size cap) lives here.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod doc;

@@ -22,6 +22,7 @@ pub const DEFAULT_DENY_ENV: &[&str] = toolbox_host::secrets::SECRET_PATTERNS;
 /// Which OS sandbox wraps each command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxMode {
+    /// No sandbox: a command may do whatever toolbox itself may.
     Off,
     /// Read everywhere, write nowhere (except a few harmless device files).
     ReadOnly,
@@ -30,6 +31,7 @@ pub enum SandboxMode {
 }
 
 impl SandboxMode {
+    /// The name `[shell] sandbox` gives this mode, as messages show it.
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxMode::Off => "off",
@@ -65,7 +67,9 @@ pub struct ShellConfig {
     pub max_capture_bytes: usize,
     /// Patterns of environment variable names removed from the command's environment.
     pub deny_env: Vec<String>,
+    /// The longest `sleep` waits; a longer request is capped to it.
     pub max_sleep_seconds: u64,
+    /// The OS sandbox each command runs in.
     pub sandbox: SandboxMode,
     /// Allow network access inside the sandbox.
     pub sandbox_network: bool,

@@ -27,6 +27,8 @@
 //!
 //! Configuration is the `[shell]` table ([`config::ShellConfig`]); see docs/providers/shell.md.
 
+#![deny(missing_docs)]
+
 mod capture;
 mod command;
 pub mod config;
@@ -60,6 +62,7 @@ pub struct Shell {
 }
 
 impl Shell {
+    /// A provider with no background jobs yet.
     pub fn new() -> Self {
         Shell::default()
     }

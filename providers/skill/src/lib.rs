@@ -21,6 +21,7 @@
 //! For programs: [`SkillSet::discover`] finds the skills, [`render_index`] writes the index
 //! for an agent's system prompt, and [`render_check`] is what `toolbox skills --check` says.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod files;

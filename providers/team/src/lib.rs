@@ -16,6 +16,7 @@
 //! (`toolbox chat`, `toolbox serve`) lists it and runs it, as a sub-turn. The executor
 //! refuses it, and plain listings (`toolbox tools`, `toolbox schema`, MCP) leave it out.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod call;

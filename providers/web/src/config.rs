@@ -54,6 +54,7 @@ pub const DEFAULT_USER_AGENT: &str = concat!("toolbox/", env!("CARGO_PKG_VERSION
 pub const DEFAULT_BRAVE_BASE_URL: &str = "https://api.search.brave.com";
 pub const DEFAULT_TAVILY_BASE_URL: &str = "https://api.tavily.com";
 
+/// The search service `web_search` asks (`[web] search_backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Searxng,
@@ -61,6 +62,7 @@ pub enum Backend {
     Tavily,
 }
 
+/// The `web_search` part of `[web]`: which backend, and where and with which key to reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchConfig {
     pub backend: Option<Backend>,
@@ -71,6 +73,7 @@ pub struct SearchConfig {
     pub tavily_base_url: String,
 }
 
+/// The parsed `[web]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebConfig {
     pub connect_timeout: Duration,

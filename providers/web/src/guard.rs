@@ -70,6 +70,7 @@ impl Cidr {
         Ok(Cidr { addr, prefix })
     }
 
+    /// Whether `ip` is in the range; an IPv4-mapped IPv6 address counts as its IPv4 address.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, canonical(ip)) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -210,6 +211,7 @@ fn blocked_v6(ip: Ipv6Addr) -> Option<&'static str> {
 pub struct GuardPolicy {
     /// Exact host names or IP literals (lower case, no trailing dot, IPv6 without brackets).
     pub allow_hosts: Vec<String>,
+    /// Address ranges let through even though they are not public.
     pub allow_ranges: Vec<Cidr>,
 }
 
@@ -316,6 +318,7 @@ pub fn normalize_host(host: &str) -> String {
 pub struct Refused {
     /// The URL (or host) that was refused.
     pub url: String,
+    /// What is wrong with it, e.g. `127.0.0.1 is loopback (127.0.0.0/8)`.
     pub why: String,
 }
 
@@ -336,6 +339,7 @@ impl std::error::Error for Refused {}
 /// A reqwest DNS resolver that drops refused addresses from every answer.
 #[derive(Debug, Clone)]
 pub struct GuardedResolver {
+    /// What every resolved address is checked against.
     pub policy: Arc<GuardPolicy>,
 }
 
@@ -395,6 +399,7 @@ pub fn redirect_policy(policy: Arc<GuardPolicy>, max: usize) -> reqwest::redirec
     })
 }
 
+/// A redirect chain longer than `[web] max_redirects`; the message names the last location.
 #[derive(Debug)]
 pub struct TooManyRedirects(pub String);
 

@@ -19,9 +19,10 @@
 //! The crate registers itself with [`toolbox_host::register_provider!`]; a binary gets it by
 //! linking the umbrella crate with the `web` feature.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod config;
+mod config;
 mod convert;
 mod fetch;
 pub mod guard;
