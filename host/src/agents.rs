@@ -20,9 +20,10 @@ use crate::workspace::{Workspace, TOOLBOX_DIR};
 
 /// Finds the agents of `workspace` (`.toolbox/agents/*.md`), of the configuration's
 /// `[agents] dirs` (`config` is the whole provider configuration, as
-/// `ToolContext::config` holds it) and the built-in `default` agent; see the
-/// [module documentation](self) for the order and the rules. Never fails: an invalid
-/// file, folder or `[agents]` table becomes one of the [`problems`](Self::problems).
+/// [`ToolContext::config`](crate::ToolContext::config) holds it) and the built-in `default`
+/// agent; see [`toolbox_core::agent`] for the order and the rules. Never fails: an invalid
+/// file, folder or `[agents]` table becomes one of the set's
+/// [`problems`](AgentSet::problems).
 /// Blocking: run it off the async threads.
 pub fn discover_agents(workspace: &Workspace, config: &Value) -> AgentSet {
     let mut set = AgentSet::new();
