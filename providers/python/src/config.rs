@@ -305,7 +305,7 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
 /// Callers pass `-I` and this runs in `/`: with `-m`, Python would otherwise put the current
 /// folder first on `sys.path`, and a planted `venv.py` or `pip.py` would run instead.
 async fn run_quietly(program: &Path, args: &[&str], extra: Option<&Path>) -> Result<()> {
-    let mut command = crate::isolated::python_command(program);
+    let mut command = crate::common::python_command(program);
     command.current_dir("/").args(args);
     if let Some(extra) = extra {
         command.arg(extra);

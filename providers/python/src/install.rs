@@ -117,7 +117,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 
     // pip and its build steps run inside toolbox's containment.
     toolbox_core::containment::ensure();
-    let mut command = crate::isolated::python_command(&interpreter);
+    let mut command = crate::common::python_command(&interpreter);
     // -I: isolated mode, so the working folder (the scratchpad) is not on sys.path and a
     // planted pip.py cannot run in place of pip; PYTHON* variables are ignored too.
     command.args([

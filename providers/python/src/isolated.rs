@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::OwnedMutexGuard;
 use toolbox_core::limits::{Counters, Limits, PreparedLimits};
 use toolbox_core::ToolContext;
@@ -115,27 +115,6 @@ fn slot_for(session: &str) -> Arc<tokio::sync::Mutex<Slot>> {
         .clone()
 }
 
-/// A command running a Python executable (the build interpreter or a venv's) that loads
-/// the libpython it was built with.
-///
-/// A shared-library Python finds its libpython through a DT_RUNPATH, which LD_LIBRARY_PATH
-/// overrides: with `LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu` the pyenv python here would
-/// load Debian's libpython and mix two Pythons. Putting the build libdir first keeps every
-/// other entry working (native libraries of user code) and the interpreter whole.
-pub fn python_command(program: &Path) -> Command {
-    let mut command = Command::new(program);
-    if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
-        if !crate::BUILD_PYTHON_LIBDIR.is_empty() {
-            let mut paths = vec![PathBuf::from(crate::BUILD_PYTHON_LIBDIR)];
-            paths.extend(std::env::split_paths(&current));
-            if let Ok(joined) = std::env::join_paths(paths) {
-                command.env("LD_LIBRARY_PATH", joined);
-            }
-        }
-    }
-    command
-}
-
 /// One running driver process.
 pub struct Worker {
     child: Child,
@@ -200,7 +179,7 @@ impl Worker {
             UnixStream::pair().context("cannot make the Python worker's folder socket")?;
         let theirs: OwnedFd = theirs.into();
         let (theirs_fd, cwd_fd) = (theirs.as_raw_fd(), cwd.as_raw_fd());
-        let mut command = python_command(interpreter);
+        let mut command = crate::common::python_command(interpreter);
         command
             .args(["-E", "-u", "-c", DRIVER_SOURCE, "--serve"])
             .env("MPLBACKEND", "Agg")
@@ -444,7 +423,7 @@ pub async fn request(
     let interpreter = interpreter.as_path();
     let sessions = config.session_limits;
     let deadline = tokio::time::Instant::now() + timeout;
-    let key = crate::run::session_key(ctx);
+    let key = crate::common::session_key(ctx);
     // A session about to start a worker always looks: a burst of new sessions must not pass
     // the cap before the next look.
     if crate::reap::on_call(sessions) || needs_worker(&key) {

@@ -26,6 +26,7 @@
 
 #[cfg(test)]
 mod backend_tests;
+mod common;
 mod config;
 pub mod embedded;
 mod install;
@@ -42,22 +43,15 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
 
+pub use common::{
+    BUILD_PYTHON_BASE_PREFIX, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_LIBDIR, BUILD_PYTHON_PREFIX,
+    BUILD_PYTHON_VERSION,
+};
 pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
 
 toolbox_core::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
 toolbox_core::register_code_runner!("python", "python", run::code_runner);
-
-/// The interpreter pyo3 was built against (its `sys.executable`, baked in by build.rs).
-pub const BUILD_PYTHON_EXECUTABLE: &str = env!("TOOLBOX_BUILD_PYTHON_EXECUTABLE");
-/// `sys.version` of the build interpreter (newlines replaced by spaces).
-pub const BUILD_PYTHON_VERSION: &str = env!("TOOLBOX_BUILD_PYTHON_VERSION");
-/// `sys.prefix` of the build interpreter.
-pub const BUILD_PYTHON_PREFIX: &str = env!("TOOLBOX_BUILD_PYTHON_PREFIX");
-/// `sys.base_prefix` of the build interpreter.
-pub const BUILD_PYTHON_BASE_PREFIX: &str = env!("TOOLBOX_BUILD_PYTHON_BASE_PREFIX");
-/// The folder of the libpython the crate links, as pyo3 found it.
-pub const BUILD_PYTHON_LIBDIR: &str = env!("TOOLBOX_BUILD_PYTHON_LIBDIR");
 
 /// The Python side of every backend.
 pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");

@@ -284,7 +284,7 @@ pub async fn execute(
         ctx.workspace
             .session_dir(SessionFolder::Scratchpad.as_str())
     };
-    let key = session_key(ctx);
+    let key = crate::common::session_key(ctx);
     // The embedded driver keeps a session's folders from its first run (they follow from
     // the session): later runs leave them out, which spares every cell building, converting
     // and reading them. A worker or a kernel may be new on any run: they always get them.
@@ -358,11 +358,6 @@ pub async fn execute(
         );
     }
     Ok(result)
-}
-
-/// Sessions are per workspace: the same session id in two workspaces is two sessions.
-pub(crate) fn session_key(ctx: &ToolContext) -> String {
-    format!("{}::{}", ctx.workspace.root().display(), ctx.session_id)
 }
 
 /// Absolute figure paths from the driver → the short names the model uses (`output/…`).

@@ -202,7 +202,7 @@ fn slot_key(target: &KernelTarget, config: &PythonConfig, ctx: &ToolContext) -> 
                 .as_deref()
                 .map(|v| v.display().to_string())
                 .unwrap_or_default(),
-            crate::run::session_key(ctx)
+            crate::common::session_key(ctx)
         ),
     }
 }

@@ -315,7 +315,7 @@ pub fn spawn(spec: &KernelSpec, cwd: &Path) -> Result<(Process, ConnectionInfo)>
             .and_then(|n| n.to_str())
             .unwrap_or(""),
     ) {
-        crate::isolated::python_command(Path::new(&argv[0]))
+        crate::common::python_command(Path::new(&argv[0]))
     } else {
         Command::new(&argv[0])
     };
