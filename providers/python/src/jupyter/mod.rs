@@ -33,6 +33,7 @@
 //! [`HEARTBEAT_DEAD`] is taken for dead. Every send is bounded too, so no call hangs on a
 //! kernel that does not answer.
 
+mod process;
 mod spec;
 mod wire;
 
@@ -49,7 +50,8 @@ use tokio::time::Instant;
 use toolbox_core::ToolContext;
 
 use crate::config::{KernelTarget, PythonConfig};
-use spec::{InterruptMode, Process};
+use process::Process;
+use spec::InterruptMode;
 use wire::{Channels, ConnectionInfo, Received, Session};
 
 /// toolbox's helper inside IPython kernels.
@@ -575,7 +577,7 @@ async fn open_kernel(
             // Started kernels live inside toolbox's containment.
             toolbox_core::containment::ensure();
             toolbox_core::containment::before_shutdown(shutdown_started_kernels);
-            let (process, info) = spec::spawn(&spec, &cwd)?;
+            let (process, info) = process::spawn(&spec, &cwd)?;
             let name = format!(
                 "the kernel toolbox started from kernelspec {:?} (pid {})",
                 spec.name, process.pid
@@ -757,7 +759,7 @@ async fn handshake(kernel: &mut Kernel, deadline: Instant, limit: &str) -> Resul
                 },
                 status = exit_of(process) => bail!(
                     "it {} before answering",
-                    status.map(spec::describe_status).unwrap_or_else(|e| format!("ended ({e})"))
+                    status.map(process::describe_status).unwrap_or_else(|e| format!("ended ({e})"))
                 ),
                 _ = tokio::time::sleep_until(round_end) => break,
             }
@@ -1098,7 +1100,7 @@ async fn run_request(
             }
             Event::Exit(status) => {
                 let how = match status {
-                    Ok(status) => spec::describe_status(status),
+                    Ok(status) => process::describe_status(status),
                     Err(e) => format!("ended ({e})"),
                 };
                 return Ok((c, Ending::Died(format!("its process {how}"))));
@@ -1328,7 +1330,7 @@ fn figure_number(name: &str) -> Option<u64> {
 /// The containment shutdown hook: asks every kernel toolbox started to shut down, waits a
 /// little, then kills what is left and removes their connection files.
 fn shutdown_started_kernels() {
-    let kernels = spec::take_started();
+    let kernels = process::take_started();
     if kernels.is_empty() {
         return;
     }
@@ -1362,11 +1364,11 @@ fn shutdown_started_kernels() {
         let _ = worker.join();
     }
     let until = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < until && kernels.iter().any(|k| spec::running(k.pid)) {
+    while std::time::Instant::now() < until && kernels.iter().any(|k| process::running(k.pid)) {
         std::thread::sleep(Duration::from_millis(20));
     }
     for k in &kernels {
-        spec::kill_group(k.pid);
+        process::kill_group(k.pid);
         let _ = std::fs::remove_dir_all(&k.folder);
     }
 }
@@ -1374,7 +1376,7 @@ fn shutdown_started_kernels() {
 /// Whether process `pid` still runs (for tests of this crate).
 #[cfg(test)]
 pub(crate) fn tests_support_running(pid: i32) -> bool {
-    spec::running(pid)
+    process::running(pid)
 }
 
 #[cfg(test)]
