@@ -40,6 +40,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, OnceCell};
 use toolbox_core::ToolContext;
 
+use crate::backend::{Backend, Call, RunRequest, RunResult};
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION, DRIVER_SOURCE};
 
 /// How long a timed-out run gets to stop after it was interrupted before the interpreter is
@@ -251,7 +252,8 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
 /// driver.py). The interpreter lives as long as the process, and so does what it was told.
 static TOLD_FOLDERS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// Whether the driver already has the folders of the session `key` (see `run::execute`).
+/// Whether the driver already has the folders of the session `key` (see
+/// [`Backend::needs_folders`]).
 pub(crate) fn knows_folders(key: &str) -> bool {
     lock_told().as_ref().is_some_and(|told| told.contains(key))
 }
@@ -646,21 +648,74 @@ impl Drop for DropGuard {
     }
 }
 
-/// Runs one driver request on the embedded interpreter and returns the driver's `result`.
+/// The embedded backend (see the module's documentation).
+pub(crate) struct Embedded;
+
+impl Backend for Embedded {
+    fn needs_folders(&self, key: &str) -> bool {
+        !knows_folders(key)
+    }
+
+    async fn run(&self, mut request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+        if let Some(site) = call.config.site_packages() {
+            request.site_dirs = vec![site.to_string_lossy().into_owned()];
+        }
+        let limits = call.config.session_limits;
+        let key = request.session.clone();
+        // A new session always looks: a burst of them must not pass the cap before the next
+        // look.
+        if crate::reap::on_call(limits) || is_new(&key) {
+            reap(limits, Some(&key));
+        }
+        let (live, cleared) = begin_call(&key);
+        let tells_folders = request.folders.is_some();
+        let answer = ask(
+            request.into_driver(),
+            Some(call.cwd.clone()),
+            call.ctx,
+            call.timeout,
+            call.tool,
+        )
+        .await;
+        drop(live);
+        let answer = answer?;
+        // Answered, so the driver ran the request and kept the folders.
+        if tells_folders {
+            told_folders(key);
+        }
+        let mut result = RunResult::from_driver(answer.result);
+        result.stopped = answer.stopped;
+        if let Some(why) = cleared {
+            result.add_note(format!(
+                "this session's Python namespace {why}; variables and imports from before \
+                 are gone"
+            ));
+        }
+        Ok(result)
+    }
+}
+
+/// The driver's `result` for one request, and why toolbox stopped the run if it did.
+struct Answer {
+    result: Value,
+    stopped: Option<String>,
+}
+
+/// Runs one driver request on the embedded interpreter.
 ///
 /// `cwd`, when given, is the folder a `run` request's code works in (the driver changes to
 /// it by descriptor, and back afterwards); the job keeps it open until it is over.
 ///
 /// A run stopped by `timeout` or `ctx.cancel` that the interrupt ended comes back as its
-/// partial result with `"stopped": "<why>"` and `"interrupted": true`; one that could not be
+/// partial result (with `"interrupted": true`) and why it was stopped; one that could not be
 /// stopped, or never started, is an error.
-pub async fn request(
+async fn ask(
     request: Value,
     cwd: Option<Arc<OwnedFd>>,
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,
-) -> Result<Value> {
+) -> Result<Answer> {
     let interpreter = interpreter().await?;
     interpreter.refuse_if_stuck(tool)?;
     let id = interpreter.next_id.fetch_add(1, Ordering::SeqCst);
@@ -685,7 +740,8 @@ pub async fn request(
     let why = tokio::select! {
         response = &mut answer => {
             guard.active = false;
-            return parse_response(response, tool);
+            let result = parse_response(response, tool)?;
+            return Ok(Answer { result, stopped: None });
         }
         _ = tokio::time::sleep(timeout) => format!("timed out after {} ms", timeout.as_millis()),
         _ = ctx.cancel.cancelled() => "was cancelled".to_string(),
@@ -700,9 +756,11 @@ pub async fn request(
              other calls (it runs one at a time, across sessions)"
         ),
         Ok(response) => {
-            let mut result = parse_response(response, tool)?;
-            result["stopped"] = Value::String(why);
-            Ok(result)
+            let result = parse_response(response, tool)?;
+            Ok(Answer {
+                result,
+                stopped: Some(why),
+            })
         }
         Err(_) => {
             let mut stuck = interpreter.stuck.lock().unwrap_or_else(|e| e.into_inner());
@@ -730,7 +788,7 @@ fn parse_response(
     tool: &str,
 ) -> Result<Value> {
     match response {
-        Ok(Ok(answer)) => crate::driver_result(answer, tool),
+        Ok(Ok(answer)) => crate::backend::driver_result(answer, tool),
         Ok(Err(e)) => bail!("{tool}: the Python driver failed: {e}"),
         Err(_) => bail!("{tool}: the embedded Python thread stopped before answering"),
     }
@@ -742,14 +800,15 @@ pub async fn info() -> Result<Value> {
     let ws = std::env::temp_dir();
     let workspace = toolbox_core::Workspace::new(&ws)?;
     let ctx = ToolContext::new(workspace, "info", "info", "python_info");
-    let mut info = request(
+    let mut info = ask(
         serde_json::json!({"op": "info"}),
         None,
         &ctx,
         Duration::from_secs(60),
         "python_info",
     )
-    .await?;
+    .await?
+    .result;
     info["libpython"] = Value::String(loaded_libpython());
     Ok(info)
 }

@@ -28,8 +28,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::OwnedMutexGuard;
 use toolbox_core::limits::{Counters, Limits, PreparedLimits};
-use toolbox_core::ToolContext;
 
+use crate::backend::{Backend, Call, RunRequest, RunResult};
 use crate::DRIVER_SOURCE;
 
 /// How much of a worker's own stderr (crash reports) is kept for the error message.
@@ -409,21 +409,30 @@ impl Drop for InFlight {
     }
 }
 
-/// Runs one driver request in the session's worker and returns the driver's `result`.
-pub async fn request(
-    request: &Value,
-    ctx: &ToolContext,
-    timeout: Duration,
-    tool: &str,
-    config: &crate::PythonConfig,
-    cwd: &OwnedFd,
-    limits: Limits,
-) -> Result<Value> {
+/// The isolated backend (see the module's documentation).
+pub(crate) struct Isolated;
+
+impl Backend for Isolated {
+    async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+        run(request, call).await
+    }
+}
+
+/// Runs one request in the session's worker.
+async fn run(request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+    let Call {
+        ctx,
+        config,
+        tool,
+        timeout,
+        ..
+    } = *call;
+    let (cwd, limits) = (&*call.cwd, call.limits);
     let interpreter = config.interpreter();
     let interpreter = interpreter.as_path();
     let sessions = config.session_limits;
     let deadline = tokio::time::Instant::now() + timeout;
-    let key = crate::common::session_key(ctx);
+    let key = request.session.clone();
     // A session about to start a worker always looks: a burst of new sessions must not pass
     // the cap before the next look.
     if crate::reap::on_call(sessions) || needs_worker(&key) {
@@ -457,15 +466,12 @@ pub async fn request(
     call.armed = true;
     // The folder first: the driver takes it off the socket before it reads anything else of
     // the request.
-    let sent = if request["op"] == "run" {
-        worker.send_folder(cwd)
-    } else {
-        Ok(())
-    };
+    let sent = worker.send_folder(cwd);
+    let request = request.into_driver();
     let outcome = tokio::select! {
         line = async {
             sent?;
-            worker.call(request).await
+            worker.call(&request).await
         } => Ok(line),
         _ = tokio::time::sleep_until(deadline) => Err(format!("timed out after {} ms", timeout.as_millis())),
         _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
@@ -511,21 +517,18 @@ pub async fn request(
         }
     };
     call.armed = false;
-    let mut result = crate::parse_driver_response(&text, tool)?;
+    let mut result = RunResult::from_driver(crate::backend::parse_driver_response(&text, tool)?);
     // A MemoryError the code raised (and survived) under the memory limit.
-    if let Some(ename) = result["error"]["ename"].as_str() {
-        if let Some(message) = worker.limit_message(since, None, true, ename) {
-            crate::add_note(&mut result, message);
+    if let Some(error) = &result.error {
+        if let Some(message) = worker.limit_message(since, None, true, &error.ename) {
+            result.add_note(message);
         }
     }
     if let Some(why) = note {
-        crate::add_note(
-            &mut result,
-            format!(
-                "this session's previous Python worker {why}; a new one was started, so \
-                 variables and imports from before are gone"
-            ),
-        );
+        result.add_note(format!(
+            "this session's previous Python worker {why}; a new one was started, so \
+             variables and imports from before are gone"
+        ));
     }
     Ok(result)
 }

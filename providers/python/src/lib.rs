@@ -13,7 +13,7 @@
 //! ([`isolated`], the same interpreter, killed on timeout). The third backend, [`jupyter`],
 //! runs the code in a real Jupyter kernel — one the user keeps running (attached by its
 //! connection file) or one per session started from a kernelspec — speaking the Jupyter
-//! protocol natively and turning the kernel's messages into the driver's result shape.
+//! protocol natively and turning the kernel's messages into the same result.
 //! `[python] backend` picks one.
 //!
 //! The interpreter is the one pyo3 was built against; `build.rs` bakes its path, version and
@@ -22,8 +22,9 @@
 //!
 //! Other providers run code in the same session through the [`toolbox_core::CodeRunner`]
 //! registered here for language `python` (the notebook provider does); its result is the
-//! structured value described at [`run::execute`].
+//! structured value described at [`run::code_runner`].
 
+mod backend;
 #[cfg(test)]
 mod backend_tests;
 mod common;
@@ -38,7 +39,7 @@ pub mod reap;
 mod render;
 pub mod run;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::{Preview, ToolContext, ToolInfo, ToolProvider};
@@ -90,33 +91,6 @@ impl ToolProvider for PythonProvider {
             run::NAME => run::preview(args, ctx),
             _ => None,
         }
-    }
-}
-
-/// The driver's `{"ok": …}` answer → its `result`, or an error naming the tool.
-pub(crate) fn parse_driver_response(text: &str, tool: &str) -> Result<Value> {
-    let response: Value = serde_json::from_str(text.trim())
-        .map_err(|e| anyhow!("{tool}: the Python driver sent an unreadable answer: {e}"))?;
-    driver_result(response, tool)
-}
-
-/// The `result` of a driver answer (`{"ok": true, "result": …}`), or its error.
-pub(crate) fn driver_result(mut response: Value, tool: &str) -> Result<Value> {
-    if response["ok"] == Value::Bool(true) {
-        return Ok(response["result"].take());
-    }
-    let message = response["error"]
-        .as_str()
-        .unwrap_or("(no message)")
-        .to_string();
-    bail!("{tool}: {message}")
-}
-
-/// Appends a line to a driver result's `notes`.
-pub(crate) fn add_note(result: &mut Value, note: String) {
-    match result.get_mut("notes").and_then(Value::as_array_mut) {
-        Some(notes) => notes.insert(0, Value::String(note)),
-        None => result["notes"] = Value::Array(vec![Value::String(note)]),
     }
 }
 
@@ -212,19 +186,5 @@ mod tests {
         assert!(registered_providers().iter().any(|r| r.name == "python"));
         let runner = toolbox_core::find_code_runner("python").expect("python runner");
         assert_eq!(runner.provider, "python");
-    }
-
-    #[test]
-    fn driver_answers_are_parsed() {
-        let ok = parse_driver_response(r#"{"ok": true, "result": {"x": 1}}"#, "t").unwrap();
-        assert_eq!(ok["x"], 1);
-        let e = parse_driver_response(r#"{"ok": false, "error": "boom"}"#, "t")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(e, "t: boom");
-        let e = parse_driver_response("garbage", "t")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unreadable answer"), "{e}");
     }
 }

@@ -261,7 +261,7 @@ async fn one_shot(request: &Value, ctx: &ToolContext, interpreter: &Path) -> Res
         Err(e) => return Err(e),
     };
     drop(group);
-    crate::parse_driver_response(&String::from_utf8_lossy(&answer), NAME)
+    crate::backend::parse_driver_response(&String::from_utf8_lossy(&answer), NAME)
 }
 
 /// Kills the lookup's process group when dropped: the interpreter and anything an import

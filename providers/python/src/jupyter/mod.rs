@@ -15,9 +15,9 @@
 //! sends one `execute_request` and gathers, from iopub, the messages whose parent is that
 //! request — streams, display data, the execute result, the error — until the kernel's
 //! `status: idle` for it and the `execute_reply` have both arrived. They become the same
-//! structured result the driver returns on the other backends ([`crate::run::execute`]),
-//! so the text a model reads is rendered by the same code; PNG images are saved as
-//! `output/figure-<n>.png` through the workspace.
+//! [`RunResult`] the driver's answer gives on the other backends, so the text a model reads
+//! is rendered by the same code; PNG images are saved as `output/figure-<n>.png` through
+//! the workspace.
 //!
 //! In an IPython kernel, toolbox installs a small helper (`helper.py`, as the module
 //! `_toolbox_kernel`) that acts only on toolbox's own requests: it defines `OUTPUT_DIR`,
@@ -47,14 +47,12 @@ mod spec;
 mod wire;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::time::Instant;
-use toolbox_core::ToolContext;
 
-use crate::config::PythonConfig;
+use crate::backend::{Backend, Call, RunRequest, RunResult, Source};
 use execute::{run_request, Ending, Exec, InFlight, Timing, INTERRUPT_GRACE};
 use lifecycle::{ensure_kernel, install_helper, needs_kernel, restart, slot_for, slot_key};
 use process::Process;
@@ -94,15 +92,24 @@ struct Slot {
     last_used: Option<std::time::Instant>,
 }
 
-/// Runs one driver-style request (`code`, or `script_path` + `args`) in the kernel and
-/// returns the driver-shaped result.
-pub async fn request(
-    request: &Value,
-    ctx: &ToolContext,
-    timeout: Duration,
-    tool: &str,
-    config: &PythonConfig,
-) -> Result<Value> {
+/// The jupyter backend (see the module's documentation).
+pub(crate) struct Jupyter;
+
+impl Backend for Jupyter {
+    async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+        run(request, call).await
+    }
+}
+
+/// Runs one request (a cell, or a script through the helper) in the kernel.
+async fn run(request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+    let Call {
+        ctx,
+        config,
+        tool,
+        timeout,
+        ..
+    } = *call;
     let target = config
         .kernel
         .as_ref()
@@ -147,18 +154,19 @@ pub async fn request(
 
     // What the helper does before the cell (see helper.py).
     let attached = kernel.process.is_none();
+    let folders = request.folders.as_ref();
     let mut meta = json!({
-        "session": request["session"],
-        "output_dir": request["output_dir"],
-        "root": request["root"],
-        "generation": request["generation"],
+        "session": request.session,
+        "output_dir": folders.map(|f| &f.output_dir),
+        "root": folders.map(|f| &f.root),
+        "generation": request.generation,
     });
     if !attached {
         // A started kernel is the session's own: it works in the session scratchpad.
-        meta["cwd"] = request["cwd"].clone();
+        meta["cwd"] = json!(folders.map(|f| &f.cwd));
     }
-    let code = match request["script_path"].as_str() {
-        Some(path) => {
+    let code = match &request.source {
+        Source::Script { path, args } => {
             if !kernel.helper {
                 bail!(
                     "{tool}: script_path needs an IPython kernel; {} is not one (run the \
@@ -170,10 +178,10 @@ pub async fn request(
             format!(
                 "__import__('_toolbox_kernel').run_script({}, {})",
                 serde_json::to_string(path)?,
-                serde_json::to_string(&request["args"])?
+                serde_json::to_string(args)?
             )
         }
-        None => request["code"].as_str().unwrap_or("").to_string(),
+        Source::Code(code) => code.clone(),
     };
     let exec = Exec {
         code: &code,
@@ -213,10 +221,10 @@ pub async fn request(
 
     let mut result = to_result(collected, ctx);
     for note in notes.into_iter().rev() {
-        crate::add_note(&mut result, note);
+        result.add_note(note);
     }
     let partial = || {
-        let text = crate::render::render_result(&result);
+        let text = crate::render::render(&result);
         if text == "(no output)\n" {
             String::new()
         } else {
@@ -226,8 +234,8 @@ pub async fn request(
     match ending {
         Ending::Finished => Ok(result),
         Ending::Interrupted(why) => {
-            result["interrupted"] = json!(true);
-            result["stopped"] = json!(why);
+            result.interrupted = true;
+            result.stopped = Some(why);
             Ok(result)
         }
         Ending::NotStarted(why) => bail!(

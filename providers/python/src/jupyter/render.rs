@@ -1,4 +1,4 @@
-//! What a kernel sent for one request, as the result every backend returns: streams,
+//! What a kernel sent for one request, as the [`RunResult`] every backend returns: streams,
 //! the value, display data (PNG images saved as `output/figure-<n>.png` through the
 //! workspace) and the error with its traceback in plain text.
 
@@ -6,31 +6,30 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use toolbox_core::ToolContext;
 
 use super::execute::Collected;
 use super::wire;
+use crate::backend::{Display, RunError, RunResult, Shown};
 
-/// The collected messages as the driver's result (figures saved under `output/`).
-pub(super) fn to_result(c: Collected, ctx: &ToolContext) -> Value {
+/// The collected messages as a run's result (figures saved under `output/`).
+pub(super) fn to_result(c: Collected, ctx: &ToolContext) -> RunResult {
     let mut notes = Vec::new();
-    let mut display = Vec::new();
+    let mut display_data = Vec::new();
     for data in &c.displays {
-        display.push(display_item(data, ctx, &mut notes));
+        display_data.push(display_item(data, ctx, &mut notes));
     }
-    let result = c.result.as_ref().map(|data| {
-        let mut out = Map::new();
+    let value = c.result.as_ref().map(|data| {
         let plain = data
             .get("text/plain")
             .and_then(text_of)
             .or_else(|| data.keys().next().map(|k| format!("<{k}>")))
             .unwrap_or_default();
-        out.insert("text/plain".into(), Value::String(plain));
-        if let Some(html) = data.get("text/html").and_then(text_of) {
-            out.insert("text/html".into(), Value::String(html));
+        Shown {
+            plain,
+            html: data.get("text/html").and_then(text_of),
         }
-        Value::Object(out)
     });
     let error = c.error.as_ref().map(|e| {
         let lines: Vec<String> = e["traceback"]
@@ -42,23 +41,23 @@ pub(super) fn to_result(c: Collected, ctx: &ToolContext) -> Value {
                     .collect()
             })
             .unwrap_or_default();
-        let traceback = wire::strip_ansi(&lines.join("\n"));
-        json!({
-            "ename": e["ename"].as_str().unwrap_or("Error"),
-            "evalue": wire::strip_ansi(e["evalue"].as_str().unwrap_or("")),
-            "traceback": traceback,
-        })
+        RunError {
+            ename: e["ename"].as_str().unwrap_or("Error").to_string(),
+            evalue: wire::strip_ansi(e["evalue"].as_str().unwrap_or("")),
+            traceback: Some(wire::strip_ansi(&lines.join("\n"))),
+        }
     });
-    json!({
-        "execution_count": c.execution_count,
-        "stdout": c.stdout.finish(),
-        "stderr": c.stderr.finish(),
-        "result": result,
-        "display_data": display,
-        "error": error,
-        "interrupted": false,
-        "notes": notes,
-    })
+    RunResult {
+        execution_count: c.execution_count,
+        stdout: c.stdout.finish(),
+        stderr: c.stderr.finish(),
+        value,
+        display_data,
+        error,
+        interrupted: false,
+        stopped: None,
+        notes,
+    }
 }
 
 /// Jupyter allows a text value as a string or a list of strings.
@@ -70,25 +69,33 @@ fn text_of(v: &Value) -> Option<String> {
     }
 }
 
-fn display_item(data: &Map<String, Value>, ctx: &ToolContext, notes: &mut Vec<String>) -> Value {
+fn display_item(data: &Map<String, Value>, ctx: &ToolContext, notes: &mut Vec<String>) -> Display {
     if let Some(png) = data.get("image/png").and_then(text_of) {
         let saved = base64::engine::general_purpose::STANDARD
             .decode(png.trim().replace('\n', ""))
             .map_err(|e| anyhow!("the kernel sent PNG data that is not base64: {e}"))
             .and_then(|bytes| save_figure(ctx, &bytes));
         match saved {
-            Ok(path) => return json!({"mime_type": "image/png", "path": path.to_string_lossy()}),
+            Ok(path) => {
+                return Display::File {
+                    mime_type: "image/png".into(),
+                    path: path.to_string_lossy().into_owned(),
+                    real_path: None,
+                }
+            }
             Err(e) => notes.push(format!("a figure could not be saved: {e:#}")),
         }
     }
     if let Some(text) = data.get("text/plain").and_then(text_of) {
-        let mut item = json!({"mime_type": "text/plain", "text": text});
-        if let Some(html) = data.get("text/html").and_then(text_of) {
-            item["html"] = Value::String(html);
-        }
-        return item;
+        return Display::Text {
+            mime_type: "text/plain".into(),
+            text,
+            html: data.get("text/html").and_then(text_of),
+        };
     }
-    json!({"mime_type": data.keys().next().cloned().unwrap_or_default()})
+    Display::Other {
+        mime_type: data.keys().next().cloned().unwrap_or_default(),
+    }
 }
 
 /// Writes a PNG as the next free `output/figure-<n>.png` (created exclusively, never through
