@@ -23,6 +23,7 @@ use toolbox_core::limits::Limits;
 use toolbox_core::ToolContext;
 
 use crate::config::PythonConfig;
+use crate::reap::SessionLimits;
 
 /// One of the places Python code runs.
 pub(crate) trait Backend {
@@ -40,6 +41,13 @@ pub(crate) trait Backend {
     /// the session its state, a crash, a busy interpreter) is an `Err` whose message says
     /// what happened to the session.
     async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult>;
+
+    /// Gives back the state of the sessions [`crate::reap`]'s rule says should go (never a
+    /// session with a call running); `incoming`, the backend's own key of a session about to
+    /// run a call, is never one of them and counts as live. A call looks when
+    /// [`Call::look`] says so, or when its session has nothing yet; the sweeper
+    /// ([`crate::sessions`]) looks once a minute with no `incoming`.
+    fn reap(&self, limits: SessionLimits, incoming: Option<&str>);
 }
 
 /// The call a run belongs to, as the backends need it.
@@ -54,6 +62,9 @@ pub(crate) struct Call<'a> {
     pub cwd: Arc<OwnedFd>,
     /// `[limits]`, which only the isolated backend can apply.
     pub limits: Limits,
+    /// Whether this call looks for sessions to reap (at most once a second; see
+    /// [`Backend::reap`]).
+    pub look: bool,
 }
 
 /// What to run.

@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use toolbox_core::{Args, ToolContext, ToolInfo, ToolRisk};
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
+use crate::sessions::Sessions;
 use crate::{object_schema, prop, TOOLSETS};
 
 pub const NAME: &str = "kernel_install";
@@ -79,7 +80,7 @@ pub fn info() -> ToolInfo {
     .toolsets(TOOLSETS)
 }
 
-pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
     a.reject_unknown(&["packages", "package", "upgrade", "index_url"])?;
     let packages = a
@@ -106,7 +107,8 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     // A kernel's packages go into the kernel's own interpreter, as the kernel itself names
     // it: an attached kernel may run any Python, anywhere.
     let kernel_python = if config.backend == Backend::Jupyter {
-        Some(crate::jupyter::kernel_executable(ctx, &config, NAME).await?)
+        let kernel = sessions.jupyter();
+        Some(kernel.kernel_executable(ctx, &config, NAME).await?)
     } else {
         ensure_venv(&config, ctx).await?;
         None

@@ -14,7 +14,7 @@
 //! and the driver `fchdir`s into that very folder, so a folder swapped for a link meanwhile
 //! changes nothing.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -30,13 +30,15 @@ use tokio::sync::OwnedMutexGuard;
 use toolbox_core::limits::{Counters, Limits, PreparedLimits};
 
 use crate::backend::{Backend, Call, RunRequest, RunResult};
+use crate::reap::{Reaped, SessionLimits, SlotState, Slots};
 use crate::DRIVER_SOURCE;
 
 /// How much of a worker's own stderr (crash reports) is kept for the error message.
 const STDERR_TAIL_LINES: usize = 40;
 
+/// What the isolated backend keeps per session: its worker, and what to tell its next call.
 #[derive(Default)]
-struct Slot {
+pub(crate) struct Slot {
     worker: Option<Worker>,
     /// Why the previous worker of this session ended, told to the next call.
     restarted: Option<String>,
@@ -44,75 +46,25 @@ struct Slot {
     last_used: Option<std::time::Instant>,
 }
 
-/// Whether the session `key` has no worker (and no call running that is starting one).
-fn needs_worker(key: &str) -> bool {
-    let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    slots
-        .as_ref()
-        .and_then(|slots| slots.get(key))
-        .is_none_or(|slot| slot.try_lock().is_ok_and(|s| s.worker.is_none()))
-}
-
-/// Stops the workers [`crate::reap`]'s rule says should go; `incoming` (a session about to
-/// run a call) is never one of them, and counts as live.
-pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
-    let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = {
-        let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-        match slots.as_ref() {
-            Some(slots) => slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            None => return,
-        }
-    };
-    let now = std::time::Instant::now();
-    let (mut guards, mut live, mut busy) = (Vec::new(), Vec::new(), 0);
-    for (key, slot) in slots {
-        if Some(key.as_str()) == incoming {
-            continue;
-        }
-        match slot.try_lock_owned() {
-            Ok(guard) if guard.worker.is_some() => {
-                live.push(crate::reap::Candidate {
-                    key: guards.len(),
-                    last_used: guard.last_used.unwrap_or(now),
-                });
-                guards.push(guard);
-            }
-            Ok(_) => {}
-            Err(_) => busy += 1,
-        }
+impl SlotState for Slot {
+    fn is_empty(&self) -> bool {
+        self.worker.is_none()
     }
-    let incoming = usize::from(incoming.is_some());
-    for (i, why) in crate::reap::choose(live, busy, incoming, limits, now) {
-        let slot = &mut guards[i];
-        if let Some(mut worker) = slot.worker.take() {
+
+    fn has_note(&self) -> bool {
+        self.restarted.is_some()
+    }
+
+    fn last_used(&self) -> Option<std::time::Instant> {
+        self.last_used
+    }
+
+    fn give_back(&mut self, why: &Reaped) {
+        if let Some(mut worker) = self.worker.take() {
             worker.kill();
         }
-        slot.restarted = Some(why.why("was stopped"));
+        self.restarted = Some(why.why("was stopped"));
     }
-    drop(guards);
-    // Slots that hold nothing (no worker, nothing to tell) are forgotten.
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(slots) = slots.as_mut() {
-        slots.retain(|_, slot| {
-            Arc::strong_count(slot) > 1
-                || slot
-                    .try_lock()
-                    .map_or(true, |s| s.worker.is_some() || s.restarted.is_some())
-        });
-    }
-}
-
-type Slots = HashMap<String, Arc<tokio::sync::Mutex<Slot>>>;
-
-static SLOTS: Mutex<Option<Slots>> = Mutex::new(None);
-
-fn slot_for(session: &str) -> Arc<tokio::sync::Mutex<Slot>> {
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    slots
-        .get_or_insert_with(HashMap::new)
-        .entry(session.to_string())
-        .or_default()
-        .clone()
 }
 
 /// One running driver process.
@@ -409,17 +361,25 @@ impl Drop for InFlight {
     }
 }
 
-/// The isolated backend (see the module's documentation).
-pub(crate) struct Isolated;
+/// The isolated backend over its table of workers, one slot per session key (see the
+/// module's documentation).
+pub(crate) struct Isolated<'a> {
+    pub workers: &'a Slots<Slot>,
+}
 
-impl Backend for Isolated {
+impl Backend for Isolated<'_> {
     async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
-        run(request, call).await
+        run(self.workers, request, call).await
+    }
+
+    /// Stops the workers [`crate::reap`]'s rule says should go.
+    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+        self.workers.reap(limits, incoming);
     }
 }
 
 /// Runs one request in the session's worker.
-async fn run(request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+async fn run(workers: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
     let Call {
         ctx,
         config,
@@ -435,10 +395,10 @@ async fn run(request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
     let key = request.session.clone();
     // A session about to start a worker always looks: a burst of new sessions must not pass
     // the cap before the next look.
-    if crate::reap::on_call(sessions) || needs_worker(&key) {
-        reap(sessions, Some(&key));
+    if call.look || workers.is_empty(&key) {
+        workers.reap(sessions, Some(&key));
     }
-    let slot = slot_for(&key);
+    let slot = workers.slot(&key);
     let slot = tokio::select! {
         slot = slot.lock_owned() => slot,
         _ = tokio::time::sleep_until(deadline) => bail!(

@@ -38,6 +38,7 @@ mod pyvalue;
 pub mod reap;
 mod render;
 pub mod run;
+mod sessions;
 
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
@@ -50,6 +51,7 @@ pub use common::{
 };
 pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
+use sessions::Sessions;
 
 toolbox_core::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
 toolbox_core::register_code_runner!("python", "python", run::code_runner);
@@ -60,10 +62,19 @@ pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");
 /// The toolsets every tool of this provider belongs to (besides `python`, the provider name).
 pub(crate) const TOOLSETS: &[&str] = &["python", "integrated_notebook"];
 
-/// The `python` provider. Session state lives in the backends (process-global).
-#[derive(Debug, Default, Clone)]
+/// The `python` provider. Every session's state is in its [`sessions::Sessions`], the one
+/// the process has (see there why there is one).
+#[derive(Debug, Clone)]
 pub struct PythonProvider {
-    _private: (),
+    sessions: &'static Sessions,
+}
+
+impl Default for PythonProvider {
+    fn default() -> Self {
+        PythonProvider {
+            sessions: Sessions::shared(),
+        }
+    }
 }
 
 #[async_trait]
@@ -79,8 +90,8 @@ impl ToolProvider for PythonProvider {
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
         // Canonical names only: the registry resolves aliases before the call gets here.
         match tool {
-            run::NAME => run::run_tool(args, ctx).await,
-            install::NAME => install::run(args, ctx).await,
+            run::NAME => run::run_tool(self.sessions, args, ctx).await,
+            install::NAME => install::run(self.sessions, args, ctx).await,
             lookup::NAME => lookup::run(args, ctx).await,
             other => Err(anyhow!("python has no tool named {other}")),
         }

@@ -8,7 +8,8 @@ use toolbox_core::{Args, RunFuture, SessionFolder, ToolContext, ToolInfo, ToolRi
 
 use crate::backend::{self, Call, Folders, RunRequest, RunResult, Source};
 use crate::config::{ensure_venv, Backend, PythonConfig};
-use crate::{embedded, install, isolated, jupyter, object_schema, prop, render, TOOLSETS};
+use crate::sessions::Sessions;
+use crate::{install, object_schema, prop, render, TOOLSETS};
 
 pub const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
@@ -68,7 +69,11 @@ pub fn info() -> ToolInfo {
     .toolsets(TOOLSETS)
 }
 
-pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run_tool(
+    sessions: &'static Sessions,
+    args: Value,
+    ctx: &ToolContext,
+) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
     a.reject_unknown(&[
         "code",
@@ -132,8 +137,10 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
     };
     // The session's first run in this process that also makes its scratchpad (a session new
     // to this workspace) says where Python runs; later runs do not repeat it.
-    let new_scratchpad = first_result_of(ctx) && !ctx.workspace.session_dir("scratchpad").exists();
+    let new_scratchpad =
+        sessions.first_result_of(ctx) && !ctx.workspace.session_dir("scratchpad").exists();
     let result = execute(
+        sessions,
         &config,
         source,
         ctx,
@@ -163,27 +170,8 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
     Ok(Value::String(text))
 }
 
-/// Whether this is the first `run_python_code` call of the call's session in this process
-/// (per workspace root): only that one looks at whether the scratchpad is new.
 /// The start of the note a new session's first result begins with (see [`run_tool`]).
 pub const WORKING_FOLDER_NOTE: &str = "note: Python runs in this session's scratchpad";
-
-fn first_result_of(ctx: &ToolContext) -> bool {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static TOLD: Mutex<Option<HashSet<(std::path::PathBuf, String)>>> = Mutex::new(None);
-    let key = (
-        ctx.workspace.root().to_path_buf(),
-        ctx.session_id.to_string(),
-    );
-    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
-    let told = told.get_or_insert_with(HashSet::new);
-    if told.len() >= 100_000 {
-        // Bounded: past this, sessions are not told again rather than remembered forever.
-        return false;
-    }
-    told.insert(key)
-}
 
 /// What a run would do, for the person asked to approve it: the code with line numbers (or
 /// the script and its arguments), in which session's interpreter and working folder.
@@ -241,7 +229,8 @@ pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
         let config = PythonConfig::from_ctx(ctx)?;
         let tool = ctx.tool.clone();
         let source = Source::Code(code.to_string());
-        let result = execute(&config, source, ctx, config.timeout, &tool).await?;
+        let sessions = Sessions::shared();
+        let result = execute(sessions, &config, source, ctx, config.timeout, &tool).await?;
         Ok(result.to_json())
     })
 }
@@ -254,6 +243,7 @@ pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
 /// whose message says what happened to the session (and includes whatever output the code
 /// produced first).
 pub(crate) async fn execute(
+    sessions: &'static Sessions,
     config: &PythonConfig,
     source: Source,
     ctx: &ToolContext,
@@ -284,11 +274,12 @@ pub(crate) async fn execute(
         timeout,
         cwd,
         limits,
+        look: sessions.on_call(config.session_limits),
     };
     let outcome = match config.backend {
-        Backend::Embedded => run_on(&embedded::Embedded, source, &call).await,
-        Backend::Isolated => run_on(&isolated::Isolated, source, &call).await,
-        Backend::Jupyter => run_on(&jupyter::Jupyter, source, &call).await,
+        Backend::Embedded => run_on(&sessions.embedded(), source, &call).await,
+        Backend::Isolated => run_on(&sessions.isolated(), source, &call).await,
+        Backend::Jupyter => run_on(&sessions.jupyter(), source, &call).await,
     };
     // Without cgroups, the janitor learns what the code left running (see containment).
     containment.note_descendants();

@@ -3,9 +3,7 @@
 //! restarting a kernel that died or would not stop, reaping idle ones, and shutting down the
 //! kernels toolbox started when it exits.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -19,6 +17,7 @@ use super::spec::{self, InterruptMode};
 use super::wire::{self, Channels, ConnectionInfo, Received, Session};
 use super::{Kernel, Slot};
 use crate::config::{KernelTarget, PythonConfig};
+use crate::reap::{Reaped, SlotState, Slots};
 
 /// toolbox's helper inside IPython kernels.
 const HELPER_SOURCE: &str = include_str!("helper.py");
@@ -38,80 +37,41 @@ sys.modules['_toolbox_kernel'] = m
 m.install(IP)
 ";
 
-/// Whether the slot `key` has no kernel (and no call running that is starting one).
-pub(super) fn needs_kernel(key: &str) -> bool {
-    let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    slots
-        .as_ref()
-        .and_then(|slots| slots.get(key))
-        .is_none_or(|slot| slot.try_lock().is_ok_and(|s| s.kernel.is_none()))
-}
-
-/// Stops the kernels toolbox started that [`crate::reap`]'s rule says should go (an
-/// attached kernel is its owner's: never); `incoming` (a slot about to run a call) is never
-/// one of them, and counts as live.
-pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
-    let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = {
-        let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-        match slots.as_ref() {
-            Some(slots) => slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            None => return,
-        }
-    };
-    let now = std::time::Instant::now();
-    let (mut guards, mut live, mut busy) = (Vec::new(), Vec::new(), 0);
-    for (key, slot) in slots {
-        if Some(key.as_str()) == incoming || key.starts_with("attach:") {
-            continue;
-        }
-        match slot.try_lock_owned() {
-            Ok(guard) if guard.kernel.as_ref().is_some_and(|k| k.process.is_some()) => {
-                live.push(crate::reap::Candidate {
-                    key: guards.len(),
-                    last_used: guard.last_used.unwrap_or(now),
-                });
-                guards.push(guard);
-            }
-            Ok(_) => {}
-            Err(_) => busy += 1,
-        }
+/// A slot is one kernel: the rule applies to the kernels toolbox started, never to an
+/// attached kernel (its owner's).
+impl SlotState for Slot {
+    fn exempt(key: &str) -> bool {
+        key.starts_with("attach:")
     }
-    let incoming = usize::from(incoming.is_some_and(|k| !k.starts_with("attach:")));
-    for (i, why) in crate::reap::choose(live, busy, incoming, limits, now) {
-        let slot = &mut guards[i];
-        if let Some(mut kernel) = slot.kernel.take() {
+
+    fn is_empty(&self) -> bool {
+        self.kernel.is_none()
+    }
+
+    fn is_live(&self) -> bool {
+        self.kernel.as_ref().is_some_and(|k| k.process.is_some())
+    }
+
+    fn has_note(&self) -> bool {
+        self.note.is_some()
+    }
+
+    fn last_used(&self) -> Option<std::time::Instant> {
+        self.last_used
+    }
+
+    fn give_back(&mut self, why: &Reaped) {
+        if let Some(mut kernel) = self.kernel.take() {
             if let Some(process) = kernel.process.as_mut() {
                 process.kill();
             }
         }
-        slot.note = Some(format!(
+        self.note = Some(format!(
             "this session's kernel {}; a new one was started, so variables and imports from \
              before are gone",
             why.why("was stopped")
         ));
     }
-    drop(guards);
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(slots) = slots.as_mut() {
-        slots.retain(|_, slot| {
-            Arc::strong_count(slot) > 1
-                || slot
-                    .try_lock()
-                    .map_or(true, |s| s.kernel.is_some() || s.note.is_some())
-        });
-    }
-}
-
-type Slots = HashMap<String, Arc<tokio::sync::Mutex<Slot>>>;
-static SLOTS: Mutex<Option<Slots>> = Mutex::new(None);
-
-pub(super) fn slot_for(key: &str) -> Arc<tokio::sync::Mutex<Slot>> {
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    slots
-        .get_or_insert_with(HashMap::new)
-        .entry(key.to_string())
-        .or_default()
-        .clone()
 }
 
 /// Which slot a call uses: one per connection file, or one per session and kernelspec.
@@ -492,7 +452,8 @@ pub(super) async fn install_helper(kernel: &mut Kernel, deadline: Instant) -> bo
 
 /// The interpreter the kernel runs (`sys.executable`, asked of the kernel itself), for
 /// kernel_install.
-pub async fn kernel_executable(
+pub(super) async fn kernel_executable(
+    kernels: &Slots<Slot>,
     ctx: &ToolContext,
     config: &PythonConfig,
     tool: &str,
@@ -501,7 +462,7 @@ pub async fn kernel_executable(
         .kernel
         .as_ref()
         .ok_or_else(|| anyhow!("{tool}: [python] backend = \"jupyter\" names no kernel"))?;
-    let slot = slot_for(&slot_key(target, config, ctx));
+    let slot = kernels.slot(&slot_key(target, config, ctx));
     let mut slot = tokio::select! {
         slot = slot.lock_owned() => slot,
         _ = ctx.cancel.cancelled() => bail!("{tool} was cancelled"),

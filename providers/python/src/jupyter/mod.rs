@@ -51,16 +51,17 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Result};
 use serde_json::json;
 use tokio::time::Instant;
+use toolbox_core::ToolContext;
 
 use crate::backend::{Backend, Call, RunRequest, RunResult, Source};
+use crate::config::PythonConfig;
+use crate::reap::{SessionLimits, Slots};
 use execute::{run_request, Ending, Exec, InFlight, Timing, INTERRUPT_GRACE};
-use lifecycle::{ensure_kernel, install_helper, needs_kernel, restart, slot_for, slot_key};
+use lifecycle::{ensure_kernel, install_helper, restart, slot_key};
 use process::Process;
 use render::to_result;
 use spec::InterruptMode;
 use wire::{Channels, ConnectionInfo, Session};
-
-pub(crate) use lifecycle::{kernel_executable, reap};
 
 /// One connection to a kernel, and the kernel's process when toolbox started it.
 struct Kernel {
@@ -83,8 +84,9 @@ struct Kernel {
     restarted_as: Option<String>,
 }
 
+/// What the jupyter backend keeps per slot: its kernel, and what to tell its next call.
 #[derive(Default)]
-struct Slot {
+pub(crate) struct Slot {
     kernel: Option<Kernel>,
     /// Said at the start of the next result (e.g. the kernel was restarted).
     note: Option<String>,
@@ -92,17 +94,39 @@ struct Slot {
     last_used: Option<std::time::Instant>,
 }
 
-/// The jupyter backend (see the module's documentation).
-pub(crate) struct Jupyter;
+/// The jupyter backend over its table of kernels: one slot per connection file, or per
+/// session and kernelspec (see the module's documentation).
+pub(crate) struct Jupyter<'a> {
+    pub kernels: &'a Slots<Slot>,
+}
 
-impl Backend for Jupyter {
+impl Backend for Jupyter<'_> {
     async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
-        run(request, call).await
+        run(self.kernels, request, call).await
+    }
+
+    /// Stops the kernels toolbox started that [`crate::reap`]'s rule says should go (an
+    /// attached kernel is its owner's: never).
+    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+        self.kernels.reap(limits, incoming);
+    }
+}
+
+impl Jupyter<'_> {
+    /// The interpreter the kernel runs (`sys.executable`, asked of the kernel itself), for
+    /// kernel_install.
+    pub async fn kernel_executable(
+        &self,
+        ctx: &ToolContext,
+        config: &PythonConfig,
+        tool: &str,
+    ) -> Result<PathBuf> {
+        lifecycle::kernel_executable(self.kernels, ctx, config, tool).await
     }
 }
 
 /// Runs one request (a cell, or a script through the helper) in the kernel.
-async fn run(request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+async fn run(kernels: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
     let Call {
         ctx,
         config,
@@ -118,10 +142,10 @@ async fn run(request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
     let key = slot_key(target, config, ctx);
     // A slot about to start a kernel always looks: a burst of new sessions must not pass
     // the cap before the next look.
-    if crate::reap::on_call(config.session_limits) || needs_kernel(&key) {
-        reap(config.session_limits, Some(&key));
+    if call.look || kernels.is_empty(&key) {
+        kernels.reap(config.session_limits, Some(&key));
     }
-    let slot = slot_for(&key);
+    let slot = kernels.slot(&key);
     let slot = tokio::select! {
         slot = slot.lock_owned() => slot,
         _ = tokio::time::sleep_until(queue_deadline) => bail!(
