@@ -23,6 +23,21 @@
 //! Other providers run code in the same session through the [`toolbox_core::CodeRunner`]
 //! registered here for language `python` (the notebook provider does); its result is the
 //! structured value described at [`run::code_runner`].
+//!
+//! Where things are:
+//!
+//! - `run.rs` (`run_python_code`), `install.rs` (`kernel_install`), `lookup.rs`
+//!   (`registry_lookup`): the tools. `render.rs` turns a run's result into the text a model
+//!   reads.
+//! - `backend.rs`: the `Backend` trait the three backends implement, with the typed request
+//!   (`RunRequest`) and result (`RunResult`) that pass between them and `run.rs`.
+//! - `embedded.rs`, `isolated.rs`, `jupyter/` (`lifecycle.rs`, `execute.rs`, `render.rs`,
+//!   `process.rs`, `spec.rs`, `wire.rs`): the backends.
+//! - `sessions.rs`: every session's state, for all backends, in one structure; `reap.rs`:
+//!   the rule by which idle sessions give it back.
+//! - `config.rs` (`[python]`), `pyvalue.rs` (JSON ↔ Python objects for the embedded
+//!   driver), and `common.rs`, a leaf every other module may use (the build interpreter,
+//!   `python_command`, `session_key`).
 
 mod backend;
 #[cfg(test)]
