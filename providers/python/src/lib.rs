@@ -31,8 +31,8 @@
 //!   reads.
 //! - `backend.rs`: the `Backend` trait the three backends implement, with the typed request
 //!   (`RunRequest`) and result (`RunResult`) that pass between them and `run.rs`.
-//! - `embedded.rs`, `isolated.rs`, `jupyter/` (`lifecycle.rs`, `execute.rs`, `render.rs`,
-//!   `process.rs`, `spec.rs`, `wire.rs`): the backends.
+//! - `embedded.rs`, `isolated.rs`, `jupyter/` (`kernel.rs`, `lifecycle.rs`, `execute.rs`,
+//!   `render.rs`, `process.rs`, `spec.rs`, `wire.rs`): the backends.
 //! - `sessions.rs`: every session's state, for all backends, in one structure; `reap.rs`:
 //!   the rule by which idle sessions give it back.
 //! - `config.rs` (`[python]`), `pyvalue.rs` (JSON ↔ Python objects for the embedded

@@ -11,10 +11,10 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 use toolbox_core::ToolContext;
 
+use super::kernel::{Kernel, Slot};
 use super::process::{self, Process};
 use super::spec::InterruptMode;
 use super::wire::{self, ConnectionInfo, Received, Session};
-use super::{Kernel, Slot};
 
 /// How long an interrupted kernel gets to stop before the call gives up on it.
 pub(super) const INTERRUPT_GRACE: Duration = Duration::from_secs(5);

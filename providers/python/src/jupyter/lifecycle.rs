@@ -12,10 +12,10 @@ use tokio::time::Instant;
 use toolbox_core::ToolContext;
 
 use super::execute::{exit_of, run_request, send_control, Ending, Exec, Timing, SEND_WITHIN};
+use super::kernel::{Kernel, Slot};
 use super::process::{self, Process};
 use super::spec::{self, InterruptMode};
 use super::wire::{self, Channels, ConnectionInfo, Received, Session};
-use super::{Kernel, Slot};
 use crate::config::{KernelTarget, PythonConfig};
 use crate::reap::{Reaped, SlotState, Slots};
 

@@ -33,13 +33,15 @@
 //! heartbeat included, for [`execute::HEARTBEAT_DEAD`] is taken for dead. Every send is
 //! bounded too, so no call hangs on a kernel that does not answer.
 //!
-//! The parts: this module holds a call's course from start to end; [`lifecycle`] attaches,
-//! starts, restarts and reaps kernels; [`execute`] runs one request (the iopub/shell loop,
-//! interrupts, heartbeats); [`render`] turns what the kernel sent into the result;
-//! [`process`] is the kernel processes toolbox starts, [`spec`] the kernelspecs they are
-//! started from, [`wire`] the protocol.
+//! The parts: this module holds a call's course from start to end; [`kernel`] the connection
+//! to a kernel and the slot a call finds it in; [`lifecycle`] attaches, starts, restarts and
+//! reaps kernels; [`execute`] runs one request (the iopub/shell loop, interrupts,
+//! heartbeats); [`render`] turns what the kernel sent into the result; [`process`] is the
+//! kernel processes toolbox starts, [`spec`] the kernelspecs they are started from, [`wire`]
+//! the protocol.
 
 mod execute;
+mod kernel;
 mod lifecycle;
 mod process;
 mod render;
@@ -57,42 +59,9 @@ use crate::backend::{Backend, Call, RunRequest, RunResult, Source};
 use crate::config::PythonConfig;
 use crate::reap::{SessionLimits, Slots};
 use execute::{run_request, Ending, Exec, InFlight, Timing, INTERRUPT_GRACE};
+pub(crate) use kernel::Slot;
 use lifecycle::{ensure_kernel, install_helper, restart, slot_key};
-use process::Process;
 use render::to_result;
-use spec::InterruptMode;
-use wire::{Channels, ConnectionInfo, Session};
-
-/// One connection to a kernel, and the kernel's process when toolbox started it.
-struct Kernel {
-    channels: Channels,
-    session: Session,
-    info: ConnectionInfo,
-    process: Option<Process>,
-    interrupt: InterruptMode,
-    /// Whether toolbox's helper is installed (an IPython kernel).
-    helper: bool,
-    /// The kernel in words, for messages.
-    name: String,
-    hb_seq: u64,
-    bad_signatures: u64,
-    executable: Option<PathBuf>,
-    /// The kernel's own session id (in the header of everything it sends); a new one means
-    /// the kernel was restarted behind toolbox's back (an attached kernel's owner did).
-    kernel_session: String,
-    /// Set when a reply came from a kernel session other than `kernel_session`.
-    restarted_as: Option<String>,
-}
-
-/// What the jupyter backend keeps per slot: its kernel, and what to tell its next call.
-#[derive(Default)]
-pub(crate) struct Slot {
-    kernel: Option<Kernel>,
-    /// Said at the start of the next result (e.g. the kernel was restarted).
-    note: Option<String>,
-    /// When the slot's last call ended.
-    last_used: Option<std::time::Instant>,
-}
 
 /// The jupyter backend over its table of kernels: one slot per connection file, or per
 /// session and kernelspec (see the module's documentation).
