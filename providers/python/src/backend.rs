@@ -196,44 +196,34 @@ impl RunResult {
     /// The driver's `result` of a `run` request (see the end of `_run` in driver.py: a
     /// field is there only when it holds something).
     pub fn from_driver(result: Value) -> RunResult {
-        let Value::Object(mut fields) = result else {
-            return RunResult::default();
+        let mut out = RunResult::default();
+        let Value::Object(fields) = result else {
+            return out;
         };
-        let mut take = |key: &str| fields.remove(key).unwrap_or(Value::Null);
-        RunResult {
-            execution_count: take("execution_count").as_u64(),
-            stdout: string(take("stdout")).unwrap_or_default(),
-            stderr: string(take("stderr")).unwrap_or_default(),
-            value: match take("result") {
-                Value::Object(mut value) => string(value.remove("text/plain").unwrap_or_default())
-                    .map(|plain| Shown {
-                        plain,
-                        html: value.remove("text/html").and_then(string),
-                    }),
-                _ => None,
-            },
-            display_data: match take("display_data") {
-                Value::Array(items) => items.into_iter().map(Display::from_driver).collect(),
-                _ => Vec::new(),
-            },
-            error: match take("error") {
-                Value::Object(mut error) => {
-                    let mut field = |key: &str| error.remove(key).and_then(string);
-                    Some(RunError {
-                        ename: field("ename").unwrap_or_else(|| "Error".into()),
-                        evalue: field("evalue").unwrap_or_default(),
-                        traceback: field("traceback"),
-                    })
+        // One pass over what is there: most runs answer with one or two fields.
+        for (key, value) in fields {
+            match key.as_str() {
+                "execution_count" => out.execution_count = value.as_u64(),
+                "stdout" => out.stdout = string(value).unwrap_or_default(),
+                "stderr" => out.stderr = string(value).unwrap_or_default(),
+                "result" => out.value = Shown::from_driver(value),
+                "display_data" => {
+                    if let Value::Array(items) = value {
+                        out.display_data = items.into_iter().map(Display::from_driver).collect();
+                    }
                 }
-                _ => None,
-            },
-            interrupted: take("interrupted") == Value::Bool(true),
-            stopped: string(take("stopped")),
-            notes: match take("notes") {
-                Value::Array(notes) => notes.into_iter().filter_map(string).collect(),
-                _ => Vec::new(),
-            },
+                "error" => out.error = RunError::from_driver(value),
+                "interrupted" => out.interrupted = value == Value::Bool(true),
+                "stopped" => out.stopped = string(value),
+                "notes" => {
+                    if let Value::Array(notes) = value {
+                        out.notes = notes.into_iter().filter_map(string).collect();
+                    }
+                }
+                _ => {}
+            }
         }
+        out
     }
 
     /// The structured form other providers get through the `python` `CodeRunner`:
@@ -311,6 +301,33 @@ impl RunResult {
                 *real_path = Some(real);
             }
         }
+    }
+}
+
+impl Shown {
+    fn from_driver(value: Value) -> Option<Shown> {
+        let Value::Object(mut value) = value else {
+            return None;
+        };
+        let plain = value.remove("text/plain").and_then(string)?;
+        Some(Shown {
+            plain,
+            html: value.remove("text/html").and_then(string),
+        })
+    }
+}
+
+impl RunError {
+    fn from_driver(error: Value) -> Option<RunError> {
+        let Value::Object(mut error) = error else {
+            return None;
+        };
+        let mut field = |key: &str| error.remove(key).and_then(string);
+        Some(RunError {
+            ename: field("ename").unwrap_or_else(|| "Error".into()),
+            evalue: field("evalue").unwrap_or_default(),
+            traceback: field("traceback"),
+        })
     }
 }
 
