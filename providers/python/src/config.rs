@@ -203,12 +203,10 @@ fn valid_kernel_name(name: &str) -> bool {
 
 /// `~/x` under the home folder, a relative path under the workspace, an absolute one as is.
 fn expand_path(text: &str, workspace_root: &Path) -> PathBuf {
-    if let Some(rest) = text.strip_prefix("~/") {
-        if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-            return PathBuf::from(home).join(rest);
-        }
+    match toolbox_host::operator_path(text) {
+        Ok(Some(path)) => path,
+        _ => workspace_root.join(text),
     }
-    workspace_root.join(text)
 }
 
 /// `3.11` from `3.11.7 (main, …)`.
@@ -306,7 +304,7 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
 /// Callers pass `-I` and this runs in `/`: with `-m`, Python would otherwise put the current
 /// folder first on `sys.path`, and a planted `venv.py` or `pip.py` would run instead.
 async fn run_quietly(program: &Path, args: &[&str], extra: Option<&Path>) -> Result<()> {
-    let mut command = crate::isolated::python_command(program);
+    let mut command = crate::common::python_command(program);
     command.current_dir("/").args(args);
     if let Some(extra) = extra {
         command.arg(extra);

@@ -24,8 +24,10 @@
 //! - **Process-global state.** One interpreter per process: `sys.modules`, `sys.path`,
 //!   environment variables and the working directory are shared by every session; each
 //!   session has its own namespace. Runs are serialised: one at a time, across sessions.
+//!   The interpreter is the one process-wide singleton here; which sessions it holds a
+//!   namespace for is kept in [`Namespaces`], part of [`crate::sessions`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +42,8 @@ use serde_json::Value;
 use tokio::sync::{oneshot, OnceCell};
 use toolbox_host::ToolContext;
 
+use crate::backend::{Backend, Call, RunRequest, RunResult};
+use crate::reap::SessionLimits;
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION, DRIVER_SOURCE};
 
 /// How long a timed-out run gets to stop after it was interrupted before the interpreter is
@@ -247,22 +251,19 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     }
 }
 
-/// Sessions whose folders the driver has been sent (it keeps them; see `_Session` in
-/// driver.py). The interpreter lives as long as the process, and so does what it was told.
-static TOLD_FOLDERS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-
-/// Whether the driver already has the folders of the session `key` (see `run::execute`).
-pub(crate) fn knows_folders(key: &str) -> bool {
-    lock_told().as_ref().is_some_and(|told| told.contains(key))
+/// The sessions whose namespace the interpreter holds, one table for the process's one
+/// interpreter: which have calls running, when each was last used, whether the driver has
+/// its folders, and why a cleared one's namespace went.
+#[derive(Default)]
+pub(crate) struct Namespaces {
+    table: Mutex<Table>,
 }
 
-/// Notes that the driver has the folders of the session `key`.
-pub(crate) fn told_folders(key: String) {
-    lock_told().get_or_insert_with(HashSet::new).insert(key);
-}
-
-fn lock_told() -> std::sync::MutexGuard<'static, Option<HashSet<String>>> {
-    TOLD_FOLDERS.lock().unwrap_or_else(|e| e.into_inner())
+#[derive(Default)]
+struct Table {
+    live: HashMap<String, Live>,
+    /// Sessions whose namespace was cleared, with why, told to their next call.
+    cleared: HashMap<String, String>,
 }
 
 /// A session whose namespace the interpreter holds.
@@ -271,117 +272,119 @@ struct Live {
     last_used: Instant,
     /// Its calls in flight.
     running: usize,
-}
-
-#[derive(Default)]
-struct Sessions {
-    live: HashMap<String, Live>,
-    /// Sessions whose namespace was cleared, with why, told to their next call.
-    cleared: HashMap<String, String>,
+    /// Whether the driver was sent the session's folders (it keeps them with the namespace;
+    /// see `_Session` in driver.py).
+    told_folders: bool,
 }
 
 /// At most this many sessions keep a note of why their namespace was cleared.
 const MAX_CLEARED_NOTES: usize = 10_000;
 
-static SESSIONS: Mutex<Option<Sessions>> = Mutex::new(None);
-
-fn lock_sessions() -> std::sync::MutexGuard<'static, Option<Sessions>> {
-    SESSIONS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A call of a session, counted as running until dropped (however the call ends).
-pub(crate) struct LiveCall(String);
+pub(crate) struct LiveCall<'a> {
+    namespaces: &'a Namespaces,
+    key: String,
+}
 
-impl Drop for LiveCall {
+impl LiveCall<'_> {
+    /// Notes that the driver now has the session's folders.
+    fn told_folders(&self) {
+        if let Some(live) = self.namespaces.lock().live.get_mut(&self.key) {
+            live.told_folders = true;
+        }
+    }
+}
+
+impl Drop for LiveCall<'_> {
     fn drop(&mut self) {
-        end_call(&self.0);
+        if let Some(live) = self.namespaces.lock().live.get_mut(&self.key) {
+            live.running = live.running.saturating_sub(1);
+            live.last_used = Instant::now();
+        }
     }
 }
 
-/// A call of session `key` begins: it counts as running until the guard is dropped. Also
-/// returns why its namespace was cleared since its last call, if it was.
-pub(crate) fn begin_call(key: &str) -> (LiveCall, Option<String>) {
-    let mut sessions = lock_sessions();
-    let sessions = sessions.get_or_insert_with(Sessions::default);
-    sessions
-        .live
-        .entry(key.to_string())
-        .or_insert(Live {
-            last_used: Instant::now(),
-            running: 0,
-        })
-        .running += 1;
-    (LiveCall(key.to_string()), sessions.cleared.remove(key))
-}
+impl Namespaces {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
-fn end_call(key: &str) {
-    if let Some(live) = lock_sessions().as_mut().and_then(|s| s.live.get_mut(key)) {
-        live.running = live.running.saturating_sub(1);
-        live.last_used = Instant::now();
+    /// Whether the driver already has the folders of the session `key` (see
+    /// [`Backend::needs_folders`]).
+    fn knows_folders(&self, key: &str) -> bool {
+        self.lock()
+            .live
+            .get(key)
+            .is_some_and(|live| live.told_folders)
     }
-}
 
-/// Whether the interpreter holds no namespace for the session `key` yet.
-pub(crate) fn is_new(key: &str) -> bool {
-    lock_sessions()
-        .as_ref()
-        .is_none_or(|s| !s.live.contains_key(key))
-}
+    /// Whether the interpreter holds no namespace for the session `key` yet.
+    fn is_new(&self, key: &str) -> bool {
+        !self.lock().live.contains_key(key)
+    }
 
-/// Clears the namespaces [`crate::reap`]'s rule says should go; `incoming` (a session about
-/// to run a call) is never one of them, and counts as live.
-pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
-    let Some(Ok(interpreter)) = INTERPRETER.get() else {
-        return;
-    };
-    let mut guard = lock_sessions();
-    let Some(sessions) = guard.as_mut() else {
-        return;
-    };
-    let now = Instant::now();
-    let mut busy = 0;
-    let mut live = Vec::new();
-    for (key, l) in &sessions.live {
-        if Some(key.as_str()) == incoming {
-            continue;
-        }
-        if l.running > 0 {
-            busy += 1;
-        } else {
-            live.push(crate::reap::Candidate {
-                key: key.clone(),
-                last_used: l.last_used,
-            });
-        }
+    /// A call of session `key` begins: it counts as running until the guard is dropped.
+    /// Also returns why its namespace was cleared since its last call, if it was.
+    fn begin_call(&self, key: &str) -> (LiveCall<'_>, Option<String>) {
+        let mut table = self.lock();
+        table
+            .live
+            .entry(key.to_string())
+            .or_insert(Live {
+                last_used: Instant::now(),
+                running: 0,
+                told_folders: false,
+            })
+            .running += 1;
+        let cleared = table.cleared.remove(key);
+        let call = LiveCall {
+            namespaces: self,
+            key: key.to_string(),
+        };
+        (call, cleared)
     }
-    let chosen = crate::reap::choose(live, busy, usize::from(incoming.is_some()), limits, now);
-    if chosen.is_empty() {
-        return;
-    }
-    let mut keys = Vec::with_capacity(chosen.len());
-    let mut told = lock_told();
-    for (key, why) in chosen {
-        sessions.live.remove(&key);
-        if let Some(told) = told.as_mut() {
-            told.remove(&key);
+
+    /// Takes out of the table the sessions [`crate::reap`]'s rule says should go (`incoming`
+    /// never; it counts as live) and notes why; `forget` is handed their keys while the
+    /// table is still locked.
+    fn reap(
+        &self,
+        limits: SessionLimits,
+        incoming: Option<&str>,
+        forget: impl FnOnce(Vec<String>),
+    ) {
+        let mut table = self.lock();
+        let now = Instant::now();
+        let mut busy = 0;
+        let mut live = Vec::new();
+        for (key, l) in &table.live {
+            if Some(key.as_str()) == incoming {
+                continue;
+            }
+            if l.running > 0 {
+                busy += 1;
+            } else {
+                live.push(crate::reap::Candidate {
+                    key: key.clone(),
+                    last_used: l.last_used,
+                });
+            }
         }
-        if sessions.cleared.len() >= MAX_CLEARED_NOTES {
-            sessions.cleared.clear();
+        let chosen = crate::reap::choose(live, busy, usize::from(incoming.is_some()), limits, now);
+        if chosen.is_empty() {
+            return;
         }
-        sessions.cleared.insert(key.clone(), why.why("was cleared"));
-        keys.push(key);
+        let mut keys = Vec::with_capacity(chosen.len());
+        for (key, why) in chosen {
+            table.live.remove(&key);
+            if table.cleared.len() >= MAX_CLEARED_NOTES {
+                table.cleared.clear();
+            }
+            table.cleared.insert(key.clone(), why.why("was cleared"));
+            keys.push(key);
+        }
+        forget(keys);
     }
-    drop(told);
-    // Queued while the sessions are locked: a later call of one of them is queued after it,
-    // so it finds a fresh namespace, and its note.
-    let (reply, _) = oneshot::channel();
-    let _ = interpreter.jobs.send(Job {
-        id: interpreter.next_id.fetch_add(1, Ordering::SeqCst),
-        request: serde_json::json!({"op": "forget", "sessions": keys}),
-        cwd: None,
-        reply,
-        abandoned: Arc::new(AtomicBool::new(false)),
-    });
 }
 
 /// Runs one job and hands its answer back. A call started with `handoff::spawn` (an MCP
@@ -646,21 +649,94 @@ impl Drop for DropGuard {
     }
 }
 
-/// Runs one driver request on the embedded interpreter and returns the driver's `result`.
+/// The embedded backend over the interpreter's namespaces (see the module's documentation).
+pub(crate) struct Embedded<'a> {
+    pub namespaces: &'a Namespaces,
+}
+
+impl Backend for Embedded<'_> {
+    fn needs_folders(&self, key: &str) -> bool {
+        !self.namespaces.knows_folders(key)
+    }
+
+    async fn run(&self, mut request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+        if let Some(site) = call.config.site_packages() {
+            request.site_dirs = vec![site.to_string_lossy().into_owned()];
+        }
+        let key = request.session.clone();
+        // A new session always looks: a burst of them must not pass the cap before the next
+        // look.
+        if call.look || self.namespaces.is_new(&key) {
+            self.reap(call.config.session_limits, Some(&key));
+        }
+        let (live, cleared) = self.namespaces.begin_call(&key);
+        let tells_folders = request.folders.is_some();
+        let answer = ask(
+            request.into_driver(),
+            Some(call.cwd.clone()),
+            call.ctx,
+            call.timeout,
+            call.tool,
+        )
+        .await;
+        // Answered, so the driver ran the request and kept the folders.
+        if answer.is_ok() && tells_folders {
+            live.told_folders();
+        }
+        drop(live);
+        let answer = answer?;
+        let mut result = RunResult::from_driver(answer.result);
+        result.stopped = answer.stopped;
+        if let Some(why) = cleared {
+            result.add_note(format!(
+                "this session's Python namespace {why}; variables and imports from before \
+                 are gone"
+            ));
+        }
+        Ok(result)
+    }
+
+    /// Clears the namespaces [`crate::reap`]'s rule says should go.
+    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+        let Some(Ok(interpreter)) = INTERPRETER.get() else {
+            return;
+        };
+        self.namespaces.reap(limits, incoming, |keys| {
+            // Queued while the table is locked: a later call of one of them is queued after
+            // it, so it finds a fresh namespace, and its note.
+            let (reply, _) = oneshot::channel();
+            let _ = interpreter.jobs.send(Job {
+                id: interpreter.next_id.fetch_add(1, Ordering::SeqCst),
+                request: serde_json::json!({"op": "forget", "sessions": keys}),
+                cwd: None,
+                reply,
+                abandoned: Arc::new(AtomicBool::new(false)),
+            });
+        });
+    }
+}
+
+/// The driver's `result` for one request, and why toolbox stopped the run if it did.
+struct Answer {
+    result: Value,
+    stopped: Option<String>,
+}
+
+/// Runs one driver request on the embedded interpreter.
 ///
 /// `cwd`, when given, is the folder a `run` request's code works in (the driver changes to
 /// it by descriptor, and back afterwards); the job keeps it open until it is over.
 ///
 /// A run stopped by `timeout` or `ctx.cancel` that the interrupt ended comes back as its
-/// partial result with `"stopped": "<why>"` and `"interrupted": true`; one that could not be
+/// partial result (with `"interrupted": true`) and why it was stopped; one that could not be
 /// stopped, or never started, is an error.
-pub async fn request(
+async fn ask(
     request: Value,
     cwd: Option<Arc<OwnedFd>>,
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,
-) -> Result<Value> {
+) -> Result<Answer> {
     let interpreter = interpreter().await?;
     interpreter.refuse_if_stuck(tool)?;
     let id = interpreter.next_id.fetch_add(1, Ordering::SeqCst);
@@ -685,7 +761,8 @@ pub async fn request(
     let why = tokio::select! {
         response = &mut answer => {
             guard.active = false;
-            return parse_response(response, tool);
+            let result = parse_response(response, tool)?;
+            return Ok(Answer { result, stopped: None });
         }
         _ = tokio::time::sleep(timeout) => format!("timed out after {} ms", timeout.as_millis()),
         _ = ctx.cancel.cancelled() => "was cancelled".to_string(),
@@ -700,9 +777,11 @@ pub async fn request(
              other calls (it runs one at a time, across sessions)"
         ),
         Ok(response) => {
-            let mut result = parse_response(response, tool)?;
-            result["stopped"] = Value::String(why);
-            Ok(result)
+            let result = parse_response(response, tool)?;
+            Ok(Answer {
+                result,
+                stopped: Some(why),
+            })
         }
         Err(_) => {
             let mut stuck = interpreter.stuck.lock().unwrap_or_else(|e| e.into_inner());
@@ -730,7 +809,7 @@ fn parse_response(
     tool: &str,
 ) -> Result<Value> {
     match response {
-        Ok(Ok(answer)) => crate::driver_result(answer, tool),
+        Ok(Ok(answer)) => crate::backend::driver_result(answer, tool),
         Ok(Err(e)) => bail!("{tool}: the Python driver failed: {e}"),
         Err(_) => bail!("{tool}: the embedded Python thread stopped before answering"),
     }
@@ -742,14 +821,15 @@ pub async fn info() -> Result<Value> {
     let ws = std::env::temp_dir();
     let workspace = toolbox_host::Workspace::new(&ws)?;
     let ctx = ToolContext::new(workspace, "info", "info", "python_info");
-    let mut info = request(
+    let mut info = ask(
         serde_json::json!({"op": "info"}),
         None,
         &ctx,
         Duration::from_secs(60),
         "python_info",
     )
-    .await?;
+    .await?
+    .result;
     info["libpython"] = Value::String(loaded_libpython());
     Ok(info)
 }

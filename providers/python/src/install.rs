@@ -24,6 +24,7 @@ use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
+use crate::sessions::Sessions;
 use crate::{object_schema, prop, TOOLSETS};
 
 pub const NAME: &str = "kernel_install";
@@ -80,7 +81,7 @@ pub fn info() -> ToolInfo {
     .toolsets(TOOLSETS)
 }
 
-pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
     a.reject_unknown(&["packages", "package", "upgrade", "index_url"])?;
     let packages = a
@@ -107,7 +108,8 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     // A kernel's packages go into the kernel's own interpreter, as the kernel itself names
     // it: an attached kernel may run any Python, anywhere.
     let kernel_python = if config.backend == Backend::Jupyter {
-        Some(crate::jupyter::kernel_executable(ctx, &config, NAME).await?)
+        let kernel = sessions.jupyter();
+        Some(kernel.kernel_executable(ctx, &config, NAME).await?)
     } else {
         ensure_venv(&config, ctx).await?;
         None
@@ -118,7 +120,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 
     // pip and its build steps run inside toolbox's containment.
     toolbox_host::containment::ensure();
-    let mut command = crate::isolated::python_command(&interpreter);
+    let mut command = crate::common::python_command(&interpreter);
     // -I: isolated mode, so the working folder (the scratchpad) is not on sys.path and a
     // planted pip.py cannot run in place of pip; PYTHON* variables are ignored too.
     command.args([

@@ -7,14 +7,15 @@
 //! worker. Either way the session's state is gone, the call says so, the next call of that
 //! session starts a fresh worker and its result carries a note saying the state was reset.
 //!
-//! Calls of one session run one at a time; different sessions run in parallel.
+//! Calls of one session run one at a time; different sessions run in parallel. The workers
+//! are kept in a [`Slots`] table, part of [`crate::sessions`], one [`Slot`] per session.
 //!
 //! The worker never changes into a folder by name: before each run toolbox sends it the
 //! session scratchpad it holds open (a descriptor, over a socket the worker has as fd 3),
 //! and the driver `fchdir`s into that very folder, so a folder swapped for a link meanwhile
 //! changes nothing.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -25,18 +26,20 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::OwnedMutexGuard;
 use toolbox_host::limits::{Counters, Limits, PreparedLimits};
-use toolbox_host::ToolContext;
 
+use crate::backend::{Backend, Call, RunRequest, RunResult};
+use crate::reap::{Reaped, SessionLimits, SlotState, Slots};
 use crate::DRIVER_SOURCE;
 
 /// How much of a worker's own stderr (crash reports) is kept for the error message.
 const STDERR_TAIL_LINES: usize = 40;
 
+/// What the isolated backend keeps per session: its worker, and what to tell its next call.
 #[derive(Default)]
-struct Slot {
+pub(crate) struct Slot {
     worker: Option<Worker>,
     /// Why the previous worker of this session ended, told to the next call.
     restarted: Option<String>,
@@ -44,96 +47,25 @@ struct Slot {
     last_used: Option<std::time::Instant>,
 }
 
-/// Whether the session `key` has no worker (and no call running that is starting one).
-fn needs_worker(key: &str) -> bool {
-    let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    slots
-        .as_ref()
-        .and_then(|slots| slots.get(key))
-        .is_none_or(|slot| slot.try_lock().is_ok_and(|s| s.worker.is_none()))
-}
-
-/// Stops the workers [`crate::reap`]'s rule says should go; `incoming` (a session about to
-/// run a call) is never one of them, and counts as live.
-pub(crate) fn reap(limits: crate::reap::SessionLimits, incoming: Option<&str>) {
-    let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = {
-        let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-        match slots.as_ref() {
-            Some(slots) => slots.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            None => return,
-        }
-    };
-    let now = std::time::Instant::now();
-    let (mut guards, mut live, mut busy) = (Vec::new(), Vec::new(), 0);
-    for (key, slot) in slots {
-        if Some(key.as_str()) == incoming {
-            continue;
-        }
-        match slot.try_lock_owned() {
-            Ok(guard) if guard.worker.is_some() => {
-                live.push(crate::reap::Candidate {
-                    key: guards.len(),
-                    last_used: guard.last_used.unwrap_or(now),
-                });
-                guards.push(guard);
-            }
-            Ok(_) => {}
-            Err(_) => busy += 1,
-        }
+impl SlotState for Slot {
+    fn is_empty(&self) -> bool {
+        self.worker.is_none()
     }
-    let incoming = usize::from(incoming.is_some());
-    for (i, why) in crate::reap::choose(live, busy, incoming, limits, now) {
-        let slot = &mut guards[i];
-        if let Some(mut worker) = slot.worker.take() {
+
+    fn has_note(&self) -> bool {
+        self.restarted.is_some()
+    }
+
+    fn last_used(&self) -> Option<std::time::Instant> {
+        self.last_used
+    }
+
+    fn give_back(&mut self, why: &Reaped) {
+        if let Some(mut worker) = self.worker.take() {
             worker.kill();
         }
-        slot.restarted = Some(why.why("was stopped"));
+        self.restarted = Some(why.why("was stopped"));
     }
-    drop(guards);
-    // Slots that hold nothing (no worker, nothing to tell) are forgotten.
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(slots) = slots.as_mut() {
-        slots.retain(|_, slot| {
-            Arc::strong_count(slot) > 1
-                || slot
-                    .try_lock()
-                    .map_or(true, |s| s.worker.is_some() || s.restarted.is_some())
-        });
-    }
-}
-
-type Slots = HashMap<String, Arc<tokio::sync::Mutex<Slot>>>;
-
-static SLOTS: Mutex<Option<Slots>> = Mutex::new(None);
-
-fn slot_for(session: &str) -> Arc<tokio::sync::Mutex<Slot>> {
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    slots
-        .get_or_insert_with(HashMap::new)
-        .entry(session.to_string())
-        .or_default()
-        .clone()
-}
-
-/// A command running a Python executable (the build interpreter or a venv's) that loads
-/// the libpython it was built with.
-///
-/// A shared-library Python finds its libpython through a DT_RUNPATH, which LD_LIBRARY_PATH
-/// overrides: with `LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu` the pyenv python here would
-/// load Debian's libpython and mix two Pythons. Putting the build libdir first keeps every
-/// other entry working (native libraries of user code) and the interpreter whole.
-pub fn python_command(program: &Path) -> Command {
-    let mut command = Command::new(program);
-    if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
-        if !crate::BUILD_PYTHON_LIBDIR.is_empty() {
-            let mut paths = vec![PathBuf::from(crate::BUILD_PYTHON_LIBDIR)];
-            paths.extend(std::env::split_paths(&current));
-            if let Ok(joined) = std::env::join_paths(paths) {
-                command.env("LD_LIBRARY_PATH", joined);
-            }
-        }
-    }
-    command
 }
 
 /// One running driver process.
@@ -200,7 +132,7 @@ impl Worker {
             UnixStream::pair().context("cannot make the Python worker's folder socket")?;
         let theirs: OwnedFd = theirs.into();
         let (theirs_fd, cwd_fd) = (theirs.as_raw_fd(), cwd.as_raw_fd());
-        let mut command = python_command(interpreter);
+        let mut command = crate::common::python_command(interpreter);
         command
             .args(["-E", "-u", "-c", DRIVER_SOURCE, "--serve"])
             .env("MPLBACKEND", "Agg")
@@ -430,27 +362,44 @@ impl Drop for InFlight {
     }
 }
 
-/// Runs one driver request in the session's worker and returns the driver's `result`.
-pub async fn request(
-    request: &Value,
-    ctx: &ToolContext,
-    timeout: Duration,
-    tool: &str,
-    config: &crate::PythonConfig,
-    cwd: &OwnedFd,
-    limits: Limits,
-) -> Result<Value> {
+/// The isolated backend over its table of workers, one slot per session key (see the
+/// module's documentation).
+pub(crate) struct Isolated<'a> {
+    pub workers: &'a Slots<Slot>,
+}
+
+impl Backend for Isolated<'_> {
+    async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+        run(self.workers, request, call).await
+    }
+
+    /// Stops the workers [`crate::reap`]'s rule says should go.
+    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+        self.workers.reap(limits, incoming);
+    }
+}
+
+/// Runs one request in the session's worker.
+async fn run(workers: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+    let Call {
+        ctx,
+        config,
+        tool,
+        timeout,
+        ..
+    } = *call;
+    let (cwd, limits) = (&*call.cwd, call.limits);
     let interpreter = config.interpreter();
     let interpreter = interpreter.as_path();
     let sessions = config.session_limits;
     let deadline = tokio::time::Instant::now() + timeout;
-    let key = crate::run::session_key(ctx);
+    let key = request.session.clone();
     // A session about to start a worker always looks: a burst of new sessions must not pass
     // the cap before the next look.
-    if crate::reap::on_call(sessions) || needs_worker(&key) {
-        reap(sessions, Some(&key));
+    if call.look || workers.is_empty(&key) {
+        workers.reap(sessions, Some(&key));
     }
-    let slot = slot_for(&key);
+    let slot = workers.slot(&key);
     let slot = tokio::select! {
         slot = slot.lock_owned() => slot,
         _ = tokio::time::sleep_until(deadline) => bail!(
@@ -478,15 +427,12 @@ pub async fn request(
     call.armed = true;
     // The folder first: the driver takes it off the socket before it reads anything else of
     // the request.
-    let sent = if request["op"] == "run" {
-        worker.send_folder(cwd)
-    } else {
-        Ok(())
-    };
+    let sent = worker.send_folder(cwd);
+    let request = request.into_driver();
     let outcome = tokio::select! {
         line = async {
             sent?;
-            worker.call(request).await
+            worker.call(&request).await
         } => Ok(line),
         _ = tokio::time::sleep_until(deadline) => Err(format!("timed out after {} ms", timeout.as_millis())),
         _ = ctx.cancel.cancelled() => Err("was cancelled".to_string()),
@@ -532,21 +478,18 @@ pub async fn request(
         }
     };
     call.armed = false;
-    let mut result = crate::parse_driver_response(&text, tool)?;
+    let mut result = RunResult::from_driver(crate::backend::parse_driver_response(&text, tool)?);
     // A MemoryError the code raised (and survived) under the memory limit.
-    if let Some(ename) = result["error"]["ename"].as_str() {
-        if let Some(message) = worker.limit_message(since, None, true, ename) {
-            crate::add_note(&mut result, message);
+    if let Some(error) = &result.error {
+        if let Some(message) = worker.limit_message(since, None, true, &error.ename) {
+            result.add_note(message);
         }
     }
     if let Some(why) = note {
-        crate::add_note(
-            &mut result,
-            format!(
-                "this session's previous Python worker {why}; a new one was started, so \
-                 variables and imports from before are gone"
-            ),
-        );
+        result.add_note(format!(
+            "this session's previous Python worker {why}; a new one was started, so \
+             variables and imports from before are gone"
+        ));
     }
     Ok(result)
 }

@@ -13,7 +13,7 @@
 //! ([`isolated`], the same interpreter, killed on timeout). The third backend, [`jupyter`],
 //! runs the code in a real Jupyter kernel — one the user keeps running (attached by its
 //! connection file) or one per session started from a kernelspec — speaking the Jupyter
-//! protocol natively and turning the kernel's messages into the driver's result shape.
+//! protocol natively and turning the kernel's messages into the same result.
 //! `[python] backend` picks one.
 //!
 //! The interpreter is the one pyo3 was built against; `build.rs` bakes its path, version and
@@ -22,10 +22,27 @@
 //!
 //! Other providers run code in the same session through the [`toolbox_host::CodeRunner`]
 //! registered here for language `python` (the notebook provider does); its result is the
-//! structured value described at [`run::execute`].
+//! structured value described at [`run::code_runner`].
+//!
+//! Where things are:
+//!
+//! - `run.rs` (`run_python_code`), `install.rs` (`kernel_install`), `lookup.rs`
+//!   (`registry_lookup`): the tools. `render.rs` turns a run's result into the text a model
+//!   reads.
+//! - `backend.rs`: the `Backend` trait the three backends implement, with the typed request
+//!   (`RunRequest`) and result (`RunResult`) that pass between them and `run.rs`.
+//! - `embedded.rs`, `isolated.rs`, `jupyter/` (`kernel.rs`, `lifecycle.rs`, `execute.rs`,
+//!   `render.rs`, `process.rs`, `spec.rs`, `wire.rs`): the backends.
+//! - `sessions.rs`: every session's state, for all backends, in one structure; `reap.rs`:
+//!   the rule by which idle sessions give it back.
+//! - `config.rs` (`[python]`), `pyvalue.rs` (JSON ↔ Python objects for the embedded
+//!   driver), and `common.rs`, a leaf every other module may use (the build interpreter,
+//!   `python_command`, `session_key`).
 
+mod backend;
 #[cfg(test)]
 mod backend_tests;
+mod common;
 mod config;
 pub mod embedded;
 mod install;
@@ -36,29 +53,24 @@ mod pyvalue;
 pub mod reap;
 mod render;
 pub mod run;
+mod sessions;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::{Preview, ToolInfo};
 use toolbox_host::{ToolContext, ToolProvider};
 
+pub use common::{
+    BUILD_PYTHON_BASE_PREFIX, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_LIBDIR, BUILD_PYTHON_PREFIX,
+    BUILD_PYTHON_VERSION,
+};
 pub use config::{Backend, KernelTarget, PythonConfig};
 pub use render::render_result;
+use sessions::Sessions;
 
 toolbox_host::register_provider!("python", || std::sync::Arc::new(PythonProvider::default()));
 toolbox_host::register_code_runner!("python", "python", run::code_runner);
-
-/// The interpreter pyo3 was built against (its `sys.executable`, baked in by build.rs).
-pub const BUILD_PYTHON_EXECUTABLE: &str = env!("TOOLBOX_BUILD_PYTHON_EXECUTABLE");
-/// `sys.version` of the build interpreter (newlines replaced by spaces).
-pub const BUILD_PYTHON_VERSION: &str = env!("TOOLBOX_BUILD_PYTHON_VERSION");
-/// `sys.prefix` of the build interpreter.
-pub const BUILD_PYTHON_PREFIX: &str = env!("TOOLBOX_BUILD_PYTHON_PREFIX");
-/// `sys.base_prefix` of the build interpreter.
-pub const BUILD_PYTHON_BASE_PREFIX: &str = env!("TOOLBOX_BUILD_PYTHON_BASE_PREFIX");
-/// The folder of the libpython the crate links, as pyo3 found it.
-pub const BUILD_PYTHON_LIBDIR: &str = env!("TOOLBOX_BUILD_PYTHON_LIBDIR");
 
 /// The Python side of every backend.
 pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");
@@ -66,10 +78,19 @@ pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");
 /// The toolsets every tool of this provider belongs to (besides `python`, the provider name).
 pub(crate) const TOOLSETS: &[&str] = &["python", "integrated_notebook"];
 
-/// The `python` provider. Session state lives in the backends (process-global).
-#[derive(Debug, Default, Clone)]
+/// The `python` provider. Every session's state is in its [`sessions::Sessions`], the one
+/// the process has (see there why there is one).
+#[derive(Debug, Clone)]
 pub struct PythonProvider {
-    _private: (),
+    sessions: &'static Sessions,
+}
+
+impl Default for PythonProvider {
+    fn default() -> Self {
+        PythonProvider {
+            sessions: Sessions::shared(),
+        }
+    }
 }
 
 #[async_trait]
@@ -85,8 +106,8 @@ impl ToolProvider for PythonProvider {
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
         // Canonical names only: the registry resolves aliases before the call gets here.
         match tool {
-            run::NAME => run::run_tool(args, ctx).await,
-            install::NAME => install::run(args, ctx).await,
+            run::NAME => run::run_tool(self.sessions, args, ctx).await,
+            install::NAME => install::run(self.sessions, args, ctx).await,
             lookup::NAME => lookup::run(args, ctx).await,
             other => Err(anyhow!("python has no tool named {other}")),
         }
@@ -97,33 +118,6 @@ impl ToolProvider for PythonProvider {
             run::NAME => run::preview(args, ctx),
             _ => None,
         }
-    }
-}
-
-/// The driver's `{"ok": …}` answer → its `result`, or an error naming the tool.
-pub(crate) fn parse_driver_response(text: &str, tool: &str) -> Result<Value> {
-    let response: Value = serde_json::from_str(text.trim())
-        .map_err(|e| anyhow!("{tool}: the Python driver sent an unreadable answer: {e}"))?;
-    driver_result(response, tool)
-}
-
-/// The `result` of a driver answer (`{"ok": true, "result": …}`), or its error.
-pub(crate) fn driver_result(mut response: Value, tool: &str) -> Result<Value> {
-    if response["ok"] == Value::Bool(true) {
-        return Ok(response["result"].take());
-    }
-    let message = response["error"]
-        .as_str()
-        .unwrap_or("(no message)")
-        .to_string();
-    bail!("{tool}: {message}")
-}
-
-/// Appends a line to a driver result's `notes`.
-pub(crate) fn add_note(result: &mut Value, note: String) {
-    match result.get_mut("notes").and_then(Value::as_array_mut) {
-        Some(notes) => notes.insert(0, Value::String(note)),
-        None => result["notes"] = Value::Array(vec![Value::String(note)]),
     }
 }
 
@@ -220,19 +214,5 @@ mod tests {
         assert!(registered_providers().iter().any(|r| r.name == "python"));
         let runner = toolbox_host::find_code_runner("python").expect("python runner");
         assert_eq!(runner.provider, "python");
-    }
-
-    #[test]
-    fn driver_answers_are_parsed() {
-        let ok = parse_driver_response(r#"{"ok": true, "result": {"x": 1}}"#, "t").unwrap();
-        assert_eq!(ok["x"], 1);
-        let e = parse_driver_response(r#"{"ok": false, "error": "boom"}"#, "t")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(e, "t: boom");
-        let e = parse_driver_response("garbage", "t")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unreadable answer"), "{e}");
     }
 }

@@ -188,7 +188,7 @@ async fn one_shot(request: &Value, ctx: &ToolContext, interpreter: &Path) -> Res
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // As for every worker (see isolated::python_command): the build libdir first, so that a
+    // As for every worker (see common::python_command): the build libdir first, so that a
     // shared-library Python loads its own libpython; the rest for native extensions.
     if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
         let mut paths: Vec<PathBuf> = Vec::new();
@@ -262,7 +262,7 @@ async fn one_shot(request: &Value, ctx: &ToolContext, interpreter: &Path) -> Res
         Err(e) => return Err(e),
     };
     drop(group);
-    crate::parse_driver_response(&String::from_utf8_lossy(&answer), NAME)
+    crate::backend::parse_driver_response(&String::from_utf8_lossy(&answer), NAME)
 }
 
 /// Kills the lookup's process group when dropped: the interpreter and anything an import

@@ -14,9 +14,14 @@
 //! - the session's next call starts afresh and its result says so, as after a crash.
 //!
 //! Backends look for such sessions when a call comes (at most once a second) and a
-//! background task does so every [`SWEEP_EVERY`], so an idle server gives its memory back too.
+//! background task does so every [`SWEEP_EVERY`], so an idle server gives its memory back too
+//! (the clock for both is [`crate::sessions`]'s).
+//!
+//! Here are the rule ([`choose`]) and the table the isolated and jupyter backends keep their
+//! slots in ([`Slots`]), which applies it; the embedded backend applies it to its namespaces.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The default of `[python] session_idle_ms`.
@@ -26,7 +31,7 @@ pub const DEFAULT_MAX_LIVE_SESSIONS: usize = 64;
 /// How often the background task looks.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// How often, at most, a call looks.
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// The rule in force: the latest configuration a call brought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,62 +115,99 @@ pub fn choose<K>(
     reaped
 }
 
-struct State {
-    limits: SessionLimits,
-    looked: Option<Instant>,
-    sweeper: bool,
+/// What a backend keeps in one slot of a [`Slots`] table (a session's worker, a kernel).
+pub(crate) trait SlotState: Default + Send + 'static {
+    /// Whether the rule never applies to the slot `key` (an attached kernel is its owner's).
+    fn exempt(key: &str) -> bool {
+        let _ = key;
+        false
+    }
+    /// Whether the slot holds nothing (no worker, no kernel).
+    fn is_empty(&self) -> bool;
+    /// Whether it holds something the rule may take back; by default, anything.
+    fn is_live(&self) -> bool {
+        !self.is_empty()
+    }
+    /// Whether it has something to tell its next call.
+    fn has_note(&self) -> bool;
+    /// When the slot's last call ended.
+    fn last_used(&self) -> Option<Instant>;
+    /// Gives back what it holds (kills the worker or the kernel) and notes why, for the next
+    /// call.
+    fn give_back(&mut self, why: &Reaped);
 }
 
-static STATE: Mutex<State> = Mutex::new(State {
-    limits: SessionLimits {
-        idle: DEFAULT_SESSION_IDLE,
-        max_live: DEFAULT_MAX_LIVE_SESSIONS,
-    },
-    looked: None,
-    sweeper: false,
-});
-
-fn state() -> std::sync::MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(|e| e.into_inner())
+/// A table of slots by key, each behind its own lock: a call holds its slot's lock for as
+/// long as it runs, so calls of one slot run one at a time and a slot being used is never
+/// reaped.
+pub(crate) struct Slots<S> {
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<S>>>>,
 }
 
-/// The rule in force.
-pub fn limits() -> SessionLimits {
-    state().limits
-}
-
-/// Called as a call starts, with its configuration's rule: records the rule, starts the
-/// background task once, and says whether this call should look for sessions to reap now.
-pub fn on_call(limits: SessionLimits) -> bool {
-    let mut state = state();
-    state.limits = limits;
-    if !state.sweeper {
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            state.sweeper = true;
-            handle.spawn(async {
-                loop {
-                    tokio::time::sleep(SWEEP_EVERY).await;
-                    sweep_all();
-                }
-            });
+impl<S> Default for Slots<S> {
+    fn default() -> Self {
+        Slots {
+            slots: Mutex::new(HashMap::new()),
         }
     }
-    let now = Instant::now();
-    let look = state
-        .looked
-        .is_none_or(|t| now.duration_since(t) >= LOOK_EVERY);
-    if look {
-        state.looked = Some(now);
-    }
-    look
 }
 
-/// Every backend looks once.
-pub fn sweep_all() {
-    let limits = limits();
-    crate::isolated::reap(limits, None);
-    crate::jupyter::reap(limits, None);
-    crate::embedded::reap(limits, None);
+impl<S: SlotState> Slots<S> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<S>>>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The slot `key`, made empty if there is none.
+    pub fn slot(&self, key: &str) -> Arc<tokio::sync::Mutex<S>> {
+        self.lock().entry(key.to_string()).or_default().clone()
+    }
+
+    /// Whether the slot `key` holds nothing (and no call running is filling it).
+    pub fn is_empty(&self, key: &str) -> bool {
+        self.lock()
+            .get(key)
+            .is_none_or(|slot| slot.try_lock().is_ok_and(|s| s.is_empty()))
+    }
+
+    /// Gives back what the rule says should go; `incoming` (a slot about to run a call) is
+    /// never one of them, and counts as live. Slots left holding nothing, with nothing to
+    /// tell, are forgotten.
+    pub fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+        let slots: Vec<(String, Arc<tokio::sync::Mutex<S>>)> = self
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let now = Instant::now();
+        let (mut guards, mut live, mut busy) = (Vec::new(), Vec::new(), 0);
+        for (key, slot) in slots {
+            if Some(key.as_str()) == incoming || S::exempt(&key) {
+                continue;
+            }
+            match slot.try_lock_owned() {
+                Ok(guard) if guard.is_live() => {
+                    live.push(Candidate {
+                        key: guards.len(),
+                        last_used: guard.last_used().unwrap_or(now),
+                    });
+                    guards.push(guard);
+                }
+                Ok(_) => {}
+                Err(_) => busy += 1,
+            }
+        }
+        let incoming = usize::from(incoming.is_some_and(|key| !S::exempt(key)));
+        for (i, why) in choose(live, busy, incoming, limits, now) {
+            guards[i].give_back(&why);
+        }
+        drop(guards);
+        self.lock().retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || slot
+                    .try_lock()
+                    .map_or(true, |s| !s.is_empty() || s.has_note())
+        });
+    }
 }
 
 #[cfg(test)]

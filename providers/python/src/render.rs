@@ -1,8 +1,10 @@
-//! A run's structured result as the text a model reads.
+//! A run's result as the text a model reads.
 
 use serde_json::Value;
 
-/// Renders a driver result as sections, each only when it has something:
+use crate::backend::{Display, RunResult};
+
+/// Renders a result as sections, each only when it has something:
 ///
 /// ```text
 /// note: …
@@ -21,47 +23,41 @@ use serde_json::Value;
 /// ```
 ///
 /// A run with nothing to show says `(no output)`.
-pub fn render_result(result: &Value) -> String {
+pub(crate) fn render(result: &RunResult) -> String {
     let mut out = String::new();
-    if let Some(notes) = result["notes"].as_array() {
-        for note in notes.iter().filter_map(Value::as_str) {
-            out.push_str("note: ");
-            out.push_str(note);
-            out.push('\n');
-        }
+    for note in &result.notes {
+        out.push_str("note: ");
+        out.push_str(note);
+        out.push('\n');
     }
-    for stream in ["stdout", "stderr"] {
-        if let Some(text) = result[stream].as_str().filter(|t| !t.is_empty()) {
+    for (stream, text) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+        if !text.is_empty() {
             section(&mut out, stream, text);
         }
     }
-    if let Some(items) = result["display_data"].as_array().filter(|i| !i.is_empty()) {
-        let lines: Vec<String> = items
+    if !result.display_data.is_empty() {
+        let lines: Vec<std::borrow::Cow<'_, str>> = result
+            .display_data
             .iter()
-            .map(|item| {
-                let mime = item["mime_type"].as_str().unwrap_or("?");
-                match (item["path"].as_str(), item["text"].as_str()) {
-                    // `.toolbox/sessions/s1/output/figure-1.png (output/figure-1.png)`.
-                    (Some(_), _) if item["real_path"].is_string() => {
-                        format!("{mime} {}", item["real_path"].as_str().unwrap_or_default())
-                    }
-                    (Some(path), _) => format!("{mime} {path}"),
-                    (None, Some(text)) => text.to_string(),
-                    (None, None) => mime.to_string(),
-                }
+            .map(|item| match item {
+                // `.toolbox/sessions/s1/output/figure-1.png (output/figure-1.png)`.
+                Display::File {
+                    mime_type,
+                    path,
+                    real_path,
+                } => format!("{mime_type} {}", real_path.as_deref().unwrap_or(path)).into(),
+                Display::Text { text, .. } => text.as_str().into(),
+                Display::Other { mime_type } => mime_type.as_str().into(),
             })
             .collect();
         section(&mut out, "display_data", &lines.join("\n"));
     }
-    if let Some(text) = result["result"]["text/plain"].as_str() {
-        section(&mut out, "result", text);
+    if let Some(value) = &result.value {
+        section(&mut out, "result", &value.plain);
     }
-    if result["error"].is_object() {
-        let error = &result["error"];
-        let ename = error["ename"].as_str().unwrap_or("Error");
-        let evalue = error["evalue"].as_str().unwrap_or("");
-        out.push_str(&format!("[error] {ename}: {evalue}\n"));
-        if let Some(tb) = error["traceback"].as_str() {
+    if let Some(error) = &result.error {
+        out.push_str(&format!("[error] {}: {}\n", error.ename, error.evalue));
+        if let Some(tb) = &error.traceback {
             out.push_str(tb.trim_end());
             out.push('\n');
         }
@@ -70,6 +66,11 @@ pub fn render_result(result: &Value) -> String {
         out.push_str("(no output)\n");
     }
     out
+}
+
+/// [`render`] for a result in the `python` `CodeRunner`'s JSON shape.
+pub fn render_result(result: &Value) -> String {
+    render(&RunResult::from_driver(result.clone()))
 }
 
 fn section(out: &mut String, name: &str, text: &str) {

@@ -1,6 +1,5 @@
 //! `run_python_code`: a cell or a script in the session's namespace, on either backend.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
@@ -8,8 +7,10 @@ use serde_json::{json, Value};
 use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_host::{RunFuture, SessionFolder, ToolContext};
 
+use crate::backend::{self, Call, Folders, RunRequest, RunResult, Source};
 use crate::config::{ensure_venv, Backend, PythonConfig};
-use crate::{embedded, install, isolated, jupyter, object_schema, prop, render, TOOLSETS};
+use crate::sessions::Sessions;
+use crate::{install, object_schema, prop, render, TOOLSETS};
 
 pub const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
@@ -69,7 +70,11 @@ pub fn info() -> ToolInfo {
     .toolsets(TOOLSETS)
 }
 
-pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run_tool(
+    sessions: &'static Sessions,
+    args: Value,
+    ctx: &ToolContext,
+) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
     a.reject_unknown(&[
         "code",
@@ -93,7 +98,7 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
         1,
         MAX_TIMEOUT_MS,
     )?;
-    let request = match (code, script) {
+    let source = match (code, script) {
         // An empty `code` beside a script is a client filling in every property, not a cell.
         (Some(code), Some(_)) if !code.trim().is_empty() => {
             bail!("{NAME}: give either code or script_path, not both")
@@ -103,7 +108,7 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
             if script_args.is_some() {
                 bail!("{NAME}: argument `args` only applies to script_path");
             }
-            json!({ "code": code })
+            Source::Code(code.to_string())
         }
         (_, Some(path)) => {
             // `skill:<name>/scripts/x.py` is a skill's script, found through the skill
@@ -121,24 +126,30 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
             if abs.extension().and_then(|e| e.to_str()) != Some("py") {
                 bail!("{NAME}: script_path {path:?} is not a .py file");
             }
-            json!({
-                "script_path": abs.to_string_lossy(),
-                "args": script_args.unwrap_or_default(),
-            })
+            Source::Script {
+                path: abs.to_string_lossy().into_owned(),
+                args: script_args
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
+            }
         }
     };
     // The session's first run in this process that also makes its scratchpad (a session new
     // to this workspace) says where Python runs; later runs do not repeat it.
-    let new_scratchpad = first_result_of(ctx) && !ctx.workspace.session_dir("scratchpad").exists();
+    let new_scratchpad =
+        sessions.first_result_of(ctx) && !ctx.workspace.session_dir("scratchpad").exists();
     let result = execute(
+        sessions,
         &config,
-        request,
+        source,
         ctx,
         Duration::from_millis(timeout_ms),
         NAME,
     )
     .await?;
-    let mut text = render::render_result(&result);
+    let mut text = render::render(&result);
     // An attached kernel keeps its own working folder: toolbox does not choose it.
     let in_scratchpad = !matches!(config.kernel, Some(crate::config::KernelTarget::Attach(_)))
         || config.backend != crate::config::Backend::Jupyter;
@@ -160,27 +171,8 @@ pub async fn run_tool(args: Value, ctx: &ToolContext) -> Result<Value> {
     Ok(Value::String(text))
 }
 
-/// Whether this is the first `run_python_code` call of the call's session in this process
-/// (per workspace root): only that one looks at whether the scratchpad is new.
 /// The start of the note a new session's first result begins with (see [`run_tool`]).
 pub const WORKING_FOLDER_NOTE: &str = "note: Python runs in this session's scratchpad";
-
-fn first_result_of(ctx: &ToolContext) -> bool {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static TOLD: Mutex<Option<HashSet<(std::path::PathBuf, String)>>> = Mutex::new(None);
-    let key = (
-        ctx.workspace.root().to_path_buf(),
-        ctx.session_id.to_string(),
-    );
-    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
-    let told = told.get_or_insert_with(HashSet::new);
-    if told.len() >= 100_000 {
-        // Bounded: past this, sessions are not told again rather than remembered forever.
-        return false;
-    }
-    told.insert(key)
-}
 
 /// What a run would do, for the person asked to approve it: the code with line numbers (or
 /// the script and its arguments), in which session's interpreter and working folder.
@@ -230,40 +222,35 @@ pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::P
 }
 
 /// The [`toolbox_host::CodeRunner`] for `python`: runs `code` as a cell in the caller's
-/// session, with the configured backend and default timeout, and returns [`execute`]'s value.
+/// session, with the configured backend and default timeout, and returns the result in the
+/// shape `RunResult::to_json` shows (`crate::backend`): `execution_count` always, every other
+/// field only when it holds something.
 pub fn code_runner<'a>(code: &'a str, ctx: &'a ToolContext) -> RunFuture<'a> {
     Box::pin(async move {
         let config = PythonConfig::from_ctx(ctx)?;
         let tool = ctx.tool.clone();
-        execute(&config, json!({ "code": code }), ctx, config.timeout, &tool).await
+        let source = Source::Code(code.to_string());
+        let sessions = Sessions::shared();
+        let result = execute(sessions, &config, source, ctx, config.timeout, &tool).await?;
+        Ok(result.to_json())
     })
 }
 
-/// Runs a `code` or `script_path` request in the session and returns the structured result:
+/// Runs a cell or a script in the session on the configured backend and returns its result.
 ///
-/// ```json
-/// {"execution_count": 3, "stdout": "…", "stderr": "…",
-///  "result": {"text/plain": "2", "text/html": "…"} | null,
-///  "display_data": [{"mime_type": "image/png", "path": "output/figure-1.png"},
-///                   {"mime_type": "text/plain", "text": "…", "html": "…"}],
-///  "error": {"ename": "ZeroDivisionError", "evalue": "division by zero",
-///            "traceback": "Traceback (most recent call last):\n  File \"<cell>\", …"} | null,
-///  "notes": ["…"]}
-/// ```
-///
-/// A field with nothing in it may be left out (no output, no value, no error): read them
-/// as optional. Paths are workspace-display paths (resolve them with
+/// Paths in the display data are workspace-display paths (resolve them with
 /// `ctx.workspace.resolve`). An exception raised by the user's code is a normal result with
 /// `error` set; a timeout, a cancellation, a crashed worker or a busy interpreter is an `Err`
 /// whose message says what happened to the session (and includes whatever output the code
 /// produced first).
-pub async fn execute(
+pub(crate) async fn execute(
+    sessions: &'static Sessions,
     config: &PythonConfig,
-    mut request: Value,
+    source: Source,
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,
-) -> Result<Value> {
+) -> Result<RunResult> {
     let limits = toolbox_host::limits::Limits::from_config(&ctx.config)
         .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))?;
     // For a kernel, the venv is only where its kernelspec is looked up: never created here.
@@ -274,111 +261,77 @@ pub async fn execute(
     let containment = toolbox_host::containment::ensure();
     // Both folders are made if missing, on every run (code may have deleted them); their
     // paths are only built when they are told.
-    let cwd_dir = ctx
+    let cwd = ctx
         .workspace
         .hold_folder(SessionFolder::Scratchpad)
         .map_err(|e| anyhow!("{tool}: cannot create the session scratchpad: {e}"))?;
     ctx.workspace
         .hold_folder(SessionFolder::Output)
         .map_err(|e| anyhow!("{tool}: cannot create the session output folder: {e}"))?;
-    let cwd = || {
-        ctx.workspace
-            .session_dir(SessionFolder::Scratchpad.as_str())
+    let call = Call {
+        ctx,
+        config,
+        tool,
+        timeout,
+        cwd,
+        limits,
+        look: sessions.on_call(config.session_limits),
     };
-    let key = session_key(ctx);
-    // The embedded driver keeps a session's folders from its first run (they follow from
-    // the session): later runs leave them out, which spares every cell building, converting
-    // and reading them. A worker or a kernel may be new on any run: they always get them.
-    let tell_folders = config.backend != Backend::Embedded || !embedded::knows_folders(&key);
-    request["op"] = json!("run");
-    if tell_folders {
-        let output_dir = ctx.workspace.session_dir(SessionFolder::Output.as_str());
-        request["cwd"] = json!(cwd().to_string_lossy());
-        request["output_dir"] = json!(output_dir.to_string_lossy());
-        request["root"] = json!(ctx.workspace.root().to_string_lossy());
-    }
-    // Kept for noting, once answered, that the driver has the folders.
-    let first_run = (tell_folders && config.backend == Backend::Embedded).then(|| key.clone());
-    request["session"] = Value::String(key);
-    request["generation"] = json!(install::generation());
     let outcome = match config.backend {
-        Backend::Embedded => {
-            if let Some(site) = config.site_packages() {
-                request["site_dirs"] = json!([site.to_string_lossy()]);
-            }
-            let key = request["session"].as_str().unwrap_or_default().to_string();
-            // A new session always looks: a burst of them must not pass the cap before the
-            // next look.
-            if crate::reap::on_call(config.session_limits) || embedded::is_new(&key) {
-                embedded::reap(config.session_limits, Some(&key));
-            }
-            let (live, cleared) = embedded::begin_call(&key);
-            let outcome = embedded::request(request, Some(cwd_dir), ctx, timeout, tool).await;
-            drop(live);
-            let outcome = outcome.map(|mut result| {
-                if let Some(why) = cleared {
-                    crate::add_note(
-                        &mut result,
-                        format!(
-                            "this session's Python namespace {why}; variables and imports \
-                             from before are gone"
-                        ),
-                    );
-                }
-                result
-            });
-            // Answered, so the driver ran the request and kept the folders.
-            if let (Ok(_), Some(key)) = (&outcome, first_run) {
-                embedded::told_folders(key);
-            }
-            outcome
-        }
-        Backend::Isolated => {
-            isolated::request(&request, ctx, timeout, tool, config, &cwd_dir, limits).await
-        }
-        Backend::Jupyter => jupyter::request(&request, ctx, timeout, tool, config).await,
+        Backend::Embedded => run_on(&sessions.embedded(), source, &call).await,
+        Backend::Isolated => run_on(&sessions.isolated(), source, &call).await,
+        Backend::Jupyter => run_on(&sessions.jupyter(), source, &call).await,
     };
     // Without cgroups, the janitor learns what the code left running (see containment).
     containment.note_descendants();
     let mut result = outcome?;
-    show_paths(&mut result, ctx);
-    if result["interrupted"] == Value::Bool(true) {
-        let why = result["stopped"]
-            .as_str()
-            .unwrap_or("was stopped")
-            .to_string();
+    result.show_paths(ctx);
+    if result.interrupted {
+        let why = result.stopped.as_deref().unwrap_or("was stopped");
         // ExecutionInterrupted in-process; KeyboardInterrupt in a Jupyter kernel.
-        let raised = result["error"]["ename"]
-            .as_str()
-            .unwrap_or("an interrupt")
-            .to_string();
+        let raised = result
+            .error
+            .as_ref()
+            .map_or("an interrupt", |e| e.ename.as_str());
         bail!(
             "{tool} {why}: the code was interrupted ({raised} was raised inside it). The \
              session is intact: variables assigned before the interrupt are kept.\n\n{}",
-            render::render_result(&result)
+            render::render(&result)
         );
     }
     Ok(result)
 }
 
-/// Sessions are per workspace: the same session id in two workspaces is two sessions.
-pub(crate) fn session_key(ctx: &ToolContext) -> String {
-    format!("{}::{}", ctx.workspace.root().display(), ctx.session_id)
-}
-
-/// Absolute figure paths from the driver → the short names the model uses (`output/…`).
-fn show_paths(result: &mut Value, ctx: &ToolContext) {
-    if let Some(items) = result["display_data"].as_array_mut() {
-        for item in items {
-            if let Some(path) = item["path"].as_str() {
-                let shown = ctx.workspace.display(Path::new(path));
-                let real = ctx.workspace.display_real(Path::new(path));
-                item["path"] = Value::String(shown);
-                // For people and the rendered result: where the file really is.
-                item["real_path"] = Value::String(real);
-            }
+/// The request for `source` in the call's session, run on `backend`.
+async fn run_on(
+    backend: &impl backend::Backend,
+    source: Source,
+    call: &Call<'_>,
+) -> Result<RunResult> {
+    let ctx = call.ctx;
+    let session = crate::common::session_key(ctx);
+    // The folders' paths are only built when the backend needs to be told them.
+    let folders = backend.needs_folders(&session).then(|| {
+        let path = |folder: SessionFolder| {
+            ctx.workspace
+                .session_dir(folder.as_str())
+                .to_string_lossy()
+                .into_owned()
+        };
+        Folders {
+            cwd: path(SessionFolder::Scratchpad),
+            output_dir: path(SessionFolder::Output),
+            root: ctx.workspace.root().to_string_lossy().into_owned(),
         }
-    }
+    });
+    let request = RunRequest {
+        source,
+        session,
+        folders,
+        generation: install::generation(),
+        site_dirs: Vec::new(),
+    };
+    backend.run(request, call).await
 }
 
 #[cfg(test)]
