@@ -15,8 +15,6 @@ pub mod api;
 pub mod console;
 mod error;
 pub mod front_door;
-pub mod mcp;
-pub mod mcp_sessions;
 pub mod security;
 
 use std::net::SocketAddr;
@@ -26,6 +24,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
+use toolbox_mcp::http as mcp;
 use toolbox_runtime::Runtime;
 
 pub use error::ApiError;

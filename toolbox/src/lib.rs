@@ -17,7 +17,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod mcp;
 pub mod stderr_pump;
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C), with the signal's name.
@@ -73,6 +72,8 @@ pub use toolbox_executor::{
     ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,
     SchemaFormat, SchemaRendering, ToolCallInfo, ToolExecutor, ToolRequest,
 };
+/// MCP on stdio (`toolbox mcp`) and streamable HTTP (`/mcp` of `toolbox serve`).
+pub use toolbox_mcp as mcp;
 pub use toolbox_runtime as runtime;
 pub use toolbox_server as server;
 

@@ -603,7 +603,7 @@ async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
 
 /// `toolbox mcp`: serve until the client closes stdin or a signal arrives.
 async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
-    use toolbox::mcp::{Approvals, McpServer};
+    use toolbox::mcp::stdio::{Approvals, McpServer};
     let config = load_config(&args.common)?;
     let approvals = match args.approve {
         Fallback::Yes => Approvals::Approve,
@@ -653,8 +653,8 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         token,
         cors_origins: args.cors_origins,
         mcp_fallback: match args.approve {
-            Fallback::Yes => toolbox::server::mcp::Fallback::Approve,
-            Fallback::No => toolbox::server::mcp::Fallback::Deny,
+            Fallback::Yes => toolbox::mcp::http::Fallback::Approve,
+            Fallback::No => toolbox::mcp::http::Fallback::Deny,
             Fallback::Ask => return Err(fallback_ask("toolbox serve")),
         },
         mcp_session: args.mcp_session,

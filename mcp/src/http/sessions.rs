@@ -1,7 +1,7 @@
 //! A bound on `/mcp` sessions: rmcp's [`LocalSessionManager`] with a cap on how many are open.
 //!
 //! rmcp ends a session after its keep-alive without a message (the idle expiry, see
-//! `session_idle_timeout` in [`crate::mcp`]), but keeps as many as clients open. A client that
+//! `session_idle_timeout` in [`super`]), but keeps as many as clients open. A client that
 //! opens sessions and walks away (2,000 of them held 100 MB for over 20 minutes) must not
 //! grow the server's memory without bound, nor lock other clients out. At the cap, a new
 //! session closes an idle one to make room: one with no stream open (no call in flight, no

@@ -6,7 +6,7 @@
 //! exactly one reply line: -32700 for a line that does not parse, -32600 for JSON that is no
 //! request (`{}`, an array, a message without an id that is not a well-formed notification)
 //! or whose id is already in flight, -32601 for an unknown method, -32602 for bad params. The
-//! checks, codes and messages are `toolbox_server::mcp::jsonrpc`'s, shared with `/mcp`. A
+//! checks, codes and messages are `crate::jsonrpc`'s, shared with `/mcp`. A
 //! well-formed notification gets no reply whatever its method or params, as JSON-RPC asks, and
 //! the connection stays usable after any of these.
 //!
@@ -24,10 +24,10 @@
 //! the runtime's epoll), frames and parses each line and answers the cheap methods in place;
 //! each `tools/call` is a task of its own (a slow call never delays a later fast one), which
 //! writes its reply to stdout itself. A request line therefore reaches its reply line
-//! without a hand-off between threads; the `stdio` module has the plumbing, the queue for a
+//! without a hand-off between threads; the `transport` module has the plumbing, the queue for a
 //! client that stops reading, and the thread fallback for a stdin or stdout epoll refuses.
 
-mod stdio;
+mod transport;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -57,7 +57,7 @@ const INLINE_PARSE_BYTES: usize = 256 * 1024;
 /// A client asking for one of them gets it echoed; any other request gets the first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
-use toolbox_server::mcp::jsonrpc::{
+use crate::jsonrpc::{
     self, Inbound, Parsed, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 
@@ -134,7 +134,7 @@ impl McpServer {
     /// The protocol takes private copies of stdin and stdout. File descriptor 0 is pointed at
     /// `/dev/null` and 1 at stderr: a subprocess started from embedded Python, or a C library,
     /// can then neither read protocol bytes nor corrupt the JSON-RPC stream by writing to the
-    /// terminal. The binary installs [`crate::stderr_pump`] before this, so such writes cannot
+    /// terminal. The `toolbox` binary installs its stderr pump (`toolbox::stderr_pump`) before this, so such writes cannot
     /// block either, even when the client never reads stderr.
     ///
     /// Pipes, sockets and terminals are served without threads of their own (see the module
@@ -143,11 +143,11 @@ impl McpServer {
     /// then runs on a worker, and the calls it spawns start on that same worker.
     pub async fn serve_stdio(self) -> anyhow::Result<()> {
         let (stdin, stdin_polled) =
-            stdio::take_stdin().map_err(|e| anyhow::anyhow!("cannot take stdin: {e}"))?;
+            transport::take_stdin().map_err(|e| anyhow::anyhow!("cannot take stdin: {e}"))?;
         let (stdout, stdout_polled) =
-            stdio::take_stdout().map_err(|e| anyhow::anyhow!("cannot take stdout: {e}"))?;
-        let output = stdio::Output::from_fd(stdout, stdout_polled)?;
-        let input = stdio::Input::from_fd(stdin, stdin_polled)?;
+            transport::take_stdout().map_err(|e| anyhow::anyhow!("cannot take stdout: {e}"))?;
+        let output = transport::Output::from_fd(stdout, stdout_polled)?;
+        let input = transport::Input::from_fd(stdin, stdin_polled)?;
         let tick = tokio::spawn(keep_a_timer_due());
         let served = self.serve_on(input, output).await;
         tick.abort();
@@ -162,12 +162,16 @@ impl McpServer {
         input: impl Read + Send + 'static,
         output: impl Write + Send + 'static,
     ) -> anyhow::Result<()> {
-        let output = stdio::Output::from_writer(output)?;
-        let input = stdio::Input::from_reader(input)?;
+        let output = transport::Output::from_writer(output)?;
+        let input = transport::Input::from_reader(input)?;
         self.serve_on(input, output).await
     }
 
-    async fn serve_on(self, input: stdio::Input, output: Arc<stdio::Output>) -> anyhow::Result<()> {
+    async fn serve_on(
+        self,
+        input: transport::Input,
+        output: Arc<transport::Output>,
+    ) -> anyhow::Result<()> {
         let outbox = Outbox { output };
         *lock(&self.events.outbox) = Some(outbox.clone());
         let events = self.events.clone();
@@ -180,8 +184,8 @@ impl McpServer {
         };
         let running = dispatcher.running.clone();
         match input {
-            stdio::Input::Polled(fd) => serve_polled(fd, dispatcher).await,
-            stdio::Input::Thread(input) => serve_read(input, dispatcher).await,
+            transport::Input::Polled(fd) => serve_polled(fd, dispatcher).await,
+            transport::Input::Thread(input) => serve_read(input, dispatcher).await,
         }
         // End of input means no more requests, not that the client is gone: let the calls
         // already started finish and answer (a client that left is not hurt by the replies).
@@ -206,9 +210,9 @@ async fn keep_a_timer_due() {
     }
 }
 
-/// Serves input read by a thread of its own (see `stdio::Input::Thread`).
-async fn serve_read(mut input: stdio::ThreadInput, mut dispatcher: Dispatcher) {
-    let mut framer = stdio::Framer::new(MAX_LINE_BYTES);
+/// Serves input read by a thread of its own (see `transport::Input::Thread`).
+async fn serve_read(mut input: transport::ThreadInput, mut dispatcher: Dispatcher) {
+    let mut framer = transport::Framer::new(MAX_LINE_BYTES);
     let mut chunk = Vec::new();
     loop {
         if let Err(e) = input.read(&mut chunk).await {
@@ -224,7 +228,7 @@ async fn serve_read(mut input: stdio::ThreadInput, mut dispatcher: Dispatcher) {
 /// Handles the requests whose lines `chunk` completes; an empty chunk is the end of input
 /// (and completes a last line without a newline). True at the end of input.
 async fn dispatch_chunk(
-    framer: &mut stdio::Framer,
+    framer: &mut transport::Framer,
     chunk: &[u8],
     dispatcher: &mut Dispatcher,
 ) -> bool {
@@ -250,11 +254,11 @@ async fn dispatch_chunk(
 /// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
 /// leaves the input alone; whenever the thread turns to something else, this task reads.
 /// Both read and dispatch under one lock, so requests are handled in the order they came.
-async fn serve_polled(fd: AsyncFd<stdio::Gate>, dispatcher: Dispatcher) {
+async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispatcher) {
     let reader = Arc::new(SharedInput {
         fd,
         state: tokio::sync::Mutex::new(InputState {
-            framer: stdio::Framer::new(MAX_LINE_BYTES),
+            framer: transport::Framer::new(MAX_LINE_BYTES),
             chunk: Vec::new(),
             dispatcher,
             ended: false,
@@ -291,11 +295,12 @@ async fn serve_polled(fd: AsyncFd<stdio::Gate>, dispatcher: Dispatcher) {
             // Read until the input says EAGAIN, even after a short read: the runtime sees
             // stdin through the gate, which reports new input but not a hang-up, so an end of
             // input that came with the last lines is only learnt by reading again.
-            Some(mut guard) => match guard.try_io(|_| stdio::read_chunk(raw, &mut state.chunk)) {
+            Some(mut guard) => match guard.try_io(|_| transport::read_chunk(raw, &mut state.chunk))
+            {
                 Ok(read) => read,
                 Err(_would_block) => continue,
             },
-            None => match stdio::read_chunk(raw, &mut state.chunk) {
+            None => match transport::read_chunk(raw, &mut state.chunk) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 read => read,
             },
@@ -321,7 +326,7 @@ async fn serve_polled(fd: AsyncFd<stdio::Gate>, dispatcher: Dispatcher) {
 /// The protocol input and what reads it, shared by the serving task and an idle thread.
 struct SharedInput {
     /// Closed while `watched`, so that a request does not wake a runtime worker too.
-    fd: AsyncFd<stdio::Gate>,
+    fd: AsyncFd<transport::Gate>,
     state: tokio::sync::Mutex<InputState>,
     /// The idle thread is waiting on the input: the serving task leaves it alone.
     watched: AtomicBool,
@@ -332,7 +337,7 @@ struct SharedInput {
 }
 
 struct InputState {
-    framer: stdio::Framer,
+    framer: transport::Framer,
     chunk: Vec<u8>,
     dispatcher: Dispatcher,
     ended: bool,
@@ -366,7 +371,7 @@ impl IdleWork for SharedInput {
         }
         // Input that came while the serving task held back is its to read now. Checked after
         // opening the gate: anything later wakes the serving task through it.
-        if !watching && stdio::readable_now(self.fd()) {
+        if !watching && transport::readable_now(self.fd()) {
             self.nudge.notify_one();
         }
     }
@@ -378,7 +383,7 @@ impl IdleWork for SharedInput {
             return;
         }
         let raw = self.fd();
-        match stdio::read_chunk(raw, &mut state.chunk) {
+        match transport::read_chunk(raw, &mut state.chunk) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(e) => {
@@ -424,17 +429,17 @@ impl IdleWork for SharedInput {
 
 /// [`parse_frame`] on the idle thread: a large line is parsed here too, after handing the
 /// input to the serving task for the while.
-fn parse_frame_here(frame: stdio::Frame<'_>, input: &SharedInput) -> Parsed {
-    if matches!(frame, stdio::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES) {
+fn parse_frame_here(frame: transport::Frame<'_>, input: &SharedInput) -> Parsed {
+    if matches!(frame, transport::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES) {
         input.watch(false);
     }
     parse_frame_now(frame)
 }
 
 /// Parses one frame, here and now.
-fn parse_frame_now(frame: stdio::Frame<'_>) -> Parsed {
+fn parse_frame_now(frame: transport::Frame<'_>) -> Parsed {
     match frame {
-        stdio::Frame::TooLong => Parsed::Reject {
+        transport::Frame::TooLong => Parsed::Reject {
             id: Value::Null,
             code: PARSE_ERROR,
             message: format!(
@@ -442,14 +447,14 @@ fn parse_frame_now(frame: stdio::Frame<'_>) -> Parsed {
                  it was skipped"
             ),
         },
-        stdio::Frame::Line(line) => jsonrpc::parse_message(line),
+        transport::Frame::Line(line) => jsonrpc::parse_message(line),
     }
 }
 
 /// Parses one frame: in place when it is small, on the blocking pool when it is large.
-async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
+async fn parse_frame(frame: transport::Frame<'_>) -> Parsed {
     match frame {
-        stdio::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES => {
+        transport::Frame::Line(line) if line.len() > INLINE_PARSE_BYTES => {
             let line = line.to_vec();
             tokio::task::spawn_blocking(move || jsonrpc::parse_message(&line))
                 .await
@@ -464,13 +469,13 @@ async fn parse_frame(frame: stdio::Frame<'_>) -> Parsed {
 }
 
 // ---------------------------------------------------------------------------------------
-// Output: whole lines, written by whoever sends them (see `stdio::Output`), so replies from
+// Output: whole lines, written by whoever sends them (see `transport::Output`), so replies from
 // concurrent calls never interleave and a client that stops reading blocks nothing.
 
 /// Where replies and notifications go.
 #[derive(Clone)]
 struct Outbox {
-    output: Arc<stdio::Output>,
+    output: Arc<transport::Output>,
 }
 
 impl Outbox {
@@ -509,7 +514,7 @@ impl Outbox {
         text.push('\n');
         self.output
             .send(text.into_bytes(), Some(MAX_QUEUED_NOTIFICATION_BYTES))
-            != stdio::Sent::Dropped
+            != transport::Sent::Dropped
     }
 }
 
@@ -532,7 +537,7 @@ fn tool_result_line(id: &Value, text: &str, is_error: bool) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Input: framing (`stdio::Framer`) and JSON-RPC validation on the serving task. Invalid
+// Input: framing (`transport::Framer`) and JSON-RPC validation on the serving task. Invalid
 // messages are answered at once; valid ones are dispatched.
 
 // ---------------------------------------------------------------------------------------
@@ -607,7 +612,7 @@ impl Events {
                     self.next_question.fetch_add(1, Ordering::Relaxed)
                 ));
                 lock(&self.asking).insert(id.to_string(), request.clone());
-                let params = toolbox_server::mcp::approval_form_json(request);
+                let params = crate::http::approval_form_json(request);
                 outbox.send(
                     json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params})
                         .to_string(),
@@ -620,7 +625,7 @@ impl Events {
                 executor.respond_approval(session, call, ApprovalDecision::Approve);
             }
             Approvals::Refuse => {
-                executor.deny_approval(session, call, toolbox_server::mcp::cannot_ask(request));
+                executor.deny_approval(session, call, crate::http::cannot_ask(request));
             }
         }
     }
@@ -635,15 +640,11 @@ impl Events {
         };
         let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
         match (result, error) {
-            (Some(result), _) if toolbox_server::mcp::approval_decision_json(result) => {
+            (Some(result), _) if crate::http::approval_decision_json(result) => {
                 executor.respond_approval(session, call, ApprovalDecision::Approve);
             }
             (Some(_), _) => {
-                executor.deny_approval(
-                    session,
-                    call,
-                    toolbox_server::mcp::denied_by_user(&request),
-                );
+                executor.deny_approval(session, call, crate::http::denied_by_user(&request));
             }
             (None, error) => {
                 let why = error
@@ -651,11 +652,7 @@ impl Events {
                     .and_then(Value::as_str)
                     .unwrap_or("the client answered with an error");
                 let why: String = why.chars().take(300).collect();
-                executor.deny_approval(
-                    session,
-                    call,
-                    toolbox_server::mcp::asking_failed(&request, &why),
-                );
+                executor.deny_approval(session, call, crate::http::asking_failed(&request, &why));
             }
         }
     }
@@ -793,7 +790,7 @@ impl Dispatcher {
         match method {
             "initialize" => {
                 let capabilities = params.get("capabilities").unwrap_or(&Value::Null);
-                let can_elicit = toolbox_server::mcp::can_elicit_form(capabilities);
+                let can_elicit = crate::http::can_elicit_form(capabilities);
                 self.server
                     .events
                     .can_elicit
@@ -816,7 +813,7 @@ impl Dispatcher {
                 self.outbox.error(
                     &id,
                     METHOD_NOT_FOUND,
-                    &toolbox_server::mcp::method_not_found(method),
+                    &crate::http::method_not_found(method),
                 )
             }
         }

@@ -49,8 +49,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::mcp_sessions::{room_for_new_sessions, BoundedSessions};
-pub use crate::mcp_sessions::{EVICTABLE_AFTER, MAX_MCP_SESSIONS};
+use crate::jsonrpc;
 use axum::response::IntoResponse;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use rmcp::model::{
@@ -60,6 +59,8 @@ use rmcp::model::{
     PrimitiveSchemaDefinition, ProgressNotificationParam, ProgressToken, ProtocolVersion,
     ServerCapabilities, ServerConfig, Tool,
 };
+use sessions::{room_for_new_sessions, BoundedSessions};
+pub use sessions::{EVICTABLE_AFTER, MAX_MCP_SESSIONS};
 // MCP logging is deprecated by SEP-2577 (rmcp marks it so); `toolbox mcp` on stdio offers it,
 // and so does this endpoint, until clients stop asking for it.
 #[allow(deprecated)]
@@ -75,7 +76,7 @@ use toolbox_executor::{
     schema, ApprovalDecision, ApprovalQueue, CallStatus, SchemaFormat, ToolExecutor, ToolRequest,
 };
 
-pub mod jsonrpc;
+pub mod sessions;
 
 /// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
 /// (it did not declare the `elicitation` capability at `initialize`).
@@ -107,7 +108,7 @@ pub struct McpHttpOptions {
     /// shutdown: an open stream would otherwise keep its connection busy).
     pub shutdown: CancellationToken,
     /// The most MCP sessions open at once ([`MAX_MCP_SESSIONS`] by default); see
-    /// [`crate::mcp_sessions`] for which idle one a new session replaces at the cap.
+    /// [`sessions`] for which idle one a new session replaces at the cap.
     pub max_sessions: usize,
 }
 

@@ -9,7 +9,7 @@
 //! | not UTF-8, not JSON, nested deeper than [`MAX_NESTING`] | -32700 Parse error | null |
 //! | JSON that is no request object: `{}`, `[]`, any array (a batch), a number, a string, no `method`, `jsonrpc` not `"2.0"`, an id that is not a string or an integer | -32600 Invalid Request | the request's id when it is a string or an integer, else null |
 //! | a request whose `params` is not an object, or whose params are wrong for its method (`tools/call` `arguments` not an object, …) | -32602 Invalid params | the request's |
-//! | a request for a method toolbox does not serve | -32601 Method not found ([`super::method_not_found`]) | the request's |
+//! | a request for a method toolbox does not serve | -32601 Method not found ([`crate::http::method_not_found`]) | the request's |
 //! | a well-formed notification, whatever its method or params; a response | nothing | |
 //!
 //! A message without an id that is not a well-formed notification (no `method`, `jsonrpc`
