@@ -273,13 +273,16 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_an_idle_session_makes_room_unused_ones_first() {
         let (bounded, ids) = sessions(3).await;
-        // ids[0] is the oldest, but it was used; ids[1] only said initialize.
+        // ids[0] is the oldest, but it was used, and so was ids[2]; ids[1] only said
+        // initialize, and spoke last: unused goes first all the same.
         lock(&bounded.seen).get_mut(&ids[0]).unwrap().used = true;
+        lock(&bounded.seen).get_mut(&ids[2]).unwrap().used = true;
         bounded.touch(&ids[1]);
         assert!(bounded.make_room().await);
         assert_eq!(bounded.open().await, 2);
         assert!(!bounded.has_session(&ids[1]).await.unwrap());
         assert!(bounded.has_session(&ids[0]).await.unwrap());
+        assert!(bounded.has_session(&ids[2]).await.unwrap());
     }
 
     #[tokio::test]
