@@ -10,7 +10,8 @@ use tempfile::TempDir;
 use toolbox as _;
 use toolbox_core::{CancellationToken, SessionId};
 use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
-use toolbox_mcp::http::{self as mcp, Fallback, McpHttpOptions};
+use toolbox_mcp::http::{self as mcp, McpHttpOptions};
+use toolbox_mcp::Fallback;
 
 /// Only a guard against a hang: the script bounds each of its own steps as well.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(180);

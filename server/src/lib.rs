@@ -24,7 +24,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
-use toolbox_mcp::http as mcp;
 use toolbox_runtime::Runtime;
 
 pub use error::ApiError;
@@ -49,7 +48,7 @@ pub struct ServeOptions {
     pub mcp_session: Option<toolbox_core::SessionId>,
     /// Over `/mcp` in mode `auto`, what happens when the client cannot be asked (it did not
     /// declare the elicitation capability).
-    pub mcp_fallback: mcp::Fallback,
+    pub mcp_fallback: toolbox_mcp::Fallback,
 }
 
 impl Default for ServeOptions {
@@ -60,7 +59,7 @@ impl Default for ServeOptions {
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
             mcp_session: None,
-            mcp_fallback: mcp::Fallback::Deny,
+            mcp_fallback: toolbox_mcp::Fallback::Deny,
         }
     }
 }
@@ -108,7 +107,7 @@ pub fn check_options(options: &ServeOptions) -> Result<()> {
 
 /// The whole application: the API, MCP at `/mcp`, the console, and the security layers.
 pub fn router(state: Arc<AppState>) -> Router {
-    let mut mcp_options = mcp::McpHttpOptions::new(state.options.mcp_session.clone());
+    let mut mcp_options = toolbox_mcp::http::McpHttpOptions::new(state.options.mcp_session.clone());
     mcp_options.fallback = state.options.mcp_fallback;
     mcp_options.shutdown = state.shutdown.clone();
     let app: Router = Router::new()
@@ -117,7 +116,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state.clone())
         .nest(
             "/mcp",
-            mcp::router(state.runtime.executor().clone(), mcp_options),
+            toolbox_mcp::http::router(state.runtime.executor().clone(), mcp_options),
         );
     security::layers(app, state)
 }
