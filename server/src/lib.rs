@@ -16,8 +16,6 @@ pub mod api;
 pub mod console;
 mod error;
 pub mod front_door;
-pub mod mcp;
-pub mod mcp_sessions;
 pub mod security;
 
 use std::net::SocketAddr;
@@ -51,7 +49,7 @@ pub struct ServeOptions {
     pub mcp_session: Option<toolbox_core::SessionId>,
     /// Over `/mcp` in mode `auto`, what happens when the client cannot be asked (it did not
     /// declare the elicitation capability).
-    pub mcp_fallback: mcp::Fallback,
+    pub mcp_fallback: toolbox_mcp::Fallback,
 }
 
 impl Default for ServeOptions {
@@ -62,7 +60,7 @@ impl Default for ServeOptions {
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
             mcp_session: None,
-            mcp_fallback: mcp::Fallback::Deny,
+            mcp_fallback: toolbox_mcp::Fallback::Deny,
         }
     }
 }
@@ -110,7 +108,7 @@ pub fn check_options(options: &ServeOptions) -> Result<()> {
 
 /// The whole application: the API, MCP at `/mcp`, the console, and the security layers.
 pub fn router(state: Arc<AppState>) -> Router {
-    let mut mcp_options = mcp::McpHttpOptions::new(state.options.mcp_session.clone());
+    let mut mcp_options = toolbox_mcp::http::McpHttpOptions::new(state.options.mcp_session.clone());
     mcp_options.fallback = state.options.mcp_fallback;
     mcp_options.shutdown = state.shutdown.clone();
     let app: Router = Router::new()
@@ -119,7 +117,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state.clone())
         .nest(
             "/mcp",
-            mcp::router(state.runtime.executor().clone(), mcp_options),
+            toolbox_mcp::http::router(state.runtime.executor().clone(), mcp_options),
         );
     security::layers(app, state)
 }

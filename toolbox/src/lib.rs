@@ -19,7 +19,6 @@
 
 #![deny(missing_docs)]
 
-pub mod mcp;
 pub mod stderr_pump;
 
 /// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C), with the signal's name.
@@ -77,6 +76,8 @@ pub use toolbox_executor::{
 };
 /// The host layer: the call context, the workspace jail, containment, limits, secrets.
 pub use toolbox_host as host;
+/// MCP on stdio (`toolbox mcp`) and streamable HTTP (`/mcp` of `toolbox serve`).
+pub use toolbox_mcp as mcp;
 pub use toolbox_runtime as runtime;
 pub use toolbox_server as server;
 

@@ -606,14 +606,10 @@ async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
 
 /// `toolbox mcp`: serve until the client closes stdin or a signal arrives.
 async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
-    use toolbox::mcp::{Approvals, McpServer};
     let config = load_config(&args.common)?;
-    let approvals = match args.approve {
-        Fallback::Yes => Approvals::Approve,
-        Fallback::No => Approvals::Refuse,
-        Fallback::Ask => return Err(fallback_ask("toolbox mcp")),
-    };
-    let server = McpServer::new(config, args.session, approvals).map_err(usage)?;
+    let fallback = mcp_fallback(args.approve, "toolbox mcp")?;
+    let server =
+        toolbox::mcp::stdio::McpServer::new(config, args.session, fallback).map_err(usage)?;
     // On a worker, not on this thread (block_on's): the serving task then reads, spawns
     // calls and writes replies without waking another thread.
     let mut serving = tokio::spawn(server.serve_stdio());
@@ -655,11 +651,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         listen: args.listen,
         token,
         cors_origins: args.cors_origins,
-        mcp_fallback: match args.approve {
-            Fallback::Yes => toolbox::server::mcp::Fallback::Approve,
-            Fallback::No => toolbox::server::mcp::Fallback::Deny,
-            Fallback::Ask => return Err(fallback_ask("toolbox serve")),
-        },
+        mcp_fallback: mcp_fallback(args.approve, "toolbox serve")?,
         mcp_session: args.mcp_session,
         ..Default::default()
     };
@@ -759,12 +751,18 @@ fn terminal_approve(
 }
 
 /// Why `--approve ask` is no choice for an MCP server.
-fn fallback_ask(command: &str) -> UsageError {
-    UsageError(format!(
-        "{command} --approve ask: an MCP server asks the client itself when the client \
-         declared elicitation; --approve says what happens with a client that did not, and \
-         must be yes (run risky tools) or no (refuse them)"
-    ))
+/// `--approve` of `toolbox mcp` and `toolbox serve` (`command`): what an MCP client that
+/// cannot be asked gets; `ask` is refused with an explanation.
+fn mcp_fallback(approve: Fallback, command: &str) -> Result<toolbox::mcp::Fallback, UsageError> {
+    match approve {
+        Fallback::Yes => Ok(toolbox::mcp::Fallback::Approve),
+        Fallback::No => Ok(toolbox::mcp::Fallback::Deny),
+        Fallback::Ask => Err(UsageError(format!(
+            "{command} --approve ask: an MCP server asks the client itself when the client \
+             declared elicitation; --approve says what happens with a client that did not, and \
+             must be yes (run risky tools) or no (refuse them)"
+        ))),
+    }
 }
 
 fn build(config: ExecutorConfig, events: EventSink) -> Result<ToolExecutor, UsageError> {

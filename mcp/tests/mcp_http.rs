@@ -1,4 +1,4 @@
-//! MCP over streamable HTTP (`toolbox_server::mcp`), driven by the official Python MCP client
+//! MCP over streamable HTTP (`toolbox_mcp::http`), driven by the official Python MCP client
 //! (`mcp_http_client.py`, run with `TOOLBOX_TEST_PYTHON`, the test venv's python) against the
 //! router nested at `/mcp` of an axum server on 127.0.0.1.
 
@@ -9,9 +9,10 @@ use serde_json::Value;
 use tempfile::TempDir;
 use toolbox as _;
 use toolbox_core::SessionId;
-use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
 use toolbox_host::CancellationToken;
-use toolbox_server::mcp::{self, Fallback, McpHttpOptions};
+use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
+use toolbox_mcp::http::{self as mcp, McpHttpOptions};
+use toolbox_mcp::Fallback;
 
 /// Only a guard against a hang: the script bounds each of its own steps as well.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(180);

@@ -1,7 +1,7 @@
 """Drives toolbox's MCP endpoint over streamable HTTP with the official Python MCP client.
 
 Usage: python3 mcp_http_client.py URL SCENARIO
-Prints one JSON object on stdout, what the Rust test (server/tests/mcp_http.rs) asserts on.
+Prints one JSON object on stdout, what the Rust test (mcp/tests/mcp_http.rs) asserts on.
 
 Scenarios:
   plain      no elicitation callback: list tools, read notes.txt, call an unknown tool

@@ -1,7 +1,7 @@
 //! A bound on `/mcp` sessions: rmcp's [`LocalSessionManager`] with a cap on how many are open.
 //!
 //! rmcp ends a session after its keep-alive without a message (the idle expiry, see
-//! `session_idle_timeout` in [`crate::mcp`]), but keeps as many as clients open. A client that
+//! `session_idle_timeout` in [`super`]), but keeps as many as clients open. A client that
 //! opens sessions and walks away (2,000 of them held 100 MB for over 20 minutes) must not
 //! grow the server's memory without bound, nor lock other clients out. At the cap, a new
 //! session closes an idle one to make room: one with no stream open (no call in flight, no
@@ -273,8 +273,8 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_an_idle_session_makes_room_unused_ones_first() {
         let (bounded, ids) = sessions(3).await;
-        // ids[0] is the oldest and ids[2] the newest, but both were used; ids[1] only said
-        // initialize (and spoke last).
+        // ids[0] is the oldest, but it was used, and so was ids[2]; ids[1] only said
+        // initialize, and spoke last: unused goes first all the same.
         lock(&bounded.seen).get_mut(&ids[0]).unwrap().used = true;
         lock(&bounded.seen).get_mut(&ids[2]).unwrap().used = true;
         bounded.touch(&ids[1]);
@@ -282,6 +282,7 @@ mod tests {
         assert_eq!(bounded.open().await, 2);
         assert!(!bounded.has_session(&ids[1]).await.unwrap());
         assert!(bounded.has_session(&ids[0]).await.unwrap());
+        assert!(bounded.has_session(&ids[2]).await.unwrap());
     }
 
     #[tokio::test]

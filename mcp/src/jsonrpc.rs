@@ -9,7 +9,7 @@
 //! | not UTF-8, not JSON, nested deeper than [`MAX_NESTING`] | -32700 Parse error | null |
 //! | JSON that is no request object: `{}`, `[]`, any array (a batch), a number, a string, no `method`, `jsonrpc` not `"2.0"`, an id that is not a string or an integer | -32600 Invalid Request | the request's id when it is a string or an integer, else null |
 //! | a request whose `params` is not an object, or whose params are wrong for its method (`tools/call` `arguments` not an object, …) | -32602 Invalid params | the request's |
-//! | a request for a method toolbox does not serve | -32601 Method not found ([`super::method_not_found`]) | the request's |
+//! | a request for a method toolbox does not serve | -32601 Method not found ([`crate::method_not_found`]) | the request's |
 //! | a well-formed notification, whatever its method or params; a response | nothing | |
 //!
 //! A message without an id that is not a well-formed notification (no `method`, `jsonrpc`
@@ -20,6 +20,8 @@
 //! toolbox answers any array, `[]` included, with one -32600 error (an object, not an array).
 
 use serde_json::Value;
+
+use crate::output::{log_level_rank, LOG_LEVELS};
 
 /// JSON-RPC "Parse error".
 pub const PARSE_ERROR: i64 = -32700;
@@ -35,18 +37,6 @@ pub const INVALID_PARAMS: i64 = -32602;
 /// recursion limit (128 opening brackets fail), so checking costs nothing for a message
 /// within it; a unit test pins that the two agree.
 pub const MAX_NESTING: usize = 127;
-
-/// MCP's logging levels, lowest first (RFC 5424 names), for `logging/setLevel`.
-pub const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
 
 /// A well-formed JSON-RPC message for a dispatcher.
 #[derive(Debug)]
@@ -423,15 +413,12 @@ pub fn call_params(params: Value) -> Result<(String, Value), String> {
 /// params error.
 pub fn log_level(params: &Value) -> Result<u8, String> {
     let level = params.get("level").and_then(Value::as_str);
-    level
-        .and_then(|level| LOG_LEVELS.iter().position(|l| *l == level))
-        .map(|i| i as u8)
-        .ok_or_else(|| {
-            format!(
-                "Invalid params: logging/setLevel needs level, one of {}",
-                LOG_LEVELS.join(", ")
-            )
-        })
+    level.and_then(log_level_rank).ok_or_else(|| {
+        format!(
+            "Invalid params: logging/setLevel needs level, one of {}",
+            LOG_LEVELS.join(", ")
+        )
+    })
 }
 
 /// The -32602 message for a `tools/call` of a name that is no tool (shown up to 200
