@@ -202,14 +202,8 @@ fn the_executor_names_no_tool() {
 /// Every crate documents its public items: `#![deny(missing_docs)]` at its root.
 #[test]
 fn crates_deny_missing_docs() {
-    // The python provider's reshaping (issue 24 point 4) documents it next.
-    const NOT_YET: &[&str] = &["python"];
     let mut missing = Vec::new();
     for dir in crate_dirs() {
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        if NOT_YET.contains(&name.as_str()) {
-            continue;
-        }
         let src = dir.join("src");
         let root = ["lib.rs", "main.rs"]
             .iter()

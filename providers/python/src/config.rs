@@ -75,12 +75,18 @@ pub const DEFAULT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// The default bound on a kernel starting, or answering its first request after connecting.
 pub const DEFAULT_KERNEL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The `[python]` table, read and checked: which backend runs the code, with which venv or
+/// kernel, and the limits it runs under.
 #[derive(Debug, Clone)]
 pub struct PythonConfig {
+    /// Where run_python_code executes (`backend`).
     pub backend: Backend,
     /// An absolute venv folder: pip installs there, the session imports from there.
     pub venv: Option<PathBuf>,
+    /// The limit of one run when the call gives no `timeout_ms`; also the limit of every run
+    /// another provider makes through the code runner.
     pub timeout: Duration,
+    /// The limit of one `pip install`.
     pub install_timeout: Duration,
     /// Extra `pip install` arguments set by whoever runs toolbox (never by the model), e.g.
     /// `["--no-index", "--find-links", "/srv/wheels"]`.

@@ -25,7 +25,7 @@
 //!   environment variables and the working directory are shared by every session; each
 //!   session has its own namespace. Runs are serialised: one at a time, across sessions.
 //!   The interpreter is the one process-wide singleton here; which sessions it holds a
-//!   namespace for is kept in [`Namespaces`], part of [`crate::sessions`].
+//!   namespace for is kept in `Namespaces`, part of `crate::sessions`.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};

@@ -8,7 +8,7 @@
 //! session starts a fresh worker and its result carries a note saying the state was reset.
 //!
 //! Calls of one session run one at a time; different sessions run in parallel. The workers
-//! are kept in a [`Slots`] table, part of [`crate::sessions`], one [`Slot`] per session.
+//! are kept in a `Slots` table, part of `crate::sessions`, one `Slot` per session.
 //!
 //! The worker never changes into a folder by name: before each run toolbox sends it the
 //! session scratchpad it holds open (a descriptor, over a socket the worker has as fd 3),

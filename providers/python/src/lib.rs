@@ -39,6 +39,8 @@
 //!   driver), and `common.rs`, a leaf every other module may use (the build interpreter,
 //!   `python_command`, `session_key`).
 
+#![deny(missing_docs)]
+
 mod backend;
 #[cfg(test)]
 mod backend_tests;
@@ -78,7 +80,7 @@ pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");
 /// The toolsets every tool of this provider belongs to (besides `python`, the provider name).
 pub(crate) const TOOLSETS: &[&str] = &["python", "integrated_notebook"];
 
-/// The `python` provider. Every session's state is in its [`sessions::Sessions`], the one
+/// The `python` provider. Every session's state is in its `sessions::Sessions`, the one
 /// the process has (see there why there is one).
 #[derive(Debug, Clone)]
 pub struct PythonProvider {

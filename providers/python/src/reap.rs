@@ -15,10 +15,10 @@
 //!
 //! Backends look for such sessions when a call comes (at most once a second) and a
 //! background task does so every [`SWEEP_EVERY`], so an idle server gives its memory back too
-//! (the clock for both is [`crate::sessions`]'s).
+//! (the clock for both is `crate::sessions`'s).
 //!
 //! Here are the rule ([`choose`]) and the table the isolated and jupyter backends keep their
-//! slots in ([`Slots`]), which applies it; the embedded backend applies it to its namespaces.
+//! slots in (`Slots`), which applies it; the embedded backend applies it to its namespaces.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

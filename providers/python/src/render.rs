@@ -68,7 +68,7 @@ pub(crate) fn render(result: &RunResult) -> String {
     out
 }
 
-/// [`render`] for a result in the `python` `CodeRunner`'s JSON shape.
+/// `render` for a result in the `python` `CodeRunner`'s JSON shape.
 pub fn render_result(result: &Value) -> String {
     render(&RunResult::from_driver(result.clone()))
 }

@@ -12,11 +12,11 @@ use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::sessions::Sessions;
 use crate::{install, object_schema, prop, render, TOOLSETS};
 
-pub const NAME: &str = "run_python_code";
+pub(crate) const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-pub fn info() -> ToolInfo {
+pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
         NAME,
         "Run Python in this session's live interpreter, like a Jupyter cell. Variables, \
@@ -171,7 +171,7 @@ pub(crate) async fn run_tool(
     Ok(Value::String(text))
 }
 
-/// The start of the note a new session's first result begins with (see [`run_tool`]).
+/// The start of the note a new session's first result begins with (see `run_tool`).
 pub const WORKING_FOLDER_NOTE: &str = "note: Python runs in this session's scratchpad";
 
 /// What a run would do, for the person asked to approve it: the code with line numbers (or

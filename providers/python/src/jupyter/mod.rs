@@ -6,16 +6,16 @@
 //!   never changes the kernel's working directory, never interrupts code it did not send, and
 //!   never shuts the kernel down.
 //! - **Start** (`[python] kernel_name`): toolbox starts one kernel per session from the
-//!   kernelspec (see [`spec`]), in the session scratchpad, and restarts it when it dies. At
+//!   kernelspec (see `spec`), in the session scratchpad, and restarts it when it dies. At
 //!   exit it asks each kernel to shut down (`shutdown_request`) and kills what is left; the
 //!   containment janitor kills them if toolbox itself is killed.
 //!
-//! The protocol is spoken natively ([`wire`]: ZeroMQ in pure Rust, HMAC-SHA256 signatures
+//! The protocol is spoken natively (`wire`: ZeroMQ in pure Rust, HMAC-SHA256 signatures
 //! verified on every message); no Python Jupyter client runs anywhere in toolbox. A call
 //! sends one `execute_request` and gathers, from iopub, the messages whose parent is that
 //! request — streams, display data, the execute result, the error — until the kernel's
 //! `status: idle` for it and the `execute_reply` have both arrived. They become the same
-//! [`RunResult`] the driver's answer gives on the other backends, so the text a model reads
+//! `RunResult` the driver's answer gives on the other backends, so the text a model reads
 //! is rendered by the same code; PNG images are saved as `output/figure-<n>.png` through
 //! the workspace.
 //!
@@ -26,18 +26,18 @@
 //!
 //! Time: the code runs until the call's timeout, then the kernel is interrupted (SIGINT to a
 //! started kernel's process group, or `interrupt_request` when its kernelspec asks for
-//! messages and for attached kernels) and gets [`execute::INTERRUPT_GRACE`] to stop; the
+//! messages and for attached kernels) and gets `execute::INTERRUPT_GRACE` to stop; the
 //! call then returns what the code printed so far. A started kernel that does not stop is
 //! killed and restarted. The kernel's liveness is watched the whole time: a started
 //! kernel's process exit ends the call at once; any kernel silent on every channel,
-//! heartbeat included, for [`execute::HEARTBEAT_DEAD`] is taken for dead. Every send is
+//! heartbeat included, for `execute::HEARTBEAT_DEAD` is taken for dead. Every send is
 //! bounded too, so no call hangs on a kernel that does not answer.
 //!
-//! The parts: this module holds a call's course from start to end; [`kernel`] the connection
-//! to a kernel and the slot a call finds it in; [`lifecycle`] attaches, starts, restarts and
-//! reaps kernels; [`execute`] runs one request (the iopub/shell loop, interrupts,
-//! heartbeats); [`render`] turns what the kernel sent into the result; [`process`] is the
-//! kernel processes toolbox starts, [`spec`] the kernelspecs they are started from, [`wire`]
+//! The parts: this module holds a call's course from start to end; `kernel` the connection
+//! to a kernel and the slot a call finds it in; `lifecycle` attaches, starts, restarts and
+//! reaps kernels; `execute` runs one request (the iopub/shell loop, interrupts,
+//! heartbeats); `render` turns what the kernel sent into the result; `process` is the
+//! kernel processes toolbox starts, `spec` the kernelspecs they are started from, `wire`
 //! the protocol.
 
 mod execute;
