@@ -17,8 +17,8 @@ use rmcp::model::{
     PrimitiveSchemaDefinition,
 };
 use serde_json::Value;
-use toolbox_host::ApprovalRequest;
 use toolbox_executor::{ApprovalDecision, ToolExecutor};
+use toolbox_host::ApprovalRequest;
 
 /// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
 /// (it did not declare the `elicitation` capability at `initialize`): `--approve yes|no` of

@@ -61,8 +61,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use toolbox_core::SessionId;
-use toolbox_host::CancellationToken;
 use toolbox_executor::ToolExecutor;
+use toolbox_host::CancellationToken;
 
 pub use body::MAX_BODY_BYTES;
 use handler::{McpHandler, Shared};

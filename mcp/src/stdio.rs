@@ -95,8 +95,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolbox_core::SessionId;
-use toolbox_host::EventSink;
 use toolbox_executor::{ExecutorConfig, ToolExecutor};
+use toolbox_host::EventSink;
 
 use crate::{lock, Fallback};
 use dispatch::Dispatcher;

@@ -9,8 +9,8 @@ use serde_json::Value;
 use tempfile::TempDir;
 use toolbox as _;
 use toolbox_core::SessionId;
-use toolbox_host::CancellationToken;
 use toolbox_executor::{ExecutorConfig, PermissionMode, ToolExecutor};
+use toolbox_host::CancellationToken;
 use toolbox_mcp::http::{self as mcp, McpHttpOptions};
 use toolbox_mcp::Fallback;
 

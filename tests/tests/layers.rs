@@ -3,8 +3,8 @@
 //! - core depends on no toolbox crate, and on nothing that touches the operating system;
 //! - host depends on core only;
 //! - a provider depends on core and host only (never on another provider or the executor);
-//! - the executor on core and host; the runtime on core, host and the executor, never a
-//!   provider.
+//! - the executor on core and host; the runtime and the MCP layer on core, host and the
+//!   executor, never a provider.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -80,6 +80,11 @@ fn crates_depend_only_on_the_layers_below_them() {
         ours(&packages["toolbox-executor"].0).is_subset(&set(&["toolbox-core", "toolbox-host"]))
     );
     assert!(ours(&packages["toolbox-runtime"].0).is_subset(&set(&[
+        "toolbox-core",
+        "toolbox-host",
+        "toolbox-executor"
+    ])));
+    assert!(ours(&packages["toolbox-mcp"].0).is_subset(&set(&[
         "toolbox-core",
         "toolbox-host",
         "toolbox-executor"

@@ -19,8 +19,8 @@ use rmcp::{ErrorData, Peer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use toolbox_core::SessionId;
-use toolbox_host::{ApprovalRequest, CancellationToken, EventSink, ToolEvent};
 use toolbox_executor::{ApprovalQueue, CallStatus, ToolExecutor, ToolRequest};
+use toolbox_host::{ApprovalRequest, CancellationToken, EventSink, ToolEvent};
 
 use super::output::OutputQueue;
 use super::{call_cancellation, McpHttpOptions};

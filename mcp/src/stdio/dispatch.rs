@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use toolbox_host::CancellationToken;
 use toolbox_executor::{CallStatus, ToolRequest};
+use toolbox_host::CancellationToken;
 
 use super::outbox::Outbox;
 use super::serve::{self, Call};

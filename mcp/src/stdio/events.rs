@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::{json, Value};
-use toolbox_host::{ApprovalRequest, ToolEvent};
 use toolbox_executor::ToolExecutor;
+use toolbox_host::{ApprovalRequest, ToolEvent};
 
 use super::outbox::Outbox;
 use crate::approval::{self, Answer};
