@@ -201,8 +201,8 @@ def compare(title, first, second, rounds, who="toolbox"):
         print(f"  ratio: {who} is {b / a:.1f}x faster")
 
 
-def toolbox_server(ws):
-    env = dict(os.environ, TOOLBOX_MODE="full")
+def toolbox_server(ws, **extra_env):
+    env = dict(os.environ, TOOLBOX_MODE="full", **extra_env)
     return Server([TOOLBOX, "mcp", "--workspace", ws], ws, env)
 
 
@@ -286,6 +286,21 @@ def main():
             "toolbox mcp, run_python_code (embedded)",
             [timed(lambda: tb.call("run_python_code", code)) for _ in range(ROUNDS)],
         )
+
+    # What the embedded Python thread reading stdin while idle is worth: the same binary with
+    # it (the default) and without it (TOOLBOX_MCP_IDLE_READER=0), interleaved.
+    plain = toolbox_server(ws, TOOLBOX_MCP_IDLE_READER="0")
+    for _ in range(30):
+        tb.call("run_python_code", code)
+        plain.call("run_python_code", code)
+    compare(
+        "the idle reader: run_python_code x = 1 with it and without it",
+        ("toolbox mcp, idle reader on (default)", lambda: tb.call("run_python_code", code)),
+        ("toolbox mcp, TOOLBOX_MCP_IDLE_READER=0", lambda: plain.call("run_python_code", code)),
+        ROUNDS,
+        who="the idle reader",
+    )
+    plain.close()
 
     print("\n== throughput, file_manager__read, calls in flight on one connection")
     for n in (1, 8, 64):

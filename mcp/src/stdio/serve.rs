@@ -72,7 +72,10 @@ pub(super) async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispa
         ended: AtomicBool::new(false),
         runtime: tokio::runtime::Handle::current(),
     });
-    let _offer = toolbox_host::handoff::offer_idle_work(reader.clone());
+    // `TOOLBOX_MCP_IDLE_READER=0` leaves the input to this task alone: for measuring what
+    // the idle reader is worth (bench/mcp_roundtrip.sh runs both, interleaved).
+    let idle_reader = std::env::var_os("TOOLBOX_MCP_IDLE_READER").is_none_or(|v| v != "0");
+    let _offer = idle_reader.then(|| toolbox_host::handoff::offer_idle_work(reader.clone()));
     loop {
         let ready = tokio::select! {
             biased;
