@@ -126,6 +126,13 @@ pub fn test_python() -> PathBuf {
     python
 }
 
+/// Swaps `a` and `b` atomically (`renameat2` with `RENAME_EXCHANGE`): for races that swap a
+/// folder for a link while tools work in it. False when the swap failed.
+pub fn exchange(a: &Path, b: &Path) -> bool {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).is_ok()
+}
+
 /// Writes `bytes` at `root/rel`, creating the folders above it, and returns the path.
 pub fn write_file(root: &Path, rel: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
     let path = root.join(rel);

@@ -9,7 +9,7 @@ use toolbox_executor::{
 };
 
 use toolbox as _;
-use toolbox_tests::{call_in, executor_toml};
+use toolbox_tests::{call_in, exchange, executor_toml};
 
 /// The embedded interpreter runs one job at a time for the whole process, so tests that
 /// measure timeouts must not queue behind another test's slow import: run them one by one.
@@ -508,23 +508,6 @@ async fn bad_limits_are_refused_naming_the_key() {
         "{}",
         info.result
     );
-}
-
-/// Swaps `a` and `b` atomically (`RENAME_EXCHANGE`).
-fn exchange(a: &std::path::Path, b: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: two valid C strings; renameat2 only reads them.
-    unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        ) == 0
-    }
 }
 
 /// The swap race of the security report: while a thread swaps the session scratchpad with a

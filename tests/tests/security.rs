@@ -13,7 +13,7 @@ use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
 use toolbox_executor::{CallStatus, ErrorKind, PermissionMode};
 
 use toolbox as _;
-use toolbox_tests::{call_in, executor_in};
+use toolbox_tests::{call_in, exchange, executor_in};
 
 /// Everything under `root`: each path with its type and, for files, the content; links with
 /// their target. Two equal snapshots mean nothing was created, changed or removed.
@@ -290,23 +290,6 @@ async fn file_names_cannot_forge_result_lines() {
             "{tool}: a name forged a line: {:?}",
             info.result
         );
-    }
-}
-
-/// Swaps `a` and `b` (a folder and a link to outside) atomically, as fast as it can.
-fn exchange(a: &Path, b: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: two valid C strings; renameat2 only reads them.
-    unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        ) == 0
     }
 }
 
