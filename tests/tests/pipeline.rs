@@ -627,21 +627,37 @@ impl std::io::Write for Captured {
 
 #[tokio::test]
 async fn tracing_events_at_start_and_finish() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("toolbox=debug"))
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    // The subscriber is the process's global one: a thread-local default races with the other
+    // tests' threads, which can cache a callsite as uninteresting while no subscriber is
+    // theirs, so an event of this test could go unrecorded. Lines are told apart by call id.
+    static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    let captured = CAPTURED
+        .get_or_init(|| {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new("toolbox=debug"))
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("no global subscriber yet");
+            captured
+        })
+        .clone();
     let (_d, exec) = setup(PermissionMode::Full, EventSink::none());
     exec.run(req("trace-1", "echo", json!({"text": "abc"})))
         .await;
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(log.contains("tool execution started"), "{log}");
-    let finished = log
+    let ours: Vec<&str> = log
         .lines()
+        .filter(|l| l.contains("tool_id=trace-1"))
+        .collect();
+    assert!(
+        ours.iter().any(|l| l.contains("tool execution started")),
+        "{log}"
+    );
+    let finished = ours
+        .iter()
         .find(|l| l.contains("tool execution finished"))
         .expect(&log);
     for field in [
