@@ -212,7 +212,8 @@ impl<'a> Args<'a> {
     }
 }
 
-fn json_kind(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for messages: "a string", "an array", "null", ….
+pub fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

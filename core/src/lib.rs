@@ -32,7 +32,7 @@ pub mod trust;
 pub use agent::{
     AgentDef, AgentName, AgentProblem, AgentSet, AgentsConfig, CallAgentArgs, InvalidAgentName,
 };
-pub use args::Args;
+pub use args::{json_kind, Args};
 pub use config_table::{ConfigTable, ParsedCache};
 pub use preview::{BlockKind, Preview, PreviewBlock};
 pub use session::{InvalidSessionId, SessionId};

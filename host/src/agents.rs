@@ -76,7 +76,7 @@ fn scan(set: &mut AgentSet, dir: &Dir, shown: &str, links: Links) {
             );
             break;
         }
-        let file = format!("{shown}/{}", show_name(&entry.name));
+        let file = format!("{shown}/{}", crate::show_name(&entry.name));
         let problem = match (entry.kind, links) {
             (EntryKind::File, _) | (EntryKind::Symlink, Links::Beneath | Links::Follow) => None,
             (EntryKind::Symlink, Links::No) => Some(format!(
@@ -209,20 +209,6 @@ fn explain_open(e: &io::Error) -> String {
         }
         _ => format!("cannot open it: {e}"),
     }
-}
-
-/// A file name as one safe line: control characters escaped.
-fn show_name(name: &OsStr) -> String {
-    name.to_string_lossy()
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

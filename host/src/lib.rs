@@ -42,7 +42,7 @@ pub use blocking::blocking;
 pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
 pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
-pub use paths::operator_path;
+pub use paths::{operator_path, show_name};
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
 pub use runner::{find_code_runner, CodeRunner, RunFuture};
 pub use skill::{

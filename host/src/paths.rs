@@ -1,5 +1,6 @@
 //! Paths an operator writes in a configuration file.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// An operator's path as written: `~` and `~/…` under the home folder (`HOME`), an absolute
@@ -18,6 +19,24 @@ pub fn operator_path(given: &str) -> Result<Option<PathBuf>, String> {
         return Ok(Some(PathBuf::from(given)));
     }
     Ok(None)
+}
+
+/// A file name as one safe line for messages: control characters escaped (a name is the
+/// workspace's, so it may hold a newline or an escape sequence).
+pub fn show_name(name: &OsStr) -> String {
+    let text = name.to_string_lossy();
+    if !text.chars().any(char::is_control) {
+        return text.into_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -434,17 +434,8 @@ fn shorten(text: &str, chars: usize) -> String {
     }
 }
 
-/// "a string", "an array", … for messages.
-pub fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// "a string", "an array", … for messages (core's one naming of JSON kinds).
+pub use toolbox_core::json_kind;
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,6 @@
 //! A candidate that breaks a rule is skipped with the reasons; nothing here fails a call
 //! except an invalid `[skill]` table.
 
-use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
@@ -322,22 +321,7 @@ pub(crate) fn explain_open(e: &io::Error, inside: &str) -> String {
     }
 }
 
-/// A file name as one safe line: control characters escaped.
-pub(crate) fn show_name(name: &OsStr) -> String {
-    let text = name.to_string_lossy();
-    if !text.chars().any(char::is_control) {
-        return text.into_owned();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
+pub(crate) use toolbox_host::show_name;
 
 #[cfg(test)]
 mod tests {
