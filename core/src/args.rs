@@ -1,3 +1,5 @@
+use std::cell::RefCell;
+
 use anyhow::{anyhow, bail, Result};
 use serde_json::{Map, Value};
 
@@ -6,7 +8,10 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 /// Untrusted tool arguments with errors that name the tool and the argument.
 ///
 /// Every accessor takes the canonical argument name and the documented aliases, e.g.
-/// `args.str("code", &["content"])`. A JSON `null` counts as absent in every accessor, so a
+/// `args.str("code", &["content"])`, and remembers both as known. A tool reads all its
+/// arguments first, then calls [`finish`](Self::finish), which refuses any argument no
+/// accessor asked for: the names a tool accepts are exactly the names it reads, so there is
+/// no second list to keep in step. A JSON `null` counts as absent in every accessor, so a
 /// strict-mode client (which must send every property, `null` for the ones it leaves out)
 /// gets the same call as one that omits them. Models often quote numbers and booleans, so
 /// `"10"` is accepted for an integer and `"true"` for a boolean.
@@ -33,12 +38,24 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 ///     args.opt_u64("limit", &[]).unwrap_err().to_string(),
 ///     "read_file: argument `limit` must be a non-negative integer, got a string \"all\""
 /// );
+///
+/// // An argument nothing read is refused by `finish`, which lists the ones that were read.
+/// let value = json!({"path": "a.md", "limt": 5});
+/// let args = Args::new("read_file", &value)?;
+/// args.str("path", &["file_path"])?;
+/// args.opt_u64("limit", &[])?;
+/// assert_eq!(
+///     args.finish().unwrap_err().to_string(),
+///     "read_file: unknown argument `limt` (expected one of: path, file_path, limit)"
+/// );
 /// # Ok::<(), anyhow::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Args<'a> {
     tool: &'a str,
     map: &'a Map<String, Value>,
+    /// Every name and alias an accessor asked for, in the order asked, each once.
+    known: RefCell<Vec<&'static str>>,
 }
 
 impl<'a> Args<'a> {
@@ -52,7 +69,11 @@ impl<'a> Args<'a> {
                 json_kind(other)
             ),
         };
-        Ok(Args { tool, map })
+        Ok(Args {
+            tool,
+            map,
+            known: RefCell::new(Vec::new()),
+        })
     }
 
     /// The tool these arguments are for, as errors name it.
@@ -60,21 +81,36 @@ impl<'a> Args<'a> {
         self.tool
     }
 
-    /// Refuses any argument not in `known`, so a misspelt name is not silently ignored.
-    pub fn reject_unknown(&self, known: &[&str]) -> Result<()> {
-        for key in self.map.keys() {
-            if !known.contains(&key.as_str()) {
+    /// Refuses any argument that no accessor has asked for, so a misspelt name is not
+    /// silently ignored. Call it once every argument has been read (before the tool acts,
+    /// and before any branch that reads only some of them), so that it knows them all.
+    pub fn finish(&self) -> Result<()> {
+        let known = self.known.borrow();
+        if let Some(key) = self.map.keys().find(|key| !known.contains(&key.as_str())) {
+            if known.is_empty() {
                 bail!(
-                    "{}: unknown argument `{key}` (expected one of: {})",
-                    self.tool,
-                    known.join(", ")
+                    "{}: unknown argument `{key}` (it takes no arguments)",
+                    self.tool
                 );
             }
+            bail!(
+                "{}: unknown argument `{key}` (expected one of: {})",
+                self.tool,
+                known.join(", ")
+            );
         }
         Ok(())
     }
 
-    fn lookup(&self, name: &str, aliases: &[&str]) -> Option<(&'a str, &'a Value)> {
+    fn lookup(&self, name: &'static str, aliases: &[&'static str]) -> Option<(&'a str, &'a Value)> {
+        {
+            let mut known = self.known.borrow_mut();
+            for key in std::iter::once(&name).chain(aliases) {
+                if !known.contains(key) {
+                    known.push(key);
+                }
+            }
+        }
         std::iter::once(name)
             .chain(aliases.iter().copied())
             .find_map(|key| {
@@ -94,14 +130,35 @@ impl<'a> Args<'a> {
     }
 
     /// A required string.
-    pub fn str(&self, name: &str, aliases: &[&str]) -> Result<&'a str> {
+    pub fn str(&self, name: &'static str, aliases: &[&'static str]) -> Result<&'a str> {
         self.opt_str(name, aliases)?
-            .ok_or_else(|| anyhow!("{} requires {name}", self.tool))
+            .ok_or_else(|| self.missing(name))
+    }
+
+    /// `TOOL requires NAME`, naming the arguments given that nothing has read yet: when a
+    /// model misspells a required argument, it sees the name it used.
+    pub fn missing(&self, name: &str) -> anyhow::Error {
+        let known = self.known.borrow();
+        let unread: Vec<&str> = self
+            .map
+            .keys()
+            .map(String::as_str)
+            .filter(|key| !known.contains(key))
+            .collect();
+        if unread.is_empty() {
+            anyhow!("{} requires {name}", self.tool)
+        } else {
+            anyhow!(
+                "{} requires {name} (also given: {})",
+                self.tool,
+                unread.join(", ")
+            )
+        }
     }
 
     /// The string argument `name` (or one of its `aliases`), if given; another type is an
     /// error naming the argument.
-    pub fn opt_str(&self, name: &str, aliases: &[&str]) -> Result<Option<&'a str>> {
+    pub fn opt_str(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<&'a str>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((_, Value::String(s))) => Ok(Some(s)),
@@ -112,7 +169,11 @@ impl<'a> Args<'a> {
     /// An optional string where an empty or blank string also means absent: paths, ids and
     /// choices, for which `""` can only mean "not given". Clients that make every property
     /// required without allowing `null` send `""` for the ones they leave out.
-    pub fn opt_nonempty_str(&self, name: &str, aliases: &[&str]) -> Result<Option<&'a str>> {
+    pub fn opt_nonempty_str(
+        &self,
+        name: &'static str,
+        aliases: &[&'static str],
+    ) -> Result<Option<&'a str>> {
         Ok(self
             .opt_str(name, aliases)?
             .filter(|s| !s.trim().is_empty()))
@@ -120,7 +181,7 @@ impl<'a> Args<'a> {
 
     /// The boolean argument `name` (or one of its `aliases`), if given; the strings `"true"`
     /// and `"false"` are accepted too.
-    pub fn opt_bool(&self, name: &str, aliases: &[&str]) -> Result<Option<bool>> {
+    pub fn opt_bool(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<bool>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((_, Value::Bool(b))) => Ok(Some(*b)),
@@ -131,12 +192,17 @@ impl<'a> Args<'a> {
     }
 
     /// Like [`Self::opt_bool`], with `default` when the argument is not given.
-    pub fn bool_or(&self, name: &str, aliases: &[&str], default: bool) -> Result<bool> {
+    pub fn bool_or(
+        &self,
+        name: &'static str,
+        aliases: &[&'static str],
+        default: bool,
+    ) -> Result<bool> {
         Ok(self.opt_bool(name, aliases)?.unwrap_or(default))
     }
 
     /// A non-negative integer.
-    pub fn opt_u64(&self, name: &str, aliases: &[&str]) -> Result<Option<u64>> {
+    pub fn opt_u64(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<u64>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((key, value)) => {
@@ -158,7 +224,7 @@ impl<'a> Args<'a> {
     }
 
     /// A finite number (an integer, a fraction, or either quoted).
-    pub fn opt_f64(&self, name: &str, aliases: &[&str]) -> Result<Option<f64>> {
+    pub fn opt_f64(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<f64>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((key, value)) => {
@@ -178,8 +244,8 @@ impl<'a> Args<'a> {
     /// A non-negative integer within `min..=max`, `default` when absent.
     pub fn u64_in(
         &self,
-        name: &str,
-        aliases: &[&str],
+        name: &'static str,
+        aliases: &[&'static str],
         default: u64,
         min: u64,
         max: u64,
@@ -194,8 +260,18 @@ impl<'a> Args<'a> {
         Ok(v)
     }
 
+    /// Any JSON value but `null` (an object, an array, …), for arguments with a structure of
+    /// their own that the tool parses further (a schema, a template, a list of steps).
+    pub fn opt_value(&self, name: &'static str, aliases: &[&'static str]) -> Option<&'a Value> {
+        self.lookup(name, aliases).map(|(_, value)| value)
+    }
+
     /// An array of strings; a lone string is read as a one-element array.
-    pub fn opt_str_list(&self, name: &str, aliases: &[&str]) -> Result<Option<Vec<&'a str>>> {
+    pub fn opt_str_list(
+        &self,
+        name: &'static str,
+        aliases: &[&'static str],
+    ) -> Result<Option<Vec<&'a str>>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((_, Value::String(s))) => Ok(Some(vec![s.as_str()])),
@@ -248,6 +324,12 @@ mod tests {
         let args = Args::new("file_manager__read", &v).unwrap();
         let err = args.str("path", &["file_path"]).unwrap_err().to_string();
         assert_eq!(err, "file_manager__read requires path");
+        // A misspelt required argument is named beside the one that is missing.
+        let v = json!({"paht": "a.txt", "limit": 3});
+        let args = Args::new("file_manager__read", &v).unwrap();
+        args.opt_u64("limit", &[]).unwrap();
+        let err = args.str("path", &["file_path"]).unwrap_err().to_string();
+        assert_eq!(err, "file_manager__read requires path (also given: paht)");
     }
 
     #[test]
@@ -338,12 +420,40 @@ mod tests {
             .to_string()
             .contains("must be a JSON object"));
         let v = json!({"paht": "x"});
+        let args = Args::new("t", &v).unwrap();
+        assert_eq!(args.opt_str("path", &["file_path"]).unwrap(), None);
+        let e = args.finish().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t: unknown argument `paht` (expected one of: path, file_path)"
+        );
+        // A null unknown argument is still unknown; nothing read means no arguments at all.
+        let v = json!({"x": null});
         let e = Args::new("t", &v)
             .unwrap()
-            .reject_unknown(&["path"])
+            .finish()
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown argument `paht`"), "{e}");
+        assert_eq!(e, "t: unknown argument `x` (it takes no arguments)");
+        assert!(Args::new("t", &json!({})).unwrap().finish().is_ok());
+    }
+
+    #[test]
+    fn every_name_and_alias_read_is_known_whatever_was_given() {
+        let v = json!({"file_path": "a", "n": null, "schema": {"type": "object"}});
+        let args = Args::new("t", &v).unwrap();
+        args.str("path", &["file_path"]).unwrap();
+        assert_eq!(args.opt_u64("n", &["count"]).unwrap(), None);
+        assert_eq!(
+            args.opt_value("schema", &[]),
+            Some(&json!({"type": "object"}))
+        );
+        args.opt_str("path", &[]).unwrap();
+        args.finish().unwrap();
+        assert_eq!(
+            *args.known.borrow(),
+            ["path", "file_path", "n", "count", "schema"]
+        );
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! property, `null` for the ones they leave out. Every registered tool is called twice, in
 //! two workspaces prepared the same way: once with its optional properties left out, once
 //! with each of them set to `null` (checked against the strict schema first), and the two
-//! results must be the same. Then the empty strings that clients without `null` send for
-//! paths, ids and choices must mean the default too.
+//! results must be the same. Every call that succeeds is made once more with an argument
+//! the tool does not take, which must be refused by name before the tool acts: a tool
+//! accepts exactly the arguments it reads (`Args::finish`), so its schema's properties, read
+//! here as `null`, are all known, and nothing else is. Then the empty strings that clients
+//! without `null` send for paths, ids and choices must mean the default too.
 //!
 //! Only 127.0.0.1 is contacted: web_fetch, web_search and image_gen talk to a server this
 //! test starts, and kernel_install runs pip with `--no-index` for a package that does not
@@ -16,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use toolbox_executor::{
-    ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo, ToolExecutor, ToolRequest,
+    CallStatus, ExecutorConfig, PermissionMode, SchemaFormat, ToolCallInfo, ToolExecutor,
+    ToolRequest,
 };
 
 use toolbox as _;
@@ -308,6 +312,26 @@ impl Twins {
             shown(&b),
             "{tool}: {loose} and {strict} give different results"
         );
+        if a.status == CallStatus::Done {
+            // The same call with one argument the tool does not take is refused by name,
+            // before it acts (so the two workspaces stay alike).
+            let mut extra = strict.as_object().unwrap().clone();
+            extra.insert("zz_not_an_argument".into(), json!(1));
+            let refused = self.strict.call(tool, Value::Object(extra)).await;
+            assert_eq!(
+                refused.status,
+                CallStatus::Error,
+                "{tool}: {}",
+                refused.result
+            );
+            assert!(
+                refused.result.contains(&format!(
+                    "{tool}: unknown argument `zz_not_an_argument` (expected one of: "
+                )),
+                "{tool}: {}",
+                refused.result
+            );
+        }
         (a.result, b.result)
     }
 

@@ -68,17 +68,11 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "path",
-        "file_path",
-        "old_string",
-        "new_string",
-        "replace_all",
-    ])?;
     let path = a.str("path", &["file_path"])?.to_string();
     let old = a.str("old_string", &[])?.to_string();
     let new = a.str("new_string", &[])?.to_string();
     let replace_all = a.bool_or("replace_all", &[], false)?;
+    a.finish()?;
     if old.is_empty() {
         return Err(anyhow!(
             "{NAME}: old_string is empty; give the exact text to replace (to create or \

@@ -60,13 +60,13 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["pattern", "path", "file_path", "limit"])?;
     let pattern = a.str("pattern", &[])?.to_string();
     let path = a
         .opt_nonempty_str("path", &["file_path"])?
         .unwrap_or(".")
         .to_string();
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    a.finish()?;
     let matcher = compile(NAME, "pattern", &pattern)?;
     let ctx = ctx.clone();
     blocking(NAME, move || {

@@ -107,15 +107,6 @@ struct Query {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "pattern",
-        "path",
-        "file_path",
-        "glob",
-        "ignore_case",
-        "smart_case",
-        "max_results",
-    ])?;
     let pattern = a.str("pattern", &[])?.to_string();
     let path = a
         .opt_nonempty_str("path", &["file_path"])?
@@ -125,6 +116,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let ignore_case = a.bool_or("ignore_case", &[], false)?;
     let smart_case = a.bool_or("smart_case", &[], false)?;
     let max_results = a.u64_in("max_results", &[], DEFAULT_MAX_RESULTS, 1, MAX_RESULTS)? as usize;
+    a.finish()?;
     if pattern.is_empty() {
         return Err(anyhow!("{NAME}: the pattern is empty"));
     }

@@ -86,14 +86,6 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "path",
-        "file_path",
-        "depth",
-        "show_hidden",
-        "show_ignored",
-        "limit",
-    ])?;
     let path = a
         .opt_nonempty_str("path", &["file_path"])?
         .unwrap_or(".")
@@ -102,6 +94,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let show_hidden = a.bool_or("show_hidden", &[], false)?;
     let show_ignored = a.bool_or("show_ignored", &[], false)?;
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    a.finish()?;
     let ctx = ctx.clone();
     blocking(NAME, move || {
         let show = Show {

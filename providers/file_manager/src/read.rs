@@ -72,11 +72,11 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["path", "file_path", "offset", "limit"])?;
     let path = a.str("path", &["file_path"])?.to_string();
     // Models sometimes say offset 0 for "the start"; read it as line 1.
     let offset = a.opt_u64("offset", &[])?.unwrap_or(1).max(1);
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    a.finish()?;
     let ws = &ctx.workspace;
     let p = ws.locate(&path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let shown = ws.show(&p);

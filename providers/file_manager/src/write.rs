@@ -66,10 +66,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["path", "file_path", "content", "text", "append"])?;
     let path = a.str("path", &["file_path"])?.to_string();
     let content = a.str("content", &["text"])?;
     let append = a.bool_or("append", &[], false)?;
+    a.finish()?;
     if content.len() > MAX_WRITE_BYTES {
         return Err(anyhow!(
             "{NAME}: content is {} bytes; the limit is 1 MiB ({MAX_WRITE_BYTES} bytes). \

@@ -50,7 +50,6 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["prompt", "size", "n"])?;
     let prompt = args.str("prompt", &["description"])?.trim().to_string();
     if prompt.is_empty() {
         bail!("{NAME}: argument `prompt` is empty");
@@ -58,6 +57,7 @@ pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> 
     let size = args.opt_str("size", &[])?.unwrap_or(DEFAULT_SIZE).trim();
     check_size(size)?;
     let n = args.u64_in("n", &[], 1, 1, 4)?;
+    args.finish()?;
 
     let table = ctx.provider_config("image_gen");
     let endpoint = endpoint(table, toolbox_host::secrets::var)?;

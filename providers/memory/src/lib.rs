@@ -186,8 +186,8 @@ impl MemoryProvider {
         op: fn(&mut Store, i64) -> Result<Option<Memory>>,
     ) -> Result<Memory> {
         let args = Args::new(tool, args)?;
-        args.reject_unknown(&["id", "memory_id"])?;
         let id = id_arg(&args)?;
+        args.finish()?;
         self.with_store(tool, ctx, false, move |store| match store {
             None => Err(unknown_id(id)),
             Some(store) => op(store, id)?.ok_or_else(|| unknown_id(id)),
@@ -211,7 +211,7 @@ fn id_arg(args: &Args<'_>) -> Result<i64> {
             _ => return Err(e),
         },
     };
-    let id = id.ok_or_else(|| anyhow!("{} requires id", args.tool()))?;
+    let id = id.ok_or_else(|| args.missing("id"))?;
     i64::try_from(id).map_err(|_| anyhow!("{}: no memory with id {id}", args.tool()))
 }
 

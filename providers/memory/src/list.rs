@@ -49,10 +49,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["tags", "tag", "limit", "offset"])?;
     let tags = tags_arg(&args)?;
     let limit = args.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
     let offset = args.u64_in("offset", &[], 0, 0, i64::MAX as u64)?;
+    args.finish()?;
     let filter = tags.clone();
     let page = p
         .with_store(NAME, ctx, false, move |store| match store {

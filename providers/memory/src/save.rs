@@ -42,7 +42,6 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["text", "content", "title", "tags", "tag"])?;
     let max = settings(ctx)?.max_text_bytes;
     let body = args.str("text", &["content"])?;
     if body.trim().is_empty() {
@@ -69,6 +68,7 @@ pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> R
         }
     }
     let tags = tags_arg(&args)?;
+    args.finish()?;
     let body = body.to_string();
     let id = p
         .with_store(NAME, ctx, true, move |store| {

@@ -44,13 +44,13 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["query", "q", "tags", "tag", "limit"])?;
     let query = args.str("query", &["q"])?.to_string();
     if query.trim().is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
     let tags = tags_arg(&args)?;
     let limit = args.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    args.finish()?;
     let (q, filter) = (query.clone(), tags.clone());
     let hits = p
         .with_store(NAME, ctx, false, move |store| match store {

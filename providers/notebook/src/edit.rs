@@ -68,20 +68,6 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "path",
-        "notebook_path",
-        "operation",
-        "edit_mode",
-        "index",
-        "cell_index",
-        "cell_number",
-        "cell_id",
-        "id",
-        "source",
-        "new_source",
-        "cell_type",
-    ])?;
     let path = a.str("path", &["notebook_path"])?;
     let operation = a
         .opt_nonempty_str("operation", &["edit_mode"])?
@@ -92,6 +78,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let which = CellRef::from_args(&a)?;
     let source = a.opt_str("source", &["new_source"])?;
     let cell_type = a.opt_nonempty_str("cell_type", &[])?;
+    a.finish()?;
     if let Some(t) = cell_type {
         if !["code", "markdown", "raw"].contains(&t) {
             bail!("{NAME}: argument `cell_type` must be code, markdown or raw, got {t:?}");

@@ -46,17 +46,9 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "path",
-        "notebook_path",
-        "index",
-        "cell_index",
-        "cell_number",
-        "cell_id",
-        "id",
-    ])?;
     let path = a.str("path", &["notebook_path"])?;
     let which = CellRef::from_args(&a)?;
+    a.finish()?;
     let (abs, shown) = notebook_path(NAME, ctx, path)?;
     let nb = load(NAME, abs, shown.clone()).await?;
     let text = match which {

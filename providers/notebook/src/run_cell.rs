@@ -61,22 +61,13 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "path",
-        "notebook_path",
-        "index",
-        "cell_index",
-        "cell_number",
-        "cell_id",
-        "id",
-        "timeout_ms",
-    ])?;
     let path = a.str("path", &["notebook_path"])?;
     let which =
         CellRef::from_args(&a)?.ok_or_else(|| anyhow!("{NAME} requires index or cell_id"))?;
     let timeout = a
         .opt_u64("timeout_ms", &[])?
         .map(|ms| Duration::from_millis(ms.max(1)));
+    a.finish()?;
     let (abs, shown) = notebook_path(NAME, ctx, path)?;
     let nb = load(NAME, abs.clone(), shown.clone()).await?;
     let index = which.locate(NAME, &nb, &shown)?;

@@ -23,8 +23,9 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["path", "file_path"])?;
-    let (pdf, shown) = open(NAME, &args, ctx).await?;
+    let given = args.str("path", &["file_path"])?;
+    args.finish()?;
+    let (pdf, shown) = open(NAME, given, ctx).await?;
     let mut out = format!("file: {shown}\n");
     if pdf.locked {
         out.push_str("pages: unknown (the file is encrypted)\n");

@@ -95,8 +95,7 @@ fn pages_prop() -> Value {
 
 /// Resolves, size-checks, reads and parses the file named by `path`, on the blocking pool.
 /// Returns the parsed document and the path as the model should see it.
-async fn open(tool: &'static str, args: &Args<'_>, ctx: &ToolContext) -> Result<(Pdf, String)> {
-    let given = args.str("path", &["file_path"])?;
+async fn open(tool: &'static str, given: &str, ctx: &ToolContext) -> Result<(Pdf, String)> {
     let ws = ctx.workspace.clone();
     let p = ws.locate(given).map_err(|e| anyhow!("{tool}: {e}"))?;
     let shown = ws.show(&p);

@@ -40,10 +40,11 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["path", "file_path", "pages", "page", "max_chars"])?;
+    let given = args.str("path", &["file_path"])?;
     let spec = pages_arg(NAME, &args)?;
     let max_chars = args.u64_in("max_chars", &[], DEFAULT_MAX_CHARS, 1, 5_000_000)? as usize;
-    let (pdf, shown) = open(NAME, &args, ctx).await?;
+    args.finish()?;
+    let (pdf, shown) = open(NAME, given, ctx).await?;
     pdf.ensure_readable(&shown)
         .map_err(|e| anyhow!("{NAME}: {e}"))?;
     let wanted = pages::parse(NAME, spec.as_deref(), pdf.page_count)?;

@@ -42,7 +42,7 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["path", "file_path", "query", "pages", "page", "max_results"])?;
+    let given = args.str("path", &["file_path"])?;
     let query = args.str("query", &["pattern"])?;
     let needle = fold(&normalize_space(query));
     if needle.is_empty() {
@@ -50,7 +50,8 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     }
     let spec = pages_arg(NAME, &args)?;
     let max_results = args.u64_in("max_results", &[], DEFAULT_MAX_RESULTS, 1, 500)? as usize;
-    let (pdf, shown) = open(NAME, &args, ctx).await?;
+    args.finish()?;
+    let (pdf, shown) = open(NAME, given, ctx).await?;
     pdf.ensure_readable(&shown)
         .map_err(|e| anyhow!("{NAME}: {e}"))?;
     let wanted = pages::parse(NAME, spec.as_deref(), pdf.page_count)?;

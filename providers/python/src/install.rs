@@ -83,10 +83,9 @@ pub fn info() -> ToolInfo {
 
 pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["packages", "package", "upgrade", "index_url"])?;
     let packages = a
         .opt_str_list("packages", &["package"])?
-        .ok_or_else(|| anyhow!("{NAME} requires packages"))?;
+        .ok_or_else(|| a.missing("packages"))?;
     if packages.is_empty() {
         bail!("{NAME}: argument `packages` is empty; name at least one package");
     }
@@ -101,6 +100,7 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
     }
     let upgrade = a.bool_or("upgrade", &[], false)?;
     let index_url = a.opt_nonempty_str("index_url", &[])?;
+    a.finish()?;
     if let Some(url) = index_url {
         check_index_url(url)?;
     }

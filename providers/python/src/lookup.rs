@@ -123,7 +123,6 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["query", "package", "module", "limit"])?;
     let query = a.str("query", &[])?.trim();
     if query.is_empty() {
         bail!("{NAME}: argument `query` is empty");
@@ -140,6 +139,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         }
     }
     let limit = a.u64_in("limit", &[], 10, 1, 50)?;
+    a.finish()?;
     let config = PythonConfig::from_ctx(ctx)?;
     let root = ctx.workspace.root();
     // The lookup's interpreter runs inside toolbox's containment like every tool process.

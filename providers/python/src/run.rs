@@ -76,14 +76,6 @@ pub(crate) async fn run_tool(
     ctx: &ToolContext,
 ) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&[
-        "code",
-        "content",
-        "script_path",
-        "args",
-        "argv",
-        "timeout_ms",
-    ])?;
     let code = a.opt_str("code", &["content"])?;
     let script = a.opt_nonempty_str("script_path", &[])?;
     // Clients that must send every property send [] (or null) for args they do not use.
@@ -98,6 +90,7 @@ pub(crate) async fn run_tool(
         1,
         MAX_TIMEOUT_MS,
     )?;
+    a.finish()?;
     let source = match (code, script) {
         // An empty `code` beside a script is a client filling in every property, not a cell.
         (Some(code), Some(_)) if !code.trim().is_empty() => {

@@ -22,16 +22,6 @@ use crate::{host, jobs, object_schema, prop, Shell, TOOLSET};
 
 pub(crate) const NAME: &str = "shell";
 
-const KNOWN_ARGS: &[&str] = &[
-    "command",
-    "cmd",
-    "cwd",
-    "workdir",
-    "timeout_ms",
-    "run_in_background",
-    "description",
-];
-
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
         NAME,
@@ -113,7 +103,6 @@ pub(crate) struct Prepared {
 
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(KNOWN_ARGS)?;
     let command = a.str("command", &["cmd"])?;
     if command.trim().is_empty() {
         bail!("{NAME}: argument `command` is empty");
@@ -126,6 +115,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     let background = a.bool_or("run_in_background", &[], false)?;
     // Free text for people; accepted so a model that sends it is not refused.
     let _ = a.opt_str("description", &[])?;
+    a.finish()?;
 
     let config = shell.config(ctx)?;
     let limits = Limits::from_config(&ctx.config)

@@ -425,9 +425,9 @@ fn one_line(command: &str) -> String {
 
 pub(crate) async fn output(shell: &Shell, args: Value, _ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(OUTPUT, &args)?;
-    a.reject_unknown(&["job_id", "id", "wait_ms"])?;
     let id = a.str("job_id", &["id"])?;
     let wait = a.u64_in("wait_ms", &[], 0, 0, MAX_WAIT_MS)?;
+    a.finish()?;
     let job = shell.jobs.find(OUTPUT, id)?;
     if wait > 0 {
         job.wait_for_news(Duration::from_millis(wait)).await;
@@ -437,8 +437,8 @@ pub(crate) async fn output(shell: &Shell, args: Value, _ctx: &ToolContext) -> Re
 
 pub(crate) async fn kill(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(KILL, &args)?;
-    a.reject_unknown(&["job_id", "id"])?;
     let id = a.str("job_id", &["id"])?;
+    a.finish()?;
     let job = shell.jobs.find(KILL, id)?;
     if !job.running() {
         return Ok(Value::String(format!(

@@ -32,10 +32,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["seconds", "duration"])?;
     let Some(seconds) = a.opt_f64("seconds", &["duration"])? else {
-        bail!("{NAME} requires seconds");
+        return Err(a.missing("seconds"));
     };
+    a.finish()?;
     if seconds < 0.0 {
         bail!("{NAME}: argument `seconds` must be a non-negative number, got {seconds}");
     }

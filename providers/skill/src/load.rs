@@ -36,8 +36,8 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["name", "skill", "command"])?;
     let name = parse_name(NAME, a.str("name", &["skill", "command"])?)?;
+    a.finish()?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
     let python = toolbox_host::find_code_runner("python").is_some();

@@ -51,7 +51,6 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["query", "q", "limit"])?;
     let query = a.opt_nonempty_str("query", &["q"])?.map(str::trim);
     if let Some(q) = query {
         if q.chars().count() > MAX_QUERY_CHARS {
@@ -59,6 +58,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         }
     }
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    a.finish()?;
     let set = discover(NAME, ctx).await?;
     Ok(Value::String(render(&set, query, limit)))
 }

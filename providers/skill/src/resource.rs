@@ -60,17 +60,17 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    a.reject_unknown(&["name", "skill", "path", "file_path", "offset", "limit"])?;
     let name = parse_name(NAME, a.str("name", &["skill"])?)?;
     let raw_path = a
         .opt_nonempty_str("path", &["file_path"])?
-        .ok_or_else(|| anyhow!("{NAME} requires path"))?;
+        .ok_or_else(|| a.missing("path"))?;
     let path = SkillPath::parse(raw_path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     if path.is_skill_md() {
         bail!("{NAME}: SKILL.md is the skill's instructions: load them with skill {{\"name\": \"{name}\"}}");
     }
     let offset = a.opt_u64("offset", &[])?.unwrap_or(1).max(1);
     let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    a.finish()?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
     toolbox_host::blocking(format!("{NAME}: the read"), move || {

@@ -26,7 +26,7 @@ pub(crate) fn info() -> ToolInfo {
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
-    Args::new(NAME, &args)?.reject_unknown(&[])?;
+    Args::new(NAME, &args)?.finish()?;
     let workspace = ctx.workspace.clone();
     let config = ctx.config.clone();
     // Reading folders blocks; keep it off the async threads.

@@ -61,10 +61,10 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(clients: Clients, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["url", "format", "max_chars"])?;
     let raw_url = args.str("url", &[])?.trim();
     let format = Format::parse(NAME, args.opt_nonempty_str("format", &[])?)?;
     let max_chars = args.u64_in("max_chars", &[], DEFAULT_MAX_CHARS, 1, MAX_MAX_CHARS)? as usize;
+    args.finish()?;
     let url = parse_url(raw_url)?;
     let config = clients.config.clone();
 

@@ -59,12 +59,12 @@ pub struct Hit {
 
 pub async fn run(clients: Clients, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    args.reject_unknown(&["query", "max_results"])?;
     let query = args.str("query", &["q"])?.trim().to_string();
     if query.is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
     let max = args.u64_in("max_results", &[], DEFAULT_RESULTS, 1, MAX_RESULTS)? as usize;
+    args.finish()?;
     let search = &clients.config.search;
     let Some(backend) = search.backend else {
         bail!("{NOT_CONFIGURED}");
