@@ -30,9 +30,10 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 /// // Errors name the tool and the argument, so the model knows what to fix.
 /// let value = json!({"limit": "all"});
 /// let args = Args::new("read_file", &value)?;
+/// // A missing required argument names what was given instead, so a misspelling shows.
 /// assert_eq!(
 ///     args.str("path", &["file_path"]).unwrap_err().to_string(),
-///     "read_file requires path"
+///     "read_file requires path (also given: limit)"
 /// );
 /// assert_eq!(
 ///     args.opt_u64("limit", &[]).unwrap_err().to_string(),
