@@ -71,6 +71,21 @@ impl Registry {
         Ok(registry)
     }
 
+    /// The [`IdleSlot`](toolbox_host::handoff::IdleSlot)s of the providers that have a
+    /// thread able to take up a front end's work while idle (`ToolProvider::idle_slot`),
+    /// each once.
+    pub fn idle_slots(&self) -> Vec<Arc<toolbox_host::handoff::IdleSlot>> {
+        let mut slots: Vec<Arc<toolbox_host::handoff::IdleSlot>> = Vec::new();
+        for tool in &self.tools {
+            if let Some(slot) = tool.provider.idle_slot() {
+                if !slots.iter().any(|known| Arc::ptr_eq(known, &slot)) {
+                    slots.push(slot);
+                }
+            }
+        }
+        slots
+    }
+
     /// Looks a tool up by canonical name or alias.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.by_name.get(name).map(|&i| &self.tools[i])

@@ -17,7 +17,7 @@
 //! either side.
 //!
 //! The same thread may also take up [`IdleWork`] while it has nothing to do: `toolbox mcp`
-//! offers its input, so that a request arriving while the embedded Python thread is idle
+//! offers its input in the [`IdleSlot`] of the provider that owns such a thread, so that a request arriving while the embedded Python thread is idle
 //! wakes that thread, which reads it, starts the call in place ([`spawn_here`]), runs the
 //! cell and writes the reply, with no other thread involved. While the thread is busy, the
 //! runtime reads the input as usual.
@@ -98,6 +98,18 @@ pub trait IdleWork: Send + Sync {
     fn take(&self);
 }
 
+/// Where a thread that takes up [`IdleWork`] finds it: the work on offer, and how to wake
+/// the threads that watch for it.
+///
+/// The slot belongs to whoever owns such a thread: the python provider owns the embedded
+/// interpreter's, and hands it out through `ToolProvider::idle_slot`. A front end with work to
+/// offer (`toolbox mcp`'s input) asks the executor for the providers' slots and offers its
+/// work there; nothing about it is process-wide, and the provider never names a front end.
+#[derive(Default)]
+pub struct IdleSlot {
+    idle: Mutex<Idle>,
+}
+
 #[derive(Default)]
 struct Idle {
     work: Option<Arc<dyn IdleWork>>,
@@ -105,45 +117,55 @@ struct Idle {
     bells: Vec<Arc<dyn Fn() + Send + Sync>>,
 }
 
-static OFFER: Mutex<Idle> = Mutex::new(Idle {
-    work: None,
-    bells: Vec::new(),
-});
+impl IdleSlot {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 
-fn idle() -> std::sync::MutexGuard<'static, Idle> {
-    OFFER.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Offers `work` to the threads watching this slot until the returned value is dropped.
+    pub fn offer(self: &Arc<Self>, work: Arc<dyn IdleWork>) -> IdleOffer {
+        let bells = {
+            let mut idle = self.idle();
+            idle.work = Some(work.clone());
+            idle.bells.clone()
+        };
+        bells.iter().for_each(|ring| ring());
+        IdleOffer {
+            slot: self.clone(),
+            work,
+        }
+    }
+
+    /// The work on offer, if any.
+    pub fn work(&self) -> Option<Arc<dyn IdleWork>> {
+        self.idle().work.clone()
+    }
+
+    /// Registers a thread that takes up this slot's work: `ring` wakes it when the offer
+    /// changes.
+    pub fn on_change(&self, ring: Arc<dyn Fn() + Send + Sync>) {
+        self.idle().bells.push(ring);
+    }
 }
 
-/// Offers `work` to idle threads until the returned value is dropped.
-pub fn offer_idle_work(work: Arc<dyn IdleWork>) -> IdleOffer {
-    let bells = {
-        let mut idle = idle();
-        idle.work = Some(work.clone());
-        idle.bells.clone()
-    };
-    bells.iter().for_each(|ring| ring());
-    IdleOffer { work }
+impl std::fmt::Debug for IdleSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdleSlot")
+            .field("offered", &self.idle().work.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
-/// The work on offer, if any.
-pub fn idle_work() -> Option<Arc<dyn IdleWork>> {
-    idle().work.clone()
-}
-
-/// Registers a thread that takes up idle work: `ring` wakes it when the offer changes.
-pub fn on_idle_work_changed(ring: Arc<dyn Fn() + Send + Sync>) {
-    idle().bells.push(ring);
-}
-
-/// Withdraws its work from idle threads when dropped.
+/// Withdraws its work from the slot when dropped.
 pub struct IdleOffer {
+    slot: Arc<IdleSlot>,
     work: Arc<dyn IdleWork>,
 }
 
 impl Drop for IdleOffer {
     fn drop(&mut self) {
         let bells = {
-            let mut idle = idle();
+            let mut idle = self.slot.idle();
             if idle
                 .work
                 .as_ref()
@@ -355,15 +377,16 @@ mod tests {
         }
     }
 
-    /// An offer rings the idle threads' bells, is seen by `idle_work` while it stands, and
+    /// An offer rings the idle threads' bells, is seen by `work` while it stands, and
     /// is withdrawn (with another ring) when dropped; an older offer's drop does not
     /// withdraw a newer one. Calls started in place run their first poll before
     /// `spawn_here` returns.
     #[test]
     fn idle_work_is_offered_until_withdrawn_and_calls_start_in_place() {
+        let slot = Arc::new(IdleSlot::default());
         let rings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = rings.clone();
-        on_idle_work_changed(Arc::new(move || {
+        slot.on_change(Arc::new(move || {
             counted.fetch_add(1, Ordering::SeqCst);
         }));
         let (read, _write) = std::io::pipe().unwrap();
@@ -373,9 +396,9 @@ mod tests {
             taken: Default::default(),
         });
         let before = rings.load(Ordering::SeqCst);
-        let first = offer_idle_work(work.clone());
+        let first = slot.offer(work.clone());
         assert!(rings.load(Ordering::SeqCst) > before);
-        let offered = idle_work().expect("offered");
+        let offered = slot.work().expect("offered");
         offered.take();
         assert_eq!(work.taken.load(Ordering::SeqCst), 1);
         let (read, _write2) = std::io::pipe().unwrap();
@@ -383,12 +406,12 @@ mod tests {
             read: read.into(),
             taken: Default::default(),
         });
-        let second = offer_idle_work(newer);
+        let second = slot.offer(newer);
         drop(first);
-        assert!(idle_work().is_some(), "the newer offer stands");
+        assert!(slot.work().is_some(), "the newer offer stands");
         let rung = rings.load(Ordering::SeqCst);
         drop(second);
-        assert!(idle_work().is_none());
+        assert!(slot.work().is_none());
         assert!(rings.load(Ordering::SeqCst) > rung);
 
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -34,6 +34,14 @@ pub trait ToolProvider: Send + Sync {
         let _ = (tool, args, ctx);
         None
     }
+
+    /// The slot of a thread of this provider's that can take up a front end's work while it
+    /// is idle (see [`handoff`](crate::handoff)): the embedded Python interpreter's thread
+    /// reads `toolbox mcp`'s requests itself when it has nothing else to do. `None` (the
+    /// default) for providers without such a thread.
+    fn idle_slot(&self) -> Option<Arc<crate::handoff::IdleSlot>> {
+        None
+    }
 }
 
 /// One provider's entry in the link-time registry. Use [`register_provider!`](crate::register_provider).

@@ -61,7 +61,9 @@
 //! the Python thread is busy.
 //!
 //! Once embedded Python has started, its thread also reads the MCP input while it is idle:
-//! `serve_polled` offers the input as `handoff::IdleWork`, and the Python thread waits on it
+//! `serve_polled` offers the input as `handoff::IdleWork` in the slot the python provider
+//! hands out (`ToolProvider::idle_slot`, found through the executor's registry: no global,
+//! and the provider names no front end), and the Python thread waits on it
 //! (`poll`) together with its job queue's eventfd. The runtime polls stdin through an epoll
 //! instance of its own (`transport::Gate`), closed while the Python thread watches: a request
 //! then wakes that thread alone, not also a runtime worker on the other CPU. That thread

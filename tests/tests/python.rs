@@ -589,3 +589,66 @@ async fn swapping_the_scratchpad_for_a_link_never_sends_writes_outside() {
         assert_eq!(written, runs, "{backend}");
     }
 }
+
+/// A pipe offered as idle work, recording which thread took it up.
+struct OfferedPipe {
+    read: std::os::fd::OwnedFd,
+    taken_by: std::sync::Mutex<Vec<String>>,
+}
+
+impl toolbox_host::handoff::IdleWork for OfferedPipe {
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.read)
+    }
+    fn finished(&self) -> bool {
+        false
+    }
+    fn watch(&self, _watching: bool) {}
+    fn take(&self) {
+        use std::io::Read;
+        let mut byte = [0u8; 1];
+        let _ = std::fs::File::from(self.read.try_clone().unwrap()).read(&mut byte);
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.taken_by.lock().unwrap().push(name);
+    }
+}
+
+/// The python provider hands out its interpreter thread's idle slot through the registry
+/// (no process-wide offer in host): every executor finds the same one, and work offered
+/// there is taken up by the embedded interpreter's own thread while it is idle. This is the
+/// path `toolbox mcp` offers its input on.
+#[tokio::test]
+async fn work_offered_in_the_python_providers_idle_slot_is_taken_by_its_thread() {
+    let _serial = serial().await;
+    let (_d1, first) = executor_toml(PermissionMode::Full, "");
+    let (_d2, second) = executor_toml(PermissionMode::Full, "");
+    let slots = first.registry().idle_slots();
+    assert_eq!(slots.len(), 1, "one provider (python) has an idle thread");
+    let other = second.registry().idle_slots();
+    assert!(
+        std::sync::Arc::ptr_eq(&slots[0], &other[0]),
+        "the process's one thread"
+    );
+
+    let (read, mut write) = std::io::pipe().unwrap();
+    let work = std::sync::Arc::new(OfferedPipe {
+        read: read.into(),
+        taken_by: Default::default(),
+    });
+    let offer = slots[0].offer(work.clone());
+    // A call starts the interpreter (if no test did yet); once idle, its thread watches the pipe.
+    let info = call_in(&first, "idle", "run_python_code", json!({"code": "1"})).await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    std::io::Write::write_all(&mut write, b"x").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while work.taken_by.lock().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the idle Python thread never took the work"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(work.taken_by.lock().unwrap()[0], "toolbox-python");
+    drop(offer);
+    assert!(slots[0].work().is_none());
+}

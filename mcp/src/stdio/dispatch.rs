@@ -35,6 +35,17 @@ pub(super) struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// Where a provider's idle thread takes up work (see `serve::serve_polled`): the first
+    /// such slot of the executor's providers, if any.
+    pub(super) fn idle_slot(&self) -> Option<Arc<toolbox_host::handoff::IdleSlot>> {
+        self.server
+            .executor
+            .registry()
+            .idle_slots()
+            .into_iter()
+            .next()
+    }
+
     pub(super) fn new(server: McpServer, outbox: Outbox) -> Dispatcher {
         Dispatcher {
             server,

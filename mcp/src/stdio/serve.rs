@@ -53,12 +53,14 @@ async fn dispatch_chunk(
 
 /// Serves polled input (a pipe, socket or terminal) with two readers: this task, and the
 /// embedded Python thread while it is idle, to which the input is offered as
-/// [`IdleWork`]. A request that arrives while that thread
+/// [`IdleWork`] in the python provider's `IdleSlot` (reached through the executor's
+/// registry, `ToolProvider::idle_slot`). A request that arrives while that thread
 /// waits wakes it; it reads and parses the request, starts the call in place, runs the cell
 /// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
 /// leaves the input alone; whenever the thread turns to something else, this task reads.
 /// Both read and dispatch under one lock, so requests are handled in the order they came.
 pub(super) async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispatcher) {
+    let slot = dispatcher.idle_slot();
     let reader = Arc::new(SharedInput {
         fd,
         state: tokio::sync::Mutex::new(InputState {
@@ -75,7 +77,11 @@ pub(super) async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispa
     // `TOOLBOX_MCP_IDLE_READER=0` leaves the input to this task alone: for measuring what
     // the idle reader is worth (bench/mcp_roundtrip.sh runs both, interleaved).
     let idle_reader = std::env::var_os("TOOLBOX_MCP_IDLE_READER").is_none_or(|v| v != "0");
-    let _offer = idle_reader.then(|| toolbox_host::handoff::offer_idle_work(reader.clone()));
+    // Offered where the provider that owns an idle thread (embedded Python) looks for work;
+    // one thread at most, since the input has one reader at a time besides this task.
+    let _offer = slot
+        .filter(|_| idle_reader)
+        .map(|slot| slot.offer(reader.clone()));
     loop {
         let ready = tokio::select! {
             biased;

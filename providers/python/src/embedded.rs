@@ -40,6 +40,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyModule;
 use serde_json::Value;
 use tokio::sync::{oneshot, OnceCell};
+use toolbox_host::handoff::{IdleSlot, IdleWork};
 use toolbox_host::ToolContext;
 
 use crate::backend::{Backend, Call, RunRequest, RunResult};
@@ -53,6 +54,17 @@ const GRACE: Duration = Duration::from_millis(2000);
 const REPEAT: Duration = Duration::from_millis(600);
 
 static INTERPRETER: OnceCell<Result<Arc<Interpreter>, String>> = OnceCell::const_new();
+
+/// Where the interpreter's thread finds a front end's work while it is idle (see
+/// `toolbox_host::handoff::IdleWork`). The thread is the process's one, as the interpreter
+/// is, so its slot is too; it exists before the thread starts, so an offer made earlier (by
+/// `toolbox mcp`, at start-up) is found by the thread's first look.
+static IDLE_SLOT: std::sync::LazyLock<Arc<IdleSlot>> = std::sync::LazyLock::new(Default::default);
+
+/// The interpreter thread's idle slot, handed out as `ToolProvider::idle_slot`.
+pub(crate) fn idle_slot() -> Arc<IdleSlot> {
+    IDLE_SLOT.clone()
+}
 
 struct Job {
     id: u64,
@@ -104,7 +116,7 @@ fn ring(bell: &OwnedFd) {
 }
 
 /// Waits until the bell rings or `work` (if any) is readable; true when `work` is.
-fn wait(bell: &OwnedFd, work: Option<&dyn toolbox_host::handoff::IdleWork>) -> bool {
+fn wait(bell: &OwnedFd, work: Option<&dyn IdleWork>) -> bool {
     let mut fds = [
         libc::pollfd {
             fd: bell.as_raw_fd(),
@@ -213,11 +225,11 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     }
     {
         let bell = bell.clone();
-        toolbox_host::handoff::on_idle_work_changed(Arc::new(move || ring(&bell)));
+        IDLE_SLOT.on_change(Arc::new(move || ring(&bell)));
     }
     ON_PYTHON_THREAD.with(|on| on.set(true));
     // The work this thread is watching, if any (see `handoff::IdleWork`).
-    let mut watching: Option<Arc<dyn toolbox_host::handoff::IdleWork>> = None;
+    let mut watching: Option<Arc<dyn IdleWork>> = None;
     loop {
         match queue.try_recv() {
             Ok(job) => {
@@ -232,7 +244,7 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
         }
         // Idle: wait for a job, or for the offered work (a request on `toolbox mcp`'s
         // input, which this thread then reads and starts itself).
-        let offered = toolbox_host::handoff::idle_work().filter(|work| !work.finished());
+        let offered = IDLE_SLOT.work().filter(|work| !work.finished());
         if let Some(old) = watching.take() {
             if !offered.as_ref().is_some_and(|new| Arc::ptr_eq(&old, new)) {
                 old.watch(false);

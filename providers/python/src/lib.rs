@@ -121,6 +121,11 @@ impl ToolProvider for PythonProvider {
             _ => None,
         }
     }
+
+    /// The embedded interpreter's thread reads `toolbox mcp`'s requests while it is idle.
+    fn idle_slot(&self) -> Option<Arc<toolbox_host::handoff::IdleSlot>> {
+        Some(embedded::idle_slot())
+    }
 }
 
 /// Schema builders shared by every provider.
