@@ -528,13 +528,23 @@ async fn embedded_timeouts_interrupt_and_keep_the_session() {
 #[tokio::test]
 async fn cancellation_interrupts_embedded_runs() {
     let _serial = serial().await;
-    let (_d, ctx) = setup(RUN, "cancel", json!({ "backend": "embedded" }));
+    let (d, ctx) = setup(RUN, "cancel", json!({ "backend": "embedded" }));
     let cancel = ctx.cancel.clone();
+    // Cancelled once the loop runs: a busy interpreter (another test's cell, a slow start
+    // on a loaded machine) would otherwise see the call cancelled before it started.
+    let marker = d.path().join("looping");
+    let code = format!(
+        "open({:?}, 'w').close()\nwhile True: pass",
+        marker.display().to_string()
+    );
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !marker.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         cancel.cancel();
     });
-    let e = run(&ctx, "while True: pass").await.unwrap_err();
+    let e = run(&ctx, &code).await.unwrap_err();
     assert!(
         e.starts_with("run_python_code was cancelled: the code was interrupted"),
         "{e}"
