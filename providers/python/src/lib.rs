@@ -123,7 +123,7 @@ impl ToolProvider for PythonProvider {
     }
 
     /// The embedded interpreter's thread reads `toolbox mcp`'s requests while it is idle.
-    fn idle_slot(&self) -> Option<Arc<toolbox_host::handoff::IdleSlot>> {
+    fn idle_slot(&self) -> Option<std::sync::Arc<toolbox_host::handoff::IdleSlot>> {
         Some(embedded::idle_slot())
     }
 }
