@@ -308,6 +308,14 @@ check what came back before relying on it.
 - Take small steps. When a tool fails, read the error and change your approach instead of \
 repeating the same call.
 - Do not change or delete anything the task does not call for.
+- Prefer the dedicated tools. `shell` is the fallback: for read-only git checks, system \
+commands and process control; not for Python analysis, JSON/CSV conversion or installing \
+packages. Never run `python …` through `shell`, and never use `subprocess` inside \
+`run_python_code` to run another Python script: use its `script_path`.
+- `file_manager__write` is for small files. Large JSON, JSONL or CSV goes through \
+`data__convert`, or Python with pathlib/json/csv; inspect and validate datasets with \
+`data__inspect` and `data__validate`.
+- Temporary files go to the scratchpad; deliverables go to `output/`.
 - When you are done, or cannot go further, answer plainly: what you did, what you found, and \
 what is still open.";
 

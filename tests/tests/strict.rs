@@ -148,6 +148,7 @@ impl Side {
         std::fs::write(root.join("s.py"), "import sys\nprint(sys.argv[1:])\n").unwrap();
         std::fs::write(root.join("nb.ipynb"), NOTEBOOK).unwrap();
         std::fs::write(root.join("doc.pdf"), tiny_pdf("Hello strict world")).unwrap();
+        std::fs::write(root.join("d.csv"), "id,q\n1,a\n2,b\n").unwrap();
         let demo =
             toolbox_tests::write_skill(root, "skills/demo", "demo", "A demo skill.", "Do it.");
         toolbox_tests::write_file(&demo, "references/r.md", "reference text\n");
@@ -518,6 +519,28 @@ async fn every_tool_reads_null_as_absent() {
         &t.same("pdf__search", json!({"path": "doc.pdf", "query": "strict"}))
             .await,
         "strict",
+    );
+
+    // Data: a CSV inspected, validated and converted into the session's output folder.
+    done(
+        &t.same("data__inspect", json!({"path": "d.csv"})).await,
+        "\"rows\": 2",
+    );
+    done(
+        &t.same(
+            "data__validate",
+            json!({"path": "d.csv", "required_nonempty": ["q"]}),
+        )
+        .await,
+        "\"valid\": 2",
+    );
+    done(
+        &t.same(
+            "data__convert",
+            json!({"path": "d.csv", "output": "output/d.jsonl"}),
+        )
+        .await,
+        "\"rows_out\": 2",
     );
 
     // Memory: both workspaces get the same saves, so the ids match; dates differ.

@@ -46,6 +46,8 @@ pub fn stop_signal() -> impl std::future::Future<Output = &'static str> + Send {
     }
 }
 
+#[cfg(feature = "data")]
+use toolbox_data as _;
 #[cfg(feature = "file_manager")]
 use toolbox_file_manager as _;
 #[cfg(feature = "image_gen")]
@@ -83,6 +85,8 @@ pub use toolbox_server as server;
 
 /// The providers compiled into this build, by registration name.
 pub const PROVIDERS: &[&str] = &[
+    #[cfg(feature = "data")]
+    "data",
     #[cfg(feature = "file_manager")]
     "file_manager",
     #[cfg(feature = "image_gen")]

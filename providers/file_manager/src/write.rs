@@ -28,7 +28,8 @@ pub(crate) fn info() -> ToolInfo {
          completely and atomically; with append=true adds the content to the end instead. \
          Content is limited to 1 MiB. For long or complex content — generated data, large \
          tables, anything you would build in a loop, binary formats — write the file from \
-         Python with run_python_code instead. To change part of an existing file use \
+         Python with run_python_code instead; large JSON, JSONL or CSV goes through \
+         data__convert, or Python with pathlib/json/csv. To change part of an existing file use \
          file_manager__edit. Files meant for the user go under output/.",
         object_schema(
             &[

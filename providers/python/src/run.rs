@@ -30,7 +30,8 @@ pub(crate) fn info() -> ToolInfo {
          its top-level names then stay in the session. An \
          exception comes back as its traceback (lines of your code are named <cell>). Install \
          packages with kernel_install, not with pip in code. Plain Python only: no % magics or \
-         ! shell lines.",
+         ! shell lines. Never use subprocess to run another Python script: use script_path. \
+         Temporary files go to the scratchpad; deliverables go to output/ (OUTPUT_DIR).",
         object_schema(
             &[
                 (

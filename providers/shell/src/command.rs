@@ -34,7 +34,10 @@ pub(crate) fn info() -> ToolInfo {
          outlive the call. For servers, watchers and other long-running processes use \
          run_in_background=true, then read with shell_output and stop with shell_kill. Very \
          long output is cut to its beginning and end; the full text is saved to a file named \
-         in the result.",
+         in the result. `shell` is the fallback: for read-only git checks, system commands and \
+         process control. It is not for Python analysis, JSON/CSV conversion or installing \
+         packages (use run_python_code, the data__ tools and kernel_install); never run \
+         `python …` here: run a script with run_python_code's script_path.",
         object_schema(
             &[
                 (

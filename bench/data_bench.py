@@ -1,0 +1,169 @@
+"""The data provider against pandas, DuckDB and Python's jsonschema, interleaved in one run.
+
+Run by bench/data_vs_pandas_duckdb.sh, which builds toolbox and the venv. Generates its own
+data: a CSV of SIZE_MB (with a JSONL made from it by toolbox), and a JSONL of RECORDS records
+of ten fields for validation. Each round runs every contender of every task once, in turn,
+each as its own process under /usr/bin/time (wall seconds, peak RSS). Prints the median of
+the rounds, the ratios, and peak RSS. Asserts nothing about speed.
+
+    python bench/data_bench.py TOOLBOX WORKDIR [SIZE_MB] [RECORDS] [ROUNDS]
+"""
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+TOOLBOX, WORK = sys.argv[1], sys.argv[2]
+SIZE_MB = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
+RECORDS = int(sys.argv[4]) if len(sys.argv) > 4 else 1_000_000
+ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+PY = sys.executable
+
+CITIES = ["Lisbon", "Oslo", "Zürich", "Nairobi", "Lima", "Osaka", "Tartu", "Perth", "Quito"]
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def make_csv(path, size_mb):
+    rnd = random.Random(7)
+    target = size_mb * 1024 * 1024
+    written = 0
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        head = "id,name,city,score,day,flag,note\n"
+        f.write(head)
+        written += len(head)
+        i = 0
+        lines = []
+        while written < target:
+            i += 1
+            note = " ".join(rnd.choice(WORDS) for _ in range(6))
+            if i % 97 == 0:
+                note = f'"{note}, with a comma"'
+            line = (f"{i},user{i % 50000},{rnd.choice(CITIES)},{rnd.random() * 100:.3f},"
+                    f"2024-{1 + i % 12:02d}-{1 + i % 28:02d},{'true' if i % 3 else 'false'},{note}\n")
+            lines.append(line)
+            written += len(line.encode())
+            if len(lines) >= 10000:
+                f.writelines(lines)
+                lines = []
+        f.writelines(lines)
+    return i
+
+
+def make_records(path, n):
+    rnd = random.Random(11)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps({
+                "id": i, "name": f"user{i}", "email": f"u{i}@example.org", "age": rnd.randint(18, 90),
+                "score": rnd.random(), "active": i % 2 == 0, "city": rnd.choice(CITIES),
+                "tags": [rnd.choice(WORDS), rnd.choice(WORDS)], "joined": "2024-05-06",
+                "note": " ".join(rnd.choice(WORDS) for _ in range(4)),
+            }) + "\n")
+
+
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["id", "name", "email", "age", "score", "active", "city", "tags", "joined", "note"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 0},
+        "name": {"type": "string", "minLength": 1},
+        "email": {"type": "string", "pattern": "^[^@]+@[^@]+$"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "score": {"type": "number"},
+        "active": {"type": "boolean"},
+        "city": {"enum": CITIES},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        "joined": {"type": "string"},
+        "note": {"type": "string", "maxLength": 200},
+    },
+}
+
+
+def timed(cmd):
+    """Wall seconds and peak RSS (MiB) of one process."""
+    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M"] + cmd,
+                         capture_output=True, text=True, cwd=WORK)
+    if out.returncode != 0:
+        raise SystemExit(f"failed: {cmd}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    line = [l for l in out.stderr.splitlines() if l.startswith("TIME ")][-1]
+    _, secs, kib = line.split()
+    return float(secs), int(kib) / 1024
+
+
+def toolbox(tool, args):
+    return [TOOLBOX, "call", "-w", WORK, "--mode", "full", "--timeout-ms", "7200000", tool,
+            json.dumps(args)]
+
+
+def py(code):
+    return [PY, "-c", code]
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    csv_path = os.path.join(WORK, "big.csv")
+    rows = make_csv(csv_path, SIZE_MB)
+    size = os.path.getsize(csv_path)
+    print(f"== generated big.csv: {size / 2**20:.0f} MiB, {rows} rows")
+    # The JSONL input of the Parquet task: the CSV converted once, untimed.
+    subprocess.run(toolbox("data__convert", {"path": "big.csv", "output": "big.jsonl"}),
+                   check=True, capture_output=True)
+    print(f"== big.jsonl: {os.path.getsize(os.path.join(WORK, 'big.jsonl')) / 2**20:.0f} MiB")
+    make_records(os.path.join(WORK, "records.jsonl"), RECORDS)
+    with open(os.path.join(WORK, "schema.json"), "w") as f:
+        json.dump(SCHEMA, f)
+    print(f"== records.jsonl: {RECORDS} records of 10 fields")
+
+    tasks = {
+        "csv -> jsonl": {
+            "toolbox": toolbox("data__convert", {"path": "big.csv", "output": "t.jsonl"}),
+            "pandas": py("import pandas as pd; pd.read_csv('big.csv').to_json('p.jsonl', orient='records', lines=True)"),
+            "duckdb": py("import duckdb; duckdb.sql(\"COPY (SELECT * FROM read_csv('big.csv')) TO 'd.jsonl' (FORMAT json)\")"),
+        },
+        "jsonl -> parquet": {
+            "toolbox": toolbox("data__convert", {"path": "big.jsonl", "output": "t.parquet"}),
+            "pandas": py("import pandas as pd; pd.read_json('big.jsonl', lines=True).to_parquet('p.parquet')"),
+            "duckdb": py("import duckdb; duckdb.sql(\"COPY (SELECT * FROM read_json('big.jsonl')) TO 'd.parquet' (FORMAT parquet)\")"),
+        },
+        "validate 10-field jsonl": {
+            "toolbox": toolbox("data__validate", {"path": "records.jsonl", "schema": "schema.json", "max_errors": 5}),
+            "jsonschema": py(
+                "import json, jsonschema\n"
+                "v = jsonschema.Draft202012Validator(json.load(open('schema.json')))\n"
+                "bad = 0\n"
+                "for line in open('records.jsonl'):\n"
+                "    bad += not v.is_valid(json.loads(line))\n"
+                "print(bad)\n"),
+        },
+        "inspect csv": {
+            "toolbox": toolbox("data__inspect", {"path": "big.csv"}),
+            "pandas": py("import pandas as pd; print(pd.read_csv('big.csv').describe(include='all'))"),
+        },
+    }
+    results = {t: {name: [] for name in c} for t, c in tasks.items()}
+    for r in range(ROUNDS):
+        for task, contenders in tasks.items():
+            for name, cmd in contenders.items():
+                results[task][name].append(timed(cmd))
+        print(f"== round {r + 1}/{ROUNDS} done", flush=True)
+
+    print(f"\nmedian of {ROUNDS} interleaved rounds; CSV {size / 2**20:.0f} MiB, {rows} rows; "
+          f"{RECORDS} records validated")
+    for task, by in results.items():
+        print(f"\n{task}")
+        med = {n: statistics.median(s for s, _ in runs) for n, runs in by.items()}
+        rss = {n: max(m for _, m in runs) for n, runs in by.items()}
+        for n in by:
+            print(f"  {n:<11} {med[n]:8.2f} s   peak RSS {rss[n]:8.1f} MiB")
+        t = med["toolbox"]
+        for n in by:
+            if n != "toolbox" and t > 0:
+                print(f"  {n} / toolbox time: {med[n] / t:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

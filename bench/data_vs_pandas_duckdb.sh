@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The data provider (data__convert, data__validate, data__inspect) against pandas, DuckDB
+# and Python's jsonschema, on data generated here (bench/data_bench.py), interleaved in one
+# run: ratios and peak RSS.
+#
+#   bash bench/data_vs_pandas_duckdb.sh [SIZE_MB] [RECORDS] [ROUNDS]
+#
+# Defaults: a 1024 MiB CSV, 1,000,000 records to validate, 3 rounds. Installs pandas,
+# pyarrow, duckdb and jsonschema in a venv of its own (target/bench-data-venv) and builds a
+# release `toolbox` with only the data provider. Prints figures; asserts nothing about speed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE_MB=${1:-1024}
+RECORDS=${2:-1000000}
+ROUNDS=${3:-3}
+TARGET=${CARGO_TARGET_DIR:-target}
+
+VENV=target/bench-data-venv
+if [ ! -x "$VENV/bin/python" ]; then
+  mkdir -p target
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -c "import pandas, pyarrow, duckdb, jsonschema" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    pandas==3.1.1 pyarrow duckdb jsonschema==4.26.0
+
+echo "== building toolbox (release, data provider only)"
+cargo build --quiet --release -p toolbox --no-default-features --features data
+TOOLBOX="$TARGET/release/toolbox"
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+echo "== versions: $("$VENV/bin/python" -c 'import pandas, pyarrow, duckdb, jsonschema; print("pandas", pandas.__version__, "pyarrow", pyarrow.__version__, "duckdb", duckdb.__version__, "jsonschema", jsonschema.__version__)')"
+"$VENV/bin/python" bench/data_bench.py "$TOOLBOX" "$WORK" "$SIZE_MB" "$RECORDS" "$ROUNDS"

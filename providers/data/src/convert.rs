@@ -1,0 +1,527 @@
+//! `data__convert`: any input format to CSV, TSV, JSON, JSONL or Parquet, with `select`,
+//! `rename`, `dedupe_by`, `limit` and a `template`, written atomically.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{json, Value};
+use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
+use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_host::{PathError, ToolContext};
+
+use crate::format::{Compression, Format, OUTPUT_NAMES};
+use crate::records::{self, BadKind, Flow, Item};
+use crate::source;
+use crate::template::Template;
+use crate::write::{Out, Sink};
+use crate::{
+    format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, Limits, OnError,
+    TOOLSET,
+};
+
+/// The tool's name.
+pub const NAME: &str = "data__convert";
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        format!(
+            "Convert a data file (CSV, TSV, JSON array, JSONL, Parquet, xlsx; .gz/.zst) to CSV, \
+             TSV, JSON, JSONL or Parquet, streaming, in bounded memory: the way to write large \
+             JSON, JSONL or CSV files. Optional steps, in this order: `select` columns, \
+             `rename` them, drop duplicates by `dedupe_by` keys, apply a `template`, stop \
+             after `limit` rows. A `template` is a JSON value whose strings hold `{{column}}` \
+             placeholders, filled per record as values (quotes and newlines stay valid JSON); \
+             e.g. chat training JSONL: {{\"messages\":[{{\"role\":\"user\",\"content\":\"{{question}}\"}},\
+             {{\"role\":\"assistant\",\"content\":\"{{answer}}\"}}]}}. The output is written \
+             atomically (nothing half-written on failure); paths under `output/` go to the \
+             session's output folder. Returns rows in, rows out, rows dropped and why, and the \
+             real output path. {}",
+            crate::WAY_OF_WORKING
+        ),
+        object_schema(
+            &[
+                ("path", prop("string", "The input data file in the workspace.")),
+                (
+                    "output",
+                    prop(
+                        "string",
+                        "Where to write, e.g. `output/train.jsonl`; the extension gives the \
+                         format unless `to` is set. Replaced if it exists.",
+                    ),
+                ),
+                (
+                    "to",
+                    string_enum(
+                        OUTPUT_NAMES,
+                        "Output format (default: from the output's extension).",
+                    ),
+                ),
+                ("format", format_prop()),
+                ("sheet", sheet_prop()),
+                (
+                    "select",
+                    json!({"type": "array", "items": {"type": "string"},
+                        "description": "Columns (keys) to keep, in this order (default: all)."}),
+                ),
+                (
+                    "rename",
+                    json!({"type": "array", "items": {"type": "string"},
+                        "description": "Renames as \"old=new\" strings (an object {\"old\": \"new\"} is accepted too)."}),
+                ),
+                (
+                    "dedupe_by",
+                    json!({"type": "array", "items": {"type": "string"},
+                        "description": "Keep only the first record for each combination of these columns' values (names after rename)."}),
+                ),
+                (
+                    "limit",
+                    integer_in("Write at most this many records.", 1, None),
+                ),
+                (
+                    "template",
+                    prop(
+                        "string",
+                        "A JSON template (JSON text; an object is accepted too) applied to \
+                         each record; `{column}` placeholders use names after rename; `{{` \
+                         and `}}` are literal braces.",
+                    ),
+                ),
+                ("on_error", on_error_prop()),
+            ],
+            &["path", "output"],
+        ),
+    )
+    .risk(ToolRisk::FileWrite)
+    .toolsets(&[TOOLSET])
+    .aliases(&["convert_data"])
+}
+
+/// What one conversion is asked to do.
+struct Plan {
+    to: Format,
+    select: Option<Vec<String>>,
+    rename: Vec<(String, String)>,
+    dedupe_by: Vec<String>,
+    limit: Option<u64>,
+    template: Option<Template>,
+    on_error: OnError,
+    limits: Limits,
+}
+
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+    let args = Args::new(NAME, &args)?;
+    let given = args.str("path", &["input", "file_path"])?;
+    let output = args.str("output", &["output_path", "out"])?;
+    let to = args.opt_nonempty_str("to", &["output_format"])?;
+    let opts = read_opts(&args)?;
+    let select = args
+        .opt_str_list("select", &["columns"])?
+        .map(|v| v.into_iter().map(str::to_string).collect::<Vec<_>>())
+        .filter(|v| !v.is_empty());
+    let rename = rename_arg(args.opt_value("rename", &[]))?;
+    let dedupe_by: Vec<String> = args
+        .opt_str_list("dedupe_by", &["dedupe"])?
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let limit = args.opt_u64("limit", &["max_rows"])?;
+    let template = args.opt_value("template", &[]).cloned();
+    let on_error = on_error_arg(&args)?;
+    args.finish()?;
+    let template = match template {
+        None => None,
+        Some(Value::String(s)) if s.trim().is_empty() => None,
+        // JSON text; a plain string like "Q: {question}" is a string template.
+        Some(Value::String(s)) => Some(match Template::parse_text(&s) {
+            Err(_) if !s.trim_start().starts_with(['{', '[', '"']) => {
+                Template::parse(&Value::String(s))
+            }
+            other => other,
+        }),
+        Some(v) => Some(Template::parse(&v)),
+    }
+    .transpose()
+    .map_err(|e| anyhow!("{NAME}: argument `template`: {e}"))?;
+    let ws = ctx.workspace.clone();
+    let out_p = ws.locate(output).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let out_shown = ws.show(&out_p);
+    let (named, compression) = Format::from_name(&out_shown);
+    if compression != Compression::None {
+        bail!("{NAME}: compressed output ({out_shown}) is not supported; write it uncompressed");
+    }
+    let to = match to {
+        Some(name) => Format::parse_output(name).ok_or_else(|| {
+            anyhow!(
+                "{NAME}: argument `to` must be one of {}, not {name:?}",
+                OUTPUT_NAMES.join(", ")
+            )
+        })?,
+        None => match named {
+            Some(Format::Xlsx) => bail!("{NAME}: xlsx is read only; write csv or parquet"),
+            Some(f) => f,
+            None => bail!(
+                "{NAME}: cannot tell the output format from {out_shown:?}; give it an extension \
+                 ({}) or set `to`",
+                OUTPUT_NAMES.join(", ")
+            ),
+        },
+    };
+    if let Some(t) = &template {
+        if matches!(to, Format::Csv | Format::Tsv | Format::Parquet) && !t.is_object() {
+            bail!(
+                "{NAME}: a template for {} output must be a JSON object (its keys are the columns)",
+                to.name()
+            );
+        }
+    }
+    let plan = Plan {
+        to,
+        select,
+        rename,
+        dedupe_by,
+        limit,
+        template,
+        on_error,
+        limits: Limits::from_ctx(ctx)?,
+    };
+    let in_p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    let cancel = ctx.cancel.clone();
+    let out = toolbox_host::blocking(format!("{NAME}: the conversion"), move || {
+        let cancelled = || cancel.is_cancelled();
+        let src = source::open(&ws, &in_p, &opts, &plan.limits)?;
+        let (dir, name) = ws.parent_of(&out_p, true).map_err(|e| match e {
+            PathError::NotAFileName(_) | PathError::NotADirectory { file: Some(_), .. } => {
+                anyhow!("{e}")
+            }
+            other => anyhow!("cannot create the folder for {out_shown}: {other}"),
+        })?;
+        let mut result: Option<Result<Value>> = None;
+        let written = dir.replace_with(&name, |file| {
+            let r = plan.convert(src, opts.sheet.as_deref(), file, &cancelled);
+            let failed = r.is_err();
+            result = Some(r);
+            if failed {
+                Err(std::io::Error::other("the conversion failed"))
+            } else {
+                Ok(())
+            }
+        });
+        match (result, written) {
+            (Some(Err(e)), _) => Err(e.context(format!("nothing was written to {out_shown}"))),
+            (_, Err(e)) => Err(anyhow!(
+                "cannot write {out_shown}: {e}; nothing was written"
+            )),
+            (Some(Ok(mut report)), Ok(())) => {
+                report["output"] = json!(ws.show_real(&out_p));
+                if let Ok(m) = ws.metadata(&out_p) {
+                    report["output_bytes"] = json!(m.len());
+                }
+                Ok(report)
+            }
+            (None, Ok(())) => Err(anyhow!("the conversion did not run")),
+        }
+    })
+    .await?
+    .map_err(|e| anyhow!("{NAME}: {e:#}"))?;
+    reply(&out)
+}
+
+/// `rename`: `["old=new", …]` or `{"old": "new"}`.
+fn rename_arg(v: Option<&Value>) -> Result<Vec<(String, String)>> {
+    let bad = || {
+        anyhow!(
+            "{NAME}: argument `rename` must be an array of \"old=new\" strings or an object \
+             {{\"old\": \"new\"}}"
+        )
+    };
+    match v {
+        None => Ok(Vec::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(bad)?.to_string())))
+            .collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                let s = item.as_str().ok_or_else(bad)?;
+                let (old, new) = s.split_once('=').ok_or_else(bad)?;
+                if old.is_empty() || new.is_empty() {
+                    return Err(bad());
+                }
+                Ok((old.to_string(), new.to_string()))
+            })
+            .collect(),
+        Some(Value::String(s)) if s.is_empty() => Ok(Vec::new()),
+        Some(Value::String(s)) => rename_arg(Some(&Value::Array(vec![Value::String(s.clone())]))),
+        Some(_) => Err(bad()),
+    }
+}
+
+impl Plan {
+    fn convert(
+        &self,
+        src: source::Source,
+        sheet: Option<&str>,
+        file: &mut std::fs::File,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Value> {
+        let in_shown = src.shown.clone();
+        let in_format = src.format;
+        let note = src.note.clone();
+        let typing = records::text_cells(in_format) && self.template.is_none();
+        let text_cells = records::text_cells(in_format);
+        let fixed_columns = matches!(
+            in_format,
+            Format::Csv | Format::Tsv | Format::Parquet | Format::Xlsx
+        );
+        let mut sink = Sink::new(self.to, file, None);
+        let hasher = (RandomState::new(), RandomState::new());
+        let mut seen: HashSet<u128> = HashSet::new();
+        let (mut rows_in, mut rows_out) = (0u64, 0u64);
+        let mut dropped: [u64; 6] = [0; 6];
+        let mut first_checked = false;
+        let mut stopped = false;
+        let mut json_buf: Vec<u8> = Vec::new();
+        let on_error = self.on_error;
+        let fail_or_count = |dropped: &mut [u64; 6], slot: usize, message: String| -> Result<()> {
+            if on_error == OnError::Fail {
+                bail!("{message} (on_error: \"skip\" drops such rows, counted, and goes on)");
+            }
+            dropped[slot] += 1;
+            Ok(())
+        };
+        records::read(src, &self.limits, sheet, cancelled, &mut |item| {
+            let mut rec = match item {
+                Item::Record(r) => r,
+                Item::Bad { kind, message, .. } => {
+                    rows_in += 1;
+                    let slot = match kind {
+                        BadKind::Malformed => 0,
+                        BadKind::Ragged => 1,
+                        BadKind::TooLarge => 2,
+                    };
+                    fail_or_count(&mut dropped, slot, message)?;
+                    return Ok(Flow::Go);
+                }
+            };
+            rows_in += 1;
+            if !first_checked && fixed_columns {
+                first_checked = true;
+                self.check_columns(&rec)?;
+            }
+            if typing {
+                for (_, v) in rec.fields.iter_mut() {
+                    if let Value::String(s) = v {
+                        *v = records::typed_cell(s);
+                    }
+                }
+            } else if text_cells {
+                // With a template, CSV cells stay text: "007" is not 7.
+            }
+            if let Some(sel) = &self.select {
+                let mut fields = Vec::with_capacity(sel.len());
+                for name in sel {
+                    let v = match rec.fields.iter_mut().find(|(k, _)| &**k == name.as_str()) {
+                        Some((_, v)) => std::mem::take(v),
+                        None => Value::Null,
+                    };
+                    fields.push((Arc::from(name.as_str()), v));
+                }
+                rec.fields = fields;
+            }
+            for (old, new) in &self.rename {
+                if let Some(slot) = rec.fields.iter_mut().find(|(k, _)| &**k == old.as_str()) {
+                    slot.0 = Arc::from(new.as_str());
+                }
+            }
+            if !self.dedupe_by.is_empty() {
+                let mut a = hasher.0.build_hasher();
+                let mut b = hasher.1.build_hasher();
+                for k in &self.dedupe_by {
+                    let text = rec
+                        .get(k)
+                        .map_or_else(|| "\u{0}absent".to_string(), Value::to_string);
+                    a.write(text.as_bytes());
+                    a.write_u8(0xff);
+                    b.write(text.as_bytes());
+                    b.write_u8(0xff);
+                }
+                let h = (u128::from(a.finish()) << 64) | u128::from(b.finish());
+                if !seen.insert(h) {
+                    dropped[3] += 1;
+                    return Ok(Flow::Go);
+                }
+                if seen.len() as u64 > self.limits.max_unique_keys {
+                    bail!(
+                        "more than {} distinct `dedupe_by` keys to remember, the limit ([data] \
+                         max_unique_keys)",
+                        self.limits.max_unique_keys
+                    );
+                }
+            }
+            let written = match &self.template {
+                None => sink.write(Out::Fields(&rec.fields))?,
+                Some(t) if matches!(self.to, Format::Json | Format::Jsonl) => {
+                    json_buf.clear();
+                    match t.write_json(&rec, &mut json_buf) {
+                        Ok(()) => sink.write(Out::Json(&json_buf))?,
+                        Err(col) => {
+                            fail_or_count(
+                                &mut dropped,
+                                4,
+                                format!(
+                                    "{} {}: no field {col:?} for the template",
+                                    records::place_word(in_format),
+                                    rec.at
+                                ),
+                            )?;
+                            return Ok(Flow::Go);
+                        }
+                    }
+                }
+                Some(t) => match t.apply_fields(&rec) {
+                    Ok(fields) => sink.write(Out::Fields(&fields))?,
+                    Err(col) => {
+                        fail_or_count(
+                            &mut dropped,
+                            4,
+                            format!(
+                                "{} {}: no field {col:?} for the template",
+                                records::place_word(in_format),
+                                rec.at
+                            ),
+                        )?;
+                        return Ok(Flow::Go);
+                    }
+                },
+            };
+            if let Err(reject) = written {
+                fail_or_count(
+                    &mut dropped,
+                    5,
+                    format!(
+                        "{} {}: {}",
+                        records::place_word(in_format),
+                        rec.at,
+                        reject.0
+                    ),
+                )?;
+                return Ok(Flow::Go);
+            }
+            rows_out += 1;
+            if self.limit.is_some_and(|l| rows_out >= l) {
+                stopped = true;
+                return Ok(Flow::Stop);
+            }
+            Ok(Flow::Go)
+        })?;
+        sink.finish()?;
+        let names = [
+            "malformed",
+            "ragged",
+            "too_large",
+            "duplicate",
+            "missing_field",
+            "not_in_columns",
+        ];
+        let dropped_map: serde_json::Map<String, Value> = names
+            .iter()
+            .zip(dropped.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect();
+        let mut out = json!({
+            "input": in_shown,
+            "input_format": in_format.name(),
+            "output_format": self.to.name(),
+            "rows_in": rows_in,
+            "rows_out": rows_out,
+            "rows_dropped": dropped.iter().sum::<u64>(),
+            "dropped": dropped_map,
+        });
+        if stopped {
+            out["stopped_at_limit"] = json!(format!(
+                "stopped after {rows_out} rows (limit); the rest of the input was not read"
+            ));
+        }
+        if let Some(note) = note {
+            out["note"] = json!(note);
+        }
+        Ok(out)
+    }
+
+    /// For inputs with a header: every name `select`, `rename`, `dedupe_by` and the template
+    /// use must be a column.
+    fn check_columns(&self, rec: &records::Record) -> Result<()> {
+        let have: Vec<&str> = rec.fields.iter().map(|(k, _)| &**k).collect();
+        let list = || {
+            let mut s = have
+                .iter()
+                .take(50)
+                .map(|c| format!("{c:?}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if have.len() > 50 {
+                s.push_str(", …");
+            }
+            s
+        };
+        if let Some(sel) = &self.select {
+            if let Some(bad) = sel.iter().find(|c| !have.contains(&c.as_str())) {
+                bail!(
+                    "`select` names {bad:?}, which is not a column; the columns are {}",
+                    list()
+                );
+            }
+        }
+        for (old, _) in &self.rename {
+            let known = match &self.select {
+                Some(sel) => sel.contains(old),
+                None => have.contains(&old.as_str()),
+            };
+            if !known {
+                bail!(
+                    "`rename` names {old:?}, which is not a column; the columns are {}",
+                    list()
+                );
+            }
+        }
+        let after: Vec<String> = match &self.select {
+            Some(sel) => sel.clone(),
+            None => have.iter().map(|s| s.to_string()).collect(),
+        }
+        .into_iter()
+        .map(|c| {
+            self.rename
+                .iter()
+                .find(|(o, _)| *o == c)
+                .map_or(c, |(_, n)| n.clone())
+        })
+        .collect();
+        let check = |what: &str, names: &[String]| -> Result<()> {
+            if let Some(bad) = names.iter().find(|c| !after.contains(c)) {
+                bail!(
+                    "{what} names {bad:?}, which is not a column (after select and rename); \
+                     the columns are {}",
+                    after
+                        .iter()
+                        .take(50)
+                        .map(|c| format!("{c:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Ok(())
+        };
+        check("`dedupe_by`", &self.dedupe_by)?;
+        if let Some(t) = &self.template {
+            check("the template", &t.columns())?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! toolbox-data is the `data` provider: three tools that inspect, validate and convert
+//! datasets in the workspace, streaming, in bounded memory.
+//!
+//! | tool | risk | what it does |
+//! |---|---|---|
+//! | `data__inspect` | read | a folder: each data file with its format, size and rows; a file: rows, columns with types, nulls, examples, min/max, sample rows, and for JSON records the inferred JSON Schema |
+//! | `data__validate` | read | records against a JSON Schema (draft 2020-12) and `unique` / `required_nonempty` rules: counts, then the first errors with line and JSON pointer |
+//! | `data__convert` | file write | any format to CSV, TSV, JSON, JSONL or Parquet, with `select`, `rename`, `dedupe_by`, `limit` and a JSON `template` per record |
+//!
+//! Formats ([`format`]): CSV and TSV (delimiter and quote sniffed, BOM skipped, ragged rows
+//! reported), JSON (an array of objects), JSONL, Parquet and `.xlsx` (read only), with gzip
+//! and zstd read transparently. Every file is opened beneath the workspace root
+//! ([`source`]), read as a stream of records ([`records`]), and every input limit is a
+//! documented `[data]` key ([`Limits`]): nothing is held whole but an xlsx sheet's shared
+//! strings.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod convert;
+pub mod format;
+mod inspect;
+pub mod records;
+pub mod source;
+mod stats;
+mod template;
+mod validate;
+mod write;
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, Result};
+use async_trait::async_trait;
+use serde_json::Value;
+use toolbox_core::schema::{integer_in, prop, string_enum};
+use toolbox_core::trust::Tighten;
+use toolbox_core::{Args, ConfigTable, ToolInfo};
+use toolbox_host::{ToolContext, ToolProvider};
+
+toolbox_host::register_provider!("data", || Arc::new(DataProvider::default()));
+
+/// The toolset every data tool belongs to.
+const TOOLSET: &str = "data";
+
+/// Every key `[data]` understands.
+const KEYS: &[&str] = &[
+    "max_line_bytes",
+    "max_cell_bytes",
+    "max_decompressed_bytes",
+    "max_xlsx_cells",
+    "max_unique_keys",
+];
+
+/// The input limits, each a `[data]` key. A file that passes one is refused with an error
+/// naming the key, never read until memory runs out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest line of JSONL, or record of CSV/TSV (quoted newlines included), in bytes.
+    pub max_line_bytes: u64,
+    /// The longest single value (a CSV cell, a string in a record), in bytes.
+    pub max_cell_bytes: u64,
+    /// The most bytes a gzip or zstd file may expand to; past 256 MiB a file that expands
+    /// more than [`MAX_EXPANSION_RATIO`] times its compressed size is refused as a bomb.
+    pub max_decompressed_bytes: u64,
+    /// The most cells read from one xlsx sheet.
+    pub max_xlsx_cells: u64,
+    /// The most distinct keys `unique` / `dedupe_by` remember (about 40 bytes each).
+    pub max_unique_keys: u64,
+}
+
+/// A compressed file may expand at most this many times its size once past
+/// [`RATIO_FLOOR_BYTES`] (gzip itself cannot pass about 1032).
+pub const MAX_EXPANSION_RATIO: u64 = 200;
+/// The expansion ratio is only checked past this many decompressed bytes.
+pub const RATIO_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        DEFAULTS
+    }
+}
+
+const DEFAULTS: Limits = Limits {
+    max_line_bytes: 64 * 1024 * 1024,
+    max_cell_bytes: 16 * 1024 * 1024,
+    max_decompressed_bytes: 16 * 1024 * 1024 * 1024,
+    max_xlsx_cells: 50_000_000,
+    max_unique_keys: 20_000_000,
+};
+
+// An untrusted workspace's toolbox.toml may only lower the [data] limits.
+toolbox_core::workspace_config_rules!(
+    "data",
+    [
+        ("max_line_bytes", Tighten::AtMost(DEFAULTS.max_line_bytes)),
+        ("max_cell_bytes", Tighten::AtMost(DEFAULTS.max_cell_bytes)),
+        (
+            "max_decompressed_bytes",
+            Tighten::AtMost(DEFAULTS.max_decompressed_bytes)
+        ),
+        ("max_xlsx_cells", Tighten::AtMost(DEFAULTS.max_xlsx_cells)),
+        ("max_unique_keys", Tighten::AtMost(DEFAULTS.max_unique_keys)),
+    ]
+);
+
+impl Limits {
+    /// The `[data]` table of the call's configuration, defaults for what it leaves out.
+    pub fn from_ctx(ctx: &ToolContext) -> Result<Limits> {
+        let read = || -> Result<Limits> {
+            let t = ConfigTable::from_config(&ctx.config, "data", KEYS)?;
+            let d = DEFAULTS;
+            Ok(Limits {
+                max_line_bytes: t
+                    .u64_in("max_line_bytes", 16, u64::MAX)?
+                    .unwrap_or(d.max_line_bytes),
+                max_cell_bytes: t
+                    .u64_in("max_cell_bytes", 1, u64::MAX)?
+                    .unwrap_or(d.max_cell_bytes),
+                max_decompressed_bytes: t
+                    .u64_in("max_decompressed_bytes", 1, u64::MAX)?
+                    .unwrap_or(d.max_decompressed_bytes),
+                max_xlsx_cells: t
+                    .u64_in("max_xlsx_cells", 1, u64::MAX)?
+                    .unwrap_or(d.max_xlsx_cells),
+                max_unique_keys: t
+                    .u64_in("max_unique_keys", 1, u64::MAX)?
+                    .unwrap_or(d.max_unique_keys),
+            })
+        };
+        read().map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))
+    }
+}
+
+/// The `data` provider. It holds no state: every call reads its files afresh.
+#[derive(Debug, Default, Clone)]
+pub struct DataProvider {
+    _private: (),
+}
+
+#[async_trait]
+impl ToolProvider for DataProvider {
+    fn name(&self) -> &str {
+        "data"
+    }
+
+    fn list_tools(&self) -> Vec<ToolInfo> {
+        vec![inspect::info(), validate::info(), convert::info()]
+    }
+
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+        match tool {
+            inspect::NAME => inspect::run(args, ctx).await,
+            validate::NAME => validate::run(args, ctx).await,
+            convert::NAME => convert::run(args, ctx).await,
+            other => Err(anyhow!("data has no tool named {other}")),
+        }
+    }
+}
+
+/// The rules of working with data that every data tool's description carries, so a model
+/// meets them whichever tool it reads first.
+pub const WAY_OF_WORKING: &str = "Rules: use the data tools, not pandas code in \
+run_python_code and never `shell`, for inspecting, validating and converting CSV/JSON/JSONL/\
+Parquet/xlsx; `file_manager__write` is for small files only (large JSON, JSONL or CSV goes \
+through data__convert, or Python with pathlib/json/csv). Temporary files go to `scratchpad/`; \
+deliverables go to `output/`.";
+
+/// The `format` property of the reading tools.
+fn format_prop() -> Value {
+    string_enum(
+        format::INPUT_NAMES,
+        "Input format, overriding the extension and the sniffed content (default: from the \
+         extension, confirmed by sniffing; .gz and .zst are decompressed).",
+    )
+}
+
+/// The `sheet` property: an xlsx sheet by name or index.
+fn sheet_prop() -> Value {
+    prop(
+        "string",
+        "For .xlsx: the sheet, by name or 0-based index (default: the first sheet).",
+    )
+}
+
+/// The `on_error` property.
+fn on_error_prop() -> Value {
+    string_enum(
+        &["fail", "skip"],
+        "What a malformed row does: `fail` stops with its line number (default), `skip` \
+         counts it and goes on.",
+    )
+}
+
+/// The `max_rows` property.
+fn max_rows_prop(what: &str) -> Value {
+    integer_in(what, 1, None)
+}
+
+/// How a malformed row is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnError {
+    Fail,
+    Skip,
+}
+
+/// Reads `on_error`.
+fn on_error_arg(args: &Args<'_>) -> Result<OnError> {
+    Ok(match args.opt_nonempty_str("on_error", &[])? {
+        None | Some("fail") => OnError::Fail,
+        Some("skip") => OnError::Skip,
+        Some(other) => {
+            return Err(anyhow!(
+                "{}: argument `on_error` must be \"fail\" or \"skip\", not {other:?}",
+                args.tool()
+            ))
+        }
+    })
+}
+
+/// The reading options every tool shares: `format` and `sheet`.
+fn read_opts(args: &Args<'_>) -> Result<source::ReadOptions> {
+    let format = match args.opt_nonempty_str("format", &[])? {
+        None => None,
+        Some(name) => Some(format::Format::parse_input(name).ok_or_else(|| {
+            anyhow!(
+                "{}: argument `format` must be one of {}, not {name:?}",
+                args.tool(),
+                format::INPUT_NAMES.join(", ")
+            )
+        })?),
+    };
+    let sheet = match args.opt_value("sheet", &[]) {
+        None => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) if n.as_u64().is_some() => Some(n.to_string()),
+        Some(other) => {
+            return Err(anyhow!(
+                "{}: argument `sheet` must be a sheet name or a 0-based index, not {}",
+                args.tool(),
+                toolbox_core::json_kind(other)
+            ))
+        }
+    };
+    Ok(source::ReadOptions { format, sheet })
+}
+
+/// Pretty JSON text: what every data tool returns.
+fn reply(v: &Value) -> Result<Value> {
+    Ok(Value::String(serde_json::to_string_pretty(v)?))
+}
