@@ -221,10 +221,12 @@ mod tests {
         ToolCallInfo {
             id: "c".into(),
             tool: "shell".into(),
+            called_as: None,
             session_id: session.into(),
             arguments: serde_json::json!({}),
             status: CallStatus::Done,
             result: "ok".into(),
+            structured: None,
             spool_path: None,
             error_kind: None,
             started_at: "2026-01-01T00:00:00.000Z".into(),

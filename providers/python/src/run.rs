@@ -4,13 +4,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{RunFuture, SessionFolder, ToolContext};
 
 use crate::backend::{self, Call, Folders, RunRequest, RunResult, Source};
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::sessions::Sessions;
-use crate::{install, object_schema, prop, render, TOOLSETS};
+use crate::{install, object_schema, prop, render, INTEGRATED_NOTEBOOK, TOOLSET};
 
 pub(crate) const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
@@ -67,7 +67,9 @@ pub(crate) fn info() -> ToolInfo {
     )
     .risk(ToolRisk::Python)
     .aliases(&["python", "python_exec"])
-    .toolsets(TOOLSETS)
+    // `python_interpreter` is the sidecar's name for the provider of run_python_code alone.
+    .toolsets(&[TOOLSET, INTEGRATED_NOTEBOOK, "python_interpreter"])
+    .named(Vocabulary::DataAgent, "python_exec")
 }
 
 pub(crate) async fn run_tool(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::limits::{Counters, Limits, PreparedLimits};
 use toolbox_host::{OutputStream, ToolContext};
 
@@ -84,6 +84,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Shell)
     .aliases(&["bash"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "bash")
 }
 
 /// A fully checked request, ready to start.
