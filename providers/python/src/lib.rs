@@ -162,7 +162,12 @@ pub(crate) mod test_support {
     /// new session's first result begins with: tests/tests/python.rs checks that one), Err
     /// the message.
     pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
-        match PythonProvider::default().call_tool(tool, args, ctx).await {
+        let result = PythonProvider::default().call_tool(tool, args, ctx).await;
+        let text = result.map(|v| match toolbox_core::ToolOutput::from_value(v) {
+            Ok(output) => Value::String(output.text),
+            Err(v) => v,
+        });
+        match text {
             Ok(Value::String(s)) => Ok(match s.strip_prefix(crate::run::WORKING_FOLDER_NOTE) {
                 Some(rest) => rest
                     .split_once('\n')
