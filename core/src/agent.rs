@@ -21,6 +21,7 @@
 //! | `toolsets` | required | a list of toolset, provider or tool names; `[]` gives the agent no tools |
 //! | `model` | optional | the model to run it on (the runtime's default when left out) |
 //! | `max_steps` | optional | a whole number from 1 to 1000: the most model calls of one turn |
+//! | `vocabulary` | optional | `canonical` or `data-agent`: whose tool names the model is shown (the runtime's `[runtime] vocabulary` when left out); see [`Vocabulary`](crate::Vocabulary) |
 //!
 //! Any other key is refused (a misspelt `max-steps` must not silently fall back to a default),
 //! and so is an empty body. `toolsets` is required so that forgetting it never hands an agent
@@ -172,7 +173,7 @@ const MAX_MODEL_CHARS: usize = 256;
 /// Unknown keys beyond this many are not listed one by one.
 const MAX_UNKNOWN_KEYS_LISTED: usize = 16;
 /// The keys an agent file may have, for messages.
-const KNOWN_KEYS: &str = "name, description, toolsets, model, max_steps";
+const KNOWN_KEYS: &str = "name, description, toolsets, model, max_steps, vocabulary";
 
 /// A valid agent name: 1 to 64 characters of `a-z 0-9 - _`, starting with a letter or digit
 /// (`^[a-z0-9][a-z0-9_-]{0,63}$`). Parsed once from a file or a model's `call_agent`
@@ -290,6 +291,9 @@ pub struct AgentDef {
     /// The most model calls one turn of this agent may make; `None` means the runtime's
     /// default.
     pub max_steps: Option<u32>,
+    /// Whose tool names the model is shown (schemas, the executor's messages); `None` means
+    /// the runtime's default (`[runtime] vocabulary`).
+    pub vocabulary: Option<crate::Vocabulary>,
     /// The system prompt: the Markdown body after the frontmatter, trimmed.
     pub prompt: String,
     /// Where the agent came from, for people: `.toolbox/agents/x.md`, `/abs/dir/x.md`, a
@@ -329,6 +333,7 @@ impl AgentDef {
             toolsets: None,
             model: None,
             max_steps: None,
+            vocabulary: None,
             prompt: DEFAULT_PROMPT.to_string(),
             source: BUILT_IN_SOURCE.to_string(),
         }
@@ -357,6 +362,9 @@ impl AgentDef {
         }
         if let Some(steps) = self.max_steps {
             out["max_steps"] = json!(steps);
+        }
+        if let Some(vocabulary) = self.vocabulary {
+            out["vocabulary"] = json!(vocabulary.as_str());
         }
         out["source"] = json!(self.source);
         out
@@ -519,6 +527,7 @@ struct RawAgent {
     toolsets: Option<Vec<String>>,
     model: Option<String>,
     max_steps: Option<i128>,
+    vocabulary: Option<String>,
     unknown: OtherKeys,
 }
 
@@ -537,11 +546,12 @@ impl<'de> Visitor<'de> for FrontmatterVisitor {
             let key = key.0;
             // yaml_serde's errors already name the key (`toolsets: invalid type …`).
             match key.as_str() {
-                "name" | "description" | "model" => {
+                "name" | "description" | "model" | "vocabulary" => {
                     let value = map.next_value::<ScalarText>()?.0;
                     let slot = match key.as_str() {
                         "name" => &mut raw.name,
                         "description" => &mut raw.description,
+                        "vocabulary" => &mut raw.vocabulary,
                         _ => &mut raw.model,
                     };
                     set_once(slot, value, &key)?;
@@ -710,6 +720,16 @@ fn check(raw: RawAgent, body: &str, source: &str) -> Result<AgentDef, Vec<String
             }
         },
     };
+    let vocabulary = match raw.vocabulary.as_deref().map(str::trim) {
+        None => None,
+        Some(v) => match v.parse::<crate::Vocabulary>() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                problems.push(format!("`vocabulary`: {e}"));
+                None
+            }
+        },
+    };
     if raw.unknown.count() > 0 {
         let listed = raw.unknown.named(|k| format!("`{}`", shorten(k)));
         problems.push(format!(
@@ -732,6 +752,7 @@ fn check(raw: RawAgent, body: &str, source: &str) -> Result<AgentDef, Vec<String
             toolsets: Some(toolsets),
             model,
             max_steps,
+            vocabulary,
             prompt: prompt.to_string(),
             source: source.to_string(),
         }),

@@ -36,7 +36,7 @@ pub use args::{json_kind, Args};
 pub use config_table::{ConfigTable, ParsedCache};
 pub use preview::{BlockKind, Preview, PreviewBlock};
 pub use session::{InvalidSessionId, SessionId};
-pub use tool::{ToolInfo, ToolRisk};
+pub use tool::{ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 
 /// Re-exported so [`workspace_config_rules!`] works without naming `inventory`.
 pub use inventory;

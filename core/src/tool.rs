@@ -1,5 +1,61 @@
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// Which names a model sees for the tools: toolbox's own, or those of a source system whose
+/// prompts and skills a model was written against.
+///
+/// A vocabulary changes names only: schemas, listings and the executor's own messages use
+/// the tool's name in it ([`ToolInfo::name_in`]); every name of every vocabulary is accepted
+/// at dispatch; each tool is still listed once; a tool the vocabulary has no word for keeps its
+/// canonical name. The words are data: each tool declares its own ([`ToolInfo::named`]).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+pub enum Vocabulary {
+    /// toolbox's canonical names (`file_manager__read`, `run_python_code`, `shell`).
+    #[default]
+    #[serde(rename = "canonical")]
+    Canonical,
+    /// The Python data agent's names (`read_file`, `python_exec`, `bash`, `Skill`).
+    #[serde(rename = "data-agent")]
+    DataAgent,
+}
+
+impl Vocabulary {
+    /// Every vocabulary, the default first.
+    pub const ALL: [Vocabulary; 2] = [Vocabulary::Canonical, Vocabulary::DataAgent];
+
+    /// The vocabulary's name on the command line and in configuration, e.g. `data-agent`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vocabulary::Canonical => "canonical",
+            Vocabulary::DataAgent => "data-agent",
+        }
+    }
+}
+
+impl std::fmt::Display for Vocabulary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Vocabulary {
+    type Err = String;
+    /// `canonical` or `data-agent` (`data_agent` is taken too).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "canonical" => Ok(Vocabulary::Canonical),
+            "data-agent" | "data_agent" => Ok(Vocabulary::DataAgent),
+            other => Err(format!(
+                "vocabulary must be canonical or data-agent (got {:?})",
+                other.chars().take(64).collect::<String>()
+            )),
+        }
+    }
+}
 
 /// How much harm a tool can do, which decides how a permission mode treats it.
 ///
@@ -64,6 +120,16 @@ pub struct ToolInfo {
     pub aliases: Vec<String>,
     /// Coarse groups an agent can ask for, e.g. `files`.
     pub toolsets: Vec<String>,
+    /// The tool's name in other vocabularies, e.g. `data-agent: read_file`: shown instead of
+    /// [`name`](Self::name) to a model prompted in that vocabulary, and accepted at dispatch
+    /// like an alias. Set with [`ToolInfo::named`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub names: BTreeMap<Vocabulary, String>,
+    /// JSON Schema of the structured value the tool returns beside its text (MCP's
+    /// `outputSchema`), when it has one. Set with [`ToolInfo::output_schema`]; the tool then
+    /// returns a [`ToolOutput`] with that value (see [`ToolOutput::to_value`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
     /// Whether the tool reaches beyond the workspace and this machine (the web, a remote
     /// service): MCP's `openWorldHint`. `None` derives it from the risk, see
     /// [`ToolInfo::open_world_hint`].
@@ -95,6 +161,8 @@ impl ToolInfo {
             risk: ToolRisk::Read,
             aliases: Vec::new(),
             toolsets: Vec::new(),
+            names: BTreeMap::new(),
+            output_schema: None,
             open_world: None,
             file_reader: false,
             intercepted: false,
@@ -116,6 +184,48 @@ impl ToolInfo {
     /// Sets the toolsets the tool belongs to.
     pub fn toolsets(mut self, toolsets: &[&str]) -> Self {
         self.toolsets = toolsets.iter().map(|t| t.to_string()).collect();
+        self
+    }
+
+    /// Gives the tool its name in `vocabulary` (also accepted at dispatch). A name equal to
+    /// the canonical one is fine: it says the vocabulary has the same word.
+    pub fn named(mut self, vocabulary: Vocabulary, name: &str) -> Self {
+        self.names.insert(vocabulary, name.to_string());
+        self
+    }
+
+    /// The name a model prompted in `vocabulary` sees: the tool's word in it, else the
+    /// canonical name.
+    pub fn name_in(&self, vocabulary: Vocabulary) -> &str {
+        self.names
+            .get(&vocabulary)
+            .map(String::as_str)
+            .unwrap_or(&self.name)
+    }
+
+    /// Every name the tool answers to at dispatch, without repeats: the canonical name, the
+    /// aliases, and its names in every vocabulary.
+    pub fn dispatch_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = vec![&self.name];
+        for name in self.aliases.iter().chain(self.names.values()) {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// A copy whose [`name`](Self::name) is the tool's name in `vocabulary`, for rendering.
+    pub fn in_vocabulary(&self, vocabulary: Vocabulary) -> ToolInfo {
+        let mut info = self.clone();
+        info.name = self.name_in(vocabulary).to_string();
+        info
+    }
+
+    /// Declares the structured value the tool returns beside its text (see
+    /// [`ToolInfo::output_schema`]): a JSON Schema of an object.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
         self
     }
 
@@ -146,6 +256,62 @@ impl ToolInfo {
     }
 }
 
+/// Key of the object a tool returns for a [`ToolOutput`]; chosen so no tool's ordinary result
+/// has it.
+const STRUCTURED_KEY: &str = "$toolbox_structured";
+
+/// A result with two faces: the text the model reads and a structured value a program reads
+/// (MCP `structuredContent`, `"structured"` in the HTTP API, `ToolCallInfo::structured`).
+///
+/// A provider's `call_tool` returns a `serde_json::Value`; a tool with a structured result
+/// returns [`ToolOutput::to_value`] and declares the value's schema with
+/// [`ToolInfo::output_schema`]. The executor splits it again ([`ToolOutput::from_value`]): the
+/// model gets exactly `text`, as if the tool had returned the string.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// What the model sees.
+    pub text: String,
+    /// What a program reads: a JSON object matching the tool's output schema.
+    pub structured: Value,
+}
+
+impl ToolOutput {
+    /// A result of `text` for the model and `structured` for programs.
+    pub fn new(text: impl Into<String>, structured: Value) -> Self {
+        ToolOutput {
+            text: text.into(),
+            structured,
+        }
+    }
+
+    /// The value a provider returns from `call_tool`.
+    pub fn to_value(self) -> Value {
+        serde_json::json!({ STRUCTURED_KEY: { "text": self.text, "structured": self.structured } })
+    }
+
+    /// Splits a tool's returned value: `Ok(output)` for a [`ToolOutput`], else the value
+    /// back unchanged.
+    pub fn from_value(value: Value) -> Result<ToolOutput, Value> {
+        match value {
+            Value::Object(mut map) if map.len() == 1 && map.contains_key(STRUCTURED_KEY) => {
+                match map.remove(STRUCTURED_KEY) {
+                    Some(Value::Object(mut inner)) => {
+                        match (inner.remove("text"), inner.remove("structured")) {
+                            (Some(Value::String(text)), Some(structured)) => {
+                                Ok(ToolOutput { text, structured })
+                            }
+                            _ => Err(Value::Object(inner)),
+                        }
+                    }
+                    Some(other) => Err(other),
+                    None => Err(Value::Null),
+                }
+            }
+            other => Err(other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +325,41 @@ mod tests {
         assert!(info(ToolRisk::Shell).open_world_hint());
         assert!(info(ToolRisk::Read).open_world(true).open_world_hint());
         assert!(!info(ToolRisk::Python).open_world(false).open_world_hint());
+    }
+
+    #[test]
+    fn a_vocabulary_renames_only_the_tools_that_have_a_word_in_it() {
+        let t = ToolInfo::new("file_manager__read", "d", serde_json::json!({}))
+            .aliases(&["cat", "read_file"])
+            .named(Vocabulary::DataAgent, "read_file");
+        assert_eq!(t.name_in(Vocabulary::DataAgent), "read_file");
+        assert_eq!(t.name_in(Vocabulary::Canonical), "file_manager__read");
+        assert_eq!(
+            t.dispatch_names(),
+            ["file_manager__read", "cat", "read_file"]
+        );
+        assert_eq!(t.in_vocabulary(Vocabulary::DataAgent).name, "read_file");
+        let plain = ToolInfo::new("memory__save", "d", serde_json::json!({}));
+        assert_eq!(plain.name_in(Vocabulary::DataAgent), "memory__save");
+        assert_eq!("data-agent".parse(), Ok(Vocabulary::DataAgent));
+        assert!("klingon".parse::<Vocabulary>().is_err());
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(
+            json["names"],
+            serde_json::json!({"data-agent": "read_file"})
+        );
+        assert_eq!(serde_json::from_value::<ToolInfo>(json).unwrap(), t);
+    }
+
+    #[test]
+    fn a_tool_output_survives_the_value_round_trip_and_plain_values_pass() {
+        let out = ToolOutput::new("text", serde_json::json!({"exit_code": 0}));
+        assert_eq!(ToolOutput::from_value(out.clone().to_value()), Ok(out));
+        let plain = serde_json::json!({"a": 1});
+        assert_eq!(ToolOutput::from_value(plain.clone()), Err(plain));
+        assert_eq!(
+            ToolOutput::from_value(Value::String("s".into())),
+            Err(Value::String("s".into()))
+        );
     }
 }

@@ -243,6 +243,10 @@ pub struct ExecutorConfig {
     pub workspace_trusted: bool,
     /// Folders whose `toolbox.toml` the operator trusts (`trusted_workspaces`).
     pub trusted_workspaces: Vec<PathBuf>,
+    /// Whose tool names this executor's schemas and messages use when a request does not say
+    /// ([`ToolRequest::vocabulary`](crate::ToolRequest::vocabulary)): canonical by default.
+    /// The `toolbox` binary sets it from `--vocabulary`, else `[runtime] vocabulary`.
+    pub vocabulary: toolbox_core::Vocabulary,
 }
 
 pub const CONFIG_FILE: &str = "toolbox.toml";
@@ -288,6 +292,7 @@ impl ExecutorConfig {
             providers: Map::new(),
             workspace_trusted: false,
             trusted_workspaces: Vec::new(),
+            vocabulary: toolbox_core::Vocabulary::Canonical,
         }
     }
 

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Result};
 use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolbox_core::SessionId;
+use toolbox_core::{SessionId, ToolInfo, ToolOutput, Vocabulary};
 use toolbox_host::{
     ApprovalRequest, CancellationToken, EventSink, ToolContext, ToolEvent, Workspace,
 };
@@ -31,6 +31,12 @@ pub struct ToolRequest {
     /// `None` means the session `default`. Parsed into a [`SessionId`] before anything else
     /// happens: an invalid id is refused and nothing is written anywhere.
     pub session_id: Option<String>,
+    /// The vocabulary the model was shown the tools in: the executor's own messages about
+    /// the call (a refusal, a timeout, the tool a spooled result's preview names) use the
+    /// tools' names in it. The name requested resolves in every vocabulary regardless.
+    /// `None` means the executor's own ([`ExecutorConfig::vocabulary`]).
+    #[serde(default)]
+    pub vocabulary: Option<Vocabulary>,
     /// Overrides the configured per-call timeout for this call.
     #[serde(skip)]
     pub timeout: Option<Duration>,
@@ -56,6 +62,7 @@ impl ToolRequest {
             name: name.into(),
             arguments,
             session_id: None,
+            vocabulary: None,
             timeout: None,
             permissions: None,
             events: None,
@@ -66,6 +73,12 @@ impl ToolRequest {
     /// Sets the session id (checked when the call runs).
     pub fn session(mut self, sid: impl Into<String>) -> Self {
         self.session_id = Some(sid.into());
+        self
+    }
+
+    /// Says which vocabulary the model saw (see [`ToolRequest::vocabulary`]).
+    pub fn vocabulary(mut self, vocabulary: Vocabulary) -> Self {
+        self.vocabulary = Some(vocabulary);
         self
     }
 
@@ -172,6 +185,10 @@ pub struct ToolCallInfo {
     pub id: String,
     /// The canonical tool name when it resolved, else the name as requested.
     pub tool: String,
+    /// The name the model called the tool by, when it is not the canonical one (an alias, or
+    /// the tool's name in the model's [`Vocabulary`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_as: Option<String>,
     /// The session the call ran in (empty when its id was refused).
     pub session_id: String,
     /// The arguments as the model sent them.
@@ -180,6 +197,11 @@ pub struct ToolCallInfo {
     pub status: CallStatus,
     /// What the model sees: the whole result, or the preview of a spooled one.
     pub result: String,
+    /// The structured form of the result, for programs (MCP `structuredContent`, the HTTP
+    /// API's `"structured"`), when the tool has one ([`ToolInfo::output_schema`]) and the call
+    /// ended `done`. The model never sees it: it reads [`result`](Self::result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<Value>,
     /// Workspace-relative path of the full result when it was spooled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spool_path: Option<String>,
@@ -220,7 +242,7 @@ struct Inner {
     trajectory: Option<TrajectoryWriter>,
     provider_config: Arc<Value>,
     /// The tool a spooled result's preview names, found in the registry (never hard-coded).
-    spool_reader: Option<String>,
+    spool_reader: Option<ToolInfo>,
 }
 
 /// The entry point for tool calls. Cheap to clone; one executor serves many concurrent calls.
@@ -255,7 +277,7 @@ impl ToolExecutor {
         let provider_config = Arc::new(Value::Object(config.providers.clone()));
         let spool_reader = registry
             .file_reader(&config.permissions)
-            .map(|t| t.info.name.clone());
+            .map(|t| t.info.clone());
         Ok(ToolExecutor {
             inner: Arc::new(Inner {
                 config,
@@ -331,7 +353,8 @@ impl ToolExecutor {
             .collect())
     }
 
-    /// [`resolve_agent_tools`](Self::resolve_agent_tools) rendered in `rendering`: a bare
+    /// [`resolve_agent_tools`](Self::resolve_agent_tools) rendered in `rendering` (in this
+    /// executor's [`vocabulary`](ExecutorConfig::vocabulary) unless it names one): a bare
     /// [`SchemaFormat`](crate::SchemaFormat) for its default strictness, or
     /// `format.strict(true)`. Pass a bare
     /// [`PermissionMode`](crate::PermissionMode) or full [`Permissions`] with legacy flags.
@@ -342,6 +365,8 @@ impl ToolExecutor {
         rendering: impl Into<SchemaRendering>,
     ) -> Result<Vec<Value>> {
         let tools = self.resolve_agent_tools(toolsets, permissions)?;
+        let mut rendering = rendering.into();
+        rendering.vocabulary = rendering.vocabulary.or(Some(self.inner.config.vocabulary));
         Ok(schema::render(
             tools.into_iter().map(|t| &t.info),
             rendering,
@@ -444,16 +469,17 @@ impl ToolExecutor {
         let (tool_name, outcome) = self
             .dispatch(&request, &session, cancel, claim.clone(), ticket, &waited)
             .await;
-        let (status, text, error_kind) = match outcome {
-            Ok(text) => (CallStatus::Done, text, None),
-            Err((kind, message)) => (CallStatus::Error, message, Some(kind)),
+        let (status, text, error_kind, structured) = match outcome {
+            Ok((text, structured)) => (CallStatus::Done, text, None, structured),
+            Err((kind, message)) => (CallStatus::Error, message, Some(kind), None),
         };
+        let called_as = (request.name != tool_name).then(|| shorten(&request.name, 200));
         let result_chars = text.chars().count();
         let (result, spool_path) = match claim.get() {
             // The tool streamed its full output to its own spool file already.
             Some(path) => {
                 let bytes = toolbox_host::spool_file_len(&self.inner.workspace, &path).unwrap_or(0);
-                let reader = self.inner.spool_reader.as_deref();
+                let reader = self.spool_reader(self.vocabulary_of(&request));
                 (spool::preview(&text, &path, bytes, reader), Some(path))
             }
             None => match spool::offload_if_large(
@@ -461,7 +487,7 @@ impl ToolExecutor {
                 &request.id,
                 text,
                 self.inner.config.spool_threshold,
-                self.inner.spool_reader.as_deref(),
+                self.spool_reader(self.vocabulary_of(&request)),
             ) {
                 SpoolOutcome::Inline(text) => (text, None),
                 SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),
@@ -472,10 +498,12 @@ impl ToolExecutor {
         let info = ToolCallInfo {
             id: request.id,
             tool: tool_name,
+            called_as,
             session_id,
             arguments: request.arguments,
             status,
             result,
+            structured,
             spool_path,
             error_kind,
             started_at,
@@ -498,6 +526,19 @@ impl ToolExecutor {
         }
     }
 
+    /// The vocabulary the model of `request` was shown the tools in.
+    fn vocabulary_of(&self, request: &ToolRequest) -> Vocabulary {
+        request.vocabulary.unwrap_or(self.inner.config.vocabulary)
+    }
+
+    /// The name, in `vocabulary`, of the tool a spooled result's preview names.
+    fn spool_reader(&self, vocabulary: Vocabulary) -> Option<&str> {
+        self.inner
+            .spool_reader
+            .as_ref()
+            .map(|info| info.name_in(vocabulary))
+    }
+
     fn record(&self, session: Option<&SessionId>, info: &ToolCallInfo) {
         if let (Some(writer), Some(session)) = (&self.inner.trajectory, session) {
             if let Err(e) = writer.append(session, info) {
@@ -515,7 +556,7 @@ impl ToolExecutor {
         claim: toolbox_host::SpoolClaim,
         ticket: Option<Arc<crate::ApprovalTicket>>,
         waited: &WaitClock,
-    ) -> (String, Result<String, (ErrorKind, String)>) {
+    ) -> (String, Result<(String, Option<Value>), (ErrorKind, String)>) {
         let inner = &*self.inner;
         let found = inner.registry.get(&request.name);
         // By the flag alone: the executor names no tool.
@@ -554,9 +595,11 @@ impl ToolExecutor {
         claim: toolbox_host::SpoolClaim,
         ticket: Option<Arc<crate::ApprovalTicket>>,
         waited: &WaitClock,
-    ) -> Result<String, (ErrorKind, String)> {
+    ) -> Result<(String, Option<Value>), (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
+        // The name the model knows the tool by, for the messages it reads.
+        let shown = tool.info.name_in(self.vocabulary_of(request));
         let arguments = normalize_arguments(name, &request.arguments)
             .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
         let workspace = inner.workspace.with_session_id(session_id.clone());
@@ -582,7 +625,7 @@ impl ToolExecutor {
             Decision::Deny => {
                 return Err((
                     ErrorKind::Denied,
-                    permissions.denial_reason(name, tool.info.risk),
+                    permissions.denial_reason(shown, tool.info.risk),
                 ))
             }
             Decision::Ask => {
@@ -599,20 +642,21 @@ impl ToolExecutor {
         let timeout = request.timeout.unwrap_or(inner.config.call_timeout);
         let call = AssertUnwindSafe(tool.provider.call_tool(name, arguments, &ctx)).catch_unwind();
         tokio::pin!(call);
+        let declares_structure = tool.info.output_schema.is_some();
         let finish = |result: std::thread::Result<anyhow::Result<Value>>| match result {
-            Ok(Ok(value)) => Ok(stringify_tool_result(value)),
+            Ok(Ok(value)) => Ok(split_tool_result(value, declares_structure)),
             Ok(Err(err)) => Err((ErrorKind::Tool, format!("{err:#}"))),
             Err(panic) => Err((
                 ErrorKind::Panic,
                 format!(
-                    "tool {name} panicked: {}",
+                    "tool {shown} panicked: {}",
                     toolbox_core::panic::message(&*panic)
                 ),
             )),
         };
         let stopped = tokio::select! {
             biased;
-            _ = cancel.cancelled() => (ErrorKind::Cancelled, format!("tool {name} was cancelled")),
+            _ = cancel.cancelled() => (ErrorKind::Cancelled, format!("tool {shown} was cancelled")),
             result = &mut call => {
                 // Whatever the tool left running is told to stop.
                 call_cancel.cancel();
@@ -620,7 +664,7 @@ impl ToolExecutor {
             }
             _ = tokio::time::sleep(timeout) => (
                 ErrorKind::Timeout,
-                format!("tool {name} timed out after {} ms", timeout.as_millis()),
+                format!("tool {shown} timed out after {} ms", timeout.as_millis()),
             ),
         };
         // Timed out or cancelled: tell the tool through its token and give it a short grace
@@ -631,7 +675,7 @@ impl ToolExecutor {
         match tokio::time::timeout(inner.config.cancel_grace, &mut call).await {
             Ok(result) => {
                 let partial = match finish(result) {
-                    Ok(text) | Err((_, text)) => text,
+                    Ok((text, _)) | Err((_, text)) => text,
                 };
                 if partial.trim().is_empty() {
                     Err((kind, message))
@@ -656,11 +700,12 @@ impl ToolExecutor {
     ) -> Result<(), (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
+        let shown = tool.info.name_in(self.vocabulary_of(request));
         let session_id = &ctx.session_id;
         if let Some(ticket) = ticket {
             tokio::select! {
                 _ = cancel.cancelled() => {
-                    return Err((ErrorKind::Cancelled, format!("tool {name} was cancelled while waiting for approval")));
+                    return Err((ErrorKind::Cancelled, format!("tool {shown} was cancelled while waiting for approval")));
                 }
                 _ = ticket.my_turn() => {}
             }
@@ -694,7 +739,7 @@ impl ToolExecutor {
         let answer = tokio::select! {
             _ = cancel.cancelled() => {
                 inner.approvals.close(session_id, &request.id);
-                return Err((ErrorKind::Cancelled, format!("tool {name} was cancelled while waiting for approval")));
+                return Err((ErrorKind::Cancelled, format!("tool {shown} was cancelled while waiting for approval")));
             }
             answer = tokio::time::timeout(wait, rx) => answer,
         };
@@ -706,14 +751,14 @@ impl ToolExecutor {
             }
             Ok(Ok((ApprovalDecision::Deny, reason))) => Err((
                 ErrorKind::Denied,
-                reason.unwrap_or_else(|| format!("the user denied tool {name}")),
+                reason.unwrap_or_else(|| format!("the user denied tool {shown}")),
             )),
             Ok(Err(_)) | Err(_) => {
                 inner.approvals.close(session_id, &request.id);
                 Err((
                     ErrorKind::Denied,
                     format!(
-                        "tool {name} needs approval in permission mode auto and none came within {} ms, so the call was denied; to allow such calls, answer within the time, raise approval_timeout_ms (TOOLBOX_APPROVAL_TIMEOUT_MS), or use mode full (--mode full)",
+                        "tool {shown} needs approval in permission mode auto and none came within {} ms, so the call was denied; to allow such calls, answer within the time, raise approval_timeout_ms (TOOLBOX_APPROVAL_TIMEOUT_MS), or use mode full (--mode full)",
                         wait.as_millis()
                     ),
                 ))
@@ -765,10 +810,12 @@ fn refused_session(
     ToolCallInfo {
         id: request.id,
         tool: shorten(&request.name, 200),
+        called_as: None,
         session_id: String::new(),
         arguments: Value::Null,
         status: CallStatus::Error,
         result: error.to_string(),
+        structured: None,
         spool_path: None,
         error_kind: Some(ErrorKind::InvalidRequest),
         started_at,
@@ -795,6 +842,17 @@ fn normalize_arguments(tool: &str, arguments: &Value) -> Result<Value> {
         Value::String(text) => serde_json::from_str::<Value>(text)
             .map_err(|e| anyhow!("{tool}: arguments are not valid JSON: {e}")),
         other => Ok(other.clone()),
+    }
+}
+
+/// A tool's value as the model's text and, for a [`ToolOutput`] of a tool that declares an
+/// output schema, the structured value beside it. A tool that returns a `ToolOutput` without
+/// declaring a schema still gives the model its text; the value is dropped, since no client
+/// was told its shape.
+fn split_tool_result(value: Value, declares_structure: bool) -> (String, Option<Value>) {
+    match ToolOutput::from_value(value) {
+        Ok(output) => (output.text, declares_structure.then_some(output.structured)),
+        Err(value) => (stringify_tool_result(value), None),
     }
 }
 

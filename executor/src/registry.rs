@@ -23,7 +23,8 @@ impl RegisteredTool {
     }
 }
 
-/// Every tool of every provider, indexed by canonical name and alias.
+/// Every tool of every provider, indexed by canonical name, alias and name in each
+/// [`Vocabulary`](toolbox_core::Vocabulary).
 ///
 /// Built once; lookups are one hash probe.
 ///
@@ -50,7 +51,7 @@ impl Registry {
         for provider in providers {
             for info in provider.list_tools() {
                 let index = registry.tools.len();
-                for name in std::iter::once(&info.name).chain(&info.aliases) {
+                for name in info.dispatch_names() {
                     if let Some(&other) = registry.by_name.get(name) {
                         let other = &registry.tools[other];
                         bail!(
@@ -60,7 +61,7 @@ impl Registry {
                             other.provider.name()
                         );
                     }
-                    registry.by_name.insert(name.clone(), index);
+                    registry.by_name.insert(name.to_string(), index);
                 }
                 registry.tools.push(RegisteredTool {
                     info,
@@ -86,7 +87,7 @@ impl Registry {
         slots
     }
 
-    /// Looks a tool up by canonical name or alias.
+    /// Looks a tool up by canonical name, alias, or name in any vocabulary.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.by_name.get(name).map(|&i| &self.tools[i])
     }

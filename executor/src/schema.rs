@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use anyhow::bail;
 use serde_json::{json, Value};
-use toolbox_core::{ToolInfo, ToolRisk};
+use toolbox_core::{ToolInfo, ToolRisk, Vocabulary};
 
 /// A tool-list dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,13 @@ impl SchemaFormat {
         SchemaRendering {
             format: self,
             strict,
+            vocabulary: None,
         }
+    }
+
+    /// This format at its default strictness, with the tools named in `vocabulary`.
+    pub fn vocabulary(self, vocabulary: Vocabulary) -> SchemaRendering {
+        SchemaRendering::from(self).vocabulary(vocabulary)
     }
 }
 
@@ -74,6 +80,18 @@ pub struct SchemaRendering {
     /// Every property required, optional ones nullable, `additionalProperties: false` on
     /// every object, and `strict: true` where the format has the field.
     pub strict: bool,
+    /// Whose names the tools are listed by ([`ToolInfo::name_in`]). `None` is canonical for
+    /// [`render`], and the executor's own vocabulary for
+    /// `ToolExecutor::resolve_agent_tool_schemas`.
+    pub vocabulary: Option<Vocabulary>,
+}
+
+impl SchemaRendering {
+    /// The same rendering with the tools named in `vocabulary`.
+    pub fn vocabulary(mut self, vocabulary: Vocabulary) -> Self {
+        self.vocabulary = Some(vocabulary);
+        self
+    }
 }
 
 impl From<SchemaFormat> for SchemaRendering {
@@ -114,7 +132,12 @@ pub fn mcp_annotations(info: &ToolInfo) -> Value {
 
 /// One tool in one format.
 pub fn render_tool(info: &ToolInfo, rendering: impl Into<SchemaRendering>) -> Value {
-    let SchemaRendering { format, strict } = rendering.into();
+    let SchemaRendering {
+        format,
+        strict,
+        vocabulary,
+    } = rendering.into();
+    let name = info.name_in(vocabulary.unwrap_or_default());
     let parameters = if strict {
         strict_schema(&info.input_schema)
     } else {
@@ -123,7 +146,7 @@ pub fn render_tool(info: &ToolInfo, rendering: impl Into<SchemaRendering>) -> Va
     match format {
         SchemaFormat::OpenAi => {
             let mut function = json!({
-                "name": info.name,
+                "name": name,
                 "description": info.description,
                 "parameters": parameters,
             });
@@ -135,14 +158,14 @@ pub fn render_tool(info: &ToolInfo, rendering: impl Into<SchemaRendering>) -> Va
         // The Responses API defaults to strict, so a loose schema has to say so.
         SchemaFormat::OpenAiResponses => json!({
             "type": "function",
-            "name": info.name,
+            "name": name,
             "description": info.description,
             "parameters": parameters,
             "strict": strict,
         }),
         SchemaFormat::Anthropic => {
             let mut tool = json!({
-                "name": info.name,
+                "name": name,
                 "description": info.description,
                 "input_schema": parameters,
             });
@@ -152,12 +175,19 @@ pub fn render_tool(info: &ToolInfo, rendering: impl Into<SchemaRendering>) -> Va
             tool
         }
         // MCP has no strict flag; the schema itself is what a strict client needs.
-        SchemaFormat::Mcp => json!({
-            "name": info.name,
-            "description": info.description,
-            "inputSchema": parameters,
-            "annotations": mcp_annotations(info),
-        }),
+        // A tool with a structured result declares its shape (MCP `outputSchema`).
+        SchemaFormat::Mcp => {
+            let mut tool = json!({
+                "name": name,
+                "description": info.description,
+                "inputSchema": parameters,
+                "annotations": mcp_annotations(info),
+            });
+            if let Some(output) = &info.output_schema {
+                tool["outputSchema"] = output.clone();
+            }
+            tool
+        }
     }
 }
 
@@ -385,6 +415,27 @@ mod tests {
             render_tool(&t, SchemaFormat::OpenAi)["function"]["parameters"]["required"],
             json!([])
         );
+    }
+
+    #[test]
+    fn a_vocabulary_renames_the_tool_and_an_output_schema_shows_in_mcp_only() {
+        let t = tool()
+            .named(Vocabulary::DataAgent, "other")
+            .output_schema(json!({"type": "object"}));
+        for format in SchemaFormat::ALL {
+            let canonical = render_tool(&t, format);
+            let renamed = render_tool(&t, format.vocabulary(Vocabulary::DataAgent));
+            let name = |v: &Value| match format {
+                SchemaFormat::OpenAi => v["function"]["name"].clone(),
+                _ => v["name"].clone(),
+            };
+            assert_eq!(name(&canonical), "t");
+            assert_eq!(name(&renamed), "other");
+            assert_eq!(
+                renamed.get("outputSchema").is_some(),
+                format == SchemaFormat::Mcp
+            );
+        }
     }
 
     #[test]

@@ -132,16 +132,31 @@ impl TrajectoryWriter {
     }
 }
 
-/// The record as one JSON line, with oversized arguments replaced by a preview.
+/// The record as one JSON line, with oversized arguments replaced by a preview, and an
+/// oversized structured result by its size (its text is in `result` or the spool file).
 fn record_line(info: &ToolCallInfo) -> Result<Vec<u8>> {
     let arguments = serde_json::to_string(&info.arguments)?;
-    let mut line = if arguments.len() >= MAX_RECORDED_ARGUMENT_BYTES {
+    let structured = match &info.structured {
+        Some(value) => serde_json::to_string(value)?.len(),
+        None => 0,
+    };
+    let mut line = if arguments.len() >= MAX_RECORDED_ARGUMENT_BYTES
+        || structured >= MAX_RECORDED_ARGUMENT_BYTES
+    {
         let mut capped = info.clone();
-        capped.arguments = serde_json::json!({
-            "_toolbox_truncated": true,
-            "bytes": arguments.len(),
-            "preview": arguments.chars().take(ARGUMENT_PREVIEW_CHARS).collect::<String>(),
-        });
+        if arguments.len() >= MAX_RECORDED_ARGUMENT_BYTES {
+            capped.arguments = serde_json::json!({
+                "_toolbox_truncated": true,
+                "bytes": arguments.len(),
+                "preview": arguments.chars().take(ARGUMENT_PREVIEW_CHARS).collect::<String>(),
+            });
+        }
+        if structured >= MAX_RECORDED_ARGUMENT_BYTES {
+            capped.structured = Some(serde_json::json!({
+                "_toolbox_truncated": true,
+                "bytes": structured,
+            }));
+        }
         serde_json::to_vec(&capped)?
     } else {
         serde_json::to_vec(info)?
@@ -221,16 +236,32 @@ mod tests {
         ToolCallInfo {
             id: "c".into(),
             tool: "shell".into(),
+            called_as: None,
             session_id: session.into(),
             arguments: serde_json::json!({}),
             status: CallStatus::Done,
             result: "ok".into(),
+            structured: None,
             spool_path: None,
             error_kind: None,
             started_at: "2026-01-01T00:00:00.000Z".into(),
             elapsed_ms: 1,
             waited_ms: 0,
         }
+    }
+
+    #[test]
+    fn a_large_structured_result_is_kept_as_its_size() {
+        let mut big = info("s");
+        big.structured =
+            Some(serde_json::json!({"stdout": "x".repeat(MAX_RECORDED_ARGUMENT_BYTES)}));
+        let line: Value = serde_json::from_slice(&record_line(&big).unwrap()).unwrap();
+        assert_eq!(line["structured"]["_toolbox_truncated"], true);
+        assert_eq!(line["arguments"], serde_json::json!({}));
+        let mut small = info("s");
+        small.structured = Some(serde_json::json!({"exit_code": 0}));
+        let line: Value = serde_json::from_slice(&record_line(&small).unwrap()).unwrap();
+        assert_eq!(line["structured"], serde_json::json!({"exit_code": 0}));
     }
 
     #[test]

@@ -76,11 +76,14 @@ pub fn method_not_found(method: &str) -> String {
 
 /// The tools both transports list, as MCP tool objects: those visible in the executor's
 /// permission mode, without the ones an agent runtime intercepts (`call_agent`), in
-/// registration order, rendered by [`schema::render`] in [`SchemaFormat::Mcp`], strict.
+/// registration order, rendered by [`schema::render`] in [`SchemaFormat::Mcp`], strict, and
+/// named in the executor's [`vocabulary`](toolbox_executor::ExecutorConfig::vocabulary).
 pub fn listed_tools(executor: &ToolExecutor) -> Vec<Value> {
     schema::render(
         executor.visible_tools().into_iter().map(|t| &t.info),
-        SchemaFormat::Mcp.strict(true),
+        SchemaFormat::Mcp
+            .strict(true)
+            .vocabulary(executor.config().vocabulary),
     )
 }
 

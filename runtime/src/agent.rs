@@ -13,6 +13,8 @@ pub struct ActiveAgent {
     pub model: Option<String>,
     /// Model requests per turn before it is stopped; `None` uses the runtime's default.
     pub max_steps: Option<u32>,
+    /// Whose tool names the model is shown; `None` uses the runtime's default.
+    pub vocabulary: Option<toolbox_core::Vocabulary>,
 }
 
 impl From<&toolbox_core::AgentDef> for ActiveAgent {
@@ -23,6 +25,7 @@ impl From<&toolbox_core::AgentDef> for ActiveAgent {
             toolsets: def.toolsets.clone(),
             model: def.model.clone(),
             max_steps: def.max_steps,
+            vocabulary: def.vocabulary,
         }
     }
 }

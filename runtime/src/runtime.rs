@@ -27,6 +27,9 @@ pub struct RuntimeOptions {
     /// How many tool calls one turn may make in all, sub-agents included
     /// (`[runtime] max_calls_per_turn`); past it calls are refused and the turn ends.
     pub max_calls_per_turn: u32,
+    /// Whose tool names a model is shown when its agent sets no `vocabulary`
+    /// (`[runtime] vocabulary`, `--vocabulary`): canonical by default.
+    pub vocabulary: toolbox_core::Vocabulary,
 }
 
 /// The default of `[runtime] max_parallel_calls`.
@@ -35,7 +38,7 @@ pub const DEFAULT_MAX_PARALLEL_CALLS: u64 = 8;
 pub const DEFAULT_MAX_CALLS_PER_TURN: u64 = 500;
 
 /// The keys `[runtime]` accepts.
-const RUNTIME_KEYS: &[&str] = &["max_parallel_calls", "max_calls_per_turn"];
+const RUNTIME_KEYS: &[&str] = &["max_parallel_calls", "max_calls_per_turn", "vocabulary"];
 
 // A workspace's toolbox.toml may lower the fan-out caps, never raise them.
 toolbox_core::workspace_config_rules!(
@@ -59,6 +62,7 @@ impl Default for RuntimeOptions {
             max_agent_depth: 3,
             max_parallel_calls: DEFAULT_MAX_PARALLEL_CALLS as usize,
             max_calls_per_turn: DEFAULT_MAX_CALLS_PER_TURN as u32,
+            vocabulary: toolbox_core::Vocabulary::Canonical,
         }
     }
 }
@@ -78,6 +82,9 @@ impl RuntimeOptions {
         }
         if let Some(n) = table.u64_in("max_calls_per_turn", 1, 100_000)? {
             options.max_calls_per_turn = n as u32;
+        }
+        if let Some(v) = table.one_of("vocabulary", &["canonical", "data-agent"])? {
+            options.vocabulary = v.parse().map_err(anyhow::Error::msg)?;
         }
         Ok(options)
     }

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use toolbox_core::agent::{CallAgentArgs, CALL_AGENT};
 use toolbox_core::SessionId;
 use toolbox_executor::{
-    schema, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind, PermissionMode, Permissions,
-    ToolRequest,
+    schema, schema::SchemaRendering, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind,
+    PermissionMode, Permissions, ToolRequest,
 };
 use toolbox_host::{CancellationToken, EventSink, OutputStream, ToolEvent};
 
@@ -194,7 +194,9 @@ fn run_agent<'a>(
             None => registry.tools().iter().collect(),
         };
         let offered: HashSet<String> = allowed.iter().map(|t| t.info.name.clone()).collect();
-        let schemas = schema::render(tools.iter().map(|t| &t.info), turn.llm.schema_format());
+        let vocabulary = agent.vocabulary.unwrap_or(turn.rt.inner.options.vocabulary);
+        let rendering = SchemaRendering::from(turn.llm.schema_format()).vocabulary(vocabulary);
+        let schemas = schema::render(tools.iter().map(|t| &t.info), rendering);
         let max_steps = agent
             .max_steps
             .unwrap_or(turn.rt.inner.options.default_max_steps)
@@ -385,6 +387,7 @@ async fn run_call(
         arguments: shown_arguments(&call.arguments),
     });
     let executor = turn.rt.executor();
+    let vocabulary = agent.vocabulary.unwrap_or(turn.rt.inner.options.vocabulary);
     let registered = executor.registry().get(&call.name);
     if let Some(tool) = registered {
         if tool.info.intercepted && tool.info.name == CALL_AGENT && offered.contains(CALL_AGENT) {
@@ -400,7 +403,8 @@ async fn run_call(
             let message = format!(
                 "tool {} is not among the tools of agent {} (toolsets: {sets}); use only the \
                  tools you were given",
-                tool.info.name, agent.name
+                tool.info.name_in(vocabulary),
+                agent.name
             );
             return finish_local(turn, agent, depth, call, CallStatus::Error, message, 0);
         }
@@ -408,6 +412,7 @@ async fn run_call(
     let sink = call_events(turn, agent, depth);
     let request = ToolRequest::new(&call.id, &call.name, Value::String(call.arguments.clone()))
         .session(turn.session.as_str())
+        .vocabulary(vocabulary)
         .permissions(turn.permissions)
         .events(sink)
         .approval_ticket(ticket);

@@ -626,6 +626,13 @@ async fn run_tool(
     if let Some(kind) = info.error_kind {
         out["error_kind"] = json!(kind);
     }
+    if let Some(called_as) = info.called_as {
+        out["called_as"] = Value::String(called_as);
+    }
+    // For programs; `result` stays the text the model would read.
+    if let Some(structured) = info.structured {
+        out["structured"] = structured;
+    }
     Ok(Json(out))
 }
 

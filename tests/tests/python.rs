@@ -164,6 +164,7 @@ async fn configuration_picks_the_isolated_backend() {
 
 #[tokio::test]
 async fn integrated_notebook_is_python_notebook_and_registry_tools() {
+    // Exactly the sidecar's group: python + notebook + lookup (kernel_install is not in it).
     let _serial = serial().await;
     let (_d, exec) = executor_toml(PermissionMode::Full, "");
     let schemas = exec
@@ -181,7 +182,6 @@ async fn integrated_notebook_is_python_notebook_and_registry_tools() {
     assert_eq!(
         names,
         [
-            "kernel_install",
             "notebook__edit",
             "notebook__inspect",
             "notebook__run_cell",

@@ -76,7 +76,8 @@ pub(crate) async fn chat(
         return Err(UsageError(format!("chat needs a model: {why}")));
     }
     let executor = ToolExecutor::new(config).map_err(usage)?;
-    let runtime_options = RuntimeOptions::from_config(executor.config()).map_err(usage)?;
+    let mut runtime_options = RuntimeOptions::from_config(executor.config()).map_err(usage)?;
+    runtime_options.vocabulary = executor.config().vocabulary;
     let runtime = Runtime::new(executor, llm, runtime_options);
     let mut events = runtime.events().subscribe(&options.session, None);
     let request = TurnRequest {

@@ -71,6 +71,8 @@ use toolbox_team as _;
 use toolbox_web as _;
 
 pub use toolbox_core as core;
+/// Whose tool names a model sees, and a result with a structured value beside its text.
+pub use toolbox_core::{ToolOutput, Vocabulary};
 pub use toolbox_executor as executor;
 pub use toolbox_executor::{
     ApprovalDecision, CallStatus, ExecutorConfig, LoadOptions, PermissionMode, Permissions,

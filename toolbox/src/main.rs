@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use toolbox::core::SessionId;
+use toolbox::core::{SessionId, Vocabulary};
 use toolbox::host::{EventSink, ToolEvent};
 mod chat;
 
@@ -49,6 +49,11 @@ struct Common {
     /// only tighten the settings (a lower mode, shorter timeouts, smaller limits).
     #[arg(long)]
     trust_workspace_config: bool,
+    /// Whose tool names to show: canonical (toolbox's own, e.g. file_manager__read) or
+    /// data-agent (read_file, python_exec, bash, …). Every name is accepted when called
+    /// [default: [runtime] vocabulary, else canonical].
+    #[arg(long, value_parser = parse_vocabulary)]
+    vocabulary: Option<Vocabulary>,
 }
 
 #[derive(Subcommand)]
@@ -243,6 +248,10 @@ fn parse_session(s: &str) -> Result<SessionId, String> {
     SessionId::parse(s).map_err(|e| e.to_string())
 }
 
+fn parse_vocabulary(s: &str) -> Result<Vocabulary, String> {
+    s.parse()
+}
+
 fn parse_format(s: &str) -> Result<SchemaFormat, String> {
     s.parse().map_err(|e: anyhow::Error| e.to_string())
 }
@@ -390,6 +399,14 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
     }
     // Last: the workspace's own toolbox.toml, which may only tighten all of the above.
     config.apply_workspace_restrictions().map_err(usage)?;
+    config.vocabulary = match common.vocabulary {
+        Some(vocabulary) => vocabulary,
+        None => {
+            toolbox::runtime::RuntimeOptions::from_config(&config)
+                .map_err(usage)?
+                .vocabulary
+        }
+    };
     withhold_denied_env(&config);
     Ok(config)
 }
@@ -430,27 +447,36 @@ fn tools(args: ToolsArgs) -> Result<ExitCode, UsageError> {
     let tools = executor
         .resolve_agent_tools(sets.as_deref(), executor.permissions())
         .map_err(usage)?;
+    let vocabulary = executor.config().vocabulary;
     if args.json {
         let rows: Vec<Value> = tools
             .iter()
             .map(|t| {
-                json!({
-                    "name": t.info.name,
+                let mut row = json!({
+                    "name": t.info.name_in(vocabulary),
                     "risk": t.info.risk,
                     "provider": t.provider_name(),
                     "aliases": t.info.aliases,
                     "toolsets": t.info.toolsets,
-                })
+                });
+                if t.info.name_in(vocabulary) != t.info.name {
+                    row["canonical"] = json!(t.info.name);
+                }
+                row
             })
             .collect();
         out(&format!("{}\n", Value::Array(rows)));
     } else {
-        let width = tools.iter().map(|t| t.info.name.len()).max().unwrap_or(4);
+        let width = tools
+            .iter()
+            .map(|t| t.info.name_in(vocabulary).len())
+            .max()
+            .unwrap_or(4);
         let mut table = format!("{:width$}  {:10}  PROVIDER\n", "NAME", "RISK");
         for t in &tools {
             table.push_str(&format!(
                 "{:width$}  {:10}  {}\n",
-                t.info.name,
+                t.info.name_in(vocabulary),
                 t.info.risk.as_str(),
                 t.provider_name()
             ));
@@ -662,8 +688,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         eprintln!("toolbox serve: no model, so turns are refused until one is configured: {why}");
     }
     let executor = ToolExecutor::new(config).map_err(usage)?;
-    let runtime_options =
+    let mut runtime_options =
         toolbox::runtime::RuntimeOptions::from_config(executor.config()).map_err(usage)?;
+    // --vocabulary wins over [runtime] vocabulary (load_config settled it).
+    runtime_options.vocabulary = executor.config().vocabulary;
     let runtime = toolbox::runtime::Runtime::new(executor, llm, runtime_options);
     // Installed now, before binding: a SIGTERM right after "listening" still stops cleanly.
     let signal = toolbox::stop_signal();

@@ -724,3 +724,82 @@ fn strict_conversion_keeps_every_stdio_schema_and_null_arguments_are_taken() {
     let out = run_bounded(cmd, "strict_schemas.py stdio");
     assert_strict_report(&last_json(&out, "strict_schemas.py stdio"), "stdio");
 }
+
+/// `toolbox mcp --vocabulary data-agent` through the MCP Python SDK: the tools are listed by
+/// the data agent's names, each once, and every one answers a call by the name it was listed
+/// under. The SDK checks each structured result against the tool's outputSchema itself.
+#[test]
+fn a_data_agent_client_calls_every_tool_by_the_name_it_was_listed_under() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/vocabulary.py");
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(python(Env::Mcp2));
+    cmd.arg(&script)
+        .current_dir(ws.path())
+        .env("TOOLBOX_BIN", env!("CARGO_BIN_EXE_toolbox"))
+        .env("TOOLBOX_WS", ws.path());
+    let out = run_bounded(cmd, "vocabulary.py");
+    let report = last_json(&out, "vocabulary.py");
+    let tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let unique: std::collections::BTreeSet<&&str> = tools.iter().collect();
+    assert_eq!(unique.len(), tools.len(), "each tool once: {tools:?}");
+    for word in [
+        "list_dir",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "glob_search",
+        "grep_search",
+        "notebook_edit",
+        "python_exec",
+        "python_package",
+        "bash",
+        "sleep",
+        "Skill",
+    ] {
+        assert!(tools.contains(&word), "{word} not listed: {tools:?}");
+    }
+    for canonical in ["file_manager__read", "run_python_code", "shell", "skill"] {
+        assert!(!tools.contains(&canonical), "{canonical} listed: {tools:?}");
+    }
+    for name in &tools {
+        let call = &report["calls"][name];
+        // No exception: the name resolved, and a structured result matched its schema.
+        assert!(call.get("exception").is_none(), "{name}: {call}");
+        assert!(
+            !call["text"].as_str().unwrap().starts_with("unknown tool"),
+            "{name}: {call}"
+        );
+    }
+    for name in ["python_exec", "bash", "pdf__info"] {
+        assert!(report["output_schemas"].get(name).is_some(), "{name}");
+    }
+    let python = &report["calls"]["python_exec"];
+    assert_eq!(python["is_error"], false, "{python}");
+    assert_eq!(python["structured"]["stdout"], "42\n", "{python}");
+    assert_eq!(python["structured"]["error"], Value::Null, "{python}");
+    // The text the model reads is the same sections as ever.
+    assert!(
+        python["text"].as_str().unwrap().contains("[stdout]\n42\n"),
+        "{python}"
+    );
+    let bash = &report["calls"]["bash"];
+    assert_eq!(bash["structured"]["exit_code"], 0, "{bash}");
+    assert_eq!(bash["structured"]["stdout"], "vocab-ok\n", "{bash}");
+    // The trajectory keeps the canonical name and the name the client used.
+    let kept = std::fs::read_to_string(
+        ws.path()
+            .join(".toolbox/trajectories/default/tool_calls.jsonl"),
+    )
+    .unwrap();
+    let bash_line = kept
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["called_as"] == "bash")
+        .expect("a line for bash");
+    assert_eq!(bash_line["tool"], "shell");
+}

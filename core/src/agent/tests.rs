@@ -72,6 +72,7 @@ fn a_full_agent_file() {
             toolsets: Some(vec!["files".into(), "shell".into()]),
             model: Some("gpt-4.1-mini".into()),
             max_steps: Some(30),
+            vocabulary: None,
             prompt: "# Role\r\n\r\nReview carefully.".into(),
             source: "t.md".into(),
         }
@@ -116,7 +117,7 @@ fn every_rule_is_named() {
         ("---\nname: a\ndescription: d\ntoolsets: []\nmax_steps: 2.5\n---\nb", "max_steps: invalid type: floating point `2.5`"),
         ("---\nname: a\ndescription: d\ntoolsets: []\nmodel: ''\n---\nb", "`model` is empty"),
         ("---\nname: a\ndescription: d\ntoolsets: []\nmodel: \"a\\nb\"\n---\nb", "`model` must be one line"),
-        ("---\nname: a\ndescription: d\ntoolsets: []\nmax-steps: 3\ntools: [x]\n---\nb", "unknown keys `max-steps`, `tools` (an agent file has only name, description, toolsets, model, max_steps)"),
+        ("---\nname: a\ndescription: d\ntoolsets: []\nmax-steps: 3\ntools: [x]\n---\nb", "unknown keys `max-steps`, `tools` (an agent file has only name, description, toolsets, model, max_steps, vocabulary)"),
         ("---\nname: a\ndescription: d\ntoolsets: []\nprompt: x\n---\nb", "unknown key `prompt` (an agent"),
         ("---\nname: a\ndescription: d\ntoolsets: []\n---\n  \n", "the body is empty"),
         ("---\nname: a\nname: b\ndescription: d\ntoolsets: []\n---\nb", "`name` is given twice"),
@@ -255,4 +256,30 @@ fn call_agent_arguments_are_parsed_once_with_errors_naming_them() {
     let info = call_agent_info("team");
     assert_eq!(info.name, CALL_AGENT);
     assert!(info.intercepted);
+}
+
+#[test]
+fn an_agent_file_may_name_its_vocabulary() {
+    // The sidecar's example frontmatter, with the data agent's vocabulary.
+    let agent = ok("---\nname: analyst\ndescription: Analyses data.\n\
+         toolsets: [\"integrated_notebook\", \"web\", \"memory\"]\nvocabulary: data-agent\n---\nGo.\n");
+    assert_eq!(agent.vocabulary, Some(crate::Vocabulary::DataAgent));
+    assert_eq!(agent.summary()["vocabulary"], "data-agent");
+    assert_eq!(
+        agent.toolsets,
+        Some(vec![
+            "integrated_notebook".into(),
+            "web".into(),
+            "memory".into()
+        ])
+    );
+    let err = AgentDef::parse(
+        b"---\nname: a\ndescription: d\ntoolsets: []\nvocabulary: klingon\n---\nGo.\n",
+        "t.md",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("`vocabulary`: vocabulary must be canonical or data-agent"),
+        "{err}"
+    );
 }

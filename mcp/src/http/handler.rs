@@ -255,11 +255,14 @@ impl ServerHandler for McpHandler {
             }
         }
         let content = vec![ContentBlock::text(info.result)];
-        let result = if info.status == CallStatus::Done {
+        let mut result = if info.status == CallStatus::Done {
             CallToolResult::success(content)
         } else {
             CallToolResult::error(content)
         };
+        // Beside the text, never instead of it: a client without outputSchema support reads
+        // the text as before.
+        result.structured_content = info.structured;
         Ok(result.into())
     }
 }

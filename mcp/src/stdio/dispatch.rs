@@ -188,7 +188,12 @@ impl Dispatcher {
             if cancel.is_cancelled() {
                 return;
             }
-            outbox.tool_result(&id, &info.result, info.status != CallStatus::Done);
+            outbox.tool_result(
+                &id,
+                &info.result,
+                info.structured.as_ref(),
+                info.status != CallStatus::Done,
+            );
             finished.record();
         });
         serve::start_call(call);

@@ -24,9 +24,17 @@ impl Outbox {
         ));
     }
 
-    /// A `tools/call` result with one text item (see [`tool_result_line`]).
-    pub(super) fn tool_result(&self, id: &Value, text: &str, is_error: bool) {
-        self.output.send(tool_result_line(id, text, is_error), None);
+    /// A `tools/call` result with one text item and, for a tool with an output schema, its
+    /// `structuredContent` (see [`tool_result_line`]).
+    pub(super) fn tool_result(
+        &self,
+        id: &Value,
+        text: &str,
+        structured: Option<&Value>,
+        is_error: bool,
+    ) {
+        self.output
+            .send(tool_result_line(id, text, structured, is_error), None);
     }
 
     pub(super) fn error(&self, id: &Value, code: i64, message: &str) {
@@ -54,17 +62,22 @@ impl Outbox {
 /// The reply line to a `tools/call` with one text item, written straight into the line: the
 /// same JSON as building the object and printing it, without the object, its copies and the
 /// second pass (a cell's reply is mostly this text).
-fn tool_result_line(id: &Value, text: &str, is_error: bool) -> Vec<u8> {
+fn tool_result_line(id: &Value, text: &str, structured: Option<&Value>, is_error: bool) -> Vec<u8> {
     let mut line = Vec::with_capacity(text.len() + 96);
     line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     // Writing to a Vec cannot fail, and a Value always serialises.
     let _ = serde_json::to_writer(&mut line, id);
     line.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
     let _ = serde_json::to_writer(&mut line, text);
+    line.extend_from_slice(b"}]");
+    if let Some(structured) = structured {
+        line.extend_from_slice(br#","structuredContent":"#);
+        let _ = serde_json::to_writer(&mut line, structured);
+    }
     line.extend_from_slice(if is_error {
-        b"}],\"isError\":true}}\n"
+        b",\"isError\":true}}\n"
     } else {
-        b"}],\"isError\":false}}\n"
+        b",\"isError\":false}}\n"
     });
     line
 }
@@ -82,12 +95,16 @@ mod tests {
                 "tab\t\"quote\" \\ é ✓ \u{1}",
                 "[stdout]\nx\n",
             ] {
-                for is_error in [false, true] {
-                    let line = tool_result_line(&id, text, is_error);
+                for (is_error, structured) in [
+                    (false, None),
+                    (true, None),
+                    (false, Some(json!({"exit_code": 0, "stdout": "é\n"}))),
+                ] {
+                    let line = tool_result_line(&id, text, structured.as_ref(), is_error);
                     assert_eq!(line.last(), Some(&b'\n'));
                     assert!(!line[..line.len() - 1].contains(&b'\n'), "one line");
                     let got: Value = serde_json::from_slice(&line).unwrap();
-                    let want = json!({
+                    let mut want = json!({
                         "jsonrpc": "2.0",
                         "id": id,
                         "result": {
@@ -95,6 +112,9 @@ mod tests {
                             "isError": is_error,
                         },
                     });
+                    if let Some(structured) = structured {
+                        want["result"]["structuredContent"] = structured;
+                    }
                     assert_eq!(got, want);
                 }
             }

@@ -8,7 +8,7 @@ use std::io::Read;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::{blocking, object_schema, prop, text, write, TOOLSET};
@@ -64,6 +64,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::FileWrite)
     .aliases(&["edit_file"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "edit_file")
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

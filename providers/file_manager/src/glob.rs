@@ -7,7 +7,7 @@
 use anyhow::{anyhow, Result};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{PathError, ToolContext};
 
 use crate::{blocking, cancelled, object_schema, prop, walk, TOOLSET};
@@ -56,6 +56,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Read)
     .aliases(&["glob_search"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "glob_search")
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -13,7 +13,7 @@ use globset::GlobMatcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{EntryKind, PathError, ToolContext, WsPath};
 
 use crate::{blocking, cancelled, glob, object_schema, prop, text, walk, TOOLSET};
@@ -86,6 +86,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Read)
     .aliases(&["grep_search"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "grep_search")
 }
 
 /// Which files to search, when the model narrowed it with `glob`.

@@ -13,7 +13,7 @@ use ignore::gitignore::Gitignore;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{Dir, DirEntryInfo, EntryKind, PathError, ToolContext};
 
 use crate::{blocking, cancelled, object_schema, prop, text, walk, TOOLSET};
@@ -82,6 +82,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Read)
     .aliases(&["list_dir"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "list_dir")
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -9,7 +9,7 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{PathError, ToolContext};
 
 use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
@@ -66,6 +66,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Read)
     .aliases(&["read_file"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "read_file")
     // The executor names this tool in a spooled result's preview.
     .file_reader()
 }

@@ -11,7 +11,7 @@ use std::io::{self, Write};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_core::{Args, Preview, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{Dir, EntryKind, PathError, ToolContext};
 
 use crate::{blocking, object_schema, prop, text, TOOLSET};
@@ -63,6 +63,7 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::FileWrite)
     .aliases(&["write_file"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "write_file")
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

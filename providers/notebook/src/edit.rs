@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::nb::{new_cell, set_cell_type, source_lines, Notebook};
@@ -63,7 +63,9 @@ pub fn info() -> ToolInfo {
     )
     .risk(ToolRisk::FileWrite)
     .aliases(&["notebook_edit"])
-    .toolsets(TOOLSETS)
+    // The data agent groups notebook_edit with its file tools: `[files]` has it too.
+    .toolsets(&[TOOLSETS[0], TOOLSETS[1], "files"])
+    .named(Vocabulary::DataAgent, "notebook_edit")
 }
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

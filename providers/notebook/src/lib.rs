@@ -260,7 +260,11 @@ mod tests {
         assert_eq!(by("notebook__edit").risk, ToolRisk::FileWrite);
         assert_eq!(by("notebook__edit").aliases, ["notebook_edit"]);
         assert_eq!(by("notebook__run_cell").risk, ToolRisk::Python);
-        for t in &tools {
+        assert_eq!(
+            by("notebook__edit").toolsets,
+            ["notebook", "integrated_notebook", "files"]
+        );
+        for t in tools.iter().filter(|t| t.name != "notebook__edit") {
             assert_eq!(t.toolsets, TOOLSETS);
             assert_eq!(t.input_schema["additionalProperties"], false);
             for (name, p) in t.input_schema["properties"].as_object().unwrap() {

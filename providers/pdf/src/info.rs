@@ -1,9 +1,9 @@
 //! `pdf__info`: page count, metadata and encryption of a PDF file.
 
 use anyhow::Result;
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 use toolbox_core::schema::object_schema;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Args, ToolInfo, ToolOutput};
 use toolbox_host::ToolContext;
 
 use crate::{doc, open, path_prop, TOOLSET};
@@ -19,6 +19,27 @@ pub(crate) fn info() -> ToolInfo {
         object_schema(&[("path", path_prop())], &["path"]),
     )
     .toolsets(&[TOOLSET])
+    .output_schema(output_schema())
+}
+
+/// The structured result beside the text: what a program reads instead of parsing lines.
+fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "file": {"type": "string", "description": "The file, as the workspace shows it."},
+            "pages": {"type": ["integer", "null"], "description": "Page count; null when the file is locked."},
+            "encrypted": {"type": "boolean"},
+            "locked": {"type": "boolean", "description": "Encrypted with a user password: text and metadata cannot be read."},
+            "pdf_version": {"type": "string"},
+            "metadata": {
+                "type": "object",
+                "description": "Document information by key (title, author, subject, keywords, creator, producer, creation_date, modification_date); only the keys the file has.",
+                "additionalProperties": {"type": "string"}
+            }
+        },
+        "required": ["file", "pages", "encrypted", "locked", "pdf_version", "metadata"]
+    })
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -27,6 +48,14 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     args.finish()?;
     let (pdf, shown) = open(NAME, given, ctx).await?;
     let mut out = format!("file: {shown}\n");
+    let mut structured = json!({
+        "file": shown,
+        "pages": (!pdf.locked).then_some(pdf.page_count),
+        "encrypted": pdf.encrypted || pdf.locked,
+        "locked": pdf.locked,
+        "pdf_version": pdf.doc.version,
+    });
+    let mut metadata = Map::new();
     if pdf.locked {
         out.push_str("pages: unknown (the file is encrypted)\n");
         out.push_str(
@@ -51,7 +80,9 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         }
         for (label, value) in meta {
             out.push_str(&format!("{label}: {value}\n"));
+            metadata.insert(label.replace(' ', "_"), Value::String(value));
         }
     }
-    Ok(Value::String(out.trim_end().to_string()))
+    structured["metadata"] = Value::Object(metadata);
+    Ok(ToolOutput::new(out.trim_end(), structured).to_value())
 }

@@ -20,12 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::sessions::Sessions;
-use crate::{object_schema, prop, TOOLSETS};
+use crate::{object_schema, prop, TOOLSET};
 
 pub const NAME: &str = "kernel_install";
 /// At most this many packages per call.
@@ -78,7 +78,8 @@ pub fn info() -> ToolInfo {
     )
     .risk(ToolRisk::Python)
     .aliases(&["python_package"])
-    .toolsets(TOOLSETS)
+    .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "python_package")
 }
 
 pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -77,8 +77,12 @@ toolbox_host::register_code_runner!("python", "python", run::code_runner);
 /// The Python side of every backend.
 pub(crate) const DRIVER_SOURCE: &str = include_str!("driver.py");
 
-/// The toolsets every tool of this provider belongs to (besides `python`, the provider name).
-pub(crate) const TOOLSETS: &[&str] = &["python", "integrated_notebook"];
+/// The toolset every tool of this provider belongs to (besides `python`, the provider name).
+pub(crate) const TOOLSET: &str = "python";
+
+/// The sidecar runtime's group `integrated_notebook` is "python + notebook + lookup", exactly:
+/// `run_python_code` and `registry_lookup` are in it, `kernel_install` is not.
+pub(crate) const INTEGRATED_NOTEBOOK: &str = "integrated_notebook";
 
 /// The `python` provider. Every session's state is in its `sessions::Sessions`, the one
 /// the process has (see there why there is one).
@@ -163,7 +167,12 @@ pub(crate) mod test_support {
     /// new session's first result begins with: tests/tests/python.rs checks that one), Err
     /// the message.
     pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
-        match PythonProvider::default().call_tool(tool, args, ctx).await {
+        let result = PythonProvider::default().call_tool(tool, args, ctx).await;
+        let text = result.map(|v| match toolbox_core::ToolOutput::from_value(v) {
+            Ok(output) => Value::String(output.text),
+            Err(v) => v,
+        });
+        match text {
             Ok(Value::String(s)) => Ok(match s.strip_prefix(crate::run::WORKING_FOLDER_NOTE) {
                 Some(rest) => rest
                     .split_once('\n')
@@ -197,8 +206,16 @@ mod tests {
         assert_eq!(by("kernel_install").risk, ToolRisk::Python);
         assert_eq!(by("kernel_install").aliases, ["python_package"]);
         assert_eq!(by("registry_lookup").risk, ToolRisk::Read);
+        assert_eq!(
+            by("run_python_code").toolsets,
+            [TOOLSET, INTEGRATED_NOTEBOOK, "python_interpreter"]
+        );
+        assert_eq!(
+            by("registry_lookup").toolsets,
+            [TOOLSET, INTEGRATED_NOTEBOOK, "omicverse_lookup"]
+        );
+        assert_eq!(by("kernel_install").toolsets, [TOOLSET]);
         for t in &tools {
-            assert_eq!(t.toolsets, TOOLSETS, "{}", t.name);
             let s = &t.input_schema;
             assert_eq!(s["additionalProperties"], false, "{}", t.name);
             for (name, p) in s["properties"].as_object().unwrap() {

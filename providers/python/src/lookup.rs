@@ -30,7 +30,9 @@ use toolbox_core::{Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::config::PythonConfig;
-use crate::{object_schema, prop, BUILD_PYTHON_EXECUTABLE, DRIVER_SOURCE, TOOLSETS};
+use crate::{
+    object_schema, prop, BUILD_PYTHON_EXECUTABLE, DRIVER_SOURCE, INTEGRATED_NOTEBOOK, TOOLSET,
+};
 
 pub const NAME: &str = "registry_lookup";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -118,7 +120,8 @@ pub fn info() -> ToolInfo {
             &["query"],
         ),
     )
-    .toolsets(TOOLSETS)
+    // `omicverse_lookup` is the sidecar's name for the provider of this lookup alone.
+    .toolsets(&[TOOLSET, INTEGRATED_NOTEBOOK, "omicverse_lookup"])
 }
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -1,6 +1,6 @@
 //! A run's result as the text a model reads.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::backend::{Display, RunResult};
 
@@ -66,6 +66,77 @@ pub(crate) fn render(result: &RunResult) -> String {
         out.push_str("(no output)\n");
     }
     out
+}
+
+/// The result for programs, in the sidecar's shape (`stdout`, `stderr`, `display_data`,
+/// `error`) plus the final expression's `result`, the `execution_count` and toolbox's `notes`.
+/// Fields are always present (empty or `null`), so a program never guesses.
+pub(crate) fn structured(result: &RunResult) -> Value {
+    let display: Vec<Value> = result
+        .display_data
+        .iter()
+        .map(|item| match item {
+            Display::File {
+                mime_type,
+                path,
+                real_path,
+            } => json!({"mime_type": mime_type, "path": real_path.as_deref().unwrap_or(path)}),
+            Display::Text {
+                mime_type, text, ..
+            } => json!({"mime_type": mime_type, "text": text}),
+            Display::Other { mime_type } => json!({"mime_type": mime_type}),
+        })
+        .collect();
+    json!({
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "display_data": display,
+        "result": result.value.as_ref().map(|v| v.plain.as_str()),
+        "error": result.error.as_ref().map(|e| json!({
+            "ename": e.ename,
+            "evalue": e.evalue,
+            "traceback": e.traceback,
+        })),
+        "execution_count": result.execution_count,
+        "notes": result.notes,
+    })
+}
+
+/// The JSON Schema of [`structured`] (MCP `outputSchema`).
+pub(crate) fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "display_data": {
+                "type": "array",
+                "description": "What display() showed and the figures saved, in order: a file has path, a text form has text.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "mime_type": {"type": "string"},
+                        "path": {"type": "string"},
+                        "text": {"type": "string"}
+                    },
+                    "required": ["mime_type"]
+                }
+            },
+            "result": {"type": ["string", "null"], "description": "The final expression's value as text."},
+            "error": {
+                "type": ["object", "null"],
+                "properties": {
+                    "ename": {"type": "string"},
+                    "evalue": {"type": "string"},
+                    "traceback": {"type": ["string", "null"]}
+                },
+                "required": ["ename", "evalue"]
+            },
+            "execution_count": {"type": ["integer", "null"]},
+            "notes": {"type": "array", "items": {"type": "string"}}
+        },
+        "required": ["stdout", "stderr", "display_data", "result", "error", "execution_count", "notes"]
+    })
 }
 
 /// `render` for a result in the `python` `CodeRunner`'s JSON shape.

@@ -4,13 +4,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 use toolbox_host::{RunFuture, SessionFolder, ToolContext};
 
 use crate::backend::{self, Call, Folders, RunRequest, RunResult, Source};
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::sessions::Sessions;
-use crate::{install, object_schema, prop, render, TOOLSETS};
+use crate::{install, object_schema, prop, render, INTEGRATED_NOTEBOOK, TOOLSET};
 
 pub(crate) const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
@@ -68,7 +68,10 @@ pub(crate) fn info() -> ToolInfo {
     )
     .risk(ToolRisk::Python)
     .aliases(&["python", "python_exec"])
-    .toolsets(TOOLSETS)
+    // `python_interpreter` is the sidecar's name for the provider of run_python_code alone.
+    .toolsets(&[TOOLSET, INTEGRATED_NOTEBOOK, "python_interpreter"])
+    .named(Vocabulary::DataAgent, "python_exec")
+    .output_schema(render::output_schema())
 }
 
 pub(crate) async fn run_tool(
@@ -144,6 +147,7 @@ pub(crate) async fn run_tool(
     )
     .await?;
     let mut text = render::render(&result);
+    let mut structured = render::structured(&result);
     // An attached kernel keeps its own working folder: toolbox does not choose it.
     let in_scratchpad = !matches!(config.kernel, Some(crate::config::KernelTarget::Attach(_)))
         || config.backend != crate::config::Backend::Jupyter;
@@ -154,15 +158,19 @@ pub(crate) async fn run_tool(
             .workspace
             .display_real(&ctx.workspace.session_dir("scratchpad"));
         // First, as the driver's own notes are.
-        text.insert_str(
-            0,
-            &format!(
-                "{WORKING_FOLDER_NOTE}, {folder}: relative paths in your code are relative to \
-                 that folder, not to the workspace root\n"
-            ),
+        let note = format!(
+            "{WORKING_FOLDER_NOTE}, {folder}: relative paths in your code are relative to \
+             that folder, not to the workspace root"
         );
+        text.insert_str(0, &format!("{note}\n"));
+        if let Some(Value::Array(notes)) = structured.get_mut("notes") {
+            notes.insert(
+                0,
+                Value::String(note.trim_start_matches("note: ").to_string()),
+            );
+        }
     }
-    Ok(Value::String(text))
+    Ok(ToolOutput::new(text, structured).to_value())
 }
 
 /// The start of the note a new session's first result begins with (see `run_tool`).

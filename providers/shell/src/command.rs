@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use serde_json::{json, Value};
+use toolbox_core::{Args, Preview, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 use toolbox_host::limits::{Counters, Limits, PreparedLimits};
 use toolbox_host::{OutputStream, ToolContext};
 
@@ -87,6 +87,30 @@ pub(crate) fn info() -> ToolInfo {
     .risk(ToolRisk::Shell)
     .aliases(&["bash"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "bash")
+    .output_schema(output_schema())
+}
+
+/// The structured result beside the text, for programs: the exit status and both streams (as
+/// kept: a long output's middle may be omitted, see `omitted_bytes`). A command started in
+/// the background has only `job_id`'s message.
+fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "exit_code": {"type": ["integer", "null"], "description": "null when a signal ended it, or for a background start."},
+            "signal": {"type": ["integer", "null"], "description": "The signal that ended it, if one did."},
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "stdout_bytes": {"type": "integer", "description": "Everything the command wrote to stdout, kept or not."},
+            "stderr_bytes": {"type": "integer"},
+            "omitted_bytes": {"type": "integer", "description": "Output left out of stdout/stderr here (the middle of a long output)."},
+            "elapsed_ms": {"type": "integer"},
+            "cwd": {"type": "string"},
+            "background": {"type": "boolean", "description": "Started in the background: see message for the job id."},
+            "message": {"type": "string"}
+        }
+    })
 }
 
 /// A fully checked request, ready to start.
@@ -175,7 +199,10 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
         config,
     };
     if background {
-        return jobs::start(shell, prepared, ctx).await.map(Value::String);
+        return jobs::start(shell, prepared, ctx).await.map(|text| {
+            let structured = json!({"background": true, "exit_code": null, "message": text});
+            ToolOutput::new(text, structured).to_value()
+        });
     }
     foreground(prepared, ctx).await
 }
@@ -362,6 +389,18 @@ async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
         &captured,
         &describe_status(outcome.status),
     );
+    let structured = json!({
+        "exit_code": outcome.status.and_then(|s| s.code()),
+        "signal": outcome.status.and_then(|s| s.signal()),
+        "stdout": captured.stdout,
+        "stderr": captured.stderr,
+        "stdout_bytes": captured.stdout_total,
+        "stderr_bytes": captured.stderr_total,
+        "omitted_bytes": captured.omitted,
+        "elapsed_ms": outcome.elapsed.as_millis() as u64,
+        "cwd": p.cwd_shown,
+        "background": false,
+    });
     if let (Some(exceeded), Some(limits)) = (exceeded, &p.limits) {
         // First, so it is what the model reads before the output that shows the symptom.
         text.insert_str(
@@ -371,7 +410,7 @@ async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
         return Err(anyhow!(text));
     }
     match outcome.stopped {
-        None => Ok(Value::String(text)),
+        None => Ok(ToolOutput::new(text, structured).to_value()),
         Some(_) => Err(anyhow!(text)),
     }
 }

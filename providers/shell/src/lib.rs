@@ -152,9 +152,14 @@ mod test_support {
         tool: &str,
         args: Value,
     ) -> Result<String, String> {
-        match shell.call_tool(tool, args, ctx).await {
-            Ok(Value::String(s)) => Ok(s),
-            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
+        match shell
+            .call_tool(tool, args, ctx)
+            .await
+            .map(toolbox_core::ToolOutput::from_value)
+        {
+            Ok(Ok(output)) => Ok(output.text),
+            Ok(Err(Value::String(s))) => Ok(s),
+            Ok(Err(other)) => panic!("{tool} returned a non-string result: {other}"),
             Err(e) => Err(format!("{e:#}")),
         }
     }

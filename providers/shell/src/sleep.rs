@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::process::human_duration;
@@ -28,6 +28,7 @@ pub(crate) fn info() -> ToolInfo {
         ),
     )
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "sleep")
 }
 
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{ToolContext, SKILL_REF_PREFIX};
 
 use crate::files::{self, human_size};
@@ -32,6 +32,7 @@ pub fn info() -> ToolInfo {
     .risk(ToolRisk::Read)
     .aliases(&["Skill"])
     .toolsets(&[TOOLSET])
+    .named(Vocabulary::DataAgent, "Skill")
 }
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {

@@ -1,0 +1,388 @@
+//! Both source systems word for word (issue 26): the sidecar's toolset names and groups, the
+//! data agent's tool names in schemas and in a turn, and structured results beside the text.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+use toolbox as _;
+use toolbox_core::{AgentDef, SessionId, ToolOutput, Vocabulary};
+use toolbox_executor::{
+    trajectory, ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor, ToolRequest,
+};
+use toolbox_runtime::llm::{client_with_env, LlmConfig};
+use toolbox_runtime::{Runtime, RuntimeOptions, StopReason, TurnRequest};
+use toolbox_tests::executor;
+use toolbox_tests::scripted_llm::{RecordedRequest, Scripted, ScriptedLlm};
+
+/// The data agent's names, as its prompts and skills say them, and toolbox's tool for each.
+const DATA_AGENT: &[(&str, &str)] = &[
+    ("list_dir", "file_manager__list"),
+    ("read_file", "file_manager__read"),
+    ("write_file", "file_manager__write"),
+    ("edit_file", "file_manager__edit"),
+    ("glob_search", "file_manager__glob"),
+    ("grep_search", "file_manager__grep"),
+    ("notebook_edit", "notebook__edit"),
+    ("python_exec", "run_python_code"),
+    ("python_package", "kernel_install"),
+    ("bash", "shell"),
+    ("sleep", "sleep"),
+    ("Skill", "skill"),
+];
+
+fn names(exec: &ToolExecutor, sets: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = exec
+        .resolve_agent_tools(Some(sets), PermissionMode::Full)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.info.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn the_sidecar_example_frontmatter_loads_and_expands_as_it_describes() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    // The sidecar document's own example, unchanged.
+    let agent = AgentDef::parse(
+        b"---\nname: analyst\ndescription: Analyses data.\n\
+          toolsets: [\"integrated_notebook\", \"web\", \"memory\"]\n---\nAnalyse.\n",
+        "analyst.md",
+    )
+    .unwrap();
+    let sets: Vec<&str> = agent
+        .toolsets
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    // python + notebook + omicverse_lookup, web_search + web_fetch, memory__*.
+    assert_eq!(
+        names(&exec, &sets),
+        [
+            "memory__delete",
+            "memory__get",
+            "memory__list",
+            "memory__save",
+            "memory__search",
+            "notebook__edit",
+            "notebook__inspect",
+            "notebook__run_cell",
+            "registry_lookup",
+            "run_python_code",
+            "web_fetch",
+            "web_search",
+        ]
+    );
+    // The sidecar's provider names are toolsets here too.
+    assert_eq!(names(&exec, &["python_interpreter"]), ["run_python_code"]);
+    assert_eq!(names(&exec, &["omicverse_lookup"]), ["registry_lookup"]);
+    // The data agent groups notebook_edit with its file tools.
+    let files = names(&exec, &["files"]);
+    assert!(files.contains(&"notebook__edit".to_string()), "{files:?}");
+    assert_eq!(files.len(), 7, "{files:?}");
+}
+
+#[test]
+fn the_data_agent_vocabulary_lists_each_tool_once_by_its_own_word() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    for format in SchemaFormat::ALL {
+        let name_of = |tool: &Value| -> String {
+            match format {
+                SchemaFormat::OpenAi => tool["function"]["name"].as_str().unwrap().into(),
+                _ => tool["name"].as_str().unwrap().into(),
+            }
+        };
+        let canonical: Vec<String> = exec
+            .resolve_agent_tool_schemas(None, PermissionMode::Full, format)
+            .unwrap()
+            .iter()
+            .map(name_of)
+            .collect();
+        let worded: Vec<String> = exec
+            .resolve_agent_tool_schemas(
+                None,
+                PermissionMode::Full,
+                format.vocabulary(Vocabulary::DataAgent),
+            )
+            .unwrap()
+            .iter()
+            .map(name_of)
+            .collect();
+        // Canonical stays the default; the other vocabulary renames, never adds.
+        assert!(canonical.contains(&"file_manager__read".to_string()));
+        assert_eq!(canonical.len(), worded.len(), "{format}");
+        let unique: BTreeSet<&String> = worded.iter().collect();
+        assert_eq!(unique.len(), worded.len(), "{format}: {worded:?}");
+        for (word, tool) in DATA_AGENT {
+            assert!(worded.contains(&word.to_string()), "{format}: {word}");
+            if word != tool {
+                assert!(!worded.contains(&tool.to_string()), "{format}: {tool}");
+            }
+            // Every name of either vocabulary resolves to the same tool.
+            assert_eq!(exec.registry().get(word).unwrap().info.name, *tool);
+        }
+        // A tool the data agent has no word for keeps its canonical name.
+        assert!(worded.contains(&"memory__save".to_string()));
+    }
+}
+
+#[tokio::test]
+async fn the_executor_speaks_the_callers_vocabulary_and_records_both_names() {
+    let (dir, exec) = executor(PermissionMode::ReadOnly);
+    let info = exec
+        .run(
+            ToolRequest::new("c1", "bash", json!({"command": "true"}))
+                .session("v1")
+                .vocabulary(Vocabulary::DataAgent),
+        )
+        .await;
+    assert_eq!(info.tool, "shell");
+    assert_eq!(info.called_as.as_deref(), Some("bash"));
+    // The refusal names the tool as the model knows it.
+    assert!(info.result.contains("bash"), "{}", info.result);
+    assert!(!info.result.contains("shell "), "{}", info.result);
+    let by_canonical = exec
+        .run(ToolRequest::new("c2", "file_manager__list", json!({})).session("v1"))
+        .await;
+    assert_eq!(by_canonical.called_as, None);
+    let kept = trajectory::read_session_trajectory(exec.workspace(), &sid("v1")).unwrap();
+    assert_eq!(kept[0].tool, "shell");
+    assert_eq!(kept[0].called_as.as_deref(), Some("bash"));
+    assert_eq!(kept[1].called_as, None);
+    let line = std::fs::read_to_string(trajectory::trajectory_path(dir.path(), "v1")).unwrap();
+    assert!(line.contains("\"called_as\":\"bash\""), "{line}");
+}
+
+#[tokio::test]
+async fn structured_results_sit_beside_an_unchanged_text() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let info = exec
+        .run(ToolRequest::new(
+            "c1",
+            "shell",
+            json!({"command": "echo out; echo err >&2; exit 3"}),
+        ))
+        .await;
+    assert!(info.is_done(), "{}", info.result);
+    assert!(info.result.starts_with("exit code 3 · "), "{}", info.result);
+    assert!(info.result.contains("--- stdout (4 bytes) ---\nout\n"));
+    assert!(!info.result.contains("$toolbox"), "{}", info.result);
+    let s = info.structured.expect("shell has a structured result");
+    assert_eq!(s["exit_code"], 3);
+    assert_eq!(s["stdout"], "out\n");
+    assert_eq!(s["stderr"], "err\n");
+    assert_eq!(s["stdout_bytes"], 4);
+    // It matches the schema the tool declares.
+    let schema = exec
+        .registry()
+        .get("shell")
+        .unwrap()
+        .info
+        .output_schema
+        .clone()
+        .unwrap();
+    assert!(jsonschema::is_valid(&schema, &s), "{s}");
+    // A tool without a structured result has none; an error has none.
+    let plain = exec
+        .run(ToolRequest::new("c2", "file_manager__list", json!({})))
+        .await;
+    assert_eq!(plain.structured, None);
+    let failed = exec.run(ToolRequest::new("c3", "shell", json!({}))).await;
+    assert!(!failed.is_done());
+    assert_eq!(failed.structured, None);
+    // The envelope the model reads carries only status and result.
+    let envelope: Value = serde_json::from_str(&info_envelope(&exec).await).unwrap();
+    assert_eq!(
+        envelope.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["result", "status"]
+    );
+}
+
+async fn info_envelope(exec: &ToolExecutor) -> String {
+    exec.run(ToolRequest::new("c4", "shell", json!({"command": "true"})))
+        .await
+        .envelope()
+}
+
+#[test]
+fn a_tool_output_is_only_structured_for_a_tool_that_declares_a_schema() {
+    // The value a provider returns round-trips; anything else passes through unchanged.
+    let out = ToolOutput::new("text", json!({"a": 1}));
+    assert_eq!(ToolOutput::from_value(out.clone().to_value()), Ok(out));
+}
+
+/// Tool calls a model makes when it knows only the names it was shown: one per tool, with
+/// arguments that do nothing outside the workspace.
+fn call_every_tool(request: &RecordedRequest) -> Scripted {
+    let messages = request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if messages.last().is_some_and(|m| m["role"] == "tool") {
+        return Scripted::text("done");
+    }
+    let tools = request.body["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let calls: Vec<(String, String, Value)> = tools
+        .iter()
+        // call_agent runs a sub-turn: it is the runtime's, not a tool of the executor.
+        .filter(|t| t["function"]["name"] != "call_agent")
+        .enumerate()
+        .map(|(i, t)| {
+            let name = t["function"]["name"].as_str().unwrap().to_string();
+            let args = match name.as_str() {
+                "bash" => json!({"command": "echo vocab-ok"}),
+                "write_file" => json!({"path": "w.txt", "content": "written\n"}),
+                "list_dir" => json!({}),
+                "python_exec" => json!({"code": "print(6 * 7)"}),
+                _ => json!({}),
+            };
+            (format!("call{i}"), name, args)
+        })
+        .collect();
+    Scripted::calls(
+        calls
+            .iter()
+            .map(|(id, name, args)| (id.as_str(), name.as_str(), args.clone()))
+            .collect(),
+    )
+}
+
+fn runtime(server: &ScriptedLlm, dir: &std::path::Path, toml: &str) -> Runtime {
+    let mut config = ExecutorConfig::new(dir);
+    config.permissions.mode = PermissionMode::Full;
+    config.apply_toml(toml).unwrap();
+    let options = RuntimeOptions::from_config(&config).unwrap();
+    let table = json!({
+        "provider": "openai",
+        "base_url": server.openai_base_url(),
+        "model": "scripted",
+        "api_key_env": "TOOLBOX_TEST_NO_KEY_VOCABULARY",
+    });
+    let llm = client_with_env(
+        &LlmConfig::from_table(Some(&table), &|_| None).unwrap(),
+        &|_| None,
+    )
+    .unwrap();
+    Runtime::new(ToolExecutor::new(config).unwrap(), Ok(llm), options)
+}
+
+#[tokio::test]
+async fn a_model_prompted_in_the_data_agent_vocabulary_calls_every_tool_by_the_name_it_sees() {
+    let server = ScriptedLlm::start_with(call_every_tool);
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(
+        &server,
+        dir.path(),
+        "[runtime]\nvocabulary = \"data-agent\"\n",
+    );
+    let outcome = rt
+        .run_turn("v1", TurnRequest::new("use every tool"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn, "{outcome:?}");
+    let shown: Vec<String> = server.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    for (word, _) in DATA_AGENT {
+        assert!(shown.contains(&word.to_string()), "{word} not in {shown:?}");
+    }
+    let shown: Vec<String> = shown.into_iter().filter(|n| n != "call_agent").collect();
+    let kept = trajectory::read_session_trajectory(rt.executor().workspace(), &sid("v1")).unwrap();
+    assert_eq!(kept.len(), shown.len());
+    let by_called: BTreeMap<String, _> = kept
+        .iter()
+        .map(|c| (c.called_as.clone().unwrap_or(c.tool.clone()), c))
+        .collect();
+    for name in &shown {
+        let call = by_called
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} not called"));
+        let tool = rt.executor().registry().get(name).unwrap();
+        assert_eq!(call.tool, tool.info.name, "the canonical name is kept");
+        assert_ne!(
+            call.error_kind,
+            Some(toolbox_executor::ErrorKind::UnknownTool),
+            "{name}"
+        );
+        assert!(!call.result.contains("is not among the tools"), "{name}");
+    }
+    assert_eq!(by_called["bash"].tool, "shell");
+    assert!(by_called["bash"].result.contains("vocab-ok"));
+    assert!(
+        by_called["python_exec"].result.contains("42"),
+        "{}",
+        by_called["python_exec"].result
+    );
+    assert!(
+        by_called["write_file"].is_done(),
+        "{}",
+        by_called["write_file"].result
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("w.txt")).unwrap(),
+        "written\n"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_file_chooses_its_vocabulary() {
+    let server = ScriptedLlm::start(vec![Scripted::text("ok"), Scripted::text("ok")]);
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".toolbox/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("analyst.md"),
+        "---\nname: analyst\ndescription: Analyses data.\n\
+         toolsets: [\"integrated_notebook\", \"web\", \"memory\", files]\nvocabulary: data-agent\n\
+         ---\nAnalyse.\n",
+    )
+    .unwrap();
+    let rt = runtime(&server, dir.path(), "");
+    let mut request = TurnRequest::new("hi");
+    request.agent = Some("analyst".into());
+    rt.run_turn("v1", request).await.unwrap();
+    // The default agent of the same runtime stays canonical.
+    rt.run_turn("v2", TurnRequest::new("hi")).await.unwrap();
+    let requests = server.requests();
+    let listed = |r: &RecordedRequest| -> Vec<String> {
+        r.body["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let analyst = listed(&requests[0]);
+    for word in [
+        "python_exec",
+        "notebook_edit",
+        "read_file",
+        "web_search",
+        "memory__save",
+    ] {
+        assert!(analyst.contains(&word.to_string()), "{word}: {analyst:?}");
+    }
+    assert!(!analyst.contains(&"run_python_code".to_string()));
+    let default = listed(&requests[1]);
+    assert!(
+        default.contains(&"run_python_code".to_string()),
+        "{default:?}"
+    );
+    assert!(!default.contains(&"python_exec".to_string()));
+}
+
+fn sid(s: &str) -> SessionId {
+    SessionId::parse(s).unwrap()
+}
