@@ -554,6 +554,50 @@ async fn every_tool_reads_null_as_absent() {
         "\"n\":1",
     );
 
+    // The plan: steps with every optional field null, the same checklist in both.
+    done(
+        &t.same(
+            "plan__set",
+            json!({"goal": "Strict goal", "steps": [{"title": "One"}, {"title": "Two", "status": "in_progress"}]}),
+        )
+        .await,
+        "[>] 2. Two",
+    );
+    done(
+        &t.same(
+            "plan__update",
+            json!({"steps": [{"id": "2", "status": "completed"}], "add": [{"title": "Three"}]}),
+        )
+        .await,
+        "[x] 2. Two",
+    );
+    done(&t.same("plan__show", json!({})).await, "[ ] 3. Three");
+    // No one to ask here: the part stays pending, alike in both.
+    done(
+        &t.same("plan__request_review", json!({"part": "plan"}))
+            .await,
+        "stays pending",
+    );
+    // session__info names each workspace's own real paths: compared without them.
+    t.called.insert("session__info".into());
+    let info = |side: &ToolCallInfo| {
+        let mut v: Value = serde_json::from_str(&side.result).unwrap();
+        v.as_object_mut().unwrap().remove("paths");
+        v
+    };
+    let a = t.loose.call("session__info", json!({})).await;
+    let b = t.strict.call("session__info", json!({})).await;
+    assert_eq!(info(&a), info(&b));
+    assert_eq!(info(&a)["plan"]["plan"], "pending", "{}", a.result);
+    let refused = t
+        .strict
+        .call("session__info", json!({"zz_not_an_argument": 1}))
+        .await;
+    done(
+        &refused.result,
+        "session__info: unknown argument `zz_not_an_argument`",
+    );
+
     let all: BTreeSet<String> = t.schemas.keys().cloned().collect();
     let missed: Vec<&String> = all.difference(&t.called).collect();
     assert!(missed.is_empty(), "no strict-style call for {missed:?}");
