@@ -383,3 +383,80 @@ fn a_workspace_may_tighten_the_gate_never_loosen_it_and_toolbox_call_obeys() {
         "{stdout}"
     );
 }
+
+/// The JSON-RPC response a POST to `/mcp` was answered with (JSON, or the SSE event that
+/// holds it).
+fn rpc_reply(response: &serve_common::Response) -> Value {
+    let kind = response.header("content-type").unwrap_or("");
+    if kind.starts_with("application/json") {
+        return response.json();
+    }
+    let text = response.text();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .find(|message| message.get("result").is_some() || message.get("error").is_some())
+        .unwrap_or_else(|| panic!("no response in: {text}"))
+}
+
+#[test]
+fn over_slash_mcp_the_gate_holds_and_a_review_with_no_one_to_ask_stays_pending() {
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let config = operator_config(outside.path());
+    let token = serve_common::TOKEN;
+    let mut cmd = serve_command(ws.path(), None, &["--token", token, "--mode", "full"]);
+    cmd.env("TOOLBOX_CONFIG", &config);
+    let server = Server::spawn(cmd, ws.path()).with_token(token);
+    let post = |session: Option<&str>, body: Value| {
+        let mut req = server
+            .req("POST", "/mcp")
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body.to_string().into_bytes());
+        if let Some(session) = session {
+            req = req
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", "2025-06-18");
+        }
+        req.send()
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "plan-test", "version": "0"}}}),
+    );
+    assert_eq!(init.status, 200, "{}", init.text());
+    let session = init.header("mcp-session-id").unwrap().to_string();
+    post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let call = |id: u64, tool: &str, arguments: Value| {
+        let r = post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let reply = rpc_reply(&r);
+        reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    call(1, "plan__set", json!({"steps": ["Write m.txt"]}));
+    let held = call(
+        2,
+        "file_manager__write",
+        json!({"path": "m.txt", "content": "m"}),
+    );
+    assert!(held.contains("plan__request_review"), "{held}");
+    let review = call(3, "plan__request_review", json!({"part": "plan"}));
+    assert!(
+        review.contains("No person answered") && review.contains("stays pending"),
+        "{review}"
+    );
+    assert!(!ws.path().join("m.txt").exists());
+}
