@@ -4,16 +4,19 @@ use std::sync::Mutex;
 
 use anyhow::bail;
 use tokio::sync::oneshot;
+use toolbox_host::QuestionKind;
 
 /// An answer to an approval request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalDecision {
-    /// Run this call.
+    /// Run this call (of a review: confirm what it shows).
     Approve,
-    /// Run this call and every later call of the same tool in the same session.
+    /// Run this call and every later call of the same tool in the same session (of a
+    /// review: the same as `Approve`).
     ApproveForSession,
-    /// Refuse this call.
+    /// Refuse this call (of a review: reject it). `reject` is read as this too.
+    #[serde(alias = "reject")]
     Deny,
 }
 
@@ -25,21 +28,37 @@ impl FromStr for ApprovalDecision {
             "approve_for_session" | "approve-for-session" | "session" | "s" => {
                 Ok(ApprovalDecision::ApproveForSession)
             }
-            "deny" | "no" | "n" => Ok(ApprovalDecision::Deny),
-            other => bail!("approval must be approve, approve_for_session or deny (got {other:?})"),
+            "deny" | "no" | "n" | "reject" => Ok(ApprovalDecision::Deny),
+            other => bail!(
+                "approval must be approve, approve_for_session, deny or reject (got {other:?})"
+            ),
         }
     }
 }
 
 type Key = (String, String);
 
-/// What a waiting call receives: the decision and, for a denial, why (else the default text).
-pub(crate) type Answer = (ApprovalDecision, Option<String>);
+/// What a waiting call receives from a front end.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Someone answered.
+    Decision {
+        /// What they decided.
+        decision: ApprovalDecision,
+        /// What they wrote: a review's feedback, or why a call was denied.
+        feedback: Option<String>,
+        /// The front end that carried a person's answer (`http`, `terminal`, `mcp`); `None`
+        /// from the plain [`ToolExecutor::respond_approval`](crate::ToolExecutor::respond_approval).
+        by: Option<String>,
+    },
+    /// Refused without asking anyone, for this reason (the call's result).
+    Refused(String),
+}
 
 /// Pending approval requests and the per-session approvals already given.
 #[derive(Default)]
 pub(crate) struct ApprovalBroker {
-    pending: Mutex<HashMap<Key, oneshot::Sender<Answer>>>,
+    pending: Mutex<HashMap<Key, (QuestionKind, oneshot::Sender<Answer>)>>,
     session_approved: Mutex<HashSet<Key>>,
 }
 
@@ -52,15 +71,27 @@ impl ApprovalBroker {
     /// Registers a pending request; the receiver resolves when someone answers. `None` when
     /// a request of that session and call id waits already: two calls with one id could not
     /// be told apart by whoever answers.
-    pub fn open(&self, session: &str, call_id: &str) -> Option<oneshot::Receiver<Answer>> {
+    pub fn open(
+        &self,
+        session: &str,
+        call_id: &str,
+        kind: QuestionKind,
+    ) -> Option<oneshot::Receiver<Answer>> {
         let mut pending = lock(&self.pending);
         let key = (session.to_string(), call_id.to_string());
         if pending.contains_key(&key) {
             return None;
         }
         let (tx, rx) = oneshot::channel();
-        pending.insert(key, tx);
+        pending.insert(key, (kind, tx));
         Some(rx)
+    }
+
+    /// What the pending request of that call asks, if one waits.
+    pub fn kind(&self, session: &str, call_id: &str) -> Option<QuestionKind> {
+        lock(&self.pending)
+            .get(&(session.to_string(), call_id.to_string()))
+            .map(|(kind, _)| *kind)
     }
 
     /// Forgets a request that timed out or was cancelled.
@@ -92,11 +123,29 @@ impl ApprovalBroker {
         counts
     }
 
-    /// Answers a pending request. False when no request with that id is waiting.
+    /// Answers a pending request. False when no request with that id is waiting, or when
+    /// the answer would confirm a review without a person's name on it: a review is
+    /// confirmed only through an answer a front end says a person gave.
     pub fn respond(&self, session: &str, call_id: &str, answer: Answer) -> bool {
-        let sender = lock(&self.pending).remove(&(session.to_string(), call_id.to_string()));
-        match sender {
-            Some(tx) => tx.send(answer).is_ok(),
+        let key = (session.to_string(), call_id.to_string());
+        let mut pending = lock(&self.pending);
+        let unsigned_approval = matches!(
+            answer,
+            Answer::Decision {
+                decision: ApprovalDecision::Approve | ApprovalDecision::ApproveForSession,
+                by: None,
+                ..
+            }
+        );
+        if unsigned_approval
+            && pending
+                .get(&key)
+                .is_some_and(|(kind, _)| *kind == QuestionKind::Review)
+        {
+            return false;
+        }
+        match pending.remove(&key) {
+            Some((_, tx)) => tx.send(answer).is_ok(),
             None => false,
         }
     }

@@ -168,6 +168,14 @@ impl From<Permissions> for Gate {
 }
 
 impl Gate {
+    /// The permission mode in force: the turn's, never above the process's.
+    pub fn mode(&self) -> PermissionMode {
+        match self.request {
+            Some(request) => request.mode.at_most(self.ceiling.mode),
+            None => self.ceiling.mode,
+        }
+    }
+
     /// Whether a call of a tool with this risk runs, is refused, or asks first.
     pub fn decide(&self, risk: ToolRisk) -> Decision {
         let ceiling = self.ceiling.decide(risk);

@@ -6,12 +6,13 @@ use anyhow::{anyhow, Result};
 use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolbox_core::{SessionId, ToolInfo, ToolOutput, Vocabulary};
+use toolbox_core::{SessionId, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 use toolbox_host::{
-    ApprovalRequest, CancellationToken, EventSink, ToolContext, ToolEvent, Workspace,
+    ApprovalRequest, Asker, CallPolicy, CancellationToken, EventSink, GateCall, PersonAnswer,
+    QuestionKind, ToolContext, ToolEvent, Workspace,
 };
 
-use crate::approval::ApprovalBroker;
+use crate::approval::{Answer, ApprovalBroker};
 use crate::config::Decision;
 use crate::registry::RegisteredTool;
 use crate::schema::{self, SchemaRendering};
@@ -390,9 +391,44 @@ impl ToolExecutor {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> bool {
-        self.inner
-            .approvals
-            .respond(session_id, call_id, (decision, None))
+        self.inner.approvals.respond(
+            session_id,
+            call_id,
+            Answer::Decision {
+                decision,
+                feedback: None,
+                by: None,
+            },
+        )
+    }
+
+    /// Answers an approval request or a review with what a person said: `by` names the front
+    /// end that carried the answer (`http`, `terminal`, `mcp`), `feedback` is their text (a
+    /// review's result carries it word for word; a denied call's result quotes it). Only an
+    /// answer given this way confirms a review. False when no such request is waiting.
+    pub fn respond_as_person(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        feedback: Option<String>,
+        by: &str,
+    ) -> bool {
+        self.inner.approvals.respond(
+            session_id,
+            call_id,
+            Answer::Decision {
+                decision,
+                feedback: feedback.filter(|f| !f.trim().is_empty()),
+                by: Some(by.to_string()),
+            },
+        )
+    }
+
+    /// What the waiting request of that call asks (a tool approval or a review), if one
+    /// waits.
+    pub fn pending_kind(&self, session_id: &str, call_id: &str) -> Option<QuestionKind> {
+        self.inner.approvals.kind(session_id, call_id)
     }
 
     /// Denies an approval request with `reason` as the call's result, instead of the default
@@ -404,11 +440,9 @@ impl ToolExecutor {
         call_id: &str,
         reason: impl Into<String>,
     ) -> bool {
-        self.inner.approvals.respond(
-            session_id,
-            call_id,
-            (ApprovalDecision::Deny, Some(reason.into())),
-        )
+        self.inner
+            .approvals
+            .respond(session_id, call_id, Answer::Refused(reason.into()))
     }
 
     /// Runs one call to completion. Never fails: every outcome is a [`ToolCallInfo`].
@@ -609,6 +643,42 @@ impl ToolExecutor {
         };
         let events = request.events.as_ref().unwrap_or(&inner.events);
         let call_cancel = cancel.child_token();
+        let asker = {
+            let executor = self.clone();
+            let (session, call_id, tool_name) =
+                (session_id.clone(), request.id.clone(), name.to_string());
+            let (events, cancel) = (events.clone(), call_cancel.clone());
+            Asker::new(move |preview| {
+                let executor = executor.clone();
+                let (session, call_id, tool_name) =
+                    (session.clone(), call_id.clone(), tool_name.clone());
+                let (events, cancel) = (events.clone(), cancel.clone());
+                Box::pin(async move {
+                    executor
+                        .ask_review(&session, &call_id, &tool_name, &events, &cancel, preview)
+                        .await
+                })
+            })
+        };
+        let policy = CallPolicy {
+            mode: permissions.mode().to_string(),
+            risks: [
+                ToolRisk::Read,
+                ToolRisk::FileWrite,
+                ToolRisk::Python,
+                ToolRisk::Shell,
+            ]
+            .into_iter()
+            .map(|risk| {
+                let decision = match permissions.decide(risk) {
+                    Decision::Allow => "allow",
+                    Decision::Ask => "ask",
+                    Decision::Deny => "deny",
+                };
+                (risk.to_string(), decision.to_string())
+            })
+            .collect(),
+        };
         let ctx = ToolContext {
             workspace,
             session_id: session_id.clone(),
@@ -618,16 +688,42 @@ impl ToolExecutor {
             events: events.clone(),
             config: inner.provider_config.clone(),
             spool: claim,
+            asker,
+            policy,
         };
 
-        match permissions.decide(tool.info.risk) {
-            Decision::Allow => {}
-            Decision::Deny => {
-                return Err((
-                    ErrorKind::Denied,
-                    permissions.denial_reason(shown, tool.info.risk),
-                ))
+        let decision = permissions.decide(tool.info.risk);
+        if decision == Decision::Deny {
+            return Err((
+                ErrorKind::Denied,
+                permissions.denial_reason(shown, tool.info.risk),
+            ));
+        }
+        // The gates providers registered (a plan that must be confirmed first), before
+        // anyone is asked: the executor names no tool, each gate decides for itself.
+        for gate in toolbox_host::call_gates() {
+            let call = GateCall {
+                tool: &tool.info,
+                ctx: &ctx,
+            };
+            let checked = std::panic::catch_unwind(AssertUnwindSafe(|| (gate.check)(&call)));
+            match checked {
+                Ok(None) => {}
+                Ok(Some(refusal)) => return Err((ErrorKind::Denied, refusal)),
+                Err(panic) => {
+                    return Err((
+                        ErrorKind::Denied,
+                        format!(
+                            "tool {shown} was held back: the call gate of {} panicked ({})",
+                            gate.provider,
+                            toolbox_core::panic::message(&*panic)
+                        ),
+                    ))
+                }
             }
+        }
+        match decision {
+            Decision::Allow | Decision::Deny => {}
             Decision::Ask => {
                 let asked = Instant::now();
                 let answer = self
@@ -716,7 +812,10 @@ impl ToolExecutor {
             return Ok(());
         }
         let preview = describe(tool, arguments, ctx);
-        let Some(rx) = inner.approvals.open(session_id, &request.id) else {
+        let Some(rx) = inner
+            .approvals
+            .open(session_id, &request.id, QuestionKind::Tool)
+        else {
             return Err((
                 ErrorKind::InvalidRequest,
                 format!(
@@ -734,6 +833,7 @@ impl ToolExecutor {
                 arguments: arguments.clone(),
                 risk: tool.info.risk,
                 preview,
+                kind: QuestionKind::Tool,
             }));
         let wait = inner.config.approval_timeout;
         let answer = tokio::select! {
@@ -744,15 +844,29 @@ impl ToolExecutor {
             answer = tokio::time::timeout(wait, rx) => answer,
         };
         match answer {
-            Ok(Ok((ApprovalDecision::Approve, _))) => Ok(()),
-            Ok(Ok((ApprovalDecision::ApproveForSession, _))) => {
+            Ok(Ok(Answer::Decision {
+                decision: ApprovalDecision::Approve,
+                ..
+            })) => Ok(()),
+            Ok(Ok(Answer::Decision {
+                decision: ApprovalDecision::ApproveForSession,
+                ..
+            })) => {
                 inner.approvals.remember_session(session_id, name);
                 Ok(())
             }
-            Ok(Ok((ApprovalDecision::Deny, reason))) => Err((
+            Ok(Ok(Answer::Decision {
+                decision: ApprovalDecision::Deny,
+                feedback,
+                ..
+            })) => Err((
                 ErrorKind::Denied,
-                reason.unwrap_or_else(|| format!("the user denied tool {shown}")),
+                match feedback {
+                    Some(why) => format!("the user denied tool {shown}: {why}"),
+                    None => format!("the user denied tool {shown}"),
+                },
             )),
+            Ok(Ok(Answer::Refused(reason))) => Err((ErrorKind::Denied, reason)),
             Ok(Err(_)) | Err(_) => {
                 inner.approvals.close(session_id, &request.id);
                 Err((
@@ -764,6 +878,88 @@ impl ToolExecutor {
                 ))
             }
         }
+    }
+}
+
+impl ToolExecutor {
+    /// Asks a person a review question for call `call_id` (a tool's
+    /// [`ToolContext::ask_review`]): in every permission mode, through the same channel as
+    /// approvals, and waits for the answer, the approval timeout or the call's cancellation.
+    async fn ask_review(
+        &self,
+        session_id: &SessionId,
+        call_id: &str,
+        tool: &str,
+        events: &EventSink,
+        cancel: &CancellationToken,
+        preview: toolbox_core::Preview,
+    ) -> PersonAnswer {
+        let inner = &*self.inner;
+        if !events.is_active() {
+            return PersonAnswer::NotAsked {
+                reason: "nobody listens for questions on this call (no terminal, HTTP listener                          or MCP client was attached)"
+                    .into(),
+            };
+        }
+        let Some(rx) = inner
+            .approvals
+            .open(session_id, call_id, QuestionKind::Review)
+        else {
+            return PersonAnswer::NotAsked {
+                reason: format!(
+                    "call id {} of session {session_id} is already waiting for an answer",
+                    shorten(call_id, 200)
+                ),
+            };
+        };
+        events.emit(ToolEvent::ApprovalRequested(ApprovalRequest {
+            session_id: session_id.clone(),
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            arguments: Value::Null,
+            risk: ToolRisk::Read,
+            preview,
+            kind: QuestionKind::Review,
+        }));
+        let wait = inner.config.approval_timeout;
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => {
+                inner.approvals.close(session_id, call_id);
+                return PersonAnswer::NotAsked { reason: "the call was cancelled while it waited for the answer".into() };
+            }
+            answer = tokio::time::timeout(wait, rx) => answer,
+        };
+        let answer = match answer {
+            Ok(Ok(Answer::Decision {
+                decision,
+                feedback,
+                by,
+            })) => {
+                let by = by.unwrap_or_else(|| "unknown".into());
+                match decision {
+                    ApprovalDecision::Approve | ApprovalDecision::ApproveForSession => {
+                        PersonAnswer::Approved { by, feedback }
+                    }
+                    ApprovalDecision::Deny => PersonAnswer::Rejected { by, feedback },
+                }
+            }
+            Ok(Ok(Answer::Refused(reason))) => PersonAnswer::NotAsked { reason },
+            Ok(Err(_)) | Err(_) => {
+                inner.approvals.close(session_id, call_id);
+                PersonAnswer::NotAsked {
+                    reason: format!(
+                        "no answer came within {} ms (approval_timeout_ms)",
+                        wait.as_millis()
+                    ),
+                }
+            }
+        };
+        events.emit(ToolEvent::ReviewAnswered {
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            answer: answer.clone(),
+        });
+        answer
     }
 }
 

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use toolbox_core::{Preview, SessionId, ToolRisk};
 
-use crate::Workspace;
+use crate::{Asker, CallPolicy, PersonAnswer, QuestionKind, Workspace};
 
 /// Which stream a chunk of streamed output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +34,10 @@ pub struct ApprovalRequest {
     pub risk: ToolRisk,
     /// What the call will do, for the person who answers: show this, not the arguments.
     pub preview: Preview,
+    /// What is asked: whether a risky call may run (the default), or a review
+    /// (approve or reject, with feedback), which a front end must never answer by itself.
+    #[serde(default, skip_serializing_if = "QuestionKind::is_tool")]
+    pub kind: QuestionKind,
 }
 
 /// Something that happened during a call, delivered while the call is still running.
@@ -62,6 +66,26 @@ pub enum ToolEvent {
     },
     /// The executor waits for `ToolExecutor::respond_approval` on this call id.
     ApprovalRequested(ApprovalRequest),
+    /// A review question ([`QuestionKind::Review`]) was answered, or given up on.
+    ReviewAnswered {
+        /// The call that asked.
+        call_id: String,
+        /// The canonical name of the tool that asked.
+        tool: String,
+        /// What came of it.
+        answer: PersonAnswer,
+    },
+    /// A tool changed the session's plan (its goal, steps or review state); the whole plan.
+    PlanUpdated {
+        /// The call that changed it.
+        call_id: String,
+        /// The canonical name of the tool.
+        tool: String,
+        /// The plan, as the tool stores it.
+        plan: Value,
+        /// The plan as a checklist, for people.
+        checklist: String,
+    },
 }
 
 /// Where streamed events go. Cloning is cheap; the default sink drops everything.
@@ -125,6 +149,12 @@ pub struct ToolContext {
     pub config: Arc<Value>,
     /// A spool file the tool wrote itself, set through [`Self::create_spool_file`].
     pub spool: SpoolClaim,
+    /// How this call asks a person a review question ([`Self::ask_review`]); the default
+    /// reaches nobody.
+    pub asker: Asker,
+    /// How the permissions treat each risk class for this call (empty in a context made with
+    /// [`Self::new`]).
+    pub policy: CallPolicy,
 }
 
 /// Where a tool records the spool file it wrote itself; shared by clones of a context.
@@ -171,7 +201,16 @@ impl ToolContext {
             events: EventSink::none(),
             config: Arc::new(Value::Null),
             spool: SpoolClaim::default(),
+            asker: Asker::default(),
+            policy: CallPolicy::default(),
         }
+    }
+
+    /// Asks a person to confirm what `preview` shows, through the front end's approval
+    /// channel, in every permission mode, and waits for the answer (or for the reason none
+    /// will come).
+    pub async fn ask_review(&self, preview: Preview) -> PersonAnswer {
+        self.asker.ask(preview).await
     }
 
     /// Creates this call's spool file for output too large to keep in memory and tells the

@@ -15,7 +15,9 @@
 //! - [`secrets`] takes secrets out of the process environment before any child can see them.
 //! - [`discover_agents`] finds agent files on disk; their format is `toolbox_core::agent`.
 //! - The link-time hooks through which one provider uses another's ability without
-//!   depending on it: [`ContentExtractor`], [`CodeRunner`], [`SkillResolver`].
+//!   depending on it: [`ContentExtractor`], [`CodeRunner`], [`SkillResolver`]; and
+//!   [`CallGate`], through which a provider may hold back other tools' calls.
+//! - [`Asker`]: how a tool asks a person a review question ([`ToolContext::ask_review`]).
 //!
 //! It builds on `toolbox-core` (the vocabulary) and nothing else of toolbox's.
 
@@ -31,6 +33,7 @@ pub mod handoff;
 pub mod limits;
 mod paths;
 mod provider;
+mod question;
 mod runner;
 pub mod secrets;
 mod skill;
@@ -44,6 +47,9 @@ pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
 pub use paths::{operator_path, show_name};
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
+pub use question::{
+    call_gates, AskFuture, Asker, CallGate, CallPolicy, GateCall, PersonAnswer, QuestionKind,
+};
 pub use runner::{find_code_runner, CodeRunner, RunFuture};
 pub use skill::{
     find_skill_resolver, is_skill_ref, resolve_skill_file, SkillFile, SkillResolver,

@@ -14,11 +14,11 @@
 
 use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema,
-    PrimitiveSchemaDefinition,
+    PrimitiveSchemaDefinition, StringSchema,
 };
 use serde_json::Value;
 use toolbox_executor::{ApprovalDecision, ToolExecutor};
-use toolbox_host::ApprovalRequest;
+use toolbox_host::{ApprovalRequest, QuestionKind};
 
 /// What a risky call gets in permission mode `auto` when the MCP client cannot be asked
 /// (it did not declare the `elicitation` capability at `initialize`): `--approve yes|no` of
@@ -50,6 +50,9 @@ pub fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
         Some((cut, _)) => format!("{}\n… (the rest is cut here)", &preview[..cut]),
         None => preview,
     };
+    if request.kind == QuestionKind::Review {
+        return review_form(request, &preview);
+    }
     let message = format!(
         "toolbox asks: allow {} (risk {})?\n\n{preview}\n\nApprove this call?",
         request.tool, request.risk
@@ -67,6 +70,66 @@ pub fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
         meta: None,
         message,
         requested_schema,
+    }
+}
+
+/// The form of a review question: the goal or checklist, a required `decision` (`approve`
+/// or `reject`) and an optional `feedback` text the model gets word for word.
+fn review_form(request: &ApprovalRequest, preview: &str) -> ElicitRequestParams {
+    let message = format!(
+        "toolbox asks you to review (for {}):\n\n{preview}\n\nApprove it, or reject it with \
+         feedback for the model?",
+        request.tool
+    );
+    let choices = || vec!["approve".to_string(), "reject".to_string()];
+    let decision = EnumSchema::builder(choices())
+        .enum_titles(vec![
+            "Approve: confirm it".into(),
+            "Reject: send it back with feedback".into(),
+        ])
+        .map(|schema| schema.title("Decision").build())
+        .unwrap_or_else(|_| EnumSchema::builder(choices()).build());
+    let feedback = StringSchema::new()
+        .title("Feedback")
+        .description("What to change or keep in mind (optional); the model reads it as written");
+    let requested_schema = ElicitationSchema::builder()
+        .required_property(DECISION_FIELD, PrimitiveSchemaDefinition::Enum(decision))
+        .property(FEEDBACK_FIELD, PrimitiveSchemaDefinition::String(feedback))
+        .description("Approve or reject, with optional feedback")
+        .build()
+        .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema,
+    }
+}
+
+/// The form field a review's feedback is written in.
+const FEEDBACK_FIELD: &str = "feedback";
+
+/// What the client's answer says: approved or not, and the feedback text, if any.
+pub fn answer_of(result: &ElicitResult) -> Answer<'static> {
+    let feedback = result
+        .content
+        .as_ref()
+        .and_then(|c| c.get(FEEDBACK_FIELD))
+        .and_then(Value::as_str)
+        .map(|f| f.chars().take(16_000).collect::<String>())
+        .filter(|f| !f.trim().is_empty());
+    if approval_decision(result) {
+        Answer::Approved(feedback)
+    } else {
+        Answer::Denied(feedback)
+    }
+}
+
+/// [`answer_of`] an `elicitation/create` result as JSON; a result that is no elicitation
+/// result denies.
+pub fn answer_of_json(result: &Value) -> Answer<'static> {
+    match serde_json::from_value::<ElicitResult>(result.clone()) {
+        Ok(r) => answer_of(&r),
+        Err(_) => Answer::Denied(None),
     }
 }
 
@@ -134,24 +197,50 @@ pub fn asking_failed(request: &ApprovalRequest, why: &str) -> String {
 }
 
 /// What came of asking the client.
-pub(crate) enum Answer<'a> {
-    /// [`approval_decision`] said yes.
-    Approved,
-    /// Any other answer of the client.
-    Denied,
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer<'a> {
+    /// [`approval_decision`] said yes; the feedback written, if any.
+    Approved(Option<String>),
+    /// Any other answer of the client; the feedback written, if any.
+    Denied(Option<String>),
     /// The request failed, for this reason.
     Failed(&'a str),
 }
 
 /// Settles `request` with the client's answer: the call runs, or is refused in the words
-/// for that answer.
+/// for that answer. A review is answered as the client's user's (`by` `mcp`), with their
+/// feedback.
 pub(crate) fn settle(executor: &ToolExecutor, request: &ApprovalRequest, answer: Answer<'_>) {
     let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+    if request.kind == QuestionKind::Review {
+        match answer {
+            Answer::Approved(feedback) => {
+                executor.respond_as_person(
+                    session,
+                    call,
+                    ApprovalDecision::Approve,
+                    feedback,
+                    "mcp",
+                );
+            }
+            Answer::Denied(feedback) => {
+                executor.respond_as_person(session, call, ApprovalDecision::Deny, feedback, "mcp");
+            }
+            Answer::Failed(why) => {
+                executor.deny_approval(
+                    session,
+                    call,
+                    format!("asking the MCP client failed ({why})"),
+                );
+            }
+        }
+        return;
+    }
     match answer {
-        Answer::Approved => {
+        Answer::Approved(_) => {
             executor.respond_approval(session, call, ApprovalDecision::Approve);
         }
-        Answer::Denied => {
+        Answer::Denied(_) => {
             executor.deny_approval(session, call, denied_by_user(request));
         }
         Answer::Failed(why) => {
@@ -167,6 +256,18 @@ pub(crate) fn settle_unasked(
     fallback: Fallback,
 ) {
     let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+    if request.kind == QuestionKind::Review {
+        // --approve answers tool approvals; a review is a person's answer or none.
+        executor.deny_approval(
+            session,
+            call,
+            "this MCP client cannot be asked: it did not declare the elicitation capability \
+             at initialize, and a review needs a person's answer (--approve yes does not give \
+             one); answer it from a client that supports elicitation, or over HTTP with \
+             toolbox serve",
+        );
+        return;
+    }
     match fallback {
         Fallback::Approve => {
             executor.respond_approval(session, call, ApprovalDecision::Approve);
@@ -191,6 +292,7 @@ mod tests {
             preview: toolbox_core::Preview::arguments("file_manager__write", &arguments),
             arguments,
             risk: ToolRisk::FileWrite,
+            kind: Default::default(),
         }
     }
 
@@ -248,6 +350,36 @@ mod tests {
         assert!(
             !message.contains("\\n") && !message.contains('{'),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_review_form_asks_approve_or_reject_with_feedback() {
+        let mut asked = request(json!({}));
+        asked.kind = QuestionKind::Review;
+        asked.preview = toolbox_core::Preview::new("Review the plan").text("[ ] 1. Read the data");
+        let form = serde_json::to_value(approval_form(&asked)).unwrap();
+        let message = form["message"].as_str().unwrap();
+        assert!(message.contains("[ ] 1. Read the data"), "{message}");
+        let schema = &form["requestedSchema"];
+        assert_eq!(schema["required"], json!([DECISION_FIELD]));
+        assert_eq!(schema["properties"][FEEDBACK_FIELD]["type"], "string");
+        let values: Vec<Value> = schema["properties"][DECISION_FIELD]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["const"].clone())
+            .collect();
+        assert_eq!(values, vec![json!("approve"), json!("reject")]);
+        assert_eq!(
+            answer_of_json(
+                &json!({"action": "accept", "content": {"decision": "reject", "feedback": "more tests"}})
+            ),
+            Answer::Denied(Some("more tests".into()))
+        );
+        assert_eq!(
+            answer_of_json(&json!({"action": "accept", "content": {"decision": "approve"}})),
+            Answer::Approved(None)
         );
     }
 

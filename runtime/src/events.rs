@@ -105,6 +105,47 @@ pub enum RuntimeEvent {
         /// Its depth.
         depth: u32,
     },
+    /// A tool asks a person to review something (a goal, a plan): approve or reject, with
+    /// optional feedback, answered like an approval (`POST /api/tool-approval/{sid}/{call_id}`
+    /// with `decision` `approve` or `reject` and `feedback`). Asked in every permission mode.
+    ReviewRequest {
+        /// The session, so a front end can answer without context.
+        session_id: String,
+        /// The call waiting.
+        call_id: String,
+        /// The tool that asks.
+        tool: String,
+        /// What is to be reviewed, rendered (the goal, or the checklist).
+        preview: Preview,
+        /// The agent that asked for it.
+        agent: String,
+        /// Its depth.
+        depth: u32,
+    },
+    /// A review was answered, or given up on (no one could be asked, the wait ran out).
+    ReviewAnswered {
+        /// The session.
+        session_id: String,
+        /// The call that asked.
+        call_id: String,
+        /// `approved`, `rejected` or `not_asked`.
+        answer: String,
+        /// Who answered (the front end), when someone did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        /// The person's feedback, or why no one answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        feedback: Option<String>,
+    },
+    /// The session's plan changed (its goal, steps or a review state).
+    PlanUpdated {
+        /// The call that changed it.
+        call_id: String,
+        /// The whole plan, as stored.
+        plan: Value,
+        /// The plan as a checklist, for people.
+        checklist: String,
+    },
     /// A chunk of a tool's streamed output.
     ToolCallOutput {
         /// The call.

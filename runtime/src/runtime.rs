@@ -362,6 +362,32 @@ impl Runtime {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> ApprovalAnswer {
+        self.answer(session, call_id, |executor| {
+            executor.respond_approval(session, call_id, decision)
+        })
+    }
+
+    /// Answers the approval request or review of call `call_id` in `session` with what a
+    /// person said (see [`ToolExecutor::respond_as_person`]); `by` names the front end.
+    pub fn respond_as_person(
+        &self,
+        session: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        feedback: Option<String>,
+        by: &str,
+    ) -> ApprovalAnswer {
+        self.answer(session, call_id, |executor| {
+            executor.respond_as_person(session, call_id, decision, feedback, by)
+        })
+    }
+
+    fn answer(
+        &self,
+        session: &str,
+        call_id: &str,
+        deliver: impl FnOnce(&ToolExecutor) -> bool,
+    ) -> ApprovalAnswer {
         // Only questions this runtime asked (a turn's calls, run_tool's) are answered here:
         // a call that asked someone else (an MCP client, by elicitation) is that channel's
         // to answer, not anyone's who can reach this API.
@@ -369,11 +395,7 @@ impl Runtime {
         if !lock(&self.inner.asked).set.contains(&key) {
             return ApprovalAnswer::Unknown;
         }
-        if self
-            .inner
-            .executor
-            .respond_approval(session, call_id, decision)
-        {
+        if deliver(&self.inner.executor) {
             ApprovalAnswer::Delivered
         } else {
             ApprovalAnswer::AlreadyAnswered

@@ -15,7 +15,9 @@ use toolbox_executor::{
     schema, schema::SchemaRendering, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind,
     PermissionMode, Permissions, ToolRequest,
 };
-use toolbox_host::{CancellationToken, EventSink, OutputStream, ToolEvent};
+use toolbox_host::{
+    CancellationToken, EventSink, OutputStream, PersonAnswer, QuestionKind, ToolEvent,
+};
 
 use crate::agent::ActiveAgent;
 use crate::conversation::{self, ConversationWriter};
@@ -510,6 +512,52 @@ pub(crate) fn session_events(
                 text: message,
                 agent: agent.clone(),
                 depth,
+            },
+        ),
+        ToolEvent::ApprovalRequested(request) if request.kind == QuestionKind::Review => {
+            lock(&rt.inner.asked).insert((session.to_string(), request.call_id.clone()));
+            rt.emit(
+                &session,
+                RuntimeEvent::ReviewRequest {
+                    session_id: session.to_string(),
+                    call_id: request.call_id,
+                    tool: request.tool,
+                    preview: request.preview,
+                    agent: agent.clone(),
+                    depth,
+                },
+            )
+        }
+        ToolEvent::ReviewAnswered {
+            call_id, answer, ..
+        } => {
+            let (answer, by, feedback) = match answer {
+                PersonAnswer::Approved { by, feedback } => ("approved", Some(by), feedback),
+                PersonAnswer::Rejected { by, feedback } => ("rejected", Some(by), feedback),
+                PersonAnswer::NotAsked { reason } => ("not_asked", None, Some(reason)),
+            };
+            rt.emit(
+                &session,
+                RuntimeEvent::ReviewAnswered {
+                    session_id: session.to_string(),
+                    call_id,
+                    answer: answer.into(),
+                    by,
+                    feedback,
+                },
+            )
+        }
+        ToolEvent::PlanUpdated {
+            call_id,
+            plan,
+            checklist,
+            ..
+        } => rt.emit(
+            &session,
+            RuntimeEvent::PlanUpdated {
+                call_id,
+                plan,
+                checklist,
             },
         ),
         ToolEvent::ApprovalRequested(request) => {

@@ -370,6 +370,8 @@ impl SessionFeed {
                             E::TurnStarted { message, .. } => Some(message.clone()),
                             E::TurnFinished { .. }
                             | E::ToolApprovalRequest { .. }
+                            | E::ReviewRequest { .. }
+                            | E::ReviewAnswered { .. }
                             | E::ToolCallFinished { .. } => None,
                             _ => continue,
                         };
@@ -471,8 +473,16 @@ async fn cancel(State(state): Shared, Path(sid): Path<String>) -> AppResult<Json
 
 #[derive(Deserialize)]
 struct ApprovalBody {
+    /// `approve`, `approve_for_session`, `deny`; for a review `approve` or `reject`.
     decision: ApprovalDecision,
+    /// What the person wrote: a review's feedback (the model gets it word for word), or why
+    /// a call was denied.
+    #[serde(default)]
+    feedback: Option<String>,
 }
+
+/// The longest feedback text an answer may carry.
+const MAX_FEEDBACK_CHARS: usize = 16_000;
 
 async fn approval(
     State(state): Shared,
@@ -480,10 +490,23 @@ async fn approval(
     JsonBody(body): JsonBody<ApprovalBody>,
 ) -> AppResult<Json<Value>> {
     let sid = session(&sid)?;
-    match state
-        .runtime
-        .respond_approval(sid.as_str(), &call_id, body.decision)
+    if body
+        .feedback
+        .as_ref()
+        .is_some_and(|f| f.chars().count() > MAX_FEEDBACK_CHARS)
     {
+        return Err(ApiError::bad_request(format!(
+            "feedback is longer than {MAX_FEEDBACK_CHARS} characters"
+        )));
+    }
+    // An answer over this API is a person's (the console, a program acting for one).
+    match state.runtime.respond_as_person(
+        sid.as_str(),
+        &call_id,
+        body.decision,
+        body.feedback,
+        "http",
+    ) {
         ApprovalAnswer::Delivered => {
             APPROVAL_ANSWERED.notify_waiters();
             Ok(Json(json!({"ok": true})))

@@ -326,6 +326,7 @@ impl Twins {
                 refused.result
             );
             assert!(
+                // "(expected one of: …)", or "(it takes no arguments)" for a tool without any.
                 refused
                     .result
                     .contains(&format!("{tool}: unknown argument `zz_not_an_argument` (")),
@@ -575,6 +576,57 @@ async fn every_tool_reads_null_as_absent() {
         &t.same("image_gen__generate", json!({"prompt": "a crab"}))
             .await,
         "\"n\":1",
+    );
+
+    // The plan: steps with every optional field null, the same checklist in both.
+    done(
+        &t.same(
+            "plan__set",
+            // Nested optional fields are sent as null too, as a strict client must.
+            json!({"goal": "Strict goal", "steps": [
+                {"title": "One", "status": null, "note": null},
+                {"title": "Two", "status": "in_progress", "note": null}
+            ]}),
+        )
+        .await,
+        "[>] 2. Two",
+    );
+    done(
+        &t.same(
+            "plan__update",
+            json!({
+                "steps": [{"id": "2", "title": null, "status": "completed", "note": null}],
+                "add": [{"title": "Three", "status": null, "note": null}]
+            }),
+        )
+        .await,
+        "[x] 2. Two",
+    );
+    done(&t.same("plan__show", json!({})).await, "[ ] 3. Three");
+    // No one to ask here: the part stays pending, alike in both.
+    done(
+        &t.same("plan__request_review", json!({"part": "plan"}))
+            .await,
+        "stays pending",
+    );
+    // session__info names each workspace's own real paths: compared without them.
+    t.called.insert("session__info".into());
+    let info = |side: &ToolCallInfo| {
+        let mut v: Value = serde_json::from_str(&side.result).unwrap();
+        v.as_object_mut().unwrap().remove("paths");
+        v
+    };
+    let a = t.loose.call("session__info", json!({})).await;
+    let b = t.strict.call("session__info", json!({})).await;
+    assert_eq!(info(&a), info(&b));
+    assert_eq!(info(&a)["plan"]["plan"], "pending", "{}", a.result);
+    let refused = t
+        .strict
+        .call("session__info", json!({"zz_not_an_argument": 1}))
+        .await;
+    done(
+        &refused.result,
+        "session__info: unknown argument `zz_not_an_argument`",
     );
 
     let all: BTreeSet<String> = t.schemas.keys().cloned().collect();

@@ -141,7 +141,11 @@ pub(crate) async fn chat(
 /// runtime's threads, as the terminal blocks), then tells the runtime.
 async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
     let (session, call) = (request.session_id.to_string(), request.call_id.clone());
+    let review = request.kind == toolbox::host::QuestionKind::Review;
     let asked = match approve {
+        Approve::Yes | Approve::No if review => {
+            Asked::NoTerminal(terminal::review_needs_a_person("chat"))
+        }
         Approve::Yes => Asked::Answer(ApprovalDecision::Approve),
         Approve::No => Asked::NoTerminal(format!(
             "tool {} needs approval (permission mode auto) and toolbox chat was started with \
@@ -161,6 +165,9 @@ async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
     match asked {
         Asked::Answer(decision) => {
             runtime.respond_approval(&session, &call, decision);
+        }
+        Asked::Review(decision, feedback) => {
+            runtime.respond_as_person(&session, &call, decision, feedback, "terminal");
         }
         Asked::NoTerminal(reason) => {
             eprintln!("toolbox: {reason}");
@@ -238,7 +245,33 @@ impl View {
                     arguments: arguments.clone(),
                     risk: *risk,
                     preview: preview.clone(),
+                    kind: toolbox::host::QuestionKind::Tool,
                 });
+            }
+            RuntimeEvent::ReviewRequest {
+                session_id,
+                call_id,
+                tool,
+                preview,
+                ..
+            } => {
+                self.end_text();
+                let Ok(session) = SessionId::parse(session_id) else {
+                    return Shown::Nothing;
+                };
+                return Shown::Ask(ApprovalRequest {
+                    session_id: session,
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    arguments: Value::Null,
+                    risk: toolbox::core::ToolRisk::Read,
+                    preview: preview.clone(),
+                    kind: toolbox::host::QuestionKind::Review,
+                });
+            }
+            RuntimeEvent::PlanUpdated { checklist, .. } => {
+                self.end_text();
+                eprintln!("{}", safe(checklist));
             }
             RuntimeEvent::ToolCallFinished {
                 tool,
@@ -308,6 +341,7 @@ impl View {
                 return Shown::Finished(*stop_reason);
             }
             RuntimeEvent::TurnStarted { .. } => {}
+            RuntimeEvent::ReviewAnswered { .. } => {}
         }
         Shown::Nothing
     }

@@ -58,6 +58,8 @@ use toolbox_memory as _;
 use toolbox_notebook as _;
 #[cfg(feature = "pdf")]
 use toolbox_pdf as _;
+#[cfg(feature = "plan")]
+use toolbox_plan as _;
 #[cfg(feature = "python")]
 use toolbox_python as _;
 #[cfg(feature = "shell")]
@@ -99,6 +101,8 @@ pub const PROVIDERS: &[&str] = &[
     "notebook",
     #[cfg(feature = "pdf")]
     "pdf",
+    #[cfg(feature = "plan")]
+    "plan",
     #[cfg(feature = "python")]
     "python",
     #[cfg(feature = "shell")]

@@ -851,7 +851,11 @@ fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink 
             std::thread::spawn(move || {
                 let Some(executor) = slot.get() else { return };
                 let (session, call) = (request.session_id.as_str(), request.call_id.as_str());
+                let review = request.kind == toolbox::host::QuestionKind::Review;
                 let asked = match approve {
+                    Approve::Yes | Approve::No if review => {
+                        terminal::Asked::NoTerminal(terminal::review_needs_a_person("call"))
+                    }
                     Approve::Yes => terminal::Asked::Answer(ApprovalDecision::Approve),
                     Approve::No => terminal::Asked::NoTerminal(format!(
                         "tool {} needs approval (permission mode auto) and toolbox call was \
@@ -866,17 +870,12 @@ fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink 
                             .any(|c| c == call)
                     }),
                 };
-                match asked {
-                    terminal::Asked::Answer(decision) => {
-                        executor.respond_approval(session, call, decision);
-                    }
-                    terminal::Asked::NoTerminal(reason) => {
-                        eprintln!("toolbox: {reason}");
-                        executor.deny_approval(session, call, reason);
-                    }
-                    terminal::Asked::Gone => {}
-                }
+                terminal::deliver(executor, session, call, asked);
             });
         }
+        ToolEvent::PlanUpdated { checklist, .. } => {
+            eprintln!("{}", toolbox::core::preview::terminal_safe(&checklist))
+        }
+        ToolEvent::ReviewAnswered { .. } => {}
     })
 }

@@ -11,13 +11,15 @@ use std::io::{IsTerminal, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use toolbox::host::ApprovalRequest;
+use toolbox::host::{ApprovalRequest, QuestionKind};
 use toolbox::ApprovalDecision;
 
 /// How a question ended.
 pub(crate) enum Asked {
     /// The person answered.
     Answer(ApprovalDecision),
+    /// The person answered a review: approve or deny (reject), with an optional comment.
+    Review(ApprovalDecision, Option<String>),
     /// Nobody can be asked: there is no terminal. Carries the refusal the call gets.
     NoTerminal(String),
     /// The call stopped waiting before an answer came (it timed out or was cancelled).
@@ -34,6 +36,42 @@ pub(crate) fn available() -> bool {
         .write(true)
         .open("/dev/tty")
         .is_ok_and(|tty| tty.is_terminal())
+}
+
+/// What a review gets from a front end started with `--approve yes|no` (`command`): those
+/// answer tool approvals, never a review, which only a person answers.
+pub(crate) fn review_needs_a_person(command: &str) -> String {
+    format!(
+        "a review needs a person's answer, and toolbox {command} was started with --approve          yes or no, which answers tool approvals only; to be asked, run it on a terminal with          --approve ask (the default), or answer over HTTP (toolbox serve)"
+    )
+}
+
+/// Delivers what was asked to the executor: a tool approval, a review answered by the person
+/// (`by` the terminal), or a refusal without asking.
+pub(crate) fn deliver(executor: &toolbox::ToolExecutor, session: &str, call: &str, asked: Asked) {
+    match asked {
+        Asked::Answer(decision) => {
+            executor.respond_approval(session, call, decision);
+        }
+        Asked::Review(decision, feedback) => {
+            executor.respond_as_person(session, call, decision, feedback, "terminal");
+        }
+        Asked::NoTerminal(reason) => {
+            eprintln!("toolbox: {reason}");
+            executor.deny_approval(session, call, reason);
+        }
+        Asked::Gone => {}
+    }
+}
+
+/// What a question gets when there is no terminal: a call's refusal, or for a review, why no
+/// one answered.
+fn no_one_to_ask(request: &ApprovalRequest) -> String {
+    if request.kind == QuestionKind::Review {
+        "a review needs a person's answer, and there is no terminal to ask on (no /dev/tty)".into()
+    } else {
+        no_terminal_refusal(&request.tool)
+    }
 }
 
 /// The refusal a call gets when nobody can be asked, naming what would allow it.
@@ -53,7 +91,7 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
         .open("/dev/tty");
     let mut tty = match tty {
         Ok(tty) if tty.is_terminal() => tty,
-        _ => return Asked::NoTerminal(no_terminal_refusal(&request.tool)),
+        _ => return Asked::NoTerminal(no_one_to_ask(request)),
     };
     // What went to stderr before (the call's own line) shows first.
     toolbox::stderr_pump::flush_installed(Duration::from_millis(100), Duration::from_millis(500));
@@ -80,7 +118,7 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Asked::NoTerminal(no_terminal_refusal(&request.tool));
+            return Asked::NoTerminal(no_one_to_ask(request));
         }
         if ready == 0 {
             if !still_waiting() {
@@ -97,7 +135,7 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
                 continue;
             }
             // The terminal went away (hang-up): nobody can answer.
-            return Asked::NoTerminal(no_terminal_refusal(&request.tool));
+            return Asked::NoTerminal(no_one_to_ask(request));
         }
         line.extend_from_slice(&buf[..n as usize]);
         let Some(end) = line.iter().position(|&b| b == b'\n') else {
@@ -111,16 +149,37 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
             let _ = tty.write_all(b"(too late: the call stopped waiting)\n");
             return Asked::Gone;
         }
+        let review = request.kind == QuestionKind::Review;
         let decision = match answer.as_str() {
             "y" | "yes" => ApprovalDecision::Approve,
-            "s" | "session" => ApprovalDecision::ApproveForSession,
+            "s" | "session" if !review => ApprovalDecision::ApproveForSession,
             "n" | "no" | "" => ApprovalDecision::Deny,
+            _ if review => {
+                let _ = tty.write_all(b"Please answer y (approve) or n (reject): ");
+                continue;
+            }
             _ => {
                 let _ =
                     tty.write_all(b"Please answer y (yes), s (yes for this session) or n (no): ");
                 continue;
             }
         };
+        if review {
+            let _ = tty.write_all(b"Comment for the model (optional, Enter for none): ");
+            let _ = tty.flush();
+            let comment = match read_line(&mut tty, &still_waiting) {
+                Some(line) => line,
+                None => return Asked::Gone,
+            };
+            let said = if decision == ApprovalDecision::Approve {
+                "approved"
+            } else {
+                "rejected"
+            };
+            let _ = writeln!(tty, "→ {said}");
+            let comment = comment.trim().to_string();
+            return Asked::Review(decision, (!comment.is_empty()).then_some(comment));
+        }
         let said = match decision {
             ApprovalDecision::Approve => "approved",
             ApprovalDecision::ApproveForSession => "approved for the rest of this session",
@@ -131,6 +190,50 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
     }
 }
 
+/// Reads one line from the terminal (a comment), or `None` when the call stopped waiting
+/// or the terminal went away.
+fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Option<String> {
+    let fd = tty.as_raw_fd();
+    let mut line = Vec::new();
+    loop {
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, and the count says one.
+        let ready = unsafe { libc::poll(&mut poll, 1, CHECK_EVERY.as_millis() as i32) };
+        if ready < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+        if ready == 0 {
+            if !still_waiting() {
+                return None;
+            }
+            continue;
+        }
+        let mut buf = [0u8; 256];
+        // SAFETY: `buf` is valid for its length, `fd` stays open.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+        line.extend_from_slice(&buf[..n as usize]);
+        if let Some(end) = line.iter().position(|&b| b == b'\n') {
+            return Some(String::from_utf8_lossy(&line[..end]).into_owned());
+        }
+        if line.len() > 64 * 1024 {
+            return Some(String::from_utf8_lossy(&line).into_owned());
+        }
+    }
+}
+
 /// The whole question, written in one go: a reset, what the call will do, then the choice.
 fn question_text(request: &ApprovalRequest, colour: bool) -> String {
     let (bold, reset) = if colour {
@@ -138,6 +241,13 @@ fn question_text(request: &ApprovalRequest, colour: bool) -> String {
     } else {
         ("", "")
     };
+    if request.kind == QuestionKind::Review {
+        return format!(
+            "\x1b[0m\x1b[?25h\n{bold}toolbox asks you to review:{reset}\n{}\n\
+             [y]es, approve / [N]o, reject: ",
+            request.preview.to_text(colour),
+        );
+    }
     let tool = toolbox::core::preview::terminal_safe(&request.tool);
     format!(
         // ESC[0m: attributes off (a hidden or coloured text before cannot carry over);

@@ -691,3 +691,66 @@ fn the_console_asks_for_the_token_and_sends_it() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+#[test]
+fn the_console_shows_the_plan_and_approves_its_review() {
+    let ws = tempfile::tempdir().unwrap();
+    // The operator's gate, in the user config file the test's toolbox reads
+    // (XDG_CONFIG_HOME is <ws>/.no-user-config).
+    let user = ws.path().join(".no-user-config/toolbox");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("config.toml"),
+        "[plan]\nrequire_confirmed = [\"file_write\"]\n",
+    )
+    .unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call("p1", "plan__set", json!({"steps": ["Write hello.txt"]})),
+        Scripted::call("r1", "plan__request_review", json!({"part": "plan"})),
+        Scripted::call(
+            "w1",
+            "file_manager__write",
+            json!({"path": "hello.txt", "content": "hello"}),
+        ),
+        Scripted::text("written"),
+    ]);
+    let server = serve(ws.path(), Some(&llm), &["--mode", "full"]);
+    let shots = tempfile::tempdir().unwrap();
+    let (code, report) = browser("review", &server.url, shots.path(), &[]);
+    let log = server.stderr.lock().unwrap().clone();
+    assert_eq!(
+        code,
+        0,
+        "the browser script failed (a screenshot is in {}):\n{report:#}\nserver:\n{log}",
+        shots.keep().display()
+    );
+    assert_eq!(text(&report, "review_call_id"), "r1");
+    assert!(
+        text(&report, "review_card").contains("Write hello.txt"),
+        "{report:#}"
+    );
+    assert!(
+        text(&report, "plan_panel").contains("[ ] 1. Write hello.txt"),
+        "{report:#}"
+    );
+    assert!(
+        text(&report, "review_answer").contains("approved"),
+        "{report:#}"
+    );
+    assert!(
+        text(&report, "write_status").starts_with("done"),
+        "{report:#}"
+    );
+    assert!(
+        text(&report, "plan_panel_after").contains("confirmed by http"),
+        "{report:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("hello.txt")).unwrap(),
+        "hello"
+    );
+    // The person's feedback reached the model with the approval.
+    let requests = llm.requests();
+    let body = requests[2].body.to_string();
+    assert!(body.contains("Looks right."), "{body}");
+}

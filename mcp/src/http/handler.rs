@@ -139,9 +139,8 @@ impl McpHandler {
         let answer = peer
             .create_elicitation(approval::approval_form(&request))
             .await;
-        match answer.map(|result| approval::approval_decision(&result)) {
-            Ok(true) => approval::settle(executor, &request, Answer::Approved),
-            Ok(false) => approval::settle(executor, &request, Answer::Denied),
+        match answer.map(|result| approval::answer_of(&result)) {
+            Ok(answer) => approval::settle(executor, &request, answer),
             Err(e) => {
                 tracing::debug!(
                     call = request.call_id.as_str(),
@@ -230,6 +229,7 @@ impl ServerHandler for McpHandler {
                     output.push(text);
                 }
             }
+            ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}
         });
         let call = ToolRequest::new(call_id, name, arguments)
             .session(self.session.to_string())

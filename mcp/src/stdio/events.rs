@@ -73,6 +73,7 @@ impl Events {
                 message,
             } => self.forward(&call_id, &tool, &message),
             ToolEvent::ApprovalRequested(request) => self.answer(&request),
+            ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}
         }
     }
 
@@ -111,10 +112,9 @@ impl Events {
             return;
         };
         match (result, error) {
-            (Some(result), _) if approval::approval_decision_json(result) => {
-                approval::settle(executor, &request, Answer::Approved);
+            (Some(result), _) => {
+                approval::settle(executor, &request, approval::answer_of_json(result));
             }
-            (Some(_), _) => approval::settle(executor, &request, Answer::Denied),
             (None, error) => {
                 let why = error
                     .and_then(|e| e.get("message"))

@@ -18,6 +18,11 @@ const DECISIONS = [
   ['deny', 'Deny', 'denied'],
   ['approve_for_session', 'Approve for session', 'approved for this session'],
 ];
+// A review (of a goal or a plan) is approved or rejected, with feedback for the model.
+const REVIEW_DECISIONS = [
+  ['approve', 'Approve', 'approved'],
+  ['reject', 'Reject', 'rejected'],
+];
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || '',
@@ -753,6 +758,7 @@ function selectSession(sid) {
   $('#session').hidden = false;
   $('#session-title').textContent = sid;
   $('#events').replaceChildren();
+  $('#plan-panel').hidden = true;
   $('#replay-call').replaceChildren();
   $('#messages').replaceChildren();
   show($('#turn-error'), '');
@@ -977,7 +983,11 @@ async function answerApproval(sid, callId, decision, label, card) {
   const answer = card.querySelector('.answer');
   answer.textContent = 'sending…';
   try {
-    await api('POST', '/api/tool-approval/' + enc(sid) + '/' + enc(callId), { decision });
+    const body = { decision };
+    const box = card.querySelector('textarea.feedback');
+    if (box && box.value.trim()) body.feedback = box.value;
+    await api('POST', '/api/tool-approval/' + enc(sid) + '/' + enc(callId), body);
+    if (box) box.disabled = true;
     settleApproval(card, decision, 'Answered: ' + label);
   } catch (e) {
     if (e.status === 409) settleApproval(card, 'conflict', 'already answered');
@@ -989,15 +999,19 @@ async function answerApproval(sid, callId, decision, label, card) {
   }
 }
 
-function approvalCard(ev) {
-  const card = el('div', 'approval');
+function approvalCard(ev, review) {
+  const card = el('div', review ? 'approval review' : 'approval');
   card.dataset.callId = ev.call_id;
   const head = el('div', 'row');
-  head.append(el('strong', '', 'Approval needed'), el('span', 'tool-name', ev.tool),
-    el('span', 'badge risk', 'risk: ' + ev.risk));
+  if (review) {
+    head.append(el('strong', '', 'Review requested'), el('span', 'tool-name', ev.tool));
+  } else {
+    head.append(el('strong', '', 'Approval needed'), el('span', 'tool-name', ev.tool),
+      el('span', 'badge risk', 'risk: ' + ev.risk));
+  }
   const buttons = el('div', 'row buttons');
   const sid = state.sid;
-  for (const [decision, label, done] of DECISIONS) {
+  for (const [decision, label, done] of (review ? REVIEW_DECISIONS : DECISIONS)) {
     const button = el('button', 'decide ' + decision, label);
     button.type = 'button';
     button.dataset.decision = decision;
@@ -1007,7 +1021,16 @@ function approvalCard(ev) {
   }
   const note = el('div', 'queue-note', 'queued: answer the one above first');
   note.hidden = true;
-  card.append(head, approvalBody(ev), buttons, note, el('div', 'answer'));
+  const parts = [head, approvalBody(ev)];
+  if (review) {
+    const box = el('textarea', 'feedback');
+    box.id = 'feedback-' + ev.call_id;
+    box.rows = 3;
+    box.maxLength = 16000;
+    box.placeholder = 'Feedback for the model (optional): what to change, what to keep';
+    parts.push(box);
+  }
+  card.append(...parts, buttons, note, el('div', 'answer'));
   state.approvals.set(ev.call_id, card);
   return card;
 }
@@ -1082,6 +1105,30 @@ const handlers = {
       append(card, ev.depth);
     }
     updateQueue();
+  },
+  review_request(ev) {
+    const card = approvalCard(ev, true);
+    const call = state.calls.get(ev.call_id);
+    if (call) {
+      call.approval.append(card);
+      call.status.textContent = 'waiting for review';
+      call.status.className = 'badge status waiting';
+    } else {
+      append(card, ev.depth);
+    }
+    updateQueue();
+  },
+  review_answered(ev) {
+    const card = state.approvals.get(ev.call_id);
+    if (!card || card.classList.contains('answered')) return;
+    const said = ev.answer === 'not_asked' ? 'no answer: ' + (ev.feedback || '') : ev.answer + (ev.by ? ' (' + ev.by + ')' : '');
+    settleApproval(card, ev.answer, 'Answered: ' + said);
+  },
+  plan_updated(ev) {
+    const panel = document.getElementById('plan-panel');
+    if (!panel) return;
+    panel.hidden = false;
+    show(document.getElementById('plan-checklist'), ev.checklist || '');
   },
   tool_call_output(ev) {
     const call = state.calls.get(ev.call_id);

@@ -166,6 +166,37 @@ def approval(driver, url, shots, report):
     report["replayed_answers"] = text_of(driver, ".approval .answer")
     report["stage"] = "done"
 
+def review(driver, url, shots, report):
+    """A plan review: the checklist beside the conversation, feedback typed, Approve clicked."""
+    report["stage"] = "open the console"
+    driver.get(url)
+    open_session(driver, "review-test")
+    report["stage"] = "send a message"
+    send(driver, "Plan, then write")
+    report["stage"] = "wait for the review card"
+    card = visible(driver, ".approval.review:not(.answered)")
+    call_id = card.get_attribute("data-call-id")
+    report["review_call_id"] = call_id
+    report["review_card"] = card.text
+    report["stage"] = "the plan panel shows the checklist"
+    until(driver, lambda d: "Write hello.txt" in d.find_element(By.CSS_SELECTOR, "#plan-checklist").text)
+    report["plan_panel"] = text_of(driver, "#plan-checklist")
+    report["stage"] = "type feedback, approve"
+    card.find_element(By.CSS_SELECTOR, "textarea.feedback").send_keys("Looks right.")
+    time.sleep(0.2)
+    driver.save_screenshot(os.path.join(shots, "review.png"))
+    card.find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
+    answered = f'.approval[data-call-id="{call_id}"] .answer'
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, answered).text.strip().startswith("Answered"))
+    report["review_answer"] = driver.find_element(By.CSS_SELECTOR, answered).text
+    report["stage"] = "wait for the write and the end of the turn"
+    report["write_status"], report["write_result"] = finished_call(driver, "w1")
+    visible(driver, ".turn-end")
+    until(driver, lambda d: "confirmed" in d.find_element(By.CSS_SELECTOR, "#plan-checklist").text)
+    report["plan_panel_after"] = text_of(driver, "#plan-checklist")
+    report["stage"] = "done"
+
+
 TITLE = "toolbox console"
 
 
@@ -418,6 +449,8 @@ def main():
     try:
         if mode == "approval":
             approval(driver, url, shots, report)
+        elif mode == "review":
+            review(driver, url, shots, report)
         elif mode == "attention":
             attention(driver, url, shots, report)
         elif mode == "token":

@@ -1,0 +1,84 @@
+//! The gate: with `[plan] require_confirmed` set, a call of a listed risk class or tool is
+//! refused until the part `[plan] require` names is confirmed by a person. The executor
+//! consults it (as a [`CallGate`](toolbox_host::CallGate)) before any approval is asked, in
+//! every front end: turns, `toolbox mcp`, `toolbox call`, `/mcp`.
+
+use toolbox_host::GateCall;
+
+use crate::state::{self, Part, Plan, ReviewState};
+use crate::{settings, Settings};
+
+/// The refusal for `call`, or `None` to let it through.
+pub fn check(call: &GateCall<'_>) -> Option<String> {
+    let info = call.tool;
+    // The plan's own tools are never held back: they are how the gate opens.
+    if info.toolsets.iter().any(|t| t == crate::TOOLSET) {
+        return None;
+    }
+    let settings = match settings(&call.ctx.config) {
+        Ok(s) => s,
+        // A broken table holds back every risky call rather than none.
+        Err(e) if info.risk.is_risky() => {
+            return Some(format!(
+                "tool {} was held back: the [plan] table is invalid ({e:#})",
+                info.name
+            ))
+        }
+        Err(_) => return None,
+    };
+    let listed = settings
+        .require_confirmed
+        .iter()
+        .find(|entry| **entry == info.risk.as_str() || **entry == info.name)?;
+    let plan = match state::load(&call.ctx.workspace) {
+        Ok(plan) => plan,
+        Err(e) => {
+            return Some(format!(
+                "tool {} is held back until this session's {} is confirmed, and the plan \
+                 could not be read ({e:#})",
+                info.name, settings.require
+            ))
+        }
+    };
+    refusal(&settings, &plan, &info.name, listed)
+}
+
+/// Whether `plan` opens the gate of `settings`; else the refusal for `tool`.
+pub fn refusal(settings: &Settings, plan: &Plan, tool: &str, listed: &str) -> Option<String> {
+    let goal = plan.goal_review.state;
+    let steps = plan.plan_review.state;
+    let missing: Vec<(Part, ReviewState)> = match settings.require {
+        Part::Goal => vec![(Part::Goal, goal)],
+        Part::Plan if plan.goal.is_some() => vec![(Part::Goal, goal), (Part::Plan, steps)],
+        Part::Plan => vec![(Part::Plan, steps)],
+    }
+    .into_iter()
+    .filter(|(_, state)| *state != ReviewState::Confirmed)
+    .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = missing
+        .iter()
+        .map(|(part, state)| format!("the {part} is {}", state.as_str()))
+        .collect();
+    let first = missing[0].0;
+    let empty = match first {
+        Part::Goal => plan.goal.is_none(),
+        Part::Plan => plan.steps.is_empty(),
+    };
+    let next = if empty {
+        format!(
+            "set the {first} with plan__set, then call plan__request_review with part \
+             \"{first}\" and wait for the person's answer"
+        )
+    } else {
+        format!("call plan__request_review with part \"{first}\" and wait for the person's answer")
+    };
+    Some(format!(
+        "tool {tool} is held back until a person confirms this session's {} ([plan] \
+         require_confirmed lists {listed:?}), and {}. To go on, {next}.",
+        settings.require,
+        parts.join(" and ")
+    ))
+}

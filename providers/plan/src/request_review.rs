@@ -1,0 +1,142 @@
+//! `plan__request_review`: a person is asked to confirm the goal or the plan.
+//!
+//! The part becomes pending and the question goes through the front end's approval channel
+//! as a review ([`ToolContext::ask_review`]). The lock on the plan is not held while the
+//! person thinks: the answer is applied to the plan as it is then, and only if the part did
+//! not change meanwhile (its revision is the one shown).
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+use toolbox_core::schema::{object_schema, string_enum};
+use toolbox_core::{Args, Preview, ToolInfo};
+use toolbox_host::{PersonAnswer, ToolContext};
+
+use crate::state::{now, Part, ReviewState};
+use crate::{PlanProvider, TOOLSET};
+
+pub(crate) const NAME: &str = "plan__request_review";
+
+pub(crate) fn info() -> ToolInfo {
+    ToolInfo::new(
+        NAME,
+        "Ask the person to review the goal or the plan of this session, and wait for the \
+         answer. The part becomes pending; if they approve, it is confirmed (tools the \
+         operator holds back until then may run); if they reject, it stays a draft and the \
+         result carries their feedback word for word: revise, then ask again. Only a person \
+         can confirm; where no one can be asked, the result says so and the part stays \
+         pending.",
+        object_schema(
+            &[(
+                "part",
+                string_enum(&["goal", "plan"], "Which part to have confirmed."),
+            )],
+            &["part"],
+        ),
+    )
+    .toolsets(&[TOOLSET])
+}
+
+pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
+    let a = Args::new(NAME, &args)?;
+    let given = a.str("part", &[])?;
+    a.finish()?;
+    let Some(part) = Part::parse(given) else {
+        bail!("{NAME}: part must be \"goal\" or \"plan\", got {given:?}");
+    };
+    let (plan, asked) = p.edit(ctx, |plan| {
+        match part {
+            Part::Goal if plan.goal.is_none() => {
+                bail!("{NAME}: there is no goal to review yet; set one with plan__set")
+            }
+            Part::Plan if plan.steps.is_empty() => {
+                bail!("{NAME}: there are no steps to review yet; set them with plan__set")
+            }
+            _ => {}
+        }
+        let review = plan.review_mut(part);
+        if review.state == ReviewState::Confirmed {
+            return Ok(None);
+        }
+        review.state = ReviewState::Pending;
+        Ok(Some(review.revision))
+    })?;
+    let Some(revision) = asked else {
+        return Ok(Value::String(format!(
+            "The {part} is already confirmed and has not changed since; nothing to ask.\n{}",
+            plan.render()
+        )));
+    };
+    let shown = match part {
+        Part::Goal => plan.goal.clone().unwrap_or_default(),
+        Part::Plan => {
+            let mut s = String::new();
+            if let Some(goal) = &plan.goal {
+                s.push_str(&format!("Goal: {goal}\n"));
+            }
+            s.push_str(&plan.render_steps());
+            s
+        }
+    };
+    let preview = Preview::new(format!("Review the {part} of session {}", ctx.session_id))
+        .fields(&[("part", part.to_string())])
+        .text(&shown);
+    let answer = ctx.ask_review(preview).await;
+    let (plan, message) = p.edit(ctx, |plan| {
+        let review = plan.review_mut(part);
+        if review.revision != revision {
+            return Ok(format!(
+                "The {part} changed while the person was asked, so their answer ({}) applies \
+                 to an older {part} and was not recorded; it is a draft: call \
+                 plan__request_review again.",
+                summary(&answer)
+            ));
+        }
+        Ok(match &answer {
+            PersonAnswer::Approved { by, feedback } => {
+                review.state = ReviewState::Confirmed;
+                review.by = Some(by.clone());
+                review.at = Some(now());
+                review.feedback = feedback.clone();
+                match feedback {
+                    Some(f) => format!(
+                        "The person approved the {part}: it is confirmed. They wrote, word for \
+                         word:\n{f}"
+                    ),
+                    None => format!("The person approved the {part}: it is confirmed."),
+                }
+            }
+            PersonAnswer::Rejected { by, feedback } => {
+                review.state = ReviewState::Draft;
+                review.by = Some(by.clone());
+                review.at = Some(now());
+                review.feedback = feedback.clone();
+                match feedback {
+                    Some(f) => format!(
+                        "The person rejected the {part}; it stays a draft. Their feedback, word \
+                         for word:\n{f}\nRevise the {part} (plan__set / plan__update) and call \
+                         plan__request_review again."
+                    ),
+                    None => format!(
+                        "The person rejected the {part} without a comment; it stays a draft. \
+                         Ask them what to change, revise it, and call plan__request_review \
+                         again."
+                    ),
+                }
+            }
+            PersonAnswer::NotAsked { reason } => format!(
+                "No person answered: {reason}. The {part} stays pending (not confirmed); only \
+                 a person can confirm it (over HTTP, on the terminal of toolbox chat or call, \
+                 or an MCP client that supports elicitation)."
+            ),
+        })
+    })?;
+    Ok(Value::String(format!("{message}\n\n{}", plan.render())))
+}
+
+fn summary(answer: &PersonAnswer) -> &'static str {
+    match answer {
+        PersonAnswer::Approved { .. } => "approved",
+        PersonAnswer::Rejected { .. } => "rejected",
+        PersonAnswer::NotAsked { .. } => "none came",
+    }
+}

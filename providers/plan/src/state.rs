@@ -1,0 +1,382 @@
+//! The plan of one session: its goal, its steps, the review state of each part, and how it
+//! is kept in `.toolbox/sessions/<sid>/plan.json` (opened and replaced without following any
+//! link, written atomically).
+
+use std::ffi::OsStr;
+use std::io::Read;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use toolbox_host::Workspace;
+
+/// The file's name in the session's folder.
+pub const FILE: &str = "plan.json";
+/// A plan file larger than this is refused (a plan is a few kilobytes).
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Limits on what a model may store.
+pub const MAX_GOAL_CHARS: usize = 8000;
+/// The longest step title.
+pub const MAX_TITLE_CHARS: usize = 500;
+/// The longest step note.
+pub const MAX_NOTE_CHARS: usize = 2000;
+/// The most steps a plan holds.
+pub const MAX_STEPS: usize = 100;
+
+/// A step's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Being worked on; at most one step at a time.
+    InProgress,
+    /// Done.
+    Completed,
+    /// Cannot go on (the note says why).
+    Blocked,
+}
+
+impl Status {
+    /// The names a model may give.
+    pub const NAMES: &'static [&'static str] = &["pending", "in_progress", "completed", "blocked"];
+
+    /// Parses a status a model gave.
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "pending" => Some(Status::Pending),
+            "in_progress" => Some(Status::InProgress),
+            "completed" => Some(Status::Completed),
+            "blocked" => Some(Status::Blocked),
+            _ => None,
+        }
+    }
+
+    /// The name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::InProgress => "in_progress",
+            Status::Completed => "completed",
+            Status::Blocked => "blocked",
+        }
+    }
+
+    fn mark(self) -> &'static str {
+        match self {
+            Status::Pending => "[ ]",
+            Status::InProgress => "[>]",
+            Status::Completed => "[x]",
+            Status::Blocked => "[!]",
+        }
+    }
+}
+
+/// One step of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Its id, given by the plan (`1`, `2`, …), stable while the step exists.
+    pub id: String,
+    /// What the step does.
+    pub title: String,
+    /// Its progress.
+    pub status: Status,
+    /// An optional note (why it is blocked, what was found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Where a part stands with the person who reviews it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewState {
+    /// Not confirmed: never asked, rejected, or changed since it was confirmed.
+    #[default]
+    Draft,
+    /// Asked, no answer yet.
+    Pending,
+    /// A person confirmed it.
+    Confirmed,
+}
+
+impl ReviewState {
+    /// The name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewState::Draft => "draft",
+            ReviewState::Pending => "pending",
+            ReviewState::Confirmed => "confirmed",
+        }
+    }
+}
+
+/// The review of one part (the goal or the plan).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Review {
+    /// Where it stands.
+    pub state: ReviewState,
+    /// Who answered last (the front end that carried the person's answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When, RFC 3339 UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// What the person wrote with their last answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// Counts the changes of the part's content: an answer given about an older revision
+    /// confirms nothing.
+    #[serde(default)]
+    pub revision: u64,
+}
+
+impl Review {
+    /// A change of the part's content: a new revision, and a confirmation (or a question
+    /// waiting) no longer holds. Returns what to tell the model, if the state changed.
+    fn changed(&mut self, part: Part) -> Option<String> {
+        self.revision += 1;
+        let was = self.state;
+        self.state = ReviewState::Draft;
+        match was {
+            ReviewState::Draft => None,
+            ReviewState::Pending => Some(format!(
+                "the {part} changed while its review was pending, so it is a draft again: an \
+                 answer to the old {part} will not confirm it; call plan__request_review again"
+            )),
+            ReviewState::Confirmed => Some(format!(
+                "the {part} was confirmed, and changed, so it is a draft again: call \
+                 plan__request_review with part \"{part}\" to have it confirmed"
+            )),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut out = self.state.as_str().to_string();
+        if self.state != ReviewState::Pending {
+            if let (Some(by), Some(at)) = (&self.by, &self.at) {
+                let verb = if self.state == ReviewState::Confirmed {
+                    "confirmed"
+                } else {
+                    "answered"
+                };
+                out.push_str(&format!(", {verb} by {by} at {at}"));
+            }
+        }
+        out
+    }
+}
+
+/// A part a person reviews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Part {
+    /// The goal.
+    Goal,
+    /// The steps (the default part the gate wants confirmed).
+    #[default]
+    Plan,
+}
+
+impl Part {
+    /// Parses `goal` or `plan`.
+    pub fn parse(s: &str) -> Option<Part> {
+        match s {
+            "goal" => Some(Part::Goal),
+            "plan" => Some(Part::Plan),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Part::Goal => "goal",
+            Part::Plan => "plan",
+        })
+    }
+}
+
+/// The plan of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Plan {
+    /// What the work is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    /// The steps, in order.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// The goal's review.
+    #[serde(default)]
+    pub goal_review: Review,
+    /// The steps' review.
+    #[serde(default)]
+    pub plan_review: Review,
+    /// The number the next new step's id gets.
+    #[serde(default)]
+    pub next_id: u64,
+}
+
+impl Plan {
+    /// The review of `part`.
+    pub fn review(&self, part: Part) -> &Review {
+        match part {
+            Part::Goal => &self.goal_review,
+            Part::Plan => &self.plan_review,
+        }
+    }
+
+    /// The review of `part`, to change.
+    pub fn review_mut(&mut self, part: Part) -> &mut Review {
+        match part {
+            Part::Goal => &mut self.goal_review,
+            Part::Plan => &mut self.plan_review,
+        }
+    }
+
+    /// Whether the plan holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.goal.is_none() && self.steps.is_empty()
+    }
+
+    /// Sets the goal; a different goal withdraws its confirmation (the notice says so).
+    pub fn set_goal(&mut self, goal: String) -> Option<String> {
+        if self.goal.as_deref() == Some(goal.as_str()) {
+            return None;
+        }
+        self.goal = Some(goal);
+        self.goal_review.changed(Part::Goal)
+    }
+
+    /// A fresh id for a new step.
+    pub fn new_id(&mut self) -> String {
+        self.next_id = self.next_id.max(self.steps.len() as u64) + 1;
+        while self.steps.iter().any(|s| s.id == self.next_id.to_string()) {
+            self.next_id += 1;
+        }
+        self.next_id.to_string()
+    }
+
+    /// Records that the steps changed (added, removed, retitled): the plan's confirmation
+    /// is withdrawn.
+    pub fn steps_changed(&mut self) -> Option<String> {
+        self.plan_review.changed(Part::Plan)
+    }
+
+    /// Refuses a plan with more than one step in progress, naming them.
+    pub fn check_one_in_progress(&self) -> Result<()> {
+        let busy: Vec<&str> = self
+            .steps
+            .iter()
+            .filter(|s| s.status == Status::InProgress)
+            .map(|s| s.id.as_str())
+            .collect();
+        if busy.len() > 1 {
+            bail!(
+                "at most one step may be in_progress, and this would make {} steps in progress \
+                 (ids {}); mark the finished one completed (or pending/blocked) in the same \
+                 call, then start the next",
+                busy.len(),
+                busy.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// The goal as a person reads it.
+    pub fn render_goal(&self) -> String {
+        format!(
+            "Goal [{}]: {}",
+            self.goal_review.describe(),
+            self.goal.as_deref().unwrap_or("(none set)")
+        )
+    }
+
+    /// The steps as a checklist.
+    pub fn render_steps(&self) -> String {
+        let mut out = format!("Plan [{}]:", self.plan_review.describe());
+        if self.steps.is_empty() {
+            out.push_str("\n  (no steps)");
+        }
+        for step in &self.steps {
+            out.push_str(&format!(
+                "\n  {} {}. {}",
+                step.status.mark(),
+                step.id,
+                step.title
+            ));
+            if step.status != Status::Pending && step.status != Status::Completed {
+                out.push_str(&format!(" ({})", step.status.as_str()));
+            }
+            if let Some(note) = &step.note {
+                out.push_str(&format!(" — {note}"));
+            }
+        }
+        out
+    }
+
+    /// The whole plan: the goal, the checklist, each with its review state.
+    pub fn render(&self) -> String {
+        if self.is_empty() {
+            return "No plan yet: set one with plan__set (a goal and/or steps).".into();
+        }
+        format!("{}\n{}", self.render_goal(), self.render_steps())
+    }
+}
+
+/// Reads the session's plan; a missing file (or session folder) is the empty plan. Never
+/// follows a link: a link planted in its place is an error.
+pub fn load(workspace: &Workspace) -> Result<Plan> {
+    let sid = workspace
+        .session()
+        .ok_or_else(|| anyhow!("a plan belongs to a session, and this call has none"))?;
+    let dir = match workspace
+        .existing_toolbox_subdir(&[OsStr::new("sessions"), OsStr::new(sid.as_str())])
+    {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Plan::default()),
+        Err(e) => return Err(e).context(shown(sid.as_str())),
+    };
+    let file = match dir.open_file(OsStr::new(FILE)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Plan::default()),
+        Err(e) => return Err(e).context(shown(sid.as_str())),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| shown(sid.as_str()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        bail!(
+            "{} is larger than {MAX_FILE_BYTES} bytes, so it was not read",
+            shown(sid.as_str())
+        );
+    }
+    serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "{} is not a plan toolbox wrote (delete it to start over)",
+            shown(sid.as_str())
+        )
+    })
+}
+
+/// Replaces the session's plan file atomically (never through a link).
+pub fn save(workspace: &Workspace, plan: &Plan) -> Result<()> {
+    let sid = workspace
+        .session()
+        .ok_or_else(|| anyhow!("a plan belongs to a session, and this call has none"))?;
+    let dir = workspace
+        .toolbox_subdir(&[OsStr::new("sessions"), OsStr::new(sid.as_str())])
+        .with_context(|| shown(sid.as_str()))?;
+    let bytes = serde_json::to_vec_pretty(plan)?;
+    dir.write_atomic(OsStr::new(FILE), &bytes)
+        .with_context(|| format!("could not write {}", shown(sid.as_str())))
+}
+
+fn shown(sid: &str) -> String {
+    format!(".toolbox/sessions/{sid}/{FILE}")
+}
+
+/// Now, RFC 3339 UTC to the second.
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
