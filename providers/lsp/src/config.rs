@@ -112,7 +112,6 @@ pub struct LspConfig {
     /// Bound on waiting for diagnostics.
     pub diagnostics_wait_ms: u64,
     /// Whether edits by other tools report new diagnostics.
-    #[allow(dead_code)] // read by the after-edit hook
     pub diagnostics_after_edit: bool,
     /// Whether the built-in defaults are used.
     pub builtin_servers: bool,

@@ -19,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+mod after_edit;
 mod call;
 mod config;
 mod diagnostics;
