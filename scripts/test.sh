@@ -30,6 +30,16 @@ if ! command -v chromium >/dev/null || [ ! -x /usr/bin/chromedriver ]; then
   fi
 fi
 chromedriver --version | sed -n 1p
+# clangd: tests/tests/lsp.rs drives a real C language server (pylsp comes from
+# tests/requirements.txt).
+if ! command -v clangd >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q clangd >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q clangd >/dev/null
+  fi
+fi
+clangd --version | sed -n 1p
 
 step "python test environment (target/test-venv)"
 PY=${PYTHON:-python3}

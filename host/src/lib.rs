@@ -23,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+mod after_edit;
 mod agents;
 mod blocking;
 pub mod containment;
@@ -40,6 +41,7 @@ mod skill;
 mod spool_file;
 mod workspace;
 
+pub use after_edit::{with_after_edit, AfterEdit, AfterEditFuture};
 pub use agents::discover_agents;
 pub use blocking::blocking;
 pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};

@@ -149,6 +149,17 @@ impl Side {
         std::fs::write(root.join("nb.ipynb"), NOTEBOOK).unwrap();
         std::fs::write(root.join("doc.pdf"), tiny_pdf("Hello strict world")).unwrap();
         std::fs::write(root.join("d.csv"), "id,q\n1,a\n2,b\n").unwrap();
+        std::fs::create_dir(root.join("code")).unwrap();
+        std::fs::write(
+            root.join("code/util.py"),
+            "def helper(x):\n    return x + 1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("code/main.py"),
+            "from util import helper\n\nprint(helper(2))\n",
+        )
+        .unwrap();
         let demo =
             toolbox_tests::write_skill(root, "skills/demo", "demo", "A demo skill.", "Do it.");
         toolbox_tests::write_file(&demo, "references/r.md", "reference text\n");
@@ -173,6 +184,12 @@ impl Side {
             ),
             // Offline: pip looks at no index, so it can neither download nor install.
             ("python", json!({"pip_args": ["--no-index"]})),
+            // A real language server (tests/requirements.txt installs python-lsp-server).
+            (
+                "lsp",
+                json!({"builtin_servers": false,
+                       "servers": {"pylsp": {"command": [pylsp()], "extensions": ["py"]}}}),
+            ),
         ];
         for (name, table) in providers {
             config.providers.insert(name.into(), table);
@@ -188,6 +205,14 @@ impl Side {
             .run(ToolRequest::new("strict-call", tool, args).session("s1"))
             .await
     }
+}
+
+/// pylsp: `TOOLBOX_TEST_PYLSP`, else the one beside the test venv's python.
+fn pylsp() -> String {
+    std::env::var("TOOLBOX_TEST_PYLSP").unwrap_or_else(|_| {
+        let python = toolbox_tests::test_python();
+        python.parent().unwrap().join("pylsp").display().to_string()
+    })
 }
 
 /// Numbers (pids, durations, job ids) in shell results differ from run to run.
@@ -543,6 +568,49 @@ async fn every_tool_reads_null_as_absent() {
         .await,
         "\"rows_out\": 2",
     );
+    // Code intelligence (rename last: it changes the files).
+    done(
+        &t.same("lsp__symbols", json!({"path": "code/util.py"}))
+            .await,
+        "function helper",
+    );
+    done(
+        &t.same(
+            "lsp__definition",
+            json!({"path": "code/main.py", "symbol": "helper", "line": 3}),
+        )
+        .await,
+        "code/util.py",
+    );
+    done(
+        &t.same(
+            "lsp__references",
+            json!({"path": "code/util.py", "symbol": "helper"}),
+        )
+        .await,
+        "code/main.py",
+    );
+    done(
+        &t.same(
+            "lsp__hover",
+            json!({"path": "code/util.py", "symbol": "helper"}),
+        )
+        .await,
+        "helper(x)",
+    );
+    done(
+        &t.same("lsp__diagnostics", json!({"path": "code/main.py"}))
+            .await,
+        "code/main.py",
+    );
+    done(
+        &t.same(
+            "lsp__rename",
+            json!({"path": "code/util.py", "symbol": "helper", "new_name": "add_one"}),
+        )
+        .await,
+        "2 files",
+    );
 
     // Memory: both workspaces get the same saves, so the ids match; dates differ.
     let (out, _) = t
@@ -678,6 +746,16 @@ async fn empty_paths_ids_and_choices_are_the_default() {
             json!({"query": "loads", "package": ""}),
         ),
         ("skill_lookup", json!({}), json!({"query": ""})),
+        (
+            "lsp__diagnostics",
+            json!({"path": "code/util.py"}),
+            json!({"path": "code/util.py", "severity": ""}),
+        ),
+        (
+            "lsp__symbols",
+            json!({"path": "code/util.py"}),
+            json!({"path": "code/util.py", "query": ""}),
+        ),
         (
             "web_fetch",
             json!({"url": page.clone()}),

@@ -52,6 +52,8 @@ use toolbox_data as _;
 use toolbox_file_manager as _;
 #[cfg(feature = "image_gen")]
 use toolbox_image_gen as _;
+#[cfg(feature = "lsp")]
+use toolbox_lsp as _;
 #[cfg(feature = "memory")]
 use toolbox_memory as _;
 #[cfg(feature = "notebook")]
@@ -111,6 +113,8 @@ pub const PROVIDERS: &[&str] = &[
     "skill",
     #[cfg(feature = "team")]
     "team",
+    #[cfg(feature = "lsp")]
+    "lsp",
     #[cfg(feature = "web")]
     "web",
 ];

@@ -74,8 +74,17 @@ impl ToolProvider for FileManager {
         match tool {
             list::NAME => list::run(args, ctx).await,
             read::NAME => read::run(args, ctx).await,
-            write::NAME => write::run(args, ctx).await,
-            edit::NAME => edit::run(args, ctx).await,
+            // What another provider has to say about the file just written (the lsp
+            // provider's diagnostics) is appended through host's AfterEdit hook.
+            write::NAME | edit::NAME => {
+                let path = after_edit_path(&args);
+                let out = if tool == write::NAME {
+                    write::run(args, ctx).await?
+                } else {
+                    edit::run(args, ctx).await?
+                };
+                Ok(toolbox_host::with_after_edit(out, path.as_deref(), ctx).await)
+            }
             glob::NAME => glob::run(args, ctx).await,
             grep::NAME => grep::run(args, ctx).await,
             other => Err(anyhow!("file_manager has no tool named {other}")),
@@ -89,6 +98,14 @@ impl ToolProvider for FileManager {
             _ => None,
         }
     }
+}
+
+/// The path a write or edit names (`path` or its alias `file_path`), for the after-edit hook.
+fn after_edit_path(args: &Value) -> Option<String> {
+    ["path", "file_path"]
+        .iter()
+        .find_map(|k| args.get(*k).and_then(Value::as_str))
+        .map(str::to_string)
 }
 
 /// Runs filesystem work on the blocking pool so a slow disk never stalls the runtime.

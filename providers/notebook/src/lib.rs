@@ -58,7 +58,16 @@ impl ToolProvider for NotebookProvider {
         // Canonical names only: the registry resolves aliases before the call gets here.
         match tool {
             inspect::NAME => inspect::run(args, ctx).await,
-            edit::NAME => edit::run(args, ctx).await,
+            edit::NAME => {
+                // What another provider has to say about the file just written (host's
+                // AfterEdit hook) is appended.
+                let path = ["path", "notebook_path"]
+                    .iter()
+                    .find_map(|k| args.get(*k).and_then(Value::as_str))
+                    .map(str::to_string);
+                let out = edit::run(args, ctx).await?;
+                Ok(toolbox_host::with_after_edit(out, path.as_deref(), ctx).await)
+            }
             run_cell::NAME => run_cell::run(args, ctx).await,
             other => Err(anyhow!("notebook has no tool named {other}")),
         }

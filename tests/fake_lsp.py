@@ -1,0 +1,65 @@
+"""A fake language server for tests/tests/lsp.rs: it misbehaves on purpose.
+
+    fake_lsp.py silent            never answers anything (initialize included)
+    fake_lsp.py crash             answers initialize, then dies (exit 3) on any request
+    fake_lsp.py killed MARKER     answers initialize; the first request while MARKER does
+                                  not exist creates it and SIGKILLs the server; later
+                                  requests are answered
+"""
+import json
+import os
+import signal
+import sys
+
+mode = sys.argv[1]
+marker = sys.argv[2] if len(sys.argv) > 2 else None
+inp = sys.stdin.buffer
+out = sys.stdout.buffer
+
+
+def read():
+    length = None
+    while True:
+        line = inp.readline()
+        if not line:
+            sys.exit(0)
+        line = line.strip()
+        if not line:
+            break
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return json.loads(inp.read(length))
+
+
+def send(msg):
+    body = json.dumps(msg).encode()
+    out.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    out.flush()
+
+
+while True:
+    msg = read()
+    if "id" not in msg or "method" not in msg:
+        continue
+    if mode == "silent":
+        continue
+    if msg["method"] == "initialize":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": {}}})
+        continue
+    if msg["method"] == "shutdown":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+        continue
+    if mode == "crash":
+        sys.stderr.write("fake server: giving up on %s\n" % msg["method"])
+        sys.stderr.flush()
+        sys.exit(3)
+    if mode == "killed" and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if msg["method"] == "textDocument/definition":
+        uri = msg["params"]["textDocument"]["uri"]
+        rng = {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 9}}
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": [{"uri": uri, "range": rng}]})
+    else:
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": None})

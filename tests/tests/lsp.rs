@@ -1,0 +1,528 @@
+//! The lsp provider through the executor, against real language servers (python-lsp-server
+//! from tests/requirements.txt, clangd from scripts/test.sh) on small generated projects, and
+//! against a fake server (tests/fake_lsp.py) that never answers or dies mid-call.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use toolbox as _;
+use toolbox_executor::{PermissionMode, ToolExecutor};
+use toolbox_tests::{executor_with, fails, ok, test_python};
+
+/// pylsp: `TOOLBOX_TEST_PYLSP`, else the one beside the test venv's python.
+fn pylsp() -> String {
+    if let Ok(p) = std::env::var("TOOLBOX_TEST_PYLSP") {
+        return p;
+    }
+    let python = test_python();
+    let p = python.parent().unwrap().join("pylsp");
+    assert!(
+        p.exists(),
+        "{} is missing: scripts/test.sh installs python-lsp-server (tests/requirements.txt)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn clangd() -> String {
+    let p = toolbox_tests_which("clangd");
+    p.unwrap_or_else(|| panic!("clangd is not on PATH: scripts/test.sh installs it (apt clangd)"))
+}
+
+fn toolbox_tests_which(name: &str) -> Option<String> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+}
+
+fn fake() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/fake_lsp.py").to_string()
+}
+
+fn lsp_table(servers: Value) -> Value {
+    json!({"builtin_servers": false, "servers": servers, "index_wait_s": 20})
+}
+
+fn py_exec() -> (tempfile::TempDir, ToolExecutor) {
+    let table = lsp_table(json!({"pylsp": {"command": [pylsp()], "extensions": ["py"]}}));
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write_py_project(dir.path());
+    (dir, exec)
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn read(root: &Path, rel: &str) -> String {
+    std::fs::read_to_string(root.join(rel)).unwrap()
+}
+
+fn write_py_project(root: &Path) {
+    write(root, "pkg/__init__.py", "");
+    write(
+        root,
+        "pkg/util.py",
+        "def helper(x):\n    \"\"\"Adds one to x.\"\"\"\n    return x + 1\n\n\n\
+         class Parser:\n    def parse(self, text):\n        return helper(len(text))\n\n\n\
+         class Lexer:\n    def parse(self, text):\n        return text.split()\n",
+    );
+    write(
+        root,
+        "main.py",
+        "from pkg.util import helper\n\n\ndef run():\n    # helper in a comment is no reference\n    \
+         return helper(2)\n",
+    );
+    write(
+        root,
+        "other.py",
+        "from pkg.util import helper\n\nHELPER = \"helper\"\nVALUE = helper(3)\n",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_definition_references_hover_and_symbols() {
+    let (dir, exec) = py_exec();
+    let root = dir.path();
+
+    // Definition across files, from a use on a hinted line.
+    let out = ok(
+        &exec,
+        "lsp__definition",
+        json!({"path": "main.py", "symbol": "helper", "line": 6}),
+    )
+    .await;
+    assert!(out.contains("pkg/util.py\n  1:5: def helper(x):"), "{out}");
+
+    // Line + column addressing gives the same answer.
+    let out2 = ok(
+        &exec,
+        "lsp__definition",
+        json!({"path": "main.py", "line": 6, "column": 12}),
+    )
+    .await;
+    assert!(
+        out2.contains("pkg/util.py\n  1:5: def helper(x):"),
+        "{out2}"
+    );
+
+    // References: real uses only, grouped by file; not the comment or the string.
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "pkg/util.py", "symbol": "helper"}),
+    )
+    .await;
+    assert!(out.contains("in 3 files"), "{out}");
+    assert!(
+        out.contains("main.py\n  1:22: from pkg.util import helper\n  6:12:"),
+        "{out}"
+    );
+    assert!(out.contains("other.py\n  1:22:"), "{out}");
+    assert!(!out.contains("# helper in a comment"), "{out}");
+    assert!(!out.contains("HELPER = "), "{out}");
+
+    // The cap counts the rest.
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "pkg/util.py", "symbol": "helper", "max_results": 2}),
+    )
+    .await;
+    assert!(out.contains("more location"), "{out}");
+
+    let out = ok(
+        &exec,
+        "lsp__hover",
+        json!({"path": "pkg/util.py", "symbol": "helper"}),
+    )
+    .await;
+    assert!(out.contains("helper(x)"), "{out}");
+    assert!(out.contains("Adds one to x."), "{out}");
+
+    // The outline, nested.
+    let out = ok(&exec, "lsp__symbols", json!({"path": "pkg/util.py"})).await;
+    assert!(out.contains("function helper  lines 1-"), "{out}");
+    assert!(out.contains("\nclass Parser  lines 6-"), "{out}");
+    assert!(out.contains("\n  method parse  lines 7-"), "{out}");
+
+    // An ambiguous name lists the candidates; a name path or a line picks one.
+    let err = fails(
+        &exec,
+        "lsp__definition",
+        json!({"path": "pkg/util.py", "symbol": "parse"}),
+        "ambiguous",
+    )
+    .await;
+    assert!(
+        err.contains("Parser/parse") && err.contains("Lexer/parse"),
+        "{err}"
+    );
+    let out = ok(
+        &exec,
+        "lsp__hover",
+        json!({"path": "pkg/util.py", "symbol": "Lexer/parse"}),
+    )
+    .await;
+    assert!(out.contains("pkg/util.py:12"), "{out}");
+    let out = ok(
+        &exec,
+        "lsp__hover",
+        json!({"path": "pkg/util.py", "symbol": "parse", "line": 8}),
+    )
+    .await;
+    assert!(out.contains("pkg/util.py:7"), "{out}");
+    assert_eq!(read(root, "main.py").lines().count(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_diagnostics_after_an_edit() {
+    let (dir, exec) = py_exec();
+    let out = ok(
+        &exec,
+        "lsp__diagnostics",
+        json!({"path": "main.py", "severity": "error"}),
+    )
+    .await;
+    assert!(out.contains("main.py: no errors or warnings"), "{out}");
+    // The edit introduces an undefined name; the next call sees the new text.
+    write(
+        dir.path(),
+        "main.py",
+        "from pkg.util import helper\n\n\ndef run():\n    return helpr(2)\n",
+    );
+    let out = ok(
+        &exec,
+        "lsp__diagnostics",
+        json!({"path": "main.py", "severity": "error"}),
+    )
+    .await;
+    assert!(
+        out.contains("main.py:5:12: error: undefined name 'helpr'"),
+        "{out}"
+    );
+    // Every open file.
+    let out = ok(&exec, "lsp__diagnostics", json!({})).await;
+    assert!(out.contains("undefined name 'helpr'"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_rename_across_three_files() {
+    let (dir, exec) = py_exec();
+    let root = dir.path();
+    let before_other = read(root, "other.py");
+    // The approval preview shows the diff, and changes nothing.
+    let provider = toolbox_host::registered_providers()
+        .into_iter()
+        .find(|p| p.name == "lsp")
+        .map(|p| (p.build)())
+        .unwrap();
+    let ctx = toolbox_host::ToolContext {
+        config: std::sync::Arc::new(
+            json!({"lsp": lsp_table(json!({"pylsp": {"command": [pylsp()], "extensions": ["py"]}}))}),
+        ),
+        ..toolbox_host::ToolContext::new(
+            toolbox_host::Workspace::new(root).unwrap(),
+            "s1",
+            "c1",
+            "lsp__rename",
+        )
+    };
+    let args = json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"});
+    let preview = tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
+        .await
+        .unwrap()
+        .expect("a preview")
+        .to_text(false);
+    assert!(preview.contains("in 3 files"), "{preview}");
+    assert!(
+        preview.contains("-VALUE = helper(3)") && preview.contains("+VALUE = add_one(3)"),
+        "{preview}"
+    );
+    assert_eq!(read(root, "other.py"), before_other);
+
+    let out = ok(
+        &exec,
+        "lsp__rename",
+        json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"}),
+    )
+    .await;
+    assert!(out.contains("3 files"), "{out}");
+    assert!(out.contains("main.py: 2 lines"), "{out}");
+    assert!(out.contains("pkg/util.py: 2 lines"), "{out}");
+    assert!(read(root, "pkg/util.py").starts_with("def add_one(x):"));
+    assert!(read(root, "pkg/util.py").contains("return add_one(len(text))"));
+    assert_eq!(
+        read(root, "other.py"),
+        "from pkg.util import add_one\n\nHELPER = \"helper\"\nVALUE = add_one(3)\n"
+    );
+    assert!(read(root, "main.py").contains("# helper in a comment"));
+    // The server saw the new text: the new name resolves.
+    let out = ok(
+        &exec,
+        "lsp__definition",
+        json!({"path": "other.py", "symbol": "add_one", "line": 4}),
+    )
+    .await;
+    assert!(out.contains("pkg/util.py\n  1:5: def add_one(x):"), "{out}");
+}
+
+fn write_c_project(root: &Path) {
+    write(root, "util.h", "#pragma once\nint add(int a, int b);\n");
+    write(
+        root,
+        "util.c",
+        "#include \"util.h\"\n\nint add(int a, int b) { return a + b; }\n",
+    );
+    write(
+        root,
+        "main.c",
+        "#include \"util.h\"\n\nint main(void) {\n    return add(1, 2);\n}\n",
+    );
+    let dir = root.display().to_string();
+    let db: Vec<Value> = ["util.c", "main.c"]
+        .iter()
+        .map(|f| json!({"directory": dir, "file": format!("{dir}/{f}"), "arguments": ["cc", "-c", f]}))
+        .collect();
+    write(
+        root,
+        "compile_commands.json",
+        &serde_json::to_string(&db).unwrap(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn c_with_clangd() {
+    let table = lsp_table(json!({"clangd": {"command": [clangd()], "extensions": ["c", "h"]}}));
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    let root = dir.path();
+    write_c_project(root);
+
+    let out = ok(
+        &exec,
+        "lsp__definition",
+        json!({"path": "main.c", "symbol": "add", "line": 4}),
+    )
+    .await;
+    assert!(
+        out.contains("util.c\n  3:5: int add(int a, int b)") || out.contains("util.h\n  2:5:"),
+        "{out}"
+    );
+
+    let out = ok(&exec, "lsp__symbols", json!({"path": "util.c"})).await;
+    assert!(out.contains("function add  lines 3-3"), "{out}");
+
+    let out = ok(
+        &exec,
+        "lsp__hover",
+        json!({"path": "util.c", "symbol": "add"}),
+    )
+    .await;
+    assert!(out.contains("int add(int a, int b)"), "{out}");
+
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "util.c", "symbol": "add"}),
+    )
+    .await;
+    assert!(out.contains("main.c\n  4:12:"), "{out}");
+    assert!(out.contains("util.h\n  2:5:"), "{out}");
+
+    // An edit with a type error: the diagnostics say so.
+    write(
+        root,
+        "main.c",
+        "#include \"util.h\"\n\nint main(void) {\n    return add(1);\n}\n",
+    );
+    let out = ok(&exec, "lsp__diagnostics", json!({"path": "main.c"})).await;
+    assert!(
+        out.contains("main.c:4:") && out.contains("error: Too few arguments"),
+        "{out}"
+    );
+    write(
+        root,
+        "main.c",
+        "#include \"util.h\"\n\nint main(void) {\n    return add(1, 2);\n}\n",
+    );
+
+    let out = ok(
+        &exec,
+        "lsp__rename",
+        json!({"path": "util.h", "symbol": "add", "new_name": "sum"}),
+    )
+    .await;
+    assert!(out.contains("3 files"), "{out}");
+    assert!(read(root, "main.c").contains("return sum(1, 2);"));
+    assert!(read(root, "util.c").contains("int sum(int a, int b)"));
+    assert!(read(root, "util.h").contains("int sum(int a, int b);"));
+}
+
+#[tokio::test]
+async fn bad_cases_are_clear_errors() {
+    let table = lsp_table(json!({
+        "pylsp": {"command": [pylsp()], "extensions": ["py"]},
+        "gone": {"command": ["/nonexistent/zig-language-server"], "extensions": ["zig"]},
+    }));
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    let root = dir.path();
+    write(root, "a.rb", "puts 1\n");
+    write(root, "a.zig", "const x = 1;\n");
+    std::fs::write(root.join("blob.py"), b"\x00\x01\x02binary").unwrap();
+    write(root, "ok.py", "x = 1\n");
+
+    let err = fails(
+        &exec,
+        "lsp__symbols",
+        json!({"path": "a.rb"}),
+        "no language server is configured for `.rb` files (a.rb)",
+    )
+    .await;
+    assert!(
+        err.contains("[lsp.servers.NAME]") && err.contains("extensions = [\"rb\"]"),
+        "{err}"
+    );
+    let err = fails(
+        &exec,
+        "lsp__symbols",
+        json!({"path": "a.zig"}),
+        "its program `/nonexistent/zig-language-server` is not installed",
+    )
+    .await;
+    assert!(err.contains("`gone`"), "{err}");
+    fails(
+        &exec,
+        "lsp__symbols",
+        json!({"path": "../x.py"}),
+        "outside the workspace",
+    )
+    .await;
+    fails(
+        &exec,
+        "lsp__symbols",
+        json!({"path": "blob.py"}),
+        "blob.py is a binary file",
+    )
+    .await;
+    fails(
+        &exec,
+        "lsp__hover",
+        json!({"path": "ok.py"}),
+        "requires symbol",
+    )
+    .await;
+    fails(
+        &exec,
+        "lsp__hover",
+        json!({"path": "ok.py", "line": 9, "column": 1}),
+        "line 9 is past the end of ok.py (1 lines)",
+    )
+    .await;
+    fails(
+        &exec,
+        "lsp__hover",
+        json!({"path": "ok.py", "symbol": "nothere"}),
+        "`nothere` is not a symbol of ok.py",
+    )
+    .await;
+    fails(
+        &exec,
+        "lsp__rename",
+        json!({"path": "ok.py", "symbol": "x", "new_name": "a b"}),
+        "new_name must be one identifier",
+    )
+    .await;
+}
+
+fn python3() -> PathBuf {
+    PathBuf::from(toolbox_tests_which("python3").expect("python3 on PATH"))
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_initialize() {
+    let table = json!({"builtin_servers": false, "init_timeout_s": 1,
+        "servers": {"mute": {"command": [python3(), fake(), "silent"], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "x = 1\n");
+    fails(
+        &exec,
+        "lsp__symbols",
+        json!({"path": "a.py"}),
+        "the language server `mute` did not answer `initialize` within 1 s ([lsp] init_timeout_s)",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_server_that_crashes_mid_request() {
+    let table = json!({"builtin_servers": false,
+        "servers": {"crashy": {"command": [python3(), fake(), "crash"], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "x = 1\n");
+    let err = fails(
+        &exec,
+        "lsp__definition",
+        json!({"path": "a.py", "line": 1, "column": 1}),
+        "the language server `crashy` crashed during the call, and again after a restart: it exited with status 3",
+    )
+    .await;
+    assert!(err.contains("fake server: giving up on"), "{err}");
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_call_is_restarted_once() {
+    let marker = tempfile::tempdir().unwrap();
+    let marker = marker.path().join("killed-once");
+    let table = json!({"builtin_servers": false,
+        "servers": {"flaky": {"command": [python3(), fake(), "killed", marker], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "def hello():\n    pass\n");
+    let out = ok(
+        &exec,
+        "lsp__definition",
+        json!({"path": "a.py", "line": 1, "column": 5}),
+    )
+    .await;
+    assert!(out.contains("a.py\n  1:5: def hello():"), "{out}");
+    assert!(
+        out.contains("note: the language server `flaky` crashed during this call (it was killed by signal 9) and was restarted"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_pylsp_is_started_again_on_the_next_call() {
+    let (dir, exec) = py_exec();
+    ok(&exec, "lsp__symbols", json!({"path": "main.py"})).await;
+    // Kill every pylsp serving this workspace (found by its working directory).
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cwd = std::fs::read_link(entry.path().join("cwd")).ok();
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if cwd.as_deref() == Some(root.as_path())
+            && String::from_utf8_lossy(&cmdline).contains("pylsp")
+        {
+            std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .unwrap();
+            killed += 1;
+        }
+    }
+    assert_eq!(killed, 1);
+    let out = ok(&exec, "lsp__symbols", json!({"path": "main.py"})).await;
+    assert!(out.contains("function run"), "{out}");
+    // Found dead before the call, or by the call itself (the kill may not have been seen yet).
+    assert!(
+        out.contains("note: the language server `pylsp` had stopped (it was killed by signal 9")
+            || out.contains("note: the language server `pylsp` crashed during this call (it was killed by signal 9"),
+        "{out}"
+    );
+}
