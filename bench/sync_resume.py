@@ -31,7 +31,7 @@ def free_port():
 def start(ws, store, epoch):
     port = free_port()
     proc = subprocess.Popen(
-        [BIN, "--workspace", ws, "serve", "--listen", f"127.0.0.1:{port}", "--mode", "full",
+        [BIN, "serve", "--workspace", ws, "--listen", f"127.0.0.1:{port}", "--mode", "full",
          "--session", "bench", "--epoch", str(epoch), "--state-store", f"file://{store}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return proc, port

@@ -591,6 +591,19 @@ async fn run_tool(
     body: Bytes,
 ) -> AppResult<Json<Value>> {
     let sid = session(&state, &sid)?;
+    if let Some(host) = &state.options.host {
+        if host.stopping().is_cancelled() {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                match host.superseded() {
+                    Some(newer) => format!(
+                        "this host no longer serves session {sid}: epoch {newer} took it over"
+                    ),
+                    None => format!("session {sid} is being parked on this host"),
+                },
+            ));
+        }
+    }
     let arguments: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {

@@ -225,3 +225,31 @@ async fn the_memory_store_is_copied_with_what_its_wal_holds() {
     assert_eq!(v, "remember me");
     drop(conn);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
+    for round in 0..30 {
+        let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write(ws.path(), "a.txt", "one");
+        let mut old = claim(store_dir.path(), 1).await.unwrap();
+        old.sync(ws.path(), None).await.unwrap();
+        write(ws.path(), "a.txt", &format!("racing {round}"));
+        let store_path = store_dir.path().to_path_buf();
+        let racing = tokio::spawn(async move {
+            let result = old.sync(ws.path(), None).await;
+            (result, old.head().clone())
+        });
+        let new = claim(&store_path, 2).await.unwrap();
+        let fence = new.head().index;
+        let (result, old_head) = racing.await.unwrap();
+        match result {
+            // It moved HEAD before the fence: the new host restores what it wrote.
+            Ok(report) if report.moved_head => assert!(old_head.index < fence, "round {round}"),
+            Ok(report) => panic!("round {round}: {report:?}"),
+            Err(SyncError::Superseded { newer: 2, .. }) => {}
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        let latest = new.latest_head().await.unwrap().unwrap();
+        assert_eq!((latest.index, latest.epoch), (fence, 2), "round {round}");
+    }
+}
