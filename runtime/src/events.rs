@@ -29,6 +29,12 @@ pub enum StopReason {
     Cancelled,
     /// The model request failed (see the `error` event before it).
     Error,
+    /// A newer host took the session over (a newer epoch claimed it): this host stopped the
+    /// turn and exits. See docs/scale-out.md.
+    Superseded,
+    /// The host running the turn was lost (killed, its machine gone); the host that resumed
+    /// the session ends it so. Nothing of it is re-run.
+    Interrupted,
 }
 
 impl StopReason {
@@ -39,6 +45,8 @@ impl StopReason {
             StopReason::MaxSteps => "max_steps",
             StopReason::Cancelled => "cancelled",
             StopReason::Error => "error",
+            StopReason::Superseded => "superseded",
+            StopReason::Interrupted => "interrupted",
         }
     }
 }
@@ -232,6 +240,17 @@ pub enum RuntimeEvent {
         /// For people, when the stop needs explaining (`max_steps`, a cancellation).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         notice: Option<String>,
+    },
+    /// The session was resumed by this host from the state store (host mode): what came
+    /// back, and what could not. See docs/scale-out.md.
+    SessionResumed {
+        /// The epoch of the host that resumed it.
+        epoch: u64,
+        /// The bytes of the files restored.
+        restored_bytes: u64,
+        /// What lived only in the lost host's processes: `python`, `background_jobs`,
+        /// `pending_approvals`.
+        lost: Vec<String>,
     },
     /// Something went wrong outside a tool (the model request, the conversation file).
     Error {

@@ -214,6 +214,9 @@ pub(crate) struct Inner {
     /// answer from a wrong one.
     pub(crate) asked: Mutex<AskedCalls>,
     pub(crate) next_turn: std::sync::atomic::AtomicU64,
+    /// Set (to the newer epoch) when a newer host took the sessions over: turns cancelled
+    /// from then on end as `superseded`.
+    pub(crate) superseded: std::sync::atomic::AtomicU64,
 }
 
 /// Runs turns. Cheap to clone; one runtime serves every session of a process.
@@ -245,6 +248,7 @@ impl Runtime {
                 running: Mutex::new(HashMap::new()),
                 asked: Mutex::new(AskedCalls::default()),
                 next_turn: std::sync::atomic::AtomicU64::new(1),
+                superseded: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -302,6 +306,27 @@ impl Runtime {
             state.cancel.cancel();
         }
         running.len()
+    }
+
+    /// A newer host (of epoch `newer`) took the sessions over (host mode): cancels every
+    /// running turn, which ends as `superseded` rather than `cancelled`. Returns how many.
+    pub fn supersede(&self, newer: u64) -> usize {
+        self.inner
+            .superseded
+            .store(newer.max(1), std::sync::atomic::Ordering::SeqCst);
+        self.cancel_all()
+    }
+
+    /// The newer epoch that took the sessions over, once [`supersede`](Self::supersede) ran.
+    pub fn superseded_by(&self) -> Option<u64> {
+        match self
+            .inner
+            .superseded
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            0 => None,
+            epoch => Some(epoch),
+        }
     }
 
     /// Waits until no turn runs, at most `limit`. True when idle.

@@ -97,6 +97,16 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
     };
     let usage = *lock(&turn.usage);
     let steps = turn.steps.load(Ordering::Relaxed);
+    let end = match rt.superseded_by() {
+        Some(epoch) if end.stop == StopReason::Cancelled => AgentEnd {
+            stop: StopReason::Superseded,
+            notice: Some(format!(
+                "a newer host (epoch {epoch}) took this session over; this host stopped the turn"
+            )),
+            ..end
+        },
+        _ => end,
+    };
     rt.finish(
         &session,
         RuntimeEvent::TurnFinished {

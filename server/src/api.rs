@@ -40,6 +40,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/sessions/events", get(sessions_feed))
         .route("/sessions/{sid}/turns", post(start_turn))
         .route("/sessions/{sid}/cancel", post(cancel))
+        .route("/sessions/{sid}/park", post(park))
         .route("/sessions/{sid}/events", get(events))
         .route("/sessions/{sid}/messages", get(messages))
         .route("/sessions/{sid}/trajectory", get(trajectory))
@@ -128,8 +129,18 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> AppResult<T> {
     })
 }
 
-fn session(raw: &str) -> AppResult<SessionId> {
-    SessionId::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))
+/// The session of a request: a valid id, and in host mode the host's own (any other is 404).
+fn session(state: &AppState, raw: &str) -> AppResult<SessionId> {
+    let sid = SessionId::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(host) = &state.options.host {
+        if sid != *host.session() {
+            return Err(ApiError::not_found(format!(
+                "no session {sid} here: this host serves session {} only",
+                host.session()
+            )));
+        }
+    }
+    Ok(sid)
 }
 
 fn turn_error(e: TurnError) -> ApiError {
@@ -160,6 +171,11 @@ async fn health(State(state): Shared) -> Json<Value> {
         "providers": providers,
         "mode": executor.permissions().mode,
         "workspace": executor.workspace().root(),
+        "host": state.options.host.as_ref().map(|h| json!({
+            "session": h.session().as_str(),
+            "epoch": h.epoch(),
+            "last_sync": h.last_sync(),
+        })),
     }))
 }
 
@@ -447,7 +463,7 @@ async fn start_turn(
     Path(sid): Path<String>,
     JsonBody(request): JsonBody<TurnRequest>,
 ) -> AppResult<impl IntoResponse> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
     if state.shutdown.is_cancelled() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -465,9 +481,25 @@ async fn start_turn(
 }
 
 async fn cancel(State(state): Shared, Path(sid): Path<String>) -> AppResult<Json<Value>> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
     Ok(Json(
         json!({"cancelled": state.runtime.cancel(sid.as_str())}),
+    ))
+}
+
+/// `POST /api/sessions/{sid}/park` (host mode): stop serving, cancel the running turn, sync
+/// one last time and exit 0. The session then resumes on any host, like a lost one.
+async fn park(State(state): Shared, Path(sid): Path<String>) -> AppResult<impl IntoResponse> {
+    let sid = session(&state, &sid)?;
+    let Some(host) = &state.options.host else {
+        return Err(ApiError::not_found(
+            "park is for host mode: toolbox serve --session SID --epoch N --state-store URL",
+        ));
+    };
+    host.park();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"parking": true, "session_id": sid.as_str(), "epoch": host.epoch()})),
     ))
 }
 
@@ -489,7 +521,7 @@ async fn approval(
     Path((sid, call_id)): Path<(String, String)>,
     JsonBody(body): JsonBody<ApprovalBody>,
 ) -> AppResult<Json<Value>> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
     if body
         .feedback
         .as_ref()
@@ -522,7 +554,7 @@ async fn approval(
 }
 
 async fn messages(State(state): Shared, Path(sid): Path<String>) -> AppResult<Json<Value>> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
     let loaded = conversation::load(state.runtime.executor().workspace(), &sid)
         .map_err(|e| ApiError::internal(format!("{e:#}")))?;
     Ok(Json(
@@ -544,7 +576,7 @@ async fn trajectory(
     Path(sid): Path<String>,
     Query(page): Query<Page>,
 ) -> AppResult<Json<Value>> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
     let limit = page.limit.unwrap_or(100);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::bad_request(format!(
@@ -581,7 +613,20 @@ async fn run_tool(
     Query(query): Query<RunToolQuery>,
     body: Bytes,
 ) -> AppResult<Json<Value>> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
+    if let Some(host) = &state.options.host {
+        if host.stopping().is_cancelled() {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                match host.superseded() {
+                    Some(newer) => format!(
+                        "this host no longer serves session {sid}: epoch {newer} took it over"
+                    ),
+                    None => format!("session {sid} is being parked on this host"),
+                },
+            ));
+        }
+    }
     let arguments: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -636,6 +681,9 @@ async fn run_tool(
         )
         .await
         .map_err(turn_error)?;
+    if let Some(host) = &state.options.host {
+        host.wake();
+    }
     let mut out = json!({
         "status": info.status.as_str(),
         "result": info.result,
@@ -675,22 +723,33 @@ async fn events(
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> AppResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    let sid = session(&sid)?;
+    let sid = session(&state, &sid)?;
+    let epoch = state.options.host.as_ref().map(|h| h.epoch());
     let after = match headers.get("last-event-id") {
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request("Last-Event-ID must be the number of an event")
-                })?,
-        ),
+        Some(value) => {
+            let (from_epoch, seq) =
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(parse_event_id)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "Last-Event-ID must be the id of an event: a number, or epoch:number",
+                        )
+                    })?;
+            match (from_epoch, epoch) {
+                // An id from another host of the session (an older epoch): this host's whole
+                // history, which starts with its `session_resumed`.
+                (Some(from), Some(mine)) if from != mine => None,
+                _ => Some(seq),
+            }
+        }
         None => query.after,
     };
     let subscription = state.runtime.events().subscribe(&sid, after);
     let stream = EventStream {
         state: state.clone(),
+        epoch,
         session: sid,
         pending: subscription.missed.into(),
         live: subscription.live,
@@ -704,8 +763,19 @@ async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
+/// An SSE event id: `seq`, or `epoch:seq` (host mode).
+fn parse_event_id(text: &str) -> Option<(Option<u64>, u64)> {
+    let text = text.trim();
+    match text.split_once(':') {
+        Some((epoch, seq)) => Some((Some(epoch.parse().ok()?), seq.parse().ok()?)),
+        None => Some((None, text.parse().ok()?)),
+    }
+}
+
 struct EventStream {
     state: Arc<AppState>,
+    /// Host mode: the host's epoch, the first half of every event's `id:` (`epoch:seq`).
+    epoch: Option<u64>,
     session: SessionId,
     pending: std::collections::VecDeque<Arc<SessionEvent>>,
     live: tokio::sync::broadcast::Receiver<Arc<SessionEvent>>,
@@ -724,7 +794,11 @@ impl EventStream {
                 }
                 self.last = event.seq;
                 let data = serde_json::to_string(&*event).unwrap_or_else(|_| "{}".into());
-                return Some(Event::default().id(event.seq.to_string()).data(data));
+                let id = match self.epoch {
+                    Some(epoch) => format!("{epoch}:{}", event.seq),
+                    None => event.seq.to_string(),
+                };
+                return Some(Event::default().id(id).data(data));
             }
             let received = match self.drain_until {
                 None => tokio::select! {

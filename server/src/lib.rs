@@ -8,6 +8,8 @@
 //! - [`security`]: loopback by default, a bearer token everywhere else, the `Host` check
 //!   against DNS rebinding, the `Origin` check, CORS only when configured.
 //! - [`console`]: the web console at `/`, embedded in the binary.
+//! - [`host`]: host mode (`--session`, `--epoch`, `--state-store`): one session, its state
+//!   synced to a state store, parked or superseded.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -16,6 +18,7 @@ pub mod api;
 pub mod console;
 mod error;
 pub mod front_door;
+pub mod host;
 pub mod security;
 
 use std::net::SocketAddr;
@@ -28,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 use toolbox_runtime::Runtime;
 
 pub use error::ApiError;
+/// The state store host mode syncs to (toolbox-sync).
+pub use toolbox_sync as sync;
 
 /// The largest request body the API takes (a tool's arguments, a turn's message).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -50,6 +55,9 @@ pub struct ServeOptions {
     /// Over `/mcp` in mode `auto`, what happens when the client cannot be asked (it did not
     /// declare the elicitation capability).
     pub mcp_fallback: toolbox_mcp::Fallback,
+    /// Host mode: the one session served, synced to its state store. Other sessions get 404,
+    /// and serving stops when the host is parked or superseded.
+    pub host: Option<Arc<host::Host>>,
 }
 
 impl Default for ServeOptions {
@@ -61,6 +69,7 @@ impl Default for ServeOptions {
             shutdown_grace: Duration::from_secs(10),
             mcp_session: None,
             mcp_fallback: toolbox_mcp::Fallback::Deny,
+            host: None,
         }
     }
 }
@@ -152,6 +161,17 @@ pub async fn serve(
         }
     );
     let grace = options.shutdown_grace;
+    // In host mode, a park or a newer epoch stops serving as a signal does.
+    let host_stop = options.host.as_ref().map(|h| h.stopping());
+    let stop = async move {
+        match host_stop {
+            Some(parked) => tokio::select! {
+                _ = stop => {}
+                _ = parked.cancelled() => {}
+            },
+            None => stop.await,
+        }
+    };
     let on_stop = {
         let shutdown = shutdown.clone();
         let runtime = runtime.clone();

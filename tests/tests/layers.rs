@@ -4,7 +4,9 @@
 //! - host depends on core only;
 //! - a provider depends on core and host only (never on another provider or the executor);
 //! - the executor on core and host; the runtime and the MCP layer on core, host and the
-//!   executor, never a provider.
+//!   executor, never a provider;
+//! - the state store (sync) on core and host only: it reads the workspace through host's
+//!   descriptors, and knows nothing of turns or tools.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -89,6 +91,16 @@ fn crates_depend_only_on_the_layers_below_them() {
         "toolbox-host",
         "toolbox-executor"
     ])));
+    assert_eq!(
+        ours(&packages["toolbox-sync"].0),
+        set(&["toolbox-core", "toolbox-host"]),
+        "sync depends on core and host only"
+    );
+    assert!(
+        !ours(&packages["toolbox-runtime"].0).contains("toolbox-sync")
+            && !ours(&packages["toolbox-executor"].0).contains("toolbox-sync"),
+        "only the server (host mode) uses the state store"
+    );
     let providers: Vec<&String> = packages
         .iter()
         .filter(|(_, (_, provider))| *provider)

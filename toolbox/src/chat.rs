@@ -133,7 +133,13 @@ pub(crate) async fn chat(
     Ok(match finished {
         Some(StopReason::EndTurn) => ExitCode::SUCCESS,
         Some(StopReason::Cancelled) => ExitCode::from(130),
-        Some(StopReason::MaxSteps | StopReason::Error) | None => ExitCode::from(1),
+        Some(
+            StopReason::MaxSteps
+            | StopReason::Error
+            | StopReason::Superseded
+            | StopReason::Interrupted,
+        )
+        | None => ExitCode::from(1),
     })
 }
 
@@ -340,7 +346,7 @@ impl View {
                 }
                 return Shown::Finished(*stop_reason);
             }
-            RuntimeEvent::TurnStarted { .. } => {}
+            RuntimeEvent::TurnStarted { .. } | RuntimeEvent::SessionResumed { .. } => {}
             RuntimeEvent::ReviewAnswered { .. } => {}
         }
         Shown::Nothing

@@ -105,8 +105,21 @@ struct ServeArgs {
     approve: Fallback,
     /// Run every /mcp call in this one toolbox session, shared by all MCP clients on purpose
     /// [default: a toolbox session of its own per MCP session].
-    #[arg(long, value_parser = parse_session)]
+    #[arg(long, value_parser = parse_session, conflicts_with = "session")]
     mcp_session: Option<SessionId>,
+    /// Host mode: serve this one session only (others get 404; /mcp runs in it), its state
+    /// kept in --state-store so it can resume on another machine (docs/scale-out.md).
+    #[arg(long, value_parser = parse_session, requires_all = ["epoch", "state_store"])]
+    session: Option<SessionId>,
+    /// Host mode: this host's epoch, higher than any host of the session before it.
+    #[arg(long, requires = "session")]
+    epoch: Option<u64>,
+    /// Host mode: the state store, file:///folder or s3://bucket/prefix (AWS_* environment).
+    #[arg(long, requires = "session")]
+    state_store: Option<String>,
+    /// Host mode: how often to sync whatever happens, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "session")]
+    sync_every: std::time::Duration,
 }
 
 /// What `toolbox mcp` and `toolbox serve`'s /mcp do with a risky call in auto mode when the
@@ -673,16 +686,49 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         .or(from_file)
         .or_else(|| toolbox::host::secrets::var("TOOLBOX_SERVE_TOKEN"))
         .filter(|t| !t.is_empty());
-    let options = toolbox::server::ServeOptions {
+    let mut options = toolbox::server::ServeOptions {
         listen: args.listen,
         token,
         cors_origins: args.cors_origins,
         mcp_fallback: mcp_fallback(args.approve, "toolbox serve")?,
-        mcp_session: args.mcp_session,
+        mcp_session: args.mcp_session.or(args.session.clone()),
         ..Default::default()
     };
     toolbox::server::check_options(&options).map_err(usage)?;
     let config = load_config(&args.common)?;
+    // Host mode: claim the epoch and restore the session before anything opens the
+    // workspace. A taken epoch or a damaged store serves nothing.
+    let hosted = match (args.session, args.epoch, args.state_store) {
+        (Some(session), Some(epoch), Some(store_url)) => {
+            let host_options = toolbox::server::host::HostOptions {
+                session,
+                epoch,
+                store_url,
+                sync_every: args.sync_every.max(std::time::Duration::from_millis(100)),
+            };
+            let rules =
+                toolbox::server::sync::StoreRules::from_table(config.providers.get("store"))
+                    .map_err(usage)?;
+            let (host, restored) =
+                toolbox::server::host::Host::start(&host_options, &config.workspace, rules)
+                    .await
+                    .map_err(|e| UsageError(format!("serve: {e}")))?;
+            if restored.from_epoch > 0 {
+                eprintln!(
+                    "toolbox serve: session {} resumed at epoch {epoch}: {} files, {} bytes \
+                     restored in {} ms (from epoch {})",
+                    host.session(),
+                    restored.files,
+                    restored.bytes,
+                    restored.elapsed_ms,
+                    restored.from_epoch
+                );
+            }
+            options.host = Some(host.clone());
+            Some((host, restored))
+        }
+        _ => None,
+    };
     let llm = chat::llm_client(&config);
     if let Err(why) = &llm {
         eprintln!("toolbox serve: no model, so turns are refused until one is configured: {why}");
@@ -693,15 +739,49 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
     // --vocabulary wins over [runtime] vocabulary (load_config settled it).
     runtime_options.vocabulary = executor.config().vocabulary;
     let runtime = toolbox::runtime::Runtime::new(executor, llm, runtime_options);
+    let syncing = hosted.as_ref().map(|(host, restored)| {
+        host.announce(&runtime, restored);
+        host.spawn(runtime.clone())
+    });
     // Installed now, before binding: a SIGTERM right after "listening" still stops cleanly.
     let signal = toolbox::stop_signal();
     let stop = async move {
         let signal = signal.await;
         eprintln!("toolbox serve: {signal}: stopping");
     };
-    toolbox::server::serve(runtime, options, stop)
+    toolbox::server::serve(runtime.clone(), options, stop)
         .await
         .map_err(|e| UsageError(format!("serve: {e:#}")))?;
+    if let Some((host, _)) = hosted {
+        host.park();
+        if let Some(syncing) = syncing {
+            let _ = syncing.await;
+        }
+        if let Some(newer) = host.superseded() {
+            eprintln!("toolbox serve: superseded by epoch {newer}: exiting");
+            return Ok(ExitCode::from(3));
+        }
+        match host.finish(&runtime).await {
+            Ok(report) => {
+                if let Some(r) = report {
+                    eprintln!(
+                        "toolbox serve: session {} synced: {} files, {} bytes uploaded",
+                        host.session(),
+                        r.files,
+                        r.uploaded_bytes
+                    );
+                }
+            }
+            Err(e) => {
+                if let Some(newer) = host.superseded() {
+                    eprintln!("toolbox serve: superseded by epoch {newer}: exiting");
+                    return Ok(ExitCode::from(3));
+                }
+                eprintln!("toolbox serve: the last sync failed: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -563,7 +563,8 @@ impl Sse {
                             }
                             data.clear();
                         } else if let Some(v) = line.strip_prefix("id:") {
-                            id = v.trim().parse().ok();
+                            // `seq`, or `epoch:seq` from a host (toolbox serve --session).
+                            id = v.trim().rsplit(':').next().and_then(|s| s.parse().ok());
                         } else if let Some(v) = line.strip_prefix("data:") {
                             if !data.is_empty() {
                                 data.push('\n');

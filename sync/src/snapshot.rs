@@ -1,0 +1,329 @@
+//! What a sync reads from the workspace: the walk (through descriptors, links never
+//! followed), the rules of what is stored, and `memory.sqlite` through SQLite's backup API.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use serde_json::Value;
+use toolbox_core::ConfigTable;
+use toolbox_host::{Dir, EntryKind};
+
+/// What is never stored unless `[store] include` names it: folders that are rebuilt, not
+/// kept (a venv, node modules, build output) and git's object database.
+pub const DEFAULT_EXCLUDES: [&str; 4] = [".venv", "node_modules", "target", ".git/objects"];
+
+/// The memory store, copied through SQLite's backup API rather than as a file.
+pub(crate) const MEMORY_DB: &str = ".toolbox/memory.sqlite";
+
+/// SQLite's side files of the memory store: never stored (the backup holds their content).
+const MEMORY_SIDE_FILES: [&str; 3] = [
+    ".toolbox/memory.sqlite-wal",
+    ".toolbox/memory.sqlite-shm",
+    ".toolbox/memory.sqlite-journal",
+];
+
+/// Which files a sync stores: the `[store]` table (`include`, `exclude`, `max_file_mb`).
+#[derive(Debug, Clone)]
+pub struct StoreRules {
+    excludes: GlobSet,
+    includes: GlobSet,
+    has_includes: bool,
+    /// Files larger than this are not stored (and are listed as skipped).
+    pub max_file_bytes: u64,
+}
+
+impl Default for StoreRules {
+    fn default() -> Self {
+        StoreRules::from_table(None).expect("the defaults parse")
+    }
+}
+
+fn globs(table: &str, key: &str, patterns: &[String]) -> Result<GlobSet> {
+    let mut set = GlobSetBuilder::new();
+    for pattern in patterns {
+        let trimmed = pattern.trim_matches('/');
+        if trimmed.is_empty() {
+            anyhow::bail!("[{table}] {key}: an empty pattern");
+        }
+        // A pattern without '/' names a file or folder at any depth, as in .gitignore.
+        let full = if trimmed.contains('/') {
+            trimmed.to_string()
+        } else {
+            format!("**/{trimmed}")
+        };
+        let glob = GlobBuilder::new(&full)
+            .literal_separator(true)
+            .build()
+            .with_context(|| format!("[{table}] {key}: {pattern:?} is not a valid pattern"))?;
+        set.add(glob);
+    }
+    set.build()
+        .with_context(|| format!("[{table}] {key}: the patterns do not build"))
+}
+
+impl StoreRules {
+    /// Reads the `[store]` table: `exclude` (patterns added to [`DEFAULT_EXCLUDES`]),
+    /// `include` (patterns stored even when excluded), `max_file_mb` (default 1024).
+    pub fn from_table(table: Option<&Value>) -> Result<Self> {
+        let t = ConfigTable::new("store", table, &["include", "exclude", "max_file_mb"])?;
+        let mut exclude: Vec<String> = DEFAULT_EXCLUDES.iter().map(|s| s.to_string()).collect();
+        exclude.extend(t.string_list("exclude")?.unwrap_or_default());
+        let include = t.string_list("include")?.unwrap_or_default();
+        let max_mb = t.u64_in("max_file_mb", 1, 64 * 1024)?.unwrap_or(1024);
+        Ok(StoreRules {
+            excludes: globs("store", "exclude", &exclude)?,
+            has_includes: !include.is_empty(),
+            includes: globs("store", "include", &include)?,
+            max_file_bytes: max_mb * 1024 * 1024,
+        })
+    }
+
+    fn excluded(&self, rel: &str) -> bool {
+        self.excludes.is_match(rel)
+    }
+
+    fn included(&self, rel: &str) -> bool {
+        self.has_includes && self.includes.is_match(rel)
+    }
+}
+
+/// What decides whether a file changed since it was last read: no change in these, no read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct StatKey {
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    ino: u64,
+    /// For the memory store: the same of its `-wal` file (zero when there is none).
+    wal: (u64, i64, i64),
+}
+
+fn stat_key(st: &rustix::fs::Stat) -> StatKey {
+    StatKey {
+        size: st.st_size as u64,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+        ino: st.st_ino,
+        wal: (0, 0, 0),
+    }
+}
+
+/// A file the walk found.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    /// Relative, `/`-separated.
+    pub rel: String,
+    pub key: StatKey,
+    pub size: u64,
+    pub executable: bool,
+    /// The memory store: read through SQLite's backup API.
+    pub sqlite: bool,
+}
+
+/// What the walk found, and what it left out and why.
+#[derive(Debug, Default)]
+pub(crate) struct Walked {
+    pub files: Vec<Found>,
+    pub skipped: Vec<String>,
+}
+
+/// Walks the workspace beneath `root`, never following a link.
+pub(crate) fn walk(root: &Dir, rules: &StoreRules) -> Result<Walked> {
+    let mut out = Walked::default();
+    let mut stack: Vec<(Dir, String, bool)> = Vec::new();
+    let top = root
+        .open_dir_beneath(Path::new("."))
+        .context("cannot open the workspace")?;
+    stack.push((top, String::new(), false));
+    while let Some((dir, prefix, under_excluded)) = stack.pop() {
+        let entries = dir
+            .entries()
+            .with_context(|| format!("cannot list {:?}", display(&prefix)))?;
+        for entry in entries {
+            let Some(name) = std::str::from_utf8(entry.name.as_bytes()).ok() else {
+                out.skipped.push(format!(
+                    "{}{} (not a UTF-8 name)",
+                    prefix,
+                    entry.name.to_string_lossy()
+                ));
+                continue;
+            };
+            let rel = format!("{prefix}{name}");
+            match entry.kind {
+                EntryKind::Dir => {
+                    let excluded = under_excluded || rules.excluded(&rel);
+                    if excluded && !rules.has_includes {
+                        continue;
+                    }
+                    match dir.open_dir(&entry.name) {
+                        Ok(child) => stack.push((child, format!("{rel}/"), excluded)),
+                        Err(e) => out.skipped.push(format!("{rel}/ ({e})")),
+                    }
+                }
+                EntryKind::File => {
+                    if MEMORY_SIDE_FILES.contains(&rel.as_str()) {
+                        continue;
+                    }
+                    let excluded = under_excluded || rules.excluded(&rel);
+                    if excluded && !rules.included(&rel) {
+                        continue;
+                    }
+                    let st = match dir.symlink_metadata(&entry.name) {
+                        Ok(st) => st,
+                        Err(e) => {
+                            out.skipped.push(format!("{rel} ({e})"));
+                            continue;
+                        }
+                    };
+                    if EntryKind::of_mode(st.st_mode) != EntryKind::File {
+                        continue;
+                    }
+                    let mut key = stat_key(&st);
+                    let sqlite = rel == MEMORY_DB;
+                    if sqlite {
+                        if let Ok(wal) = dir.symlink_metadata(OsStr::new("memory.sqlite-wal")) {
+                            key.wal = (wal.st_size as u64, wal.st_mtime, wal.st_mtime_nsec as i64);
+                        }
+                    }
+                    if key.size > rules.max_file_bytes && !sqlite {
+                        out.skipped.push(format!(
+                            "{rel} ({} bytes, over [store] max_file_mb)",
+                            key.size
+                        ));
+                        continue;
+                    }
+                    out.files.push(Found {
+                        rel,
+                        size: key.size,
+                        key,
+                        executable: st.st_mode & 0o111 != 0,
+                        sqlite,
+                    });
+                }
+                EntryKind::Symlink => out.skipped.push(format!("{rel} (a link: not stored)")),
+                EntryKind::Other => {}
+            }
+        }
+    }
+    out.files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(out)
+}
+
+fn display(prefix: &str) -> &str {
+    if prefix.is_empty() {
+        "."
+    } else {
+        prefix
+    }
+}
+
+/// Reads a found file's content: a regular file opened beneath `root` (a link planted
+/// meanwhile leads nowhere outside it), or the memory store's backup.
+pub(crate) fn read(root: &Dir, root_path: &Path, found: &Found, max: u64) -> Result<Vec<u8>> {
+    if found.sqlite {
+        return backup_sqlite(root, root_path);
+    }
+    let file = root
+        .open_file_beneath(Path::new(&found.rel))
+        .with_context(|| format!("cannot open {}", found.rel))?;
+    let mut bytes = Vec::with_capacity(found.size.min(max) as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", found.rel))?;
+    if bytes.len() as u64 > max {
+        anyhow::bail!(
+            "{} grew over [store] max_file_mb while it was read",
+            found.rel
+        );
+    }
+    Ok(bytes)
+}
+
+/// A consistent copy of `.toolbox/memory.sqlite` through SQLite's online backup API: what a
+/// committed transaction wrote is in it, whether it still sits in the `-wal` file or not.
+/// Copying the file alone after a crash loses what the `-wal` file held.
+fn backup_sqlite(root: &Dir, root_path: &Path) -> Result<Vec<u8>> {
+    use rusqlite::{Connection, OpenFlags};
+    // Checked through descriptors first (a real folder, a regular file), then opened by
+    // path without following a link, as the memory provider opens it.
+    let toolbox = root
+        .open_dir(OsStr::new(".toolbox"))
+        .context("cannot open .toolbox/")?;
+    let st = toolbox
+        .symlink_metadata(OsStr::new("memory.sqlite"))
+        .context("cannot stat .toolbox/memory.sqlite")?;
+    if EntryKind::of_mode(st.st_mode) != EntryKind::File {
+        anyhow::bail!(".toolbox/memory.sqlite is not a regular file");
+    }
+    let path = root_path.join(MEMORY_DB);
+    let source = Connection::open_with_flags(
+        &path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("cannot open {}", path.display()))?;
+    source.busy_timeout(std::time::Duration::from_secs(5))?;
+    let copy = tempfile::NamedTempFile::new().context("cannot make a temporary file")?;
+    {
+        let mut target = Connection::open(copy.path())?;
+        let backup = rusqlite::backup::Backup::new(&source, &mut target)?;
+        backup
+            .run_to_completion(1024, std::time::Duration::from_millis(2), None)
+            .context("the backup of .toolbox/memory.sqlite failed")?;
+    }
+    std::fs::read(copy.path()).context("cannot read the backup of .toolbox/memory.sqlite")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel_paths(dir: &Path, rules: &StoreRules) -> Vec<String> {
+        let root = Dir::open_path(dir).unwrap();
+        walk(&root, rules)
+            .unwrap()
+            .files
+            .into_iter()
+            .map(|f| f.rel)
+            .collect()
+    }
+
+    #[test]
+    fn default_excludes_and_the_store_table() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in [
+            "a.txt",
+            "src/main.rs",
+            ".venv/lib/x.py",
+            "web/node_modules/m/i.js",
+            "target/debug/bin",
+            ".git/objects/ab/cd",
+            ".git/HEAD",
+            "logs/x.log",
+            ".toolbox/memory.sqlite-wal",
+        ] {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, path).unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link")).unwrap();
+        assert_eq!(
+            rel_paths(dir.path(), &StoreRules::default()),
+            [".git/HEAD", "a.txt", "logs/x.log", "src/main.rs"]
+        );
+        let table = serde_json::json!({"exclude": ["*.log"], "include": ["target/debug/bin"]});
+        let rules = StoreRules::from_table(Some(&table)).unwrap();
+        assert_eq!(
+            rel_paths(dir.path(), &rules),
+            [".git/HEAD", "a.txt", "src/main.rs", "target/debug/bin"]
+        );
+        let bad = serde_json::json!({"exlude": ["x"]});
+        let e = StoreRules::from_table(Some(&bad)).unwrap_err().to_string();
+        assert!(e.contains("exlude"), "{e}");
+    }
+}

@@ -1,0 +1,260 @@
+//! The store through a local folder: round trips, increments, epochs, damage.
+
+use std::path::Path;
+
+use toolbox_core::SessionId;
+
+use crate::{SessionStore, StateStore, StoreRules, SyncError};
+
+fn store(dir: &Path) -> StateStore {
+    StateStore::open(&format!("file://{}", dir.display())).unwrap()
+}
+
+fn sid() -> SessionId {
+    SessionId::parse("s1").unwrap()
+}
+
+async fn claim(dir: &Path, epoch: u64) -> Result<SessionStore, SyncError> {
+    SessionStore::claim(store(dir), sid(), epoch, StoreRules::default()).await
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Every file under `root`, with its content.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_sync_restores_elsewhere_and_only_changes_are_uploaded() {
+    let (store_dir, ws, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    write(ws.path(), "a.txt", "alpha");
+    write(ws.path(), "src/b.py", "print('b')");
+    write(ws.path(), ".toolbox/sessions/s1/messages.jsonl", "{}\n");
+    write(ws.path(), "node_modules/x/y.js", "skip me");
+    std::fs::set_permissions(
+        ws.path().join("src/b.py"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    let first = host.sync(ws.path(), None).await.unwrap();
+    assert!(first.moved_head);
+    assert_eq!(
+        (first.files, first.uploaded_blobs, first.read_files),
+        (3, 3, 3)
+    );
+    let again = host.sync(ws.path(), None).await.unwrap();
+    assert!(!again.moved_head, "{again:?}");
+    assert_eq!((again.read_files, again.uploaded_blobs), (0, 0));
+    write(ws.path(), "a.txt", "alpha, changed");
+    let one = host.sync(ws.path(), Some("turn_9".into())).await.unwrap();
+    assert!(one.moved_head);
+    assert_eq!(
+        (one.read_files, one.uploaded_blobs, one.uploaded_bytes),
+        (1, 1, 14)
+    );
+    assert!(one.manifest_bytes > 0);
+
+    let mut next = claim(store_dir.path(), 2).await.unwrap();
+    let restored = next.restore_into(elsewhere.path()).await.unwrap();
+    assert_eq!((restored.files, restored.from_epoch), (3, 1));
+    assert_eq!(restored.open_turn.as_deref(), Some("turn_9"));
+    let mut expected = tree(ws.path());
+    expected.retain(|(p, _)| !p.starts_with("node_modules"));
+    assert_eq!(tree(elsewhere.path()), expected);
+    let mode = std::fs::metadata(elsewhere.path().join("src/b.py"))
+        .unwrap()
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o111,
+        0o111
+    );
+    // The restored files are known: syncing them again reads and uploads nothing.
+    let after = next
+        .sync(elsewhere.path(), Some("turn_9".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (after.read_files, after.uploaded_blobs, after.moved_head),
+        (0, 0, false)
+    );
+}
+
+#[tokio::test]
+async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
+    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(ws.path(), "a.txt", "one");
+    let mut old = claim(store_dir.path(), 1).await.unwrap();
+    old.sync(ws.path(), None).await.unwrap();
+    match claim(store_dir.path(), 1).await {
+        Err(SyncError::EpochTaken { epoch: 1, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let new = claim(store_dir.path(), 3).await.unwrap();
+    let fence = new.head().clone();
+    assert_eq!(fence.epoch, 3);
+    write(ws.path(), "a.txt", "late write of the old host");
+    match old.sync(ws.path(), None).await {
+        Err(SyncError::Superseded {
+            epoch: 1, newer: 3, ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Even past the fence check, the old host cannot move HEAD: its next place is taken.
+    assert_eq!(new.latest_head().await.unwrap().unwrap(), fence);
+    match claim(store_dir.path(), 2).await {
+        Err(SyncError::Superseded { newer: 3, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_or_missing_blob_refuses_the_restore_and_leaves_nothing() {
+    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(ws.path(), "a.txt", "alpha");
+    write(ws.path(), "b.txt", "beta");
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    host.sync(ws.path(), None).await.unwrap();
+    let sha = crate::sha256_hex(b"beta");
+    let blob = store_dir.path().join(format!("blobs/{}/{sha}", &sha[..2]));
+    std::fs::write(&blob, "bet4").unwrap();
+    let target = tempfile::tempdir().unwrap();
+    let e = claim(store_dir.path(), 2)
+        .await
+        .unwrap()
+        .restore_into(target.path())
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, SyncError::Corrupt { .. }), "{text}");
+    assert!(text.contains("b.txt") && text.contains("damaged"), "{text}");
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    std::fs::remove_file(&blob).unwrap();
+    let e = claim(store_dir.path(), 3)
+        .await
+        .unwrap()
+        .restore_into(target.path())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    // Into a folder that is not empty: refused, whatever the store holds.
+    write(target.path(), "mine.txt", "x");
+    let e = claim(store_dir.path(), 4)
+        .await
+        .unwrap()
+        .restore_into(target.path())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not empty"), "{e}");
+}
+
+#[tokio::test]
+async fn a_damaged_manifest_is_refused() {
+    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(ws.path(), "a.txt", "alpha");
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    host.sync(ws.path(), None).await.unwrap();
+    let key = host.head().manifest.clone().unwrap();
+    let path = store_dir.path().join(&key);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("a.txt", "../x");
+    std::fs::write(&path, text).unwrap();
+    let e = claim(store_dir.path(), 2).await.unwrap_err();
+    assert!(e.to_string().contains("checksum"), "{e}");
+}
+
+#[tokio::test]
+async fn the_memory_store_is_copied_with_what_its_wal_holds() {
+    let (store_dir, ws, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    std::fs::create_dir(ws.path().join(".toolbox")).unwrap();
+    let db = ws.path().join(".toolbox/memory.sqlite");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
+         CREATE TABLE m(v TEXT); INSERT INTO m VALUES ('remember me');",
+    )
+    .unwrap();
+    // The row is in the -wal file, not yet in the database file.
+    assert!(
+        std::fs::metadata(ws.path().join(".toolbox/memory.sqlite-wal"))
+            .unwrap()
+            .len()
+            > 0
+    );
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    let report = host.sync(ws.path(), None).await.unwrap();
+    assert_eq!(report.files, 1, "{report:?}");
+    let mut next = claim(store_dir.path(), 2).await.unwrap();
+    next.restore_into(elsewhere.path()).await.unwrap();
+    assert!(!elsewhere.path().join(".toolbox/memory.sqlite-wal").exists());
+    let copy = rusqlite::Connection::open(elsewhere.path().join(".toolbox/memory.sqlite")).unwrap();
+    let v: String = copy.query_row("SELECT v FROM m", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, "remember me");
+    drop(conn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
+    let (mut before_fence, mut superseded) = (0, 0);
+    for round in 0..30 {
+        let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write(ws.path(), "a.txt", "one");
+        let mut old = claim(store_dir.path(), 1).await.unwrap();
+        old.sync(ws.path(), None).await.unwrap();
+        write(ws.path(), "a.txt", &format!("racing {round}"));
+        let store_path = store_dir.path().to_path_buf();
+        let racing = tokio::spawn(async move {
+            let result = old.sync(ws.path(), None).await;
+            (result, old.head().clone())
+        });
+        let new = claim(&store_path, 2).await.unwrap();
+        let fence = new.head().index;
+        let (result, old_head) = racing.await.unwrap();
+        match result {
+            // It moved HEAD before the fence: the new host restores what it wrote.
+            Ok(report) if report.moved_head => {
+                assert!(old_head.index < fence, "round {round}");
+                before_fence += 1;
+            }
+            Ok(report) => panic!("round {round}: {report:?}"),
+            Err(SyncError::Superseded { newer: 2, .. }) => superseded += 1,
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        let latest = new.latest_head().await.unwrap().unwrap();
+        assert_eq!((latest.index, latest.epoch), (fence, 2), "round {round}");
+    }
+    eprintln!("the old host moved HEAD before the fence {before_fence} times, was superseded {superseded} times");
+}

@@ -1,0 +1,564 @@
+//! Host mode (`toolbox serve --session SID --epoch N --state-store URL`) through the real
+//! binary, a local state store, and real kills:
+//!
+//! - a host killed with SIGKILL mid-turn, while a shell command runs, resumes in another
+//!   folder with the next epoch: files, messages, trajectory and memory equal the last sync,
+//!   the client sees `session_resumed` and the lost turn ends `interrupted`;
+//! - a host stopped with SIGSTOP while another resumes the session: after SIGCONT its
+//!   uploads never become HEAD, its turn ends `superseded`, and it exits;
+//! - park, then resume: nothing lost; a reused epoch is refused;
+//! - a corrupted blob makes the resume fail cleanly, serving nothing.
+
+mod common;
+
+mod serve_common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serve_common::{ends_with_tool_result, last_user_text, serve_command, Server, EVENT_LIMIT};
+use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
+
+const SID: &str = "moving";
+
+fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
+    std::fs::create_dir_all(ws).unwrap();
+    let url = format!("file://{}", store.display());
+    let epoch = epoch.to_string();
+    let cmd = serve_command(
+        ws,
+        llm,
+        &[
+            "--mode",
+            "full",
+            "--session",
+            SID,
+            "--epoch",
+            &epoch,
+            "--state-store",
+            &url,
+            "--sync-every",
+            "300ms",
+        ],
+    );
+    Server::spawn(cmd, ws)
+}
+
+/// The newest head of the session's chain in the store, and its place.
+fn latest_head(store: &Path) -> (u64, Value) {
+    let dir = store.join("sessions").join(SID).join("heads");
+    let newest = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.parse::<u64>().ok())
+        .max()
+        .expect("a head");
+    let text = std::fs::read_to_string(dir.join(format!("{newest:020}"))).unwrap();
+    (newest, serde_json::from_str(&text).unwrap())
+}
+
+/// Every head of the chain, oldest first.
+fn heads(store: &Path) -> Vec<Value> {
+    let dir = store.join("sessions").join(SID).join("heads");
+    let mut names: Vec<u64> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.parse::<u64>().ok())
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|n| {
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{n:020}"))).unwrap())
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The manifest HEAD names.
+fn head_manifest(store: &Path) -> Value {
+    let (_, head) = latest_head(store);
+    match head["manifest"].as_str() {
+        Some(key) => {
+            serde_json::from_str(&std::fs::read_to_string(store.join(key)).unwrap()).unwrap()
+        }
+        None => Value::Null,
+    }
+}
+
+/// Polls (bounded) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + EVENT_LIMIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every file under `root` with its content, SQLite's memory store and its side files left
+/// out (compared through the memory tools instead).
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if !rel.starts_with(".toolbox/memory.sqlite") {
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn call(server: &Server, tool: &str, args: Value) -> Value {
+    let r = server.post(&format!("/api/sessions/{SID}/tools/{tool}"), &args);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    assert_eq!(body["status"], "done", "{body}");
+    body
+}
+
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let top = tempfile::tempdir().unwrap();
+    let store = top.path().join("store");
+    let (a, b) = (top.path().join("node-a"), top.path().join("node-b"));
+    (top, store, a, b)
+}
+
+#[test]
+fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
+    let (_top, store, node_a, node_b) = dirs();
+    let llm = ScriptedLlm::start_with(|request| {
+        match (
+            last_user_text(request).as_str(),
+            ends_with_tool_result(request),
+        ) {
+            ("build it", false) => Scripted::call(
+                "k1",
+                "shell",
+                json!({"command": "echo started-k1; sleep 30; echo never"}),
+            ),
+            _ => Scripted::text("unexpected"),
+        }
+    });
+    let mut old = host(&node_a, &store, 1, Some(&llm));
+    // Other sessions are not served here.
+    let other = old.get("/api/sessions/elsewhere/messages");
+    assert_eq!(other.status, 404, "{}", other.text());
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "notes/plan.md", "content": "1. build\n"}),
+    );
+    call(
+        &old,
+        "memory__save",
+        json!({"title": "port", "text": "the service listens on 8123"}),
+    );
+    let events = old.events(SID, None);
+    let turn = old.start_turn(SID, json!({"message": "build it"}));
+    events.until("tool_call_output");
+    // Mid-call: a periodic sync records the open turn and everything written so far.
+    wait_until("a sync naming the open turn", || {
+        let manifest = head_manifest(&store);
+        let synced: Vec<(String, u64)> = manifest["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["path"] != ".toolbox/memory.sqlite")
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap().to_string(),
+                    f["size"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let on_disk: Vec<(String, u64)> = tree(&node_a)
+            .into_iter()
+            .map(|(p, c)| (p, c.len() as u64))
+            .collect();
+        manifest["open_turn"] == turn.as_str() && synced == on_disk
+    });
+    let manifest = head_manifest(&store);
+    let files: Vec<&str> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(files.contains(&"notes/plan.md"), "{files:?}");
+    assert!(files.contains(&".toolbox/memory.sqlite"), "{files:?}");
+    old.signal(libc::SIGKILL);
+    old.wait_exit(EVENT_LIMIT).expect("SIGKILL ends it");
+    drop(events);
+    let before = tree(&node_a);
+
+    let new = host(&node_b, &store, 2, Some(&llm));
+    assert_eq!(
+        tree(&node_b),
+        before,
+        "the restored files differ from the last sync"
+    );
+    let events = new.events(SID, None);
+    let resumed = events.until("session_resumed");
+    let resumed = &resumed.last().unwrap().data;
+    assert_eq!(resumed["epoch"], 2, "{resumed}");
+    assert!(resumed["restored_bytes"].as_u64().unwrap() > 0, "{resumed}");
+    assert_eq!(
+        resumed["lost"],
+        json!(["python", "background_jobs", "pending_approvals"])
+    );
+    let finished = events.until("turn_finished");
+    let finished = &finished.last().unwrap().data;
+    assert_eq!(finished["turn_id"], turn.as_str(), "{finished}");
+    assert_eq!(finished["stop_reason"], "interrupted", "{finished}");
+    // SSE ids are epoch:seq. An id from the old host's epoch gets this host's whole history
+    // (session_resumed first); one of this epoch gets what came after it.
+    let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
+    req = req.header("Last-Event-ID", "1:41");
+    let replay = serve_common::Sse::open(req);
+    assert_eq!(replay.next().kind(), "session_resumed");
+    let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
+    req = req.header("Last-Event-ID", "2:1");
+    let replay = serve_common::Sse::open(req);
+    assert_eq!(replay.next().kind(), "turn_finished");
+    // An MCP session of the old host is unknown here: 404, so the client initialises again.
+    let r = new
+        .req("POST", "/mcp")
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", "a-session-of-the-old-host")
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .body(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec())
+        .send();
+    assert_eq!(r.status, 404, "{}", r.text());
+    // The dangling shell call is answered as interrupted, and the memory is there.
+    let messages = new.get(&format!("/api/sessions/{SID}/messages")).json();
+    let last = messages["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool", "{messages}");
+    assert!(
+        last["content"].as_str().unwrap().contains("interrupted"),
+        "{last}"
+    );
+    let found = call(&new, "memory__search", json!({"query": "service listens"}));
+    assert!(
+        found["result"].as_str().unwrap().contains("8123"),
+        "{found}"
+    );
+    let trajectory = new.get(&format!("/api/sessions/{SID}/trajectory")).json();
+    assert_eq!(
+        trajectory["total"], 3,
+        "the two calls before the kill, and the search: {trajectory}"
+    );
+}
+
+#[test]
+fn a_stopped_host_resumed_elsewhere_never_moves_head_and_exits() {
+    let (_top, store, node_a, node_b) = dirs();
+    let llm = ScriptedLlm::start_with(|request| {
+        match (
+            last_user_text(request).as_str(),
+            ends_with_tool_result(request),
+        ) {
+            ("wait", false) => Scripted::call(
+                "z1",
+                "shell",
+                json!({"command": "echo zombie-started; sleep 30"}),
+            ),
+            _ => Scripted::text("done"),
+        }
+    });
+    let mut old = host(&node_a, &store, 1, Some(&llm));
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "a.txt", "content": "before"}),
+    );
+    let events = old.events(SID, None);
+    old.start_turn(SID, json!({"message": "wait"}));
+    events.until("tool_call_output");
+    wait_until("a sync of a.txt", || {
+        head_manifest(&store)["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "a.txt"))
+    });
+    old.signal(libc::SIGSTOP);
+    let new = host(&node_b, &store, 2, Some(&llm));
+    let (fence, head) = latest_head(&store);
+    assert_eq!(head["epoch"], 2);
+    // The stopped host's workspace changes; when it wakes it tries to sync.
+    std::fs::write(node_a.join("a.txt"), "written by the zombie").unwrap();
+    old.signal(libc::SIGCONT);
+    let finished = events.until("turn_finished");
+    assert_eq!(finished.last().unwrap().data["stop_reason"], "superseded");
+    let status = old
+        .wait_exit(EVENT_LIMIT)
+        .expect("the superseded host exits");
+    assert_eq!(status.code(), Some(3), "{}", old.stderr());
+    assert!(old.stderr().contains("epoch 2"), "{}", old.stderr());
+    for head in &heads(&store)[fence as usize - 1..] {
+        assert_eq!(head["epoch"], 2, "a head past the fence: {head}");
+    }
+    // The new host serves the state as of the fence.
+    assert_eq!(
+        std::fs::read_to_string(node_b.join("a.txt")).unwrap(),
+        "before"
+    );
+    let r = new.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+}
+
+#[test]
+fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
+    let (_top, store, node_a, node_b) = dirs();
+    let llm = ScriptedLlm::start_with(|_| Scripted::text("hello back"));
+    let mut old = host(&node_a, &store, 1, Some(&llm));
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "src/main.py", "content": "print(1)\n"}),
+    );
+    call(
+        &old,
+        "memory__save",
+        json!({"title": "owner", "text": "ask Ada about the cache"}),
+    );
+    let events = old.events(SID, None);
+    old.start_turn(SID, json!({"message": "hello"}));
+    events.until("turn_finished");
+    let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let status = old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    assert!(status.success(), "{}", old.stderr());
+    let before = tree(&node_a);
+
+    // The same epoch again: refused, nothing served.
+    std::fs::create_dir_all(&node_b).unwrap();
+    let url = format!("file://{}", store.display());
+    let out = serve_command(
+        &node_b,
+        None,
+        &["--session", SID, "--epoch", "1", "--state-store", &url],
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("epoch 1 was claimed already"), "{stderr}");
+    assert!(!stderr.contains("listening"), "{stderr}");
+
+    let new = host(&node_b, &store, 2, Some(&llm));
+    assert_eq!(tree(&node_b), before);
+    let events = new.events(SID, None);
+    let resumed = events.until("session_resumed");
+    assert_eq!(resumed.last().unwrap().data["epoch"], 2);
+    assert!(
+        events.next_within(Duration::from_millis(300)).is_none(),
+        "a parked session has no turn to end"
+    );
+    let messages = new.get(&format!("/api/sessions/{SID}/messages")).json();
+    assert_eq!(
+        messages["messages"].as_array().unwrap().len(),
+        2,
+        "{messages}"
+    );
+    let found = call(&new, "memory__search", json!({"query": "Ada"}));
+    assert!(
+        found["result"].as_str().unwrap().contains("cache"),
+        "{found}"
+    );
+}
+
+#[test]
+fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
+    let (_top, store, node_a, node_b) = dirs();
+    let mut old = host(&node_a, &store, 1, None);
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "data.csv", "content": "a,b\n1,2\n"}),
+    );
+    old.signal(libc::SIGTERM);
+    let status = old.wait_exit(EVENT_LIMIT).expect("SIGTERM ends it");
+    assert!(status.success(), "{}", old.stderr());
+    let manifest = head_manifest(&store);
+    let entry = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "data.csv")
+        .expect("data.csv was synced on SIGTERM")
+        .clone();
+    let sha = entry["sha256"].as_str().unwrap();
+    std::fs::write(
+        store.join(format!("blobs/{}/{sha}", &sha[..2])),
+        "a,b\n1,3\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(&node_b).unwrap();
+    let url = format!("file://{}", store.display());
+    let out = serve_command(
+        &node_b,
+        None,
+        &["--session", SID, "--epoch", "2", "--state-store", &url],
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("data.csv") && stderr.contains("damaged"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&node_b).unwrap().count(), 0);
+}
+
+/// moto's S3 server on loopback (tests/requirements.txt: `moto[server]`), killed when dropped.
+struct Moto {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let python = toolbox_tests::test_python();
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = std::process::Command::new(&python)
+                .args([
+                    "-m",
+                    "moto.server",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start moto's server (pip install 'moto[server]')");
+            let deadline = Instant::now() + EVENT_LIMIT;
+            while Instant::now() < deadline {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                    // Make the bucket: moto takes unsigned requests.
+                    use std::io::{Read, Write};
+                    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    write!(
+                        s,
+                        "PUT /toolbox-test HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                    .unwrap();
+                    let mut answer = String::new();
+                    let _ = s.read_to_string(&mut answer);
+                    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+                    return Moto { child, port };
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("moto's server did not start");
+    }
+
+    fn host(&self, ws: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
+        Server::spawn(self.command(ws, epoch, llm), ws)
+    }
+
+    fn command(&self, ws: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> std::process::Command {
+        std::fs::create_dir_all(ws).unwrap();
+        let epoch = epoch.to_string();
+        let mut cmd = serve_command(
+            ws,
+            llm,
+            &[
+                "--mode",
+                "full",
+                "--session",
+                SID,
+                "--epoch",
+                &epoch,
+                "--state-store",
+                "s3://toolbox-test/stores/one",
+            ],
+        );
+        cmd.env(
+            "AWS_ENDPOINT_URL",
+            format!("http://127.0.0.1:{}", self.port),
+        )
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing");
+        cmd
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
+    let (top, _store, node_a, node_b) = dirs();
+    let moto = Moto::start();
+    let mut old = moto.host(&node_a, 1, None);
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "report.md", "content": "# done\n"}),
+    );
+    call(
+        &old,
+        "memory__save",
+        json!({"title": "s3", "text": "stored in moto"}),
+    );
+    let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let status = old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    assert!(status.success(), "{}", old.stderr());
+    let before = tree(&node_a);
+    let new = moto.host(&node_b, 2, None);
+    assert_eq!(tree(&node_b), before);
+    assert_eq!(new.events(SID, None).until("session_resumed").len(), 1);
+    let found = call(&new, "memory__search", json!({"query": "moto"}));
+    assert!(
+        found["result"].as_str().unwrap().contains("stored in"),
+        "{found}"
+    );
+    let health = new.get("/api/health").json();
+    assert_eq!(health["host"]["epoch"], 2, "{health}");
+    // If-None-Match: * on S3 refuses a second claim of an epoch.
+    let out = moto
+        .command(&top.path().join("node-c"), 2, None)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("epoch 2 was claimed already"), "{stderr}");
+}
