@@ -643,20 +643,32 @@ impl ToolExecutor {
         };
         let events = request.events.as_ref().unwrap_or(&inner.events);
         let call_cancel = cancel.child_token();
+        // The time the call's review questions wait for a person counts as waited, not run.
+        let review_wait = ReviewWait {
+            clock: waited,
+            ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        };
         let asker = {
             let executor = self.clone();
             let (session, call_id, tool_name) =
                 (session_id.clone(), request.id.clone(), name.to_string());
             let (events, cancel) = (events.clone(), call_cancel.clone());
+            let wait_ms = review_wait.ms.clone();
             Asker::new(move |preview| {
                 let executor = executor.clone();
                 let (session, call_id, tool_name) =
                     (session.clone(), call_id.clone(), tool_name.clone());
-                let (events, cancel) = (events.clone(), cancel.clone());
+                let (events, cancel, wait_ms) = (events.clone(), cancel.clone(), wait_ms.clone());
                 Box::pin(async move {
-                    executor
+                    let asked = Instant::now();
+                    let answer = executor
                         .ask_review(&session, &call_id, &tool_name, &events, &cancel, preview)
-                        .await
+                        .await;
+                    wait_ms.fetch_add(
+                        asked.elapsed().as_millis() as u64,
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    answer
                 })
             })
         };
@@ -960,6 +972,22 @@ impl ToolExecutor {
             answer: answer.clone(),
         });
         answer
+    }
+}
+
+/// Adds the time a call's review questions waited to its [`WaitClock`] when the call ends,
+/// whichever way it ends.
+struct ReviewWait<'a> {
+    clock: &'a WaitClock,
+    ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Drop for ReviewWait<'_> {
+    fn drop(&mut self) {
+        let ms = self.ms.load(std::sync::atomic::Ordering::Relaxed);
+        if ms > 0 {
+            self.clock.set(self.clock.get() + Duration::from_millis(ms));
+        }
     }
 }
 
