@@ -15,7 +15,7 @@ use toolbox_host::{
 use crate::approval::{Answer, ApprovalBroker};
 use crate::config::Decision;
 use crate::registry::RegisteredTool;
-use crate::schema::{self, SchemaRendering};
+use crate::schema::SchemaRendering;
 use crate::spool::{self, SpoolOutcome};
 use crate::trajectory::TrajectoryWriter;
 use crate::{ApprovalDecision, ExecutorConfig, Permissions, Registry};
@@ -368,10 +368,10 @@ impl ToolExecutor {
         let tools = self.resolve_agent_tools(toolsets, permissions)?;
         let mut rendering = rendering.into();
         rendering.vocabulary = rendering.vocabulary.or(Some(self.inner.config.vocabulary));
-        Ok(schema::render(
-            tools.into_iter().map(|t| &t.info),
-            rendering,
-        ))
+        Ok(self
+            .inner
+            .registry
+            .render(tools.into_iter().map(|t| &t.info), rendering))
     }
 
     /// The call ids of `session` that wait for an approval now, sorted.

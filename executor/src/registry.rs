@@ -2,7 +2,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use toolbox_core::ToolInfo;
+use serde_json::Value;
+use toolbox_core::{ToolInfo, Vocabulary};
 use toolbox_host::{registered_providers, ToolProvider};
 
 use crate::Permissions;
@@ -113,6 +114,28 @@ impl Registry {
             .iter()
             .filter(|t| !t.info.intercepted && permissions.visible(t.info.risk))
             .collect()
+    }
+
+    /// `(canonical name, name in vocabulary)` for every tool whose names differ there.
+    pub fn renames(&self, vocabulary: Vocabulary) -> Vec<(String, String)> {
+        self.tools
+            .iter()
+            .filter(|t| t.info.name_in(vocabulary) != t.info.name)
+            .map(|t| (t.info.name.clone(), t.info.name_in(vocabulary).to_string()))
+            .collect()
+    }
+
+    /// `tools` rendered in `rendering` (canonical unless it names a vocabulary), with the
+    /// descriptions naming the other tools in that vocabulary too
+    /// ([`render_renamed`](crate::schema::render_renamed)).
+    pub fn render<'a>(
+        &self,
+        tools: impl IntoIterator<Item = &'a ToolInfo>,
+        rendering: impl Into<crate::SchemaRendering>,
+    ) -> Vec<Value> {
+        let rendering = rendering.into();
+        let renames = self.renames(rendering.vocabulary.unwrap_or_default());
+        crate::schema::render_renamed(tools, rendering, &renames)
     }
 
     /// Every toolset name a tool declares, plus every provider name.

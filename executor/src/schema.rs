@@ -203,6 +203,75 @@ pub fn render<'a>(
         .collect()
 }
 
+/// Many tools in one format, where the descriptions (the tool's and its arguments') also say
+/// other tools' names in the rendering's vocabulary: `renames` pairs a canonical name with its
+/// word there (see `Registry::render`). Only names with an `_` are replaced, as whole
+/// identifiers: `file_manager__edit` becomes `edit_file`, while a plain word such as `shell`
+/// or `skill` is left alone, since descriptions use it as an English word too.
+pub fn render_renamed<'a>(
+    tools: impl IntoIterator<Item = &'a ToolInfo>,
+    rendering: impl Into<SchemaRendering>,
+    renames: &[(String, String)],
+) -> Vec<Value> {
+    let rendering = rendering.into();
+    let renames: Vec<&(String, String)> = renames
+        .iter()
+        .filter(|(from, to)| from.contains('_') && from != to)
+        .collect();
+    tools
+        .into_iter()
+        .map(|t| {
+            if renames.is_empty() {
+                return render_tool(t, rendering);
+            }
+            let mut info = t.clone();
+            info.description = rename_in_text(&info.description, &renames);
+            rename_descriptions(&mut info.input_schema, &renames);
+            render_tool(&info, rendering)
+        })
+        .collect()
+}
+
+fn rename_descriptions(schema: &mut Value, renames: &[&(String, String)]) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    Value::String(text) if key == "description" => {
+                        *text = rename_in_text(text, renames);
+                    }
+                    other => rename_descriptions(other, renames),
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| rename_descriptions(item, renames)),
+        _ => {}
+    }
+}
+
+/// `text` with every whole identifier equal to a `from` replaced by its `to`.
+fn rename_in_text(text: &str, renames: &[&(String, String)]) -> String {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(is_ident) {
+        out.push_str(&rest[..start]);
+        let word_len = rest[start..]
+            .find(|c: char| !is_ident(c))
+            .unwrap_or(rest.len() - start);
+        let word = &rest[start..start + word_len];
+        match renames.iter().find(|(from, _)| from == word) {
+            Some((_, to)) => out.push_str(to),
+            None => out.push_str(word),
+        }
+        rest = &rest[start + word_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The strict form of a JSON Schema: in every object (the top level, nested properties,
 /// array items, `anyOf`/`oneOf` branches) every property is listed in `required`, the ones
 /// that were optional accept `null` as well, and `additionalProperties` is `false`.
@@ -436,6 +505,32 @@ mod tests {
                 format == SchemaFormat::Mcp
             );
         }
+    }
+
+    #[test]
+    fn descriptions_name_other_tools_in_the_vocabulary_but_plain_words_stay() {
+        let renames = vec![
+            ("file_manager__edit".to_string(), "edit_file".to_string()),
+            ("shell".to_string(), "bash".to_string()),
+        ];
+        let t = ToolInfo::new(
+            "t",
+            "Use file_manager__edit, not file_manager__editor or a shell; file_manager__edit.",
+            json!({"type": "object", "properties": {"a": {"type": "string", "description": "see file_manager__edit"}}}),
+        );
+        let out = render_renamed([&t], SchemaFormat::Anthropic, &renames);
+        assert_eq!(
+            out[0]["description"],
+            "Use edit_file, not file_manager__editor or a shell; edit_file."
+        );
+        assert_eq!(
+            out[0]["input_schema"]["properties"]["a"]["description"],
+            "see edit_file"
+        );
+        assert_eq!(
+            render_renamed([&t], SchemaFormat::Anthropic, &[]),
+            render([&t], SchemaFormat::Anthropic)
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use approval::Fallback;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
-use toolbox_executor::{schema, SchemaFormat, ToolExecutor};
+use toolbox_executor::{SchemaFormat, ToolExecutor};
 
 /// What the server tells a client at `initialize`, on both transports.
 pub const INSTRUCTIONS: &str =
@@ -76,10 +76,10 @@ pub fn method_not_found(method: &str) -> String {
 
 /// The tools both transports list, as MCP tool objects: those visible in the executor's
 /// permission mode, without the ones an agent runtime intercepts (`call_agent`), in
-/// registration order, rendered by [`schema::render`] in [`SchemaFormat::Mcp`], strict, and
+/// registration order, rendered by [`Registry::render`](toolbox_executor::Registry::render) in [`SchemaFormat::Mcp`], strict, and
 /// named in the executor's [`vocabulary`](toolbox_executor::ExecutorConfig::vocabulary).
 pub fn listed_tools(executor: &ToolExecutor) -> Vec<Value> {
-    schema::render(
+    executor.registry().render(
         executor.visible_tools().into_iter().map(|t| &t.info),
         SchemaFormat::Mcp
             .strict(true)

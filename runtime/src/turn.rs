@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use toolbox_core::agent::{CallAgentArgs, CALL_AGENT};
 use toolbox_core::SessionId;
 use toolbox_executor::{
-    schema, schema::SchemaRendering, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind,
-    PermissionMode, Permissions, ToolRequest,
+    schema::SchemaRendering, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind, PermissionMode,
+    Permissions, ToolRequest,
 };
 use toolbox_host::{
     CancellationToken, EventSink, OutputStream, PersonAnswer, QuestionKind, ToolEvent,
@@ -208,7 +208,9 @@ fn run_agent<'a>(
         let offered: HashSet<String> = allowed.iter().map(|t| t.info.name.clone()).collect();
         let vocabulary = agent.vocabulary.unwrap_or(turn.rt.inner.options.vocabulary);
         let rendering = SchemaRendering::from(turn.llm.schema_format()).vocabulary(vocabulary);
-        let schemas = schema::render(tools.iter().map(|t| &t.info), rendering);
+        let schemas = executor
+            .registry()
+            .render(tools.iter().map(|t| &t.info), rendering);
         let max_steps = agent
             .max_steps
             .unwrap_or(turn.rt.inner.options.default_max_steps)

@@ -386,3 +386,31 @@ async fn an_agent_file_chooses_its_vocabulary() {
 fn sid(s: &str) -> SessionId {
     SessionId::parse(s).unwrap()
 }
+
+#[test]
+fn descriptions_name_the_other_tools_in_the_same_vocabulary() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let write = exec
+        .resolve_agent_tool_schemas(
+            Some(&["write_file"]),
+            PermissionMode::Full,
+            SchemaFormat::Anthropic.vocabulary(Vocabulary::DataAgent),
+        )
+        .unwrap();
+    let description = write[0]["description"].as_str().unwrap();
+    assert!(description.contains("use edit_file"), "{description}");
+    assert!(description.contains("python_exec"), "{description}");
+    assert!(!description.contains("file_manager__edit"), "{description}");
+    // Canonical schemas are as they were.
+    let canonical = exec
+        .resolve_agent_tool_schemas(
+            Some(&["write_file"]),
+            PermissionMode::Full,
+            SchemaFormat::Anthropic,
+        )
+        .unwrap();
+    assert!(canonical[0]["description"]
+        .as_str()
+        .unwrap()
+        .contains("use file_manager__edit"));
+}

@@ -70,7 +70,7 @@ fn agents_lists_the_valid_ones_and_names_the_skipped_file_on_stderr() {
     assert_eq!(
         err,
         ".toolbox/agents/broken.md: unknown key `max-steps` (an agent file has only name, \
-         description, toolsets, model, max_steps)\n"
+         description, toolsets, model, max_steps, vocabulary)\n"
     );
 
     // Nothing at all: the built-in agent, nothing on stderr, and no .toolbox created.

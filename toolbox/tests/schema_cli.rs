@@ -67,3 +67,84 @@ fn strict_is_a_flag_and_the_responses_default() {
     let tools = schema(ws.path(), &["-f", "anthropic", "--strict"]);
     assert!(tools.iter().all(|t| t["strict"] == true));
 }
+
+/// `toolbox run ARGS` in `ws` with no TOOLBOX_* of the caller; stdout as text.
+fn toolbox_out(ws: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
+    cmd.current_dir(ws).args(args);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("XDG_CONFIG_HOME", ws.join(".no-user-config"));
+    let out = cmd.stdin(Stdio::null()).output().expect("toolbox runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn vocabulary_renames_schema_and_tools_listings_and_config_sets_its_default() {
+    let ws = tempfile::tempdir().unwrap();
+    let names = |tools: &[Value]| -> Vec<String> {
+        tools
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let canonical = names(&schema(ws.path(), &["-f", "mcp", "--mode", "full"]));
+    let worded = names(&schema(
+        ws.path(),
+        &["-f", "mcp", "--mode", "full", "--vocabulary", "data-agent"],
+    ));
+    assert!(canonical.contains(&"shell".to_string()));
+    assert!(worded.contains(&"bash".to_string()) && !worded.contains(&"shell".to_string()));
+    assert_eq!(canonical.len(), worded.len());
+
+    let rows: Vec<Value> = serde_json::from_str(&toolbox_out(
+        ws.path(),
+        &[
+            "tools",
+            "--json",
+            "--mode",
+            "full",
+            "--vocabulary",
+            "data-agent",
+        ],
+    ))
+    .unwrap();
+    let bash = rows.iter().find(|r| r["name"] == "bash").expect("bash row");
+    assert_eq!(bash["canonical"], "shell");
+    let memory = rows.iter().find(|r| r["name"] == "memory__save").unwrap();
+    assert!(memory.get("canonical").is_none(), "{memory}");
+    let table = toolbox_out(ws.path(), &["tools", "--vocabulary", "data-agent"]);
+    assert!(
+        table.lines().any(|l| l.starts_with("read_file ")),
+        "{table}"
+    );
+
+    // [runtime] vocabulary is the default; the flag wins over it.
+    let config = ws.path().join("operator.toml");
+    std::fs::write(&config, "[runtime]\nvocabulary = \"data-agent\"\n").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
+    cmd.current_dir(ws.path())
+        .args(["schema", "-f", "anthropic", "--toolsets", "files"])
+        .env("TOOLBOX_CONFIG", &config)
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-user-config"));
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_config: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(names(&from_config).contains(&"notebook_edit".to_string()));
+    let out = cmd.arg("--vocabulary").arg("canonical").output().unwrap();
+    let flagged: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(names(&flagged).contains(&"notebook__edit".to_string()));
+}

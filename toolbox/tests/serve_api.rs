@@ -694,3 +694,47 @@ fn the_trajectory_is_paged() {
     assert_eq!(ids(&past), Vec::<String>::new());
     assert_eq!(past["total"], 5);
 }
+
+/// `toolbox serve --vocabulary data-agent`: `GET /api/tools` lists the data agent's names, a
+/// call by one of them answers with the canonical `tool` and `called_as`, and a tool with a
+/// structured result adds it under `"structured"` beside the unchanged `result`.
+#[test]
+fn the_data_agent_vocabulary_and_structured_results_over_http() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        ws.path(),
+        None,
+        &["--mode", "full", "--vocabulary", "data-agent"],
+    );
+    let tools = server.get("/api/tools?format=anthropic").json();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"bash") && names.contains(&"read_file"),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"shell"), "{names:?}");
+
+    let r = server
+        .post(
+            "/api/sessions/v1/tools/bash",
+            &json!({"command": "echo structured; exit 2"}),
+        )
+        .json();
+    assert_eq!(r["status"], "done", "{r}");
+    assert_eq!(r["tool"], "shell");
+    assert_eq!(r["called_as"], "bash");
+    assert!(r["result"].as_str().unwrap().starts_with("exit code 2 · "));
+    assert_eq!(r["structured"]["exit_code"], 2, "{r}");
+    assert_eq!(r["structured"]["stdout"], "structured\n", "{r}");
+    // A tool without one has no "structured".
+    let plain = server
+        .post("/api/sessions/v1/tools/list_dir", &json!({}))
+        .json();
+    assert_eq!(plain["status"], "done", "{plain}");
+    assert!(plain.get("structured").is_none(), "{plain}");
+}

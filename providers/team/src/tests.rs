@@ -73,7 +73,7 @@ async fn list_agents_shows_the_agents_and_the_skipped_files() {
             "skipped": [
                 {"file": ".toolbox/agents/bad.md",
                  "reason": "unknown key `colour` (an agent file has only name, description, \
-                            toolsets, model, max_steps)"},
+                            toolsets, model, max_steps, vocabulary)"},
             ],
         })
     );
