@@ -572,3 +572,26 @@ async fn an_idle_server_is_stopped() {
     let out = ok(&exec, "lsp__symbols", json!({"path": "main.py"})).await;
     assert!(out.contains("function run"), "{out}");
 }
+
+#[tokio::test]
+async fn servers_run_without_network_and_with_the_workspace_read_only() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let table = json!({"builtin_servers": false,
+        "servers": {"probe": {"command": [python3(), fake(), "probe", port], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "x = 1\n");
+    let out = ok(
+        &exec,
+        "lsp__hover",
+        json!({"path": "a.py", "line": 1, "column": 1}),
+    )
+    .await;
+    assert!(
+        out.contains("write: denied (Read-only file system)"),
+        "{out}"
+    );
+    assert!(out.contains("net: denied"), "{out}");
+    assert!(!dir.path().join("written-by-the-server").exists());
+    assert!(!out.contains("writable"), "{out}");
+}

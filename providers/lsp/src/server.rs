@@ -716,6 +716,11 @@ fn spawn_child(
                 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // The working folder was entered before this hook ran, on the writable mount
+                // below the new one: enter it again, through the read-only mount.
+                if libc::chdir(root_c.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
