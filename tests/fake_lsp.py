@@ -5,10 +5,14 @@
     fake_lsp.py killed MARKER     answers initialize; the first request while MARKER does
                                   not exist creates it and SIGKILLs the server; later
                                   requests are answered
+    fake_lsp.py probe PORT        answers hover with what it was allowed to do: write a file
+                                  into its working folder (the workspace), and connect to
+                                  127.0.0.1:PORT
 """
 import json
 import os
 import signal
+import socket
 import sys
 
 mode = sys.argv[1]
@@ -57,6 +61,21 @@ while True:
     if mode == "killed" and not os.path.exists(marker):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "probe" and msg["method"] == "textDocument/hover":
+        try:
+            with open("written-by-the-server", "w") as f:
+                f.write("x")
+            wrote = "write: allowed"
+        except OSError as e:
+            wrote = "write: denied (%s)" % e.strerror
+        try:
+            socket.create_connection(("127.0.0.1", int(marker)), timeout=2).close()
+            net = "net: allowed"
+        except OSError as e:
+            net = "net: denied (%s)" % (e.strerror or e)
+        send({"jsonrpc": "2.0", "id": msg["id"],
+              "result": {"contents": {"kind": "plaintext", "value": wrote + "; " + net}}})
+        continue
     if msg["method"] == "textDocument/definition":
         uri = msg["params"]["textDocument"]["uri"]
         rng = {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 9}}

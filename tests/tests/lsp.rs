@@ -517,6 +517,9 @@ async fn a_killed_pylsp_is_started_again_on_the_next_call() {
         }
     }
     assert_eq!(killed, 1);
+    // Let toolbox see the end of the server's output (a symbols call on an unchanged file
+    // may be answered from the outline it keeps, without asking the server).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let out = ok(&exec, "lsp__symbols", json!({"path": "main.py"})).await;
     assert!(out.contains("function run"), "{out}");
     // Found dead before the call, or by the call itself (the kill may not have been seen yet).
@@ -525,4 +528,70 @@ async fn a_killed_pylsp_is_started_again_on_the_next_call() {
             || out.contains("note: the language server `pylsp` crashed during this call (it was killed by signal 9"),
         "{out}"
     );
+}
+
+/// pylsp processes serving `root` (found by their working directory), zombies left out.
+fn pylsp_in(root: &Path) -> Vec<i32> {
+    let root = std::fs::canonicalize(root).unwrap();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cwd = std::fs::read_link(entry.path().join("cwd")).ok();
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z'));
+        if cwd.as_deref() == Some(root.as_path())
+            && String::from_utf8_lossy(&cmdline).contains("pylsp")
+            && !zombie
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_server_is_stopped() {
+    let table = json!({"builtin_servers": false, "idle_shutdown_s": 1,
+        "servers": {"pylsp": {"command": [pylsp()], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write_py_project(dir.path());
+    ok(&exec, "lsp__symbols", json!({"path": "main.py"})).await;
+    assert_eq!(pylsp_in(dir.path()).len(), 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !pylsp_in(dir.path()).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "pylsp still running");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The next call starts it again.
+    let out = ok(&exec, "lsp__symbols", json!({"path": "main.py"})).await;
+    assert!(out.contains("function run"), "{out}");
+}
+
+#[tokio::test]
+async fn servers_run_without_network_and_with_the_workspace_read_only() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let table = json!({"builtin_servers": false,
+        "servers": {"probe": {"command": [python3(), fake(), "probe", port], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "x = 1\n");
+    let out = ok(
+        &exec,
+        "lsp__hover",
+        json!({"path": "a.py", "line": 1, "column": 1}),
+    )
+    .await;
+    assert!(
+        out.contains("write: denied (Read-only file system)"),
+        "{out}"
+    );
+    assert!(out.contains("net: denied"), "{out}");
+    assert!(!dir.path().join("written-by-the-server").exists());
+    assert!(!out.contains("writable"), "{out}");
 }

@@ -366,3 +366,51 @@ fn no_server_outlives_a_killed_toolbox() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_workspace_may_disable_servers_but_never_add_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    py_project(&ws);
+    let operator = dir.path().join("operator.toml");
+    std::fs::write(&operator, config("")).unwrap();
+    let marker = dir.path().join("ran");
+    let call = |toml: &str| {
+        std::fs::write(ws.join("toolbox.toml"), toml).unwrap();
+        let out = common::toolbox(&ws)
+            .env("TOOLBOX_CONFIG", &operator)
+            .args(["call", "lsp__symbols", r#"{"path": "main.py"}"#])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Adding or changing a command is refused before anything runs.
+    for toml in [
+        format!(
+            "[lsp.servers.evil]\ncommand = [\"touch\", {:?}]\nextensions = [\"py\"]\n",
+            marker.display().to_string()
+        ),
+        "[lsp]\nallow_network = true\n".to_string(),
+        "[lsp]\nbuiltin_servers = true\n".to_string(),
+    ] {
+        let (code, out, err) = call(&toml);
+        assert_eq!(code, 2, "{toml}: {out} {err}");
+        assert!(
+            err.contains("[lsp]") && err.contains("only tighten"),
+            "{toml}: {err}"
+        );
+        assert!(!marker.exists(), "{toml} ran the command");
+    }
+    // Disabling one is allowed.
+    let (code, out, err) = call("[lsp]\ndisabled = [\"pylsp\"]\n");
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(
+        out.contains("no language server is configured for `.py` files"),
+        "{out} {err}"
+    );
+}

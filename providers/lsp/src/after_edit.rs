@@ -25,7 +25,7 @@ fn check<'a>(path: &'a str, ctx: &'a ToolContext) -> AfterEditFuture<'a> {
         let doc = env.doc(path).await.ok()?;
         let server = crate::pool::running(&env.root())
             .into_iter()
-            .find(|s| s.spec.extensions.iter().any(|e| *e == doc.ext))?;
+            .find(|s| s.spec.extensions.contains(&doc.ext))?;
         let before = server.publication_seq();
         let sent = sync(&server, &doc).await.ok()?;
         settle(&env, &server, &doc, before, sent).await.ok()?;

@@ -132,9 +132,10 @@ fn start_reaper() {
                     let Ok(mut guard) = slot.try_lock() else {
                         continue;
                     };
-                    let stop = guard.as_ref().is_some_and(|s| {
-                        s.is_dead() || s.idle_for() >= Duration::from_secs(s.idle_shutdown_s)
-                    });
+                    // A dead server stays until its next use, which says it had stopped.
+                    let stop = guard
+                        .as_ref()
+                        .is_some_and(|s| s.idle_for() >= Duration::from_secs(s.idle_shutdown_s));
                     if stop {
                         if let Some(s) = guard.take() {
                             tracing::debug!(target: "toolbox", server = %s.spec.name, "stopping an idle language server");

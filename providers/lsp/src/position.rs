@@ -132,13 +132,36 @@ pub fn read_target(args: &Args<'_>) -> Result<Target> {
 
 /// The document's outline, flattened in order with name paths.
 pub async fn outline(env: &Env, server: &Server, doc: &Doc) -> std::result::Result<Vec<Sym>, Fail> {
-    let v = env
-        .req(
-            server,
-            "textDocument/documentSymbol",
-            json!({"textDocument": {"uri": doc.uri}}),
-        )
-        .await?;
+    // The server's answer is kept per document version: asking again for an unchanged file
+    // would only cost the server's time.
+    let version = server.docs.lock().await.get(&doc.uri).map(|d| d.version);
+    let cached = version.and_then(|v| {
+        let outlines = server.outlines.lock().unwrap_or_else(|e| e.into_inner());
+        outlines
+            .get(&doc.uri)
+            .filter(|(at, _)| *at == v)
+            .map(|(_, value)| value.clone())
+    });
+    let v = match cached {
+        Some(v) => v,
+        None => {
+            let v = env
+                .req(
+                    server,
+                    "textDocument/documentSymbol",
+                    json!({"textDocument": {"uri": doc.uri}}),
+                )
+                .await?;
+            if let Some(version) = version {
+                server
+                    .outlines
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(doc.uri.clone(), (version, v.clone()));
+            }
+            v
+        }
+    };
     Ok(parse_outline(v))
 }
 

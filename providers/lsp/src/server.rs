@@ -96,6 +96,8 @@ pub struct Server {
     next_id: AtomicI64,
     /// Documents sent with `didOpen`, by URI.
     pub docs: tokio::sync::Mutex<HashMap<String, OpenDoc>>,
+    /// The last `documentSymbol` answer per URI, with the document version it was for.
+    pub outlines: Mutex<HashMap<String, (i64, Value)>>,
     last_used: Mutex<Instant>,
     /// Seconds of idleness after which the pool stops it.
     pub idle_shutdown_s: u64,
@@ -231,6 +233,7 @@ impl Server {
             shared,
             next_id: AtomicI64::new(1),
             docs: tokio::sync::Mutex::default(),
+            outlines: Mutex::default(),
             last_used: Mutex::new(Instant::now()),
             idle_shutdown_s,
             capabilities: Mutex::new(Value::Null),
@@ -711,6 +714,11 @@ fn spawn_child(
                         std::ptr::null(),
                     ) != 0
                 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The working folder was entered before this hook ran, on the writable mount
+                // below the new one: enter it again, through the read-only mount.
+                if libc::chdir(root_c.as_ptr()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
