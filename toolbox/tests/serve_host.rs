@@ -562,3 +562,74 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("epoch 2 was claimed already"), "{stderr}");
 }
+
+#[test]
+fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
+    use std::io::{BufRead, Write};
+    let (_top, store, node_a, node_b) = dirs();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("file://{}", store.display());
+    let start = |ws: &Path, epoch: &str| {
+        std::fs::create_dir_all(ws).unwrap();
+        let mut cmd = common::toolbox(ws);
+        cmd.args([
+            "serve",
+            "--listen",
+            &listen,
+            "--mode",
+            "full",
+            "--session",
+            SID,
+        ])
+        .args([
+            "--epoch",
+            epoch,
+            "--state-store",
+            &url,
+            "--sync-every",
+            "300ms",
+        ]);
+        Server::spawn(cmd, ws)
+    };
+    let mut old = start(&node_a, "1");
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "notes/plan.md", "content": "1. move\n"}),
+    );
+    let mut client = std::process::Command::new(toolbox_tests::test_python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/mcp_move_client.py"
+        ))
+        .arg(format!("http://{listen}/mcp"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "READY");
+    wait_until("a sync of notes/plan.md", || {
+        head_manifest(&store)["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "notes/plan.md"))
+    });
+    old.signal(libc::SIGKILL);
+    old.wait_exit(EVENT_LIMIT).expect("SIGKILL ends it");
+    let _new = start(&node_b, "2");
+    writeln!(client.stdin.as_mut().unwrap(), "moved").unwrap();
+    let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(client.wait().unwrap().success());
+    eprintln!("the MCP client across the move: {answer}");
+    assert!(answer["tools_before"].as_u64().unwrap() > 10, "{answer}");
+    assert_ne!(answer["old_session"], "answered", "{answer}");
+    assert!(
+        answer["after"].as_str().unwrap().contains("1. move"),
+        "{answer}"
+    );
+}
