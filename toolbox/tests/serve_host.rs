@@ -3,7 +3,8 @@
 //!
 //! - a host killed with SIGKILL mid-turn, while a shell command runs, resumes in another
 //!   folder with the next epoch: files, messages, trajectory and memory equal the last sync,
-//!   the client sees `session_resumed` and the lost turn ends `interrupted`;
+//!   the client sees `session_resumed` and the lost turn ends `interrupted`, and a
+//!   `Last-Event-ID` of the old epoch replays the old host's events after it;
 //! - a host stopped with SIGSTOP while another resumes the session: after SIGCONT its
 //!   uploads never become HEAD, its turn ends `superseded`, and it exits;
 //! - park, then resume: nothing lost; a reused epoch is refused;
@@ -94,9 +95,18 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Every file under `root` with its content, SQLite's memory store and its side files left
-/// out (compared through the memory tools instead).
+/// Every file under `root` with its content, but the session's events file (which each host
+/// appends to) and SQLite's memory store and its side files (compared through the memory
+/// tools instead).
 fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let events = format!(".toolbox/sessions/{SID}/events.jsonl");
+    let mut all = tree_all(root);
+    all.retain(|(p, _)| *p != events);
+    all
+}
+
+/// [`tree`] with the events file.
+fn tree_all(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -166,7 +176,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     );
     let events = old.events(SID, None);
     let turn = old.start_turn(SID, json!({"message": "build it"}));
-    events.until("tool_call_output");
+    let old_events = events.until("tool_call_output");
     // Mid-call: a periodic sync records the open turn and everything written so far.
     wait_until("a sync naming the open turn", || {
         let manifest = head_manifest(&store);
@@ -182,7 +192,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
                 )
             })
             .collect();
-        let on_disk: Vec<(String, u64)> = tree(&node_a)
+        let on_disk: Vec<(String, u64)> = tree_all(&node_a)
             .into_iter()
             .map(|(p, c)| (p, c.len() as u64))
             .collect();
@@ -227,6 +237,26 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     req = req.header("Last-Event-ID", "1:41");
     let replay = serve_common::Sse::open(req);
     assert_eq!(replay.next().kind(), "session_resumed");
+    // One of epoch 1 that the old host had sent more after: those, from its synced events
+    // file, with their old ids, then this host's history.
+    let started = old_events
+        .iter()
+        .position(|e| e.kind() == "turn_started")
+        .unwrap();
+    let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
+    req = req.header("Last-Event-ID", &format!("1:{}", old_events[started].id));
+    let replay = serve_common::Sse::open(req);
+    for expected in &old_events[started + 1..] {
+        let got = replay.next();
+        assert_eq!((got.id, got.kind()), (expected.id, expected.kind()));
+        assert_eq!(got.data, expected.data);
+    }
+    assert_eq!(replay.next().kind(), "session_resumed");
+    let events_file = format!(".toolbox/sessions/{SID}/events.jsonl");
+    let old_file = std::fs::read(node_a.join(&events_file)).unwrap();
+    assert!(std::fs::read(node_b.join(&events_file))
+        .unwrap()
+        .starts_with(&old_file));
     let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
     req = req.header("Last-Event-ID", "2:1");
     let replay = serve_common::Sse::open(req);
