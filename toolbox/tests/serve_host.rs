@@ -24,6 +24,17 @@ use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 const SID: &str = "moving";
 
 fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
+    host_every(ws, store, epoch, llm, "300ms")
+}
+
+/// [`host`] with another `--sync-every`.
+fn host_every(
+    ws: &Path,
+    store: &Path,
+    epoch: u64,
+    llm: Option<&ScriptedLlm>,
+    every: &str,
+) -> Server {
     std::fs::create_dir_all(ws).unwrap();
     let url = format!("file://{}", store.display());
     let epoch = epoch.to_string();
@@ -40,7 +51,7 @@ fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Serve
             "--state-store",
             &url,
             "--sync-every",
-            "300ms",
+            every,
         ],
     );
     Server::spawn(cmd, ws)
@@ -416,12 +427,19 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
 #[test]
 fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
     let (_top, store, node_a, node_b) = dirs();
-    let mut old = host(&node_a, &store, 1, None);
+    // No periodic sync: only the one on SIGTERM can store late.txt.
+    let mut old = host_every(&node_a, &store, 1, None, "1h");
     call(
         &old,
         "file_manager__write",
         json!({"path": "data.csv", "content": "a,b\n1,2\n"}),
     );
+    wait_until("the sync after the call", || {
+        head_manifest(&store)["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "data.csv"))
+    });
+    std::fs::write(node_a.join("late.txt"), "written behind the host's back").unwrap();
     old.signal(libc::SIGTERM);
     let status = old.wait_exit(EVENT_LIMIT).expect("SIGTERM ends it");
     assert!(status.success(), "{}", old.stderr());
@@ -431,8 +449,16 @@ fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
         .unwrap()
         .iter()
         .find(|f| f["path"] == "data.csv")
-        .expect("data.csv was synced on SIGTERM")
+        .expect("data.csv was synced")
         .clone();
+    assert!(
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == "late.txt"),
+        "the sync on SIGTERM stored late.txt: {manifest}"
+    );
     let sha = entry["sha256"].as_str().unwrap();
     std::fs::write(
         store.join(format!("blobs/{}/{sha}", &sha[..2])),
