@@ -725,6 +725,7 @@ async fn events(
 ) -> AppResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let sid = session(&state, &sid)?;
     let epoch = state.options.host.as_ref().map(|h| h.epoch());
+    let mut earlier = std::collections::VecDeque::new();
     let after = match headers.get("last-event-id") {
         Some(value) => {
             let (from_epoch, seq) =
@@ -738,9 +739,17 @@ async fn events(
                         )
                     })?;
             match (from_epoch, epoch) {
-                // An id from another host of the session (an older epoch): this host's whole
+                // An id from another host of the session: what that host's epoch still had
+                // after it (kept in the session's events file), then this host's whole
                 // history, which starts with its `session_resumed`.
-                (Some(from), Some(mine)) if from != mine => None,
+                (Some(from), Some(mine)) if from != mine => {
+                    if from < mine {
+                        if let Some(host) = &state.options.host {
+                            earlier = host.history_after(from, seq).into();
+                        }
+                    }
+                    None
+                }
                 _ => Some(seq),
             }
         }
@@ -750,6 +759,7 @@ async fn events(
     let stream = EventStream {
         state: state.clone(),
         epoch,
+        earlier,
         session: sid,
         pending: subscription.missed.into(),
         live: subscription.live,
@@ -776,6 +786,8 @@ struct EventStream {
     state: Arc<AppState>,
     /// Host mode: the host's epoch, the first half of every event's `id:` (`epoch:seq`).
     epoch: Option<u64>,
+    /// Host mode: events of earlier hosts of the session (id, data), sent first.
+    earlier: std::collections::VecDeque<(String, String)>,
     session: SessionId,
     pending: std::collections::VecDeque<Arc<SessionEvent>>,
     live: tokio::sync::broadcast::Receiver<Arc<SessionEvent>>,
@@ -787,6 +799,9 @@ struct EventStream {
 
 impl EventStream {
     async fn next(&mut self) -> Option<Event> {
+        if let Some((id, data)) = self.earlier.pop_front() {
+            return Some(Event::default().id(id).data(data));
+        }
         loop {
             if let Some(event) = self.pending.pop_front() {
                 if event.seq <= self.last {

@@ -11,6 +11,8 @@
 //! - On park (`POST /api/sessions/{sid}/park`) or SIGTERM: running turns are cancelled,
 //!   then [`Host::finish`] syncs one last time.
 
+use std::ffi::OsStr;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,25 @@ use toolbox_runtime::{Runtime, RuntimeEvent, StopReason};
 use toolbox_sync::{
     RestoreReport, SessionStore, StateStore, StoreRules, SyncError, SyncReport, LOST_ON_MOVE,
 };
+
+/// The session's events in host mode, in `.toolbox/sessions/<sid>/`: synced with the rest, so
+/// the next host can replay them to a client that reconnects with an id of an older epoch.
+/// One line per event: `{"epoch": E, "event": {…}}`.
+pub const EVENTS_FILE: &str = "events.jsonl";
+
+/// How many events of earlier epochs a host keeps for replay (the newest).
+const KEPT_EVENTS: usize = 10_000;
+
+/// The most of the events file a host reads when it starts.
+const MAX_EVENTS_FILE: u64 = 64 * 1024 * 1024;
+
+/// An event of an earlier host of the session.
+#[derive(Debug, Clone)]
+struct StoredEvent {
+    epoch: u64,
+    seq: u64,
+    data: String,
+}
 
 /// How a host was placed: given by whoever started it.
 #[derive(Debug, Clone)]
@@ -53,6 +74,10 @@ pub struct Host {
     every: Duration,
     /// The last sync's report, or its error.
     last: Mutex<Option<Result<SyncReport, String>>>,
+    /// The events of earlier epochs, from the restored events file, oldest first.
+    history: Vec<StoredEvent>,
+    /// The seq of the last event of this host written to the events file.
+    written: AtomicU64,
 }
 
 impl std::fmt::Debug for Host {
@@ -81,6 +106,7 @@ impl Host {
         let mut claimed =
             SessionStore::claim(store, options.session.clone(), options.epoch, rules).await?;
         let restored = claimed.restore_into(root).await?;
+        let history = load_history(root, &options.session);
         let host = Arc::new(Host {
             session: options.session.clone(),
             epoch: options.epoch,
@@ -92,6 +118,8 @@ impl Host {
             wake: tokio::sync::Notify::new(),
             every: options.sync_every,
             last: Mutex::new(None),
+            history,
+            written: AtomicU64::new(0),
         });
         Ok((host, restored))
     }
@@ -123,6 +151,16 @@ impl Host {
     /// [`finish`](Self::finish) syncs.
     pub fn park(&self) {
         self.stop.cancel();
+    }
+
+    /// The events of earlier epochs after `(epoch, seq)`, as SSE ids (`epoch:seq`) and data:
+    /// what a client that reconnects with an id of an older epoch missed there.
+    pub fn history_after(&self, epoch: u64, seq: u64) -> Vec<(String, String)> {
+        self.history
+            .iter()
+            .filter(|e| (e.epoch, e.seq) > (epoch, seq))
+            .map(|e| (format!("{}:{}", e.epoch, e.seq), e.data.clone()))
+            .collect()
     }
 
     /// Asks for a sync soon (after a call).
@@ -212,8 +250,75 @@ impl Host {
         }
     }
 
+    /// Appends each of the session's events to the events file, as they come.
+    fn spawn_writer(self: &Arc<Self>, runtime: Runtime) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let sid = OsStr::new(me.session.as_str()).to_os_string();
+            let file = runtime
+                .executor()
+                .workspace()
+                .toolbox_subdir(&[OsStr::new("sessions"), &sid])
+                .and_then(|dir| dir.open_append_lines(OsStr::new(EVENTS_FILE)));
+            let mut file = match file {
+                Ok((mut file, torn)) => {
+                    if torn {
+                        let _ = file.write_all(b"\n");
+                    }
+                    file
+                }
+                Err(e) => {
+                    eprintln!("toolbox serve: cannot open the session's {EVENTS_FILE}: {e}");
+                    return;
+                }
+            };
+            let subscription = runtime.events().subscribe(&me.session, None);
+            let mut pending: std::collections::VecDeque<_> = subscription.missed.into();
+            let mut live = subscription.live;
+            let mut last = 0;
+            loop {
+                while let Some(event) = pending.pop_front() {
+                    if event.seq <= last {
+                        continue;
+                    }
+                    last = event.seq;
+                    let line = serde_json::json!({"epoch": me.epoch, "event": &*event});
+                    let mut text = line.to_string();
+                    text.push('\n');
+                    // One write per line: a crash leaves at most a torn last line.
+                    if let Err(e) = file.write_all(text.as_bytes()) {
+                        eprintln!("toolbox serve: cannot write {EVENTS_FILE}: {e}");
+                        return;
+                    }
+                    me.written.store(last, Ordering::SeqCst);
+                }
+                match live.recv().await {
+                    Ok(event) => pending.push_back(event),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        pending = runtime.events().since(&me.session, last).into();
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+
+    /// Waits (at most a second) until every event emitted so far is in the events file.
+    async fn events_written(&self, runtime: &Runtime) {
+        for _ in 0..100 {
+            let newest = runtime
+                .events()
+                .since(&self.session, self.written.load(Ordering::SeqCst));
+            if newest.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Syncs after every call and turn, and every `sync_every`, until the host stops.
     pub fn spawn(self: &Arc<Self>, runtime: Runtime) -> tokio::task::JoinHandle<()> {
+        self.spawn_writer(runtime.clone());
         let me = self.clone();
         let mut events = runtime.events().subscribe_all();
         tokio::spawn(async move {
@@ -256,6 +361,47 @@ impl Host {
             return Ok(None);
         }
         *lock(&self.open_turn) = None;
+        self.events_written(runtime).await;
         self.sync_now(runtime).await.map(Some)
     }
+}
+
+/// The events of earlier hosts from the restored events file (the newest [`KEPT_EVENTS`]),
+/// read through descriptors without following links; a torn or foreign line is skipped.
+fn load_history(root: &Path, session: &SessionId) -> Vec<StoredEvent> {
+    use std::io::Read;
+    let rel = Path::new(".toolbox/sessions").join(session.as_str());
+    let Ok(file) = toolbox_host::Dir::open_path(root)
+        .and_then(|dir| dir.open_dir_beneath(&rel))
+        .and_then(|dir| dir.open_file(OsStr::new(EVENTS_FILE)))
+    else {
+        return Vec::new();
+    };
+    let mut text = String::new();
+    if file
+        .take(MAX_EVENTS_FILE)
+        .read_to_string(&mut text)
+        .is_err()
+    {
+        return Vec::new();
+    }
+    let mut events: std::collections::VecDeque<StoredEvent> = std::collections::VecDeque::new();
+    for line in text.lines() {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(epoch), Some(seq)) = (value["epoch"].as_u64(), value["event"]["seq"].as_u64())
+        else {
+            continue;
+        };
+        if events.len() == KEPT_EVENTS {
+            events.pop_front();
+        }
+        events.push_back(StoredEvent {
+            epoch,
+            seq,
+            data: value["event"].to_string(),
+        });
+    }
+    events.into()
 }

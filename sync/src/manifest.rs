@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 /// The manifest format's version; a manifest of another version is refused on restore.
 pub const VERSION: u32 = 1;
 
+/// Files larger than this are stored in pieces of this size, each a blob of its own, so a
+/// file that grows (a conversation, a trajectory, the events) re-uploads only its last piece.
+pub const CHUNK: usize = 1024 * 1024;
+
 /// One sync of one session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -37,6 +41,21 @@ pub struct FileEntry {
     /// Whether it was executable.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub executable: bool,
+    /// For a file larger than [`CHUNK`]: the SHA-256 of each piece, in order (the blobs
+    /// stored); empty for a file stored whole, as the blob named by `sha256`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<String>,
+}
+
+impl FileEntry {
+    /// The blobs that hold its content, in order.
+    pub fn blobs(&self) -> Vec<&str> {
+        if self.chunks.is_empty() {
+            vec![self.sha256.as_str()]
+        } else {
+            self.chunks.iter().map(String::as_str).collect()
+        }
+    }
 }
 
 impl Manifest {

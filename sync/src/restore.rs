@@ -10,8 +10,10 @@ use anyhow::{anyhow, Context};
 use futures_util::StreamExt;
 use toolbox_host::Dir;
 
-use crate::manifest::{check_path, is_sha256};
-use crate::store::{SessionStore, PARALLEL};
+use bytes::Bytes;
+
+use crate::manifest::{check_path, is_sha256, FileEntry, CHUNK};
+use crate::store::{SessionStore, StateStore, PARALLEL};
 use crate::{sha256_hex, snapshot, SyncError};
 
 /// What a restore wrote.
@@ -61,21 +63,31 @@ impl SessionStore {
         };
         for file in &manifest.files {
             check_path(&file.path).map_err(&corrupt)?;
-            if !is_sha256(&file.sha256) {
+            if !file.blobs().into_iter().all(is_sha256) || !is_sha256(&file.sha256) {
                 return Err(corrupt(format!(
-                    "{}: {:?} is not a SHA-256",
-                    file.path, file.sha256
+                    "{}: a checksum in its entry is not a SHA-256",
+                    file.path
+                )));
+            }
+            let pieces = (file.size as usize).div_ceil(CHUNK);
+            if !file.chunks.is_empty()
+                && (file.size as usize <= CHUNK || file.chunks.len() != pieces)
+            {
+                return Err(corrupt(format!(
+                    "{}: {} pieces listed for {} bytes",
+                    file.path,
+                    file.chunks.len(),
+                    file.size
                 )));
             }
         }
         let store = self.store.clone();
+        let session = self.session.to_string();
         let mut fetched = futures_util::stream::iter(manifest.files.iter())
             .map(|file| {
                 let store = store.clone();
-                async move {
-                    let got = store.get(&store.blob_key(&file.sha256)).await;
-                    (file, got)
-                }
+                let session = session.clone();
+                async move { (file, fetch(&store, &session, file).await) }
             })
             .buffer_unordered(PARALLEL * 2);
         let mut report = RestoreReport {
@@ -86,37 +98,12 @@ impl SessionStore {
         let mut failure: Option<SyncError> = None;
         while let Some((file, got)) = fetched.next().await {
             let bytes = match got {
-                Ok(Some(bytes)) => bytes,
-                Ok(None) => {
-                    failure = Some(corrupt(format!(
-                        "{}: its blob {} is missing from the store",
-                        file.path, file.sha256
-                    )));
-                    break;
-                }
+                Ok(bytes) => bytes,
                 Err(e) => {
                     failure = Some(e);
                     break;
                 }
             };
-            if bytes.len() as u64 != file.size {
-                failure = Some(corrupt(format!(
-                    "{}: its blob {} has {} bytes, the manifest says {}",
-                    file.path,
-                    file.sha256,
-                    bytes.len(),
-                    file.size
-                )));
-                break;
-            }
-            let sha = sha256_hex(&bytes);
-            if sha != file.sha256 {
-                failure = Some(corrupt(format!(
-                    "{}: its blob {} has checksum {sha}: the stored content is damaged",
-                    file.path, file.sha256
-                )));
-                break;
-            }
             if let Err(e) = write_new(root, &file.path, &bytes, file.executable) {
                 failure = Some(corrupt(format!("{}: cannot write it: {e}", file.path)));
                 break;
@@ -138,20 +125,77 @@ impl SessionStore {
         })
         .await
         .map_err(|e| anyhow!("the walk stopped: {e}"))??;
-        let by_path: std::collections::HashMap<&str, (&str, u64)> = manifest
+        let by_path: std::collections::HashMap<&str, &FileEntry> = manifest
             .files
             .iter()
-            .map(|f| (f.path.as_str(), (f.sha256.as_str(), f.size)))
+            .map(|f| (f.path.as_str(), f))
             .collect();
         for found in walked.files {
-            if let Some((sha, size)) = by_path.get(found.rel.as_str()) {
-                self.seen
-                    .insert(found.rel, (found.key, sha.to_string(), *size));
+            if let Some(entry) = by_path.get(found.rel.as_str()) {
+                self.seen.insert(found.rel, (found.key, (*entry).clone()));
             }
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
     }
+}
+
+/// The content of `file`: its blob, or its pieces in order, each checked against its size
+/// and SHA-256, then the whole.
+async fn fetch(store: &StateStore, session: &str, file: &FileEntry) -> Result<Bytes, SyncError> {
+    let corrupt = |why: String| SyncError::Corrupt {
+        session: session.to_string(),
+        why,
+    };
+    let blobs = file.blobs();
+    let mut whole = Vec::with_capacity(if blobs.len() > 1 {
+        file.size as usize
+    } else {
+        0
+    });
+    let mut single = None;
+    for (n, sha) in blobs.iter().enumerate() {
+        let bytes = store.get(&store.blob_key(sha)).await?.ok_or_else(|| {
+            corrupt(format!(
+                "{}: its blob {sha} is missing from the store",
+                file.path
+            ))
+        })?;
+        let expected = if blobs.len() == 1 {
+            file.size
+        } else if n + 1 < blobs.len() {
+            CHUNK as u64
+        } else {
+            file.size - (CHUNK * (blobs.len() - 1)) as u64
+        };
+        if bytes.len() as u64 != expected {
+            return Err(corrupt(format!(
+                "{}: its blob {sha} has {} bytes, the manifest says {expected}",
+                file.path,
+                bytes.len()
+            )));
+        }
+        let got = sha256_hex(&bytes);
+        if got != *sha {
+            return Err(corrupt(format!(
+                "{}: its blob {sha} has checksum {got}: the stored content is damaged",
+                file.path
+            )));
+        }
+        if blobs.len() == 1 {
+            single = Some(bytes);
+        } else {
+            whole.extend_from_slice(&bytes);
+        }
+    }
+    let bytes = single.unwrap_or_else(|| Bytes::from(whole));
+    if blobs.len() > 1 && sha256_hex(&bytes) != file.sha256 {
+        return Err(corrupt(format!(
+            "{}: its pieces do not add up to its checksum {}: the stored content is damaged",
+            file.path, file.sha256
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Writes a new file at `rel` beneath `root` (a folder this restore made and nobody else

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use toolbox_core::SessionId;
 use toolbox_host::Dir;
 
-use crate::manifest::{FileEntry, Manifest, VERSION};
+use crate::manifest::{FileEntry, Manifest, CHUNK, VERSION};
 use crate::snapshot::{self, StatKey, StoreRules};
 use crate::{sha256_hex, SyncError};
 
@@ -188,9 +188,9 @@ pub struct SyncReport {
     pub elapsed_ms: u64,
 }
 
-/// A file a sync read: its place in the walk, checksum, size, and the bytes uploaded (none
-/// when the store had the content).
-type Stored = (usize, String, u64, Option<u64>);
+/// A file a sync read: its place in the walk, checksum, size, its pieces' checksums (when in
+/// pieces), and the blobs and bytes uploaded (none when the store had the content).
+type Stored = (usize, String, u64, Vec<String>, (usize, u64));
 
 /// One session's state in a store, held by the host that claimed `epoch`.
 pub struct SessionStore {
@@ -202,9 +202,9 @@ pub struct SessionStore {
     head: Head,
     /// The manifest that head names.
     pub(crate) manifest: Option<Manifest>,
-    /// Per path: what its stat said, its checksum and its stored size, when it was last
-    /// read (the memory store's stored size is its backup's, not the live file's).
-    pub(crate) seen: HashMap<String, (StatKey, String, u64)>,
+    /// Per path: what its stat said and what was stored, when it was last read (the memory
+    /// store's stored size is its backup's, not the live file's).
+    pub(crate) seen: HashMap<String, (StatKey, FileEntry)>,
     /// Blobs known to be in the store.
     pub(crate) known: HashSet<String>,
 }
@@ -290,8 +290,13 @@ impl SessionStore {
                     _ => None,
                 };
                 if let Some(manifest) = &me.manifest {
-                    me.known
-                        .extend(manifest.files.iter().map(|f| f.sha256.clone()));
+                    me.known.extend(
+                        manifest
+                            .files
+                            .iter()
+                            .flat_map(|f| f.blobs())
+                            .map(str::to_string),
+                    );
                 }
                 me.head = fence;
                 return Ok(me);
@@ -446,12 +451,10 @@ impl SessionStore {
         let mut to_read = Vec::new();
         for (i, found) in walked.files.iter().enumerate() {
             match self.seen.get(&found.rel) {
-                Some((key, sha, size)) if *key == found.key => {
+                Some((key, stored)) if *key == found.key => {
                     entries[i] = Some(FileEntry {
-                        path: found.rel.clone(),
-                        size: *size,
-                        sha256: sha.clone(),
                         executable: found.executable,
+                        ..stored.clone()
                     })
                 }
                 _ => to_read.push(i),
@@ -477,28 +480,50 @@ impl SessionStore {
                         .await
                         .map_err(|e| anyhow!("a read stopped: {e}"))??;
                         let size = bytes.len() as u64;
-                        let fresh = !known
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .contains(&sha);
-                        let mut uploaded = None;
-                        if fresh {
-                            let key = store.blob_key(&sha);
+                        let bytes = Bytes::from(bytes);
+                        let pieces: Vec<Bytes> = if bytes.len() > CHUNK {
+                            (0..bytes.len())
+                                .step_by(CHUNK)
+                                .map(|at| bytes.slice(at..(at + CHUNK).min(bytes.len())))
+                                .collect()
+                        } else {
+                            vec![bytes]
+                        };
+                        let mut chunks = Vec::new();
+                        let mut uploaded = (0, 0);
+                        for piece in pieces {
+                            let piece_sha = if chunks.is_empty() && piece.len() as u64 == size {
+                                sha.clone()
+                            } else {
+                                sha256_hex(&piece)
+                            };
+                            if size as usize > CHUNK {
+                                chunks.push(piece_sha.clone());
+                            }
+                            let fresh = !known
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .contains(&piece_sha);
+                            if !fresh {
+                                continue;
+                            }
+                            let key = store.blob_key(&piece_sha);
                             let there = match store.inner.head(&key).await {
-                                Ok(meta) => meta.size == size,
+                                Ok(meta) => meta.size == piece.len() as u64,
                                 Err(object_store::Error::NotFound { .. }) => false,
                                 Err(e) => return Err(SyncError::from(e)),
                             };
                             if !there {
-                                store.inner.put(&key, PutPayload::from(bytes)).await?;
-                                uploaded = Some(size);
+                                uploaded.0 += 1;
+                                uploaded.1 += piece.len() as u64;
+                                store.inner.put(&key, PutPayload::from(piece)).await?;
                             }
                             known
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
-                                .insert(sha.clone());
+                                .insert(piece_sha);
                         }
-                        Ok::<_, SyncError>((i, sha, size, uploaded))
+                        Ok::<_, SyncError>((i, sha, size, chunks, uploaded))
                     }
                 })
                 .buffer_unordered(PARALLEL)
@@ -506,21 +531,21 @@ impl SessionStore {
                 .await;
         self.known = std::mem::take(&mut *known.lock().unwrap_or_else(|e| e.into_inner()));
         for result in results {
-            let (i, sha, size, uploaded) = result?;
+            let (i, sha, size, chunks, (blobs, bytes)) = result?;
             let found = &walked.files[i];
-            if let Some(bytes) = uploaded {
-                report.uploaded_blobs += 1;
-                report.uploaded_bytes += bytes;
-            }
-            // The memory store's size is its backup's, not the live file's.
-            self.seen
-                .insert(found.rel.clone(), (found.key, sha.clone(), size));
-            entries[i] = Some(FileEntry {
+            report.uploaded_blobs += blobs;
+            report.uploaded_bytes += bytes;
+            let entry = FileEntry {
                 path: found.rel.clone(),
+                // The memory store's size is its backup's, not the live file's.
                 size,
                 sha256: sha,
                 executable: found.executable,
-            });
+                chunks,
+            };
+            self.seen
+                .insert(found.rel.clone(), (found.key, entry.clone()));
+            entries[i] = Some(entry);
         }
         let files: Vec<FileEntry> = entries.into_iter().flatten().collect();
         let live: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();

@@ -258,3 +258,54 @@ async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
     }
     eprintln!("the old host moved HEAD before the fence {before_fence} times, was superseded {superseded} times");
 }
+
+#[tokio::test]
+async fn a_growing_large_file_uploads_only_its_last_piece() {
+    let (store_dir, ws, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let chunk = crate::manifest::CHUNK;
+    let mut log: Vec<u8> = (0..chunk * 2 + chunk / 2)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    std::fs::write(ws.path().join("events.jsonl"), &log).unwrap();
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    let first = host.sync(ws.path(), None).await.unwrap();
+    assert_eq!(
+        (first.uploaded_blobs, first.uploaded_bytes),
+        (3, log.len() as u64)
+    );
+    log.extend_from_slice(b"one more line\n");
+    std::fs::write(ws.path().join("events.jsonl"), &log).unwrap();
+    let grown = host.sync(ws.path(), None).await.unwrap();
+    assert_eq!(
+        (grown.uploaded_blobs, grown.uploaded_bytes),
+        (1, (chunk / 2 + 14) as u64),
+        "{grown:?}"
+    );
+    let mut next = claim(store_dir.path(), 2).await.unwrap();
+    next.restore_into(elsewhere.path()).await.unwrap();
+    assert_eq!(
+        std::fs::read(elsewhere.path().join("events.jsonl")).unwrap(),
+        log
+    );
+    // A damaged piece refuses the restore.
+    let piece = &next.manifest().unwrap().files[0].chunks[1];
+    let path = store_dir
+        .path()
+        .join(format!("blobs/{}/{piece}", &piece[..2]));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[7] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let target = tempfile::tempdir().unwrap();
+    let e = claim(store_dir.path(), 3)
+        .await
+        .unwrap()
+        .restore_into(target.path())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+}

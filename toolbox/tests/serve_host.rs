@@ -3,7 +3,8 @@
 //!
 //! - a host killed with SIGKILL mid-turn, while a shell command runs, resumes in another
 //!   folder with the next epoch: files, messages, trajectory and memory equal the last sync,
-//!   the client sees `session_resumed` and the lost turn ends `interrupted`;
+//!   the client sees `session_resumed` and the lost turn ends `interrupted`, and a
+//!   `Last-Event-ID` of the old epoch replays the old host's events after it;
 //! - a host stopped with SIGSTOP while another resumes the session: after SIGCONT its
 //!   uploads never become HEAD, its turn ends `superseded`, and it exits;
 //! - park, then resume: nothing lost; a reused epoch is refused;
@@ -23,6 +24,17 @@ use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 const SID: &str = "moving";
 
 fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
+    host_every(ws, store, epoch, llm, "300ms")
+}
+
+/// [`host`] with another `--sync-every`.
+fn host_every(
+    ws: &Path,
+    store: &Path,
+    epoch: u64,
+    llm: Option<&ScriptedLlm>,
+    every: &str,
+) -> Server {
     std::fs::create_dir_all(ws).unwrap();
     let url = format!("file://{}", store.display());
     let epoch = epoch.to_string();
@@ -39,7 +51,7 @@ fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Serve
             "--state-store",
             &url,
             "--sync-every",
-            "300ms",
+            every,
         ],
     );
     Server::spawn(cmd, ws)
@@ -94,9 +106,18 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Every file under `root` with its content, SQLite's memory store and its side files left
-/// out (compared through the memory tools instead).
+/// Every file under `root` with its content, but the session's events file (which each host
+/// appends to) and SQLite's memory store and its side files (compared through the memory
+/// tools instead).
 fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let events = format!(".toolbox/sessions/{SID}/events.jsonl");
+    let mut all = tree_all(root);
+    all.retain(|(p, _)| *p != events);
+    all
+}
+
+/// [`tree`] with the events file.
+fn tree_all(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -166,7 +187,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     );
     let events = old.events(SID, None);
     let turn = old.start_turn(SID, json!({"message": "build it"}));
-    events.until("tool_call_output");
+    let old_events = events.until("tool_call_output");
     // Mid-call: a periodic sync records the open turn and everything written so far.
     wait_until("a sync naming the open turn", || {
         let manifest = head_manifest(&store);
@@ -182,7 +203,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
                 )
             })
             .collect();
-        let on_disk: Vec<(String, u64)> = tree(&node_a)
+        let on_disk: Vec<(String, u64)> = tree_all(&node_a)
             .into_iter()
             .map(|(p, c)| (p, c.len() as u64))
             .collect();
@@ -227,6 +248,26 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     req = req.header("Last-Event-ID", "1:41");
     let replay = serve_common::Sse::open(req);
     assert_eq!(replay.next().kind(), "session_resumed");
+    // One of epoch 1 that the old host had sent more after: those, from its synced events
+    // file, with their old ids, then this host's history.
+    let started = old_events
+        .iter()
+        .position(|e| e.kind() == "turn_started")
+        .unwrap();
+    let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
+    req = req.header("Last-Event-ID", &format!("1:{}", old_events[started].id));
+    let replay = serve_common::Sse::open(req);
+    for expected in &old_events[started + 1..] {
+        let got = replay.next();
+        assert_eq!((got.id, got.kind()), (expected.id, expected.kind()));
+        assert_eq!(got.data, expected.data);
+    }
+    assert_eq!(replay.next().kind(), "session_resumed");
+    let events_file = format!(".toolbox/sessions/{SID}/events.jsonl");
+    let old_file = std::fs::read(node_a.join(&events_file)).unwrap();
+    assert!(std::fs::read(node_b.join(&events_file))
+        .unwrap()
+        .starts_with(&old_file));
     let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
     req = req.header("Last-Event-ID", "2:1");
     let replay = serve_common::Sse::open(req);
@@ -386,12 +427,19 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
 #[test]
 fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
     let (_top, store, node_a, node_b) = dirs();
-    let mut old = host(&node_a, &store, 1, None);
+    // No periodic sync: only the one on SIGTERM can store late.txt.
+    let mut old = host_every(&node_a, &store, 1, None, "1h");
     call(
         &old,
         "file_manager__write",
         json!({"path": "data.csv", "content": "a,b\n1,2\n"}),
     );
+    wait_until("the sync after the call", || {
+        head_manifest(&store)["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "data.csv"))
+    });
+    std::fs::write(node_a.join("late.txt"), "written behind the host's back").unwrap();
     old.signal(libc::SIGTERM);
     let status = old.wait_exit(EVENT_LIMIT).expect("SIGTERM ends it");
     assert!(status.success(), "{}", old.stderr());
@@ -401,8 +449,16 @@ fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
         .unwrap()
         .iter()
         .find(|f| f["path"] == "data.csv")
-        .expect("data.csv was synced on SIGTERM")
+        .expect("data.csv was synced")
         .clone();
+    assert!(
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == "late.txt"),
+        "the sync on SIGTERM stored late.txt: {manifest}"
+    );
     let sha = entry["sha256"].as_str().unwrap();
     std::fs::write(
         store.join(format!("blobs/{}/{sha}", &sha[..2])),
@@ -561,4 +617,75 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("epoch 2 was claimed already"), "{stderr}");
+}
+
+#[test]
+fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
+    use std::io::{BufRead, Write};
+    let (_top, store, node_a, node_b) = dirs();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("file://{}", store.display());
+    let start = |ws: &Path, epoch: &str| {
+        std::fs::create_dir_all(ws).unwrap();
+        let mut cmd = common::toolbox(ws);
+        cmd.args([
+            "serve",
+            "--listen",
+            &listen,
+            "--mode",
+            "full",
+            "--session",
+            SID,
+        ])
+        .args([
+            "--epoch",
+            epoch,
+            "--state-store",
+            &url,
+            "--sync-every",
+            "300ms",
+        ]);
+        Server::spawn(cmd, ws)
+    };
+    let mut old = start(&node_a, "1");
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "notes/plan.md", "content": "1. move\n"}),
+    );
+    let mut client = std::process::Command::new(toolbox_tests::test_python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/mcp_move_client.py"
+        ))
+        .arg(format!("http://{listen}/mcp"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "READY");
+    wait_until("a sync of notes/plan.md", || {
+        head_manifest(&store)["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "notes/plan.md"))
+    });
+    old.signal(libc::SIGKILL);
+    old.wait_exit(EVENT_LIMIT).expect("SIGKILL ends it");
+    let _new = start(&node_b, "2");
+    writeln!(client.stdin.as_mut().unwrap(), "moved").unwrap();
+    let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(client.wait().unwrap().success());
+    eprintln!("the MCP client across the move: {answer}");
+    assert!(answer["tools_before"].as_u64().unwrap() > 10, "{answer}");
+    assert_ne!(answer["old_session"], "answered", "{answer}");
+    assert!(
+        answer["after"].as_str().unwrap().contains("1. move"),
+        "{answer}"
+    );
 }
