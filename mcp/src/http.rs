@@ -92,6 +92,19 @@ pub struct McpHttpOptions {
     /// The most MCP sessions open at once ([`MAX_MCP_SESSIONS`] by default); see
     /// [`sessions`] for which idle one a new session replaces at the cap.
     pub max_sessions: usize,
+    /// Called after every `tools/call` has finished, whatever its outcome (`toolbox serve`
+    /// in host mode asks for a sync of the session's state then, as after an HTTP call).
+    pub after_call: Option<AfterCall>,
+}
+
+/// What [`McpHttpOptions::after_call`] runs.
+#[derive(Clone)]
+pub struct AfterCall(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for AfterCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AfterCall(..)")
+    }
 }
 
 impl McpHttpOptions {
@@ -104,6 +117,7 @@ impl McpHttpOptions {
             allowed_hosts: Vec::new(),
             max_sessions: MAX_MCP_SESSIONS,
             shutdown: CancellationToken::new(),
+            after_call: None,
         }
     }
 }

@@ -120,6 +120,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut mcp_options = toolbox_mcp::http::McpHttpOptions::new(state.options.mcp_session.clone());
     mcp_options.fallback = state.options.mcp_fallback;
     mcp_options.shutdown = state.shutdown.clone();
+    // In host mode a call over /mcp is a sync point, as one over the HTTP API is.
+    mcp_options.after_call = state.options.host.clone().map(|host| {
+        toolbox_mcp::http::AfterCall(Arc::new(move || host.wake()) as Arc<dyn Fn() + Send + Sync>)
+    });
     let app: Router = Router::new()
         .nest("/api", api::routes())
         .merge(console::routes())

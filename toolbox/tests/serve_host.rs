@@ -689,3 +689,46 @@ fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
         "{answer}"
     );
 }
+
+/// A call over `/mcp` is a sync point like one over the HTTP API: with the periodic sync an
+/// hour away, a file written through MCP reaches the store right after the call.
+#[test]
+fn a_call_over_mcp_is_synced_without_waiting_for_the_timer() {
+    let (_top, store, node_a, _node_b) = dirs();
+    let server = host_every(&node_a, &store, 1, None, "1h");
+    let protocol = "2025-06-18";
+    let r = server
+        .req("POST", "/mcp")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": protocol, "capabilities": {},
+                       "clientInfo": {"name": "serve_host.rs", "version": "0"}},
+        }))
+        .send();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session = r.header("mcp-session-id").expect("a session").to_string();
+    let mcp = |body: Value| {
+        server
+            .req("POST", "/mcp")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &session)
+            .header("MCP-Protocol-Version", protocol)
+            .json(&body)
+            .send()
+    };
+    let r = mcp(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let r = mcp(json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "file_manager__write",
+                   "arguments": {"path": "via-mcp.txt", "content": "synced\n"}},
+    }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("Wrote"), "{}", r.text());
+    wait_until("via-mcp.txt in the store", || {
+        head_manifest(&store)["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "via-mcp.txt"))
+    });
+}

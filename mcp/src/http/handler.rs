@@ -35,6 +35,7 @@ pub(super) struct Shared {
     fallback: Fallback,
     /// Rendered once: the visible tools never change.
     tools: Arc<Vec<Tool>>,
+    after_call: Option<super::AfterCall>,
 }
 
 impl Shared {
@@ -45,6 +46,7 @@ impl Shared {
             session: options.session.clone(),
             fallback: options.fallback,
             tools: Arc::new(tools),
+            after_call: options.after_call.clone(),
         }
     }
 }
@@ -247,6 +249,9 @@ impl ServerHandler for McpHandler {
                 Some(()) = asking.next(), if !asking.is_empty() => {}
             }
         };
+        if let Some(after) = &self.shared.after_call {
+            (after.0)();
+        }
         // Every output notification goes before the result: MCP allows none after it.
         done.cancel();
         if let Some(forwarder) = forwarder {
