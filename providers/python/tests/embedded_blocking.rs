@@ -19,8 +19,12 @@ async fn run(ctx: &ToolContext, code: &str, timeout_ms: Option<u64>) -> Result<S
         .call_tool("run_python_code", args, ctx)
         .await
     {
-        Ok(Value::String(s)) => Ok(without_folder_note(s)),
-        Ok(other) => panic!("non-string result {other}"),
+        // The text the model sees; the structured result beside it is not looked at here.
+        Ok(value) => match toolbox_core::ToolOutput::from_value(value) {
+            Ok(output) => Ok(without_folder_note(output.text)),
+            Err(Value::String(s)) => Ok(without_folder_note(s)),
+            Err(other) => panic!("non-string result {other}"),
+        },
         Err(e) => Err(format!("{e:#}")),
     }
 }
