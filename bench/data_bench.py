@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 
-TOOLBOX, WORK = sys.argv[1], sys.argv[2]
+TOOLBOX, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 SIZE_MB = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 RECORDS = int(sys.argv[4]) if len(sys.argv) > 4 else 1_000_000
 ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3

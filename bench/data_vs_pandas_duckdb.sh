@@ -22,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -c "import pandas, pyarrow, duckdb, jsonschema" 2>/dev/null ||
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    pandas==3.1.1 pyarrow duckdb jsonschema==4.26.0
+    pandas==3.1.1 pyarrow==26.0.1 duckdb==2.0.1 jsonschema==4.26.0
 
 echo "== building toolbox (release, data provider only)"
 cargo build --quiet --release -p toolbox --no-default-features --features data
@@ -30,5 +30,5 @@ TOOLBOX="$TARGET/release/toolbox"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-echo "== versions: $("$VENV/bin/python" -c 'import pandas, pyarrow, duckdb, jsonschema; print("pandas", pandas.__version__, "pyarrow", pyarrow.__version__, "duckdb", duckdb.__version__, "jsonschema", jsonschema.__version__)')"
+echo "== versions: $("$VENV/bin/python" -c 'from importlib.metadata import version as v; print(*(p + " " + v(p) for p in ("pandas", "pyarrow", "duckdb", "jsonschema")))')"
 "$VENV/bin/python" bench/data_bench.py "$TOOLBOX" "$WORK" "$SIZE_MB" "$RECORDS" "$ROUNDS"
