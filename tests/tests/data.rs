@@ -711,3 +711,36 @@ async fn the_tools_and_the_default_agent_teach_the_data_agents_rules() {
         has(&prompt, rule, "the default agent's prompt");
     }
 }
+
+/// Every data tool's result is also structured (issue 26): the object its text shows,
+/// declared with an output schema, for programs (MCP `structuredContent`, HTTP
+/// `"structured"`, `ToolCallInfo::structured`); the model's text is unchanged.
+#[tokio::test]
+async fn each_data_tool_returns_the_object_its_text_shows_as_its_structured_result() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    std::fs::write(input(dir.path()).join("t.csv"), "id,q\n1,a\n2,b\n").unwrap();
+    for (tool, args) in [
+        ("data__inspect", json!({"path": "input/t.csv"})),
+        (
+            "data__validate",
+            json!({"path": "input/t.csv", "required_nonempty": ["q"]}),
+        ),
+        (
+            "data__convert",
+            json!({"path": "input/t.csv", "output": "output/t.jsonl"}),
+        ),
+    ] {
+        let registered = exec.registry().get(tool).unwrap();
+        assert!(registered.info.output_schema.is_some(), "{tool}");
+        let info = toolbox_tests::call_in(&exec, toolbox_tests::SESSION, tool, args).await;
+        assert_eq!(
+            info.status,
+            toolbox_executor::CallStatus::Done,
+            "{}",
+            info.result
+        );
+        let structured = info.structured.clone().expect("a structured result");
+        assert!(structured.is_object(), "{tool}: {structured}");
+        assert_eq!(parsed(&info.result), structured, "{tool}");
+    }
+}

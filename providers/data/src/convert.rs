@@ -97,6 +97,7 @@ pub(crate) fn info() -> ToolInfo {
     )
     .risk(ToolRisk::FileWrite)
     .toolsets(&[TOOLSET])
+    .output_schema(crate::output_schema())
     .aliases(&["convert_data"])
 }
 

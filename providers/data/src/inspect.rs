@@ -73,6 +73,7 @@ pub(crate) fn info() -> ToolInfo {
         ),
     )
     .toolsets(&[TOOLSET])
+    .output_schema(crate::output_schema())
     .aliases(&["inspect_data"])
 }
 

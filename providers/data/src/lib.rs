@@ -245,7 +245,17 @@ fn read_opts(args: &Args<'_>) -> Result<source::ReadOptions> {
     Ok(source::ReadOptions { format, sheet })
 }
 
-/// Pretty JSON text: what every data tool returns.
+/// Pretty JSON text for the model, and the same object as the structured result for
+/// programs (MCP `structuredContent`, `"structured"` over HTTP, `ToolCallInfo::structured`).
 fn reply(v: &Value) -> Result<Value> {
-    Ok(Value::String(serde_json::to_string_pretty(v)?))
+    Ok(toolbox_core::ToolOutput::new(serde_json::to_string_pretty(v)?, v.clone()).to_value())
+}
+
+/// Every data tool's structured result: the object its text shows, key for key (see
+/// docs/providers/data.md for each tool's keys).
+fn output_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "description": "The same object as the text result, as JSON."
+    })
 }

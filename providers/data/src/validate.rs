@@ -71,6 +71,7 @@ pub(crate) fn info() -> ToolInfo {
         ),
     )
     .toolsets(&[TOOLSET])
+    .output_schema(crate::output_schema())
     .aliases(&["validate_data"])
 }
 
