@@ -8,6 +8,9 @@
     fake_lsp.py probe PORT        answers hover with what it was allowed to do: write a file
                                   into its working folder (the workspace), and connect to
                                   127.0.0.1:PORT
+    fake_lsp.py diagnose          publishes, for each document opened or changed, one error
+                                  per line that says CELL_ERROR (none otherwise); answers
+                                  every request with null
 """
 import json
 import os
@@ -42,14 +45,39 @@ def send(msg):
     out.flush()
 
 
+def publish(uri, text):
+    items = [
+        {
+            "range": {"start": {"line": n, "character": 0}, "end": {"line": n, "character": 1}},
+            "severity": 1,
+            "source": "fake",
+            "message": "CELL_ERROR is not allowed here",
+        }
+        for n, line in enumerate(text.split("\n"))
+        if "CELL_ERROR" in line
+    ]
+    send({"jsonrpc": "2.0", "method": "textDocument/publishDiagnostics",
+          "params": {"uri": uri, "diagnostics": items}})
+
+
 while True:
     msg = read()
+    if mode == "diagnose" and msg.get("method") == "textDocument/didOpen":
+        doc = msg["params"]["textDocument"]
+        publish(doc["uri"], doc["text"])
+        continue
+    if mode == "diagnose" and msg.get("method") == "textDocument/didChange":
+        changes = msg["params"]["contentChanges"]
+        publish(msg["params"]["textDocument"]["uri"], changes[-1]["text"] if changes else "")
+        continue
     if "id" not in msg or "method" not in msg:
         continue
     if mode == "silent":
         continue
     if msg["method"] == "initialize":
-        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": {}}})
+        # diagnose: whole documents on every change (TextDocumentSyncKind.Full).
+        caps = {"textDocumentSync": 1} if mode == "diagnose" else {}
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": caps}})
         continue
     if msg["method"] == "shutdown":
         send({"jsonrpc": "2.0", "id": msg["id"], "result": None})

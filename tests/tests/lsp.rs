@@ -595,3 +595,48 @@ async fn servers_run_without_network_and_with_the_workspace_read_only() {
     assert!(!dir.path().join("written-by-the-server").exists());
     assert!(!out.contains("writable"), "{out}");
 }
+
+/// Diagnostics after a `notebook__edit` (point 5), through the same host hook as
+/// file_manager's: a server that serves notebooks (the fake one, which reports each line
+/// saying CELL_ERROR) is running, and the edit's result ends with its new error.
+#[tokio::test]
+async fn a_notebook_edit_gets_the_running_servers_new_errors() {
+    // A generous bound on waiting for the server's diagnostics: the suite runs many servers
+    // at once, and the hook gives up silently when the bound is hit.
+    let table = json!({"builtin_servers": false, "diagnostics_after_edit": true,
+        "diagnostics_wait_ms": 30000,
+        "servers": {"nbfake": {"command": [python3(), fake(), "diagnose"], "extensions": ["ipynb"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(
+        dir.path(),
+        "nb.ipynb",
+        r#"{"cells": [{"cell_type": "code", "id": "a", "metadata": {}, "source": ["x = 1"],
+  "outputs": [], "execution_count": null}],
+ "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}"#,
+    );
+    // The hook never starts a server: start it by asking for the notebook's diagnostics.
+    let out = ok(&exec, "lsp__diagnostics", json!({"path": "nb.ipynb"})).await;
+    assert!(!out.contains("CELL_ERROR"), "{out}");
+    let out = ok(
+        &exec,
+        "notebook__edit",
+        json!({"path": "nb.ipynb", "index": 0, "source": "y = CELL_ERROR"}),
+    )
+    .await;
+    assert!(
+        out.contains("lsp (nbfake): 1 error in nb.ipynb after this edit"),
+        "{out}"
+    );
+    assert!(out.contains("CELL_ERROR is not allowed here"), "{out}");
+    // An edit that removes it is told there are none left.
+    let out = ok(
+        &exec,
+        "notebook__edit",
+        json!({"path": "nb.ipynb", "index": 0, "source": "y = 2"}),
+    )
+    .await;
+    assert!(
+        out.contains("lsp (nbfake): no errors in nb.ipynb after this edit"),
+        "{out}"
+    );
+}
