@@ -12,11 +12,32 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
-from conftest import NAMESPACE, free_port, poll, stop
+from conftest import K8S_DIR, NAMESPACE, free_port, poll, stop
 from toolbox_k8s_adapter import claim_name, parse_sid, Fail
 
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_API_PATH = re.compile(r"^/apis?/(?:(?P<group>[^/]+)/)?v1(?:beta1)?/namespaces/[^/]+/"
+                       r"(?P<res>[^/]+)(?P<item>/[^/]+)?$")
+
+
+def assert_the_role_allows_every_call(fake_kube):
+    """Every API call the adapter made is allowed by manifests/placement.yaml's Role."""
+    with open(os.path.join(K8S_DIR, "manifests", "placement.yaml"), encoding="utf-8") as f:
+        role = next(d for d in yaml.safe_load_all(f) if d["kind"] == "Role")
+    allowed = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    used = set()
+    for method, path in fake_kube.requests:
+        m = _API_PATH.match(path)
+        assert m, path
+        group = m["group"] if path.startswith("/apis/") else ""
+        verb = {"GET": "get" if m["item"] else "list", "POST": "create", "PATCH": "patch",
+                "DELETE": "delete"}[method]
+        used.add((group, m["res"], verb))
+    assert used <= allowed, f"the Role does not allow {sorted(used - allowed)}"
+    return used
 
 
 def test_claim_names_are_dns_labels_and_distinct():
@@ -128,6 +149,7 @@ def test_ensure_places_a_session_and_is_idempotent(fake_kube, start_adapter, sta
     assert (status, body) == (200, {"sessions": [{"sid": sid, "state": "running",
                                                    "epoch": 1, "node": "node-a"}]})
     assert boot.poll() is None
+    assert_the_role_allows_every_call(fake_kube)
 
 
 def test_park_deletes_the_claim_and_ensure_resumes_at_a_higher_epoch(
@@ -168,6 +190,9 @@ def test_park_deletes_the_claim_and_ensure_resumes_at_a_higher_epoch(
     status, _, resumed = poll(lambda: adapter.ensure(sid), lambda r: r[0] == 200, "resumed")
     assert (resumed["epoch"], resumed["node"], resumed["token"]) == (2, "node-b",
                                                                      placed["token"])
+    used = assert_the_role_allows_every_call(fake_kube)
+    assert ("extensions.agents.x-k8s.io", "sandboxclaims", "delete") in used
+    assert ("", "secrets", "list") in used
 
 
 def test_a_stale_epoch_whose_host_is_gone_gets_a_new_sandbox(
@@ -204,6 +229,7 @@ def test_a_stale_epoch_whose_host_is_gone_gets_a_new_sandbox(
     fake_kube.bind_claim(name, node="node-c")
     status, _, moved = poll(lambda: adapter.ensure(sid), lambda r: r[0] == 200, "moved")
     assert (moved["epoch"], moved["node"]) == (2, "node-c")
+    assert_the_role_allows_every_call(fake_kube)
 
 
 def test_a_claim_of_another_session_is_never_handed_out(fake_kube, start_adapter):
