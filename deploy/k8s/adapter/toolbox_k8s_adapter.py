@@ -446,11 +446,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: dict, retry_after: int | None = None) -> None:
         data = json.dumps(body).encode()
+        if status >= 400:
+            # A refused request's body may be unread: never reuse the connection after it.
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         if retry_after is not None:
             self.send_header("Retry-After", str(retry_after))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -468,6 +473,9 @@ class Handler(BaseHTTPRequestHandler):
             raise Fail(400, "Content-Length is not a number")
         length = int(raw_len)
         if length > MAX_BODY:
+            if length <= 16 * MAX_BODY:
+                # Read it (bounded) so the client gets the answer, not a reset connection.
+                self.rfile.read(length)
             raise Fail(413, f"the body is over {MAX_BODY} bytes")
         return self.rfile.read(length)
 

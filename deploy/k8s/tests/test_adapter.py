@@ -310,3 +310,19 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
                               f"the resumed host of {sid}")
     assert resumed["epoch"] == 2
     assert shutil.which(binary) or os.path.exists(binary)
+
+
+def test_oversized_bodies_and_unknown_endpoints_are_refused(fake_kube, start_adapter):
+    adapter = start_adapter(free_port())
+    big = b'{"stale_epoch": 1, "pad": "' + b"x" * (70 * 1024) + b'"}'
+    status, _, body = adapter.ensure("s1", big)
+    assert status == 413, body
+    for path, method in [("/v1/sessions/s1:delete", "POST"), ("/v1/other", "GET"),
+                         ("/v1/sessions/s1", "DELETE"), ("/v1/sessions/s1", "POST")]:
+        status, _, body = adapter.call(path, method, {} if method == "POST" else None)
+        assert status in (404, 405), (path, method, status, body)
+        assert "error" in body
+    assert fake_kube.names("sandboxclaims") == []
+    # The adapter still answers after all that.
+    status, _, body = adapter.call("/v1/sessions")
+    assert (status, body) == (200, {"sessions": []})
