@@ -280,7 +280,9 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
                                timeout=60).stdout
     assert "--session" in help_text, f"{binary} has no host mode"
     # --epoch next arrives with the router work; count epochs here until it has.
-    epochs = iter(["next"] * 2) if "next" in help_text else iter(["1", "2"])
+    epoch_help = re.search(r"--epoch\b.*?(?=\n\s*--|\Z)", help_text, re.S)
+    supports_next = bool(epoch_help and "next" in epoch_help.group(0))
+    epochs = iter(["next"] * 2) if supports_next else iter(["1", "2"])
     store = f"file://{tmp_path / 'real-store'}"
     port = free_port()
     adapter = start_adapter(port)
