@@ -328,3 +328,25 @@ def test_oversized_bodies_and_unknown_endpoints_are_refused(fake_kube, start_ada
     # The adapter still answers after all that.
     status, _, body = adapter.call("/v1/sessions")
     assert (status, body) == (200, {"sessions": []})
+
+
+def test_concurrent_ensures_make_one_claim_and_agree(fake_kube, start_adapter, start_boot):
+    """Two adapter replicas and several callers racing on one new session."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = free_port()
+    adapters = [start_adapter(port), start_adapter(port)]
+    sid = "s-race"
+    with ThreadPoolExecutor(8) as pool:
+        first = list(pool.map(lambda i: adapters[i % 2].ensure(sid), range(8)))
+    assert {status for status, _, _ in first} == {503}
+    assert fake_kube.names("sandboxclaims") == [claim_name(sid)]
+    assert fake_kube.names("secrets") == [claim_name(sid)]
+
+    start_boot(port)
+    fake_kube.bind_claim(claim_name(sid))
+    poll(lambda: adapters[0].ensure(sid), lambda r: r[0] == 200, "placed")
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: adapters[i % 2].ensure(sid), range(8)))
+    assert {status for status, _, _ in answers} == {200}
+    assert len({tuple(sorted(body.items())) for _, _, body in answers}) == 1
