@@ -220,13 +220,17 @@ impl PythonConfig {
             Some(_) if runs_venv_python => return Vec::new(),
             Some(venv) => venv_site_packages(venv),
             None => match user_venv() {
-                Ok(venv) => venv_site_packages(&venv),
-                Err(_) => return Vec::new(),
+                // Only a venv: a folder of the user's own at that place is left alone.
+                Ok(venv) if venv.join("pyvenv.cfg").is_file() => {
+                    let site = venv_site_packages(&venv);
+                    if !site.is_dir() {
+                        return Vec::new();
+                    }
+                    site
+                }
+                _ => return Vec::new(),
             },
         };
-        if self.venv.is_none() && !site.is_dir() {
-            return Vec::new();
-        }
         vec![site.to_string_lossy().into_owned()]
     }
 }
@@ -343,10 +347,11 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
 /// half-way leaves nothing at `venv` (only a `.<name>.tmp-…` folder beside it). So a venv
 /// found at `venv` is always a whole one.
 pub async fn ensure_venv_at(venv: &Path, what: &str, ctx: &ToolContext) -> Result<()> {
-    if ready_venvs(|set| set.contains(venv)) {
+    let cfg_file = venv.join("pyvenv.cfg");
+    // Checked once per process; a venv removed since is made again.
+    if ready_venvs(|set| set.contains(venv)) && cfg_file.is_file() {
         return Ok(());
     }
-    let cfg_file = venv.join("pyvenv.cfg");
     if !cfg_file.is_file() {
         if venv.exists()
             && std::fs::read_dir(venv)
@@ -718,6 +723,38 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).trim(),
             venv.to_string_lossy()
         );
+    }
+
+    /// A folder at the venv's place that is not a venv (no pyvenv.cfg) is never used, nor
+    /// replaced: the call fails naming it.
+    #[tokio::test]
+    async fn a_folder_that_is_not_a_venv_is_refused_and_left_alone() {
+        let (dir, ctx) = crate::test_support::setup("kernel_install", "s", json!({}));
+        let venv = dir.path().join("data/toolbox/venv");
+        std::fs::create_dir_all(venv.join("lib")).unwrap();
+        std::fs::write(venv.join("notes.txt"), "mine").unwrap();
+        let e = ensure_venv_at(&venv, "the per-user venv", &ctx)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "the per-user venv {} exists but is not a virtual environment (no pyvenv.cfg)",
+                venv.display()
+            )
+        );
+        assert_eq!(
+            std::fs::read_to_string(venv.join("notes.txt")).unwrap(),
+            "mine"
+        );
+        // An empty folder there is fine: the venv is made and renamed into its place.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        ensure_venv_at(&empty, "config [python] venv", &ctx)
+            .await
+            .unwrap();
+        assert!(empty.join("pyvenv.cfg").is_file());
     }
 
     #[test]
