@@ -109,7 +109,7 @@ class Placement:
                     # Nothing of it ran: free the name rather than leave it waiting.
                     ray.kill(handle, no_restart=True)
                     return self.unavailable(f"no {SLOT} free within {self.cfg.place_timeout_s:g} s")
-                return self.unavailable(f"session {sid} is waiting for a {SLOT} (its node was lost)")
+                return self.unavailable(f"session {sid} is being placed again (its node was lost) and waits for a {SLOT}")
             except RayActorError:
                 continue  # ended meanwhile (parked, idle): get or create again
             try:

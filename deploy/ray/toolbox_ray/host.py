@@ -113,6 +113,7 @@ class _Child:
         self.exit_code: int | None = None
         self.lines: collections.deque[str] = collections.deque(maxlen=200)
         self.listening = threading.Event()
+        self.listening_at: float | None = None
         self.ended = threading.Event()
         self.proc: subprocess.Popen | None = None
         self._cmd = [
@@ -169,6 +170,7 @@ class _Child:
                     e = re.search(r"epoch (\d+)", m.group(2))
                     if e:
                         self.epoch = int(e.group(1))
+                    self.listening_at = time.time()
                     self.listening.set()
         self.exit_code = self.proc.wait()
         self.ended.set()
@@ -361,6 +363,8 @@ class SessionHost:
             "node": self.node,
             "pid": child.proc.pid if child.proc else None,
             "actor_pid": os.getpid(),
+            "actor_started_at": self.started_at,
+            "host_listening_at": child.listening_at,
             "workspace": child.ws,
             "restarted": self.restarted,
         }

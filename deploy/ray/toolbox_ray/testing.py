@@ -206,6 +206,11 @@ class SimCluster:
         )
         if system_config:
             head_args["_system_config"] = system_config
+        # Every node's workers import toolbox_ray from this checkout (a real cluster installs it).
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if package_root not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([package_root, *paths])
         self.cluster = Cluster(initialize_head=True, head_node_args=head_args)
         self.workers = [self.add_node(wait=False) for _ in range(nodes)]
         self.cluster.wait_for_nodes()
