@@ -11,6 +11,10 @@ import os
 import threading
 import time
 
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed here: pip install -r deploy/ray/requirements.txt")
+
 from conftest import LIMIT, Sse, host_pids, request, wait_until
 from fake_llm import FakeLlm, ends_with_tool_result, last_user_text
 

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+pytest.importorskip("ray", reason="Ray is not installed here: pip install -r deploy/ray/requirements.txt")
+
 from conftest import LIMIT, Sse, host_pids, request, router_bin, start_router, wait_until
 from fake_llm import FakeLlm, ends_with_tool_result, last_user_text
 

@@ -102,7 +102,16 @@ class Config:
         for arg in self.host_args:
             if not isinstance(arg, str):
                 raise ConfigError(f"host_args must be strings, got {arg!r}")
-            if arg.split("=")[0] in ("--session", "--epoch", "--state-store", "--listen", "--token", "--workspace"):
+            if arg.split("=")[0] in (
+                "--session",
+                "--epoch",
+                "--state-store",
+                "--listen",
+                "--token",
+                "--token-file",
+                "--workspace",
+                "-w",
+            ):
                 raise ConfigError(f"host_args may not set {arg}: the session actor sets it")
 
     @property
