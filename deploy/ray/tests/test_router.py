@@ -125,6 +125,14 @@ def test_a_node_killed_mid_turn_through_the_router_with_last_event_id(routed):
     llm.close()
 
 
+def workspace_of(sid: str) -> str:
+    """The folder of the session's current host (every node is this machine)."""
+    import ray
+
+    actor = ray.get_actor(f"toolbox:session:{sid}", namespace="toolbox")
+    return ray.get(actor.info.remote(), timeout=LIMIT)["workspace"]
+
+
 def _manifest(store: str, sid: str) -> dict:
     heads = os.path.join(store, "sessions", sid, "heads")
     try:
@@ -230,3 +238,76 @@ def test_an_mcp_client_through_the_router_continues_or_reinitialises_across_a_mo
         assert "terminated" in out.get("old_session", "").lower(), out
     assert c.ensured(sid)["epoch"] == 2
     assert len(host_pids(c.work_root)) == 1
+
+
+def test_a_graceful_drain_through_the_router_loses_no_call(routed):
+    import threading
+
+    c, router = routed(slots=4)
+    sid = "drained"
+    tool(router, sid, "file_manager__write", {"path": "calls/start.txt", "content": "0"})
+    first_node = c.ensured(sid)["node"]
+    acked: list[int] = []
+    refused: list[int] = []
+    cancelled: list[int] = []
+    stop = threading.Event()
+    failure: list[str] = []
+
+    def writer() -> None:
+        # A client of the router: a 503 (the session moving) is retried after a pause.
+        for i in range(100_000):
+            if stop.is_set():
+                return
+            for _ in range(300):
+                try:
+                    r = via(
+                        router,
+                        "POST",
+                        f"/api/sessions/{sid}/tools/file_manager__write",
+                        {"path": f"calls/{i:05}.txt", "content": str(i)},
+                        timeout=60,
+                    )
+                except OSError as e:
+                    failure.append(f"call {i}: the router dropped the connection: {e}")
+                    return
+                if r.status == 200 and r.json().get("status") == "done":
+                    acked.append(i)
+                    break
+                if r.status == 200 and r.json().get("error_kind") == "cancelled":
+                    # The park cancelled it mid-call (its write may have happened): the
+                    # client cannot tell, so it sends it again (a write is idempotent).
+                    cancelled.append(i)
+                    continue
+                if r.status != 503:
+                    failure.append(f"call {i}: {r}")
+                    return
+                refused.append(i)
+                time.sleep(0.2)
+            else:
+                failure.append(f"call {i} never landed")
+                return
+
+    t = threading.Thread(target=writer)
+    t.start()
+    wait_until("a few calls", lambda: len(acked) >= 5)
+    r = request("POST", f"{c.url}/v1/nodes/{first_node}:drain", {})
+    assert r.status == 202 and r.json()["parked"] == [sid], r
+    def moved() -> bool:
+        if failure:
+            return True
+        r = c.ensure(sid)
+        return r.status == 200 and r.json()["epoch"] == 2 and len(acked) >= 20
+
+    wait_until("calls on the new host", moved, every=0.3)
+    stop.set()
+    t.join(LIMIT)
+    assert not t.is_alive() and not failure, failure
+    print(
+        f"\ndrain through the router: {len(acked)} calls acknowledged, {len(refused)} answers 503 "
+        f"and {len(cancelled)} cancelled by the park (both sent again)"
+    )
+    now = c.ensured(sid)
+    assert now["node"] != first_node and now["epoch"] == 2, now
+    on_disk = set(os.listdir(os.path.join(workspace_of(sid), "calls")))
+    missing = [i for i in acked if f"{i:05}.txt" not in on_disk]
+    assert not missing, f"calls acknowledged but lost in the drain: {missing}"

@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 from ray import serve
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -34,6 +34,8 @@ SessionHostActor = ray.remote(SessionHost)
 RegistryActor = ray.remote(Registry)
 
 _MAX_BODY = 64 * 1024
+_PROBE_S = 0.5
+"""How long one look at an actor waits before asking again (see ``ensure``)."""
 
 
 def actor_options(sid: str) -> dict[str, Any]:
@@ -100,23 +102,33 @@ class Placement:
     async def ensure(self, sid: str, stale_epoch: int | None) -> JSONResponse:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.place_timeout_s
-        for _ in range(3):
+        created_here = None
+        while True:
             handle, created = await asyncio.to_thread(self._get_or_create, sid)
-            try:
-                node = await asyncio.wait_for(handle.node_id.remote(), max(0.2, deadline - loop.time()))
-            except asyncio.TimeoutError:
-                if created:
+            if created:
+                created_here = handle
+            left = deadline - loop.time()
+            if left <= 0:
+                if created_here is not None:
                     # Nothing of it ran: free the name rather than leave it waiting.
-                    ray.kill(handle, no_restart=True)
+                    ray.kill(created_here, no_restart=True)
                     return self.unavailable(f"no {SLOT} free within {self.cfg.place_timeout_s:g} s")
                 return self.unavailable(f"session {sid} is being placed again (its node was lost) and waits for a {SLOT}")
+            # Short waits, asked again: a call made while Ray restarts the actor fails only
+            # after seconds, while a new call reaches the new incarnation at once.
+            try:
+                node = await asyncio.wait_for(handle.node_id.remote(), min(_PROBE_S, left))
+            except asyncio.TimeoutError:
+                continue
             except RayActorError:
-                continue  # ended meanwhile (parked, idle): get or create again
+                await asyncio.sleep(0.05)
+                continue
             try:
                 info = await asyncio.wait_for(handle.info.remote(stale_epoch), self.cfg.start_timeout_s + 30)
             except asyncio.TimeoutError:
                 return self.unavailable(f"the host of session {sid} did not start in time")
             except RayActorError:
+                await asyncio.sleep(0.05)
                 continue
             if info.get("parking"):
                 await asyncio.sleep(0.2)
@@ -135,7 +147,6 @@ class Placement:
                     "node": node,
                 },
             )
-        return self.unavailable(f"session {sid} kept moving; try again")
 
     async def park(self, sid: str) -> JSONResponse:
         handle = await asyncio.to_thread(self._get, sid)
