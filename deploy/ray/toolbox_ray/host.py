@@ -272,17 +272,18 @@ class SessionHost:
         row = next((r for r in body.get("sessions", []) if r.get("id") == self.sid), {})
         if row.get("running") or row.get("pending_approvals"):
             return None
+        # The newest change in the workspace (a look at 20,000 files at most).
         newest = 0
         seen = 0
-        for dirpath, dirnames, filenames in os.walk(child.ws):
+        for dirpath, _dirnames, filenames in os.walk(child.ws):
             for name in filenames:
-                seen += 1
-                if seen > 20000:
-                    break
                 try:
                     newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime_ns)
                 except OSError:
                     pass
+            seen += len(filenames)
+            if seen > 20000:
+                break
         return (row.get("last_activity"), newest)
 
     def _watch(self) -> None:
