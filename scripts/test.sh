@@ -115,4 +115,17 @@ cargo xtask schema --check
 step "bundles list exactly their providers' tools"
 cargo xtask bundles
 
+step "Ray placement on a simulated cluster (deploy/ray/tests; with TOOLBOX_SLOW=1 only)"
+# Each case starts a Ray cluster of its own (a head and 3 nodes): several minutes in all, too
+# long for every CI run. deploy/ray/README.md says so.
+if [ "${TOOLBOX_SLOW:-}" = 1 ]; then
+  RAYVENV=target/ray-venv
+  [ -x "$RAYVENV/bin/python" ] || "$PY" -m venv "$RAYVENV"
+  "$RAYVENV/bin/python" -m pip install --quiet --disable-pip-version-check -r deploy/ray/requirements.txt
+  cargo build --quiet --bin toolbox
+  TOOLBOX_BIN="$PWD/target/debug/toolbox" "$RAYVENV/bin/python" -m pytest deploy/ray/tests -q -p no:cacheprovider
+else
+  echo "skipped: TOOLBOX_SLOW=1 runs it"
+fi
+
 step "all checks passed"

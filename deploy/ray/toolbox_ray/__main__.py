@@ -1,0 +1,34 @@
+"""``python -m toolbox_ray --config placement.json``: deploy the adapter on a running cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import ray
+
+from .adapter import deploy
+from .config import Config, ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="toolbox_ray", description=__doc__)
+    parser.add_argument("--config", required=True, help="the adapter's JSON configuration")
+    parser.add_argument("--address", default="auto", help="the Ray cluster [default: auto]")
+    parser.add_argument("--host", default="127.0.0.1", help="where Serve listens [default: 127.0.0.1]")
+    parser.add_argument("--port", type=int, default=7901, help="[default: 7901]")
+    parser.add_argument("--replicas", type=int, default=1, help="adapter replicas [default: 1]")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.from_file(args.config)
+    except (OSError, ConfigError) as e:
+        print(f"toolbox_ray: {e}", file=sys.stderr)
+        return 2
+    ray.init(address=args.address, namespace="toolbox")
+    url = deploy(config, host=args.host, port=args.port, replicas=args.replicas)
+    print(f"toolbox_ray: placement adapter at {url}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
