@@ -668,7 +668,7 @@ async fn run_tool(
         ),
     };
     // A client that goes away drops this future, which drops the call and stops its work.
-    let cancel = state.shutdown.child_token();
+    let cancel = state.calls.child_token();
     let info = state
         .runtime
         .run_tool(

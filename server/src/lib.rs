@@ -82,6 +82,10 @@ pub struct AppState {
     pub options: ServeOptions,
     /// Cancelled when the server shuts down: open event streams end.
     pub shutdown: CancellationToken,
+    /// Cancelled when tool calls made over the API must stop: with `shutdown`, except in
+    /// host mode, where a park or SIGTERM lets the calls in flight finish (at most the
+    /// grace), so their effects are in the last sync and their callers get their answers.
+    pub calls: CancellationToken,
 }
 
 /// Checks `options` before binding: listening beyond loopback needs a token.
@@ -148,10 +152,12 @@ pub async fn serve(
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let local = listener.local_addr()?;
     let shutdown = CancellationToken::new();
+    let calls = CancellationToken::new();
     let state = Arc::new(AppState {
         runtime: runtime.clone(),
         options: options.clone(),
         shutdown: shutdown.clone(),
+        calls: calls.clone(),
     });
     let app = router(state);
     eprintln!(
@@ -183,12 +189,26 @@ pub async fn serve(
     let on_stop = {
         let shutdown = shutdown.clone();
         let runtime = runtime.clone();
+        let host = options.host.clone();
         async move {
             stop.await;
             // First refuse new turns, then cancel the running ones. Event streams stay open
             // until their session's turn has sent `turn_finished` (at most the grace), so a
             // connected front end sees the turn end; then connections close and serving stops.
             shutdown.cancel();
+            // A host refuses new calls from now on (503) and lets those in flight finish
+            // within the grace; a superseded host's calls could never be synced, so they
+            // stop at once, as everywhere else.
+            match &host {
+                Some(host) if host.superseded().is_none() => {
+                    let calls = calls.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(grace).await;
+                        calls.cancel();
+                    });
+                }
+                _ => calls.cancel(),
+            }
             let running = runtime.cancel_all();
             tracing::info!(target: "toolbox", running, "shutting down: cancelling running turns");
         }

@@ -474,6 +474,40 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
 }
 
 #[test]
+fn a_park_lets_the_calls_in_flight_finish_and_their_effects_are_in_the_last_sync() {
+    let (_top, store, node_a, node_b) = dirs();
+    // No periodic sync: only the park's last one can store what the slow call writes.
+    let mut old = host_every(&node_a, &store, 1, None, "1h");
+    let answer = std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            old.post(
+                &format!("/api/sessions/{SID}/tools/shell"),
+                &json!({
+                    "command": "touch started.txt; sleep 1.5; echo landed > slow.txt",
+                    "cwd": "."
+                }),
+            )
+        });
+        wait_until("the slow call to start", || {
+            node_a.join("started.txt").exists()
+        });
+        let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+        assert_eq!(r.status, 202, "{}", r.text());
+        slow.join().unwrap()
+    });
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["status"], "done", "{}", answer.text());
+    let status = old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    assert!(status.success(), "{}", old.stderr());
+
+    let _new = host(&node_b, &store, 2, None);
+    assert_eq!(
+        std::fs::read_to_string(node_b.join("slow.txt")).unwrap(),
+        "landed\n"
+    );
+}
+
+#[test]
 fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
     let (_top, store, node_a, node_b) = dirs();
     // No periodic sync: only the one on SIGTERM can store late.txt.
