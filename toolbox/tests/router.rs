@@ -670,6 +670,55 @@ fn mcp_through_the_router_and_a_merged_session_list() {
     }
     assert_ne!(rows[0]["node"], rows[1]["node"]);
 
+    // The session feed across hosts: a snapshot of both, then a host's row as it changes.
+    // A call in mode auto asks for an approval, answered through the router.
+    let feed = Sse::open(
+        router
+            .req("GET", "/api/sessions/events")
+            .header("Accept", "text/event-stream"),
+    );
+    assert_eq!(feed.status, 200);
+    let snapshot = feed.next();
+    assert_eq!(snapshot.kind(), "snapshot", "{:?}", snapshot.data);
+    let ids: Vec<&str> = snapshot.data["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["one", "two"]);
+    let asking = {
+        let req = router
+            .req(
+                "POST",
+                "/api/sessions/one/tools/shell?mode=auto&call_id=ask1",
+            )
+            .json(&json!({"command": "echo approved through the router"}));
+        std::thread::spawn(move || req.send())
+    };
+    let changed = feed.next();
+    assert_eq!(changed.kind(), "session", "{:?}", changed.data);
+    let row = &changed.data["session"];
+    assert_eq!(row["id"], "one", "{row}");
+    assert_eq!(row["pending_approvals"], 1, "{row}");
+    assert_eq!(row["epoch"], 1, "{row}");
+    let ok = router.post(
+        "/api/tool-approval/one/ask1",
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let ran = asking.join().unwrap();
+    assert_eq!(ran.status, 200, "{}", ran.text());
+    assert!(
+        ran.json()["result"]
+            .as_str()
+            .unwrap()
+            .contains("approved through the router"),
+        "{}",
+        ran.text()
+    );
+    drop(feed);
+
     // Parked through the router: the adapter parks it, and the list says so.
     let r = router.post("/api/sessions/two/park", &json!({}));
     assert_eq!(r.status, 202, "{}", r.text());
