@@ -7,10 +7,12 @@
 //! - a host killed with SIGKILL is placed again at a higher epoch and the next call works;
 //!   SSE through the router after the move gets the resumed host's `session_resumed`, and a
 //!   client's `Last-Event-ID` reaches the host;
-//! - a superseded host's 503 makes the router look up once more (`stale_epoch`);
+//! - a superseded host's 503 makes the router look up once more (`stale_epoch`); a call
+//!   that reached a host which then died is never sent again;
 //! - the adapter's 503 becomes the router's 503 with `Retry-After`;
 //! - `/s/{sid}/mcp` with the Python MCP client lists and calls a tool;
-//! - `GET /api/sessions` merges two hosts and a parked session.
+//! - `GET /api/sessions` merges two hosts and a parked session; the session feed across
+//!   hosts; an approval answered through the router.
 
 mod common;
 
@@ -519,6 +521,35 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
     let next = after.next();
     assert!(next.id > first.id, "{next:?} after {first:?}");
     assert_eq!(next.kind(), "tool_call_output", "{next:?}");
+}
+
+#[test]
+fn a_call_in_flight_when_its_host_dies_is_never_sent_again() {
+    let top = tempfile::tempdir().unwrap();
+    let adapter = Adapter::start(top.path());
+    let router = router(top.path(), &adapter);
+    let sid = "inflight";
+    call(&router, sid, "file_manager__list", json!({}));
+    let (_, _, ws) = adapter.host_of(sid);
+    let running = {
+        let req = router
+            .req("POST", &format!("/api/sessions/{sid}/tools/shell"))
+            .json(&json!({"command": "echo started > started.txt; sleep 30; echo done"}));
+        std::thread::spawn(move || req.send())
+    };
+    wait_until("the call to start on the host", || {
+        // The shell runs in the session's scratchpad.
+        ws.join(format!(".toolbox/sessions/{sid}/scratchpad/started.txt"))
+            .exists()
+    });
+    adapter.kill(sid);
+    let answer = running.join().unwrap();
+    answer.assert_error(502, "failed during the request");
+    // The router did not look the session up again for it, so nothing ran it twice.
+    assert_eq!(adapter.ensures(), vec![(sid.to_string(), None)]);
+    // The next call is placed at the next epoch.
+    call(&router, sid, "file_manager__list", json!({}));
+    assert_eq!(adapter.host_of(sid).0, 2);
 }
 
 /// A stub host that answers every request as a superseded host does.
