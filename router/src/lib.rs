@@ -197,9 +197,28 @@ fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Rout
         _ => {}
     }
     let parse = |raw: &str| SessionId::parse(raw).map_err(|e| bad_sid(raw, e));
+    // The rest of the path goes to the host as it is: no segment may climb out of the
+    // session's part of the API (`..`, encoded dots or slashes).
+    let plain_tail = |tail: &str| -> Result<(), RouterError> {
+        let lower = tail.to_ascii_lowercase();
+        let bad = tail
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+            || ["%2e", "%2f", "%5c", "\\"]
+                .iter()
+                .any(|p| lower.contains(p));
+        if bad {
+            return Err(RouterError::new(
+                StatusCode::BAD_REQUEST,
+                "the path has an empty, `.` or `..` segment, or an encoded dot or slash",
+            ));
+        }
+        Ok(())
+    };
     if let Some(rest) = path.strip_prefix("/api/sessions/") {
         let (raw, tail) = rest.split_once('/').ok_or_else(not_found)?;
         let sid = parse(raw)?;
+        plain_tail(tail)?;
         if tail == "park" && *method == Method::POST {
             return Ok(Route::Park(sid));
         }
@@ -211,6 +230,7 @@ fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Rout
     if let Some(rest) = path.strip_prefix("/api/tool-approval/") {
         let (raw, tail) = rest.split_once('/').ok_or_else(not_found)?;
         let sid = parse(raw)?;
+        plain_tail(tail)?;
         return Ok(Route::Host(
             sid.clone(),
             with_query(format!("/api/tool-approval/{sid}/{tail}")),
