@@ -109,6 +109,9 @@ pub struct Placer {
     http: reqwest::Client,
     timeout: Duration,
     cache: Mutex<HashMap<SessionId, Arc<Placement>>>,
+    /// One `:ensure` at a time per session: requests that miss together wait for the first
+    /// one's answer instead of each asking the adapter.
+    placing: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,6 +150,7 @@ impl Placer {
             http,
             timeout,
             cache: Mutex::new(HashMap::new()),
+            placing: Mutex::new(HashMap::new()),
         })
     }
 
@@ -181,10 +185,21 @@ impl Placer {
         sid: &SessionId,
         stale: Option<u64>,
     ) -> Result<Arc<Placement>, RouterError> {
-        if let Some(cached) = self.cached_of(sid) {
-            if stale.is_none_or(|s| cached.epoch > s) {
-                return Ok(cached);
+        let fresh = |cached: &Arc<Placement>| stale.is_none_or(|s| cached.epoch > s);
+        if let Some(cached) = self.cached_of(sid).filter(fresh) {
+            return Ok(cached);
+        }
+        let turn = {
+            let mut placing = lock(&self.placing);
+            if placing.len() >= MAX_CACHED {
+                placing.retain(|_, m| Arc::strong_count(m) > 1);
             }
+            placing.entry(sid.clone()).or_default().clone()
+        };
+        let _turn = turn.lock().await;
+        // Another request may have placed it while this one waited.
+        if let Some(cached) = self.cached_of(sid).filter(fresh) {
+            return Ok(cached);
         }
         let placement = Arc::new(self.ensure(sid, stale).await?);
         let mut cache = lock(&self.cache);

@@ -604,6 +604,26 @@ fn a_superseded_host_makes_the_router_look_up_once_and_no_capacity_is_503_with_r
     );
     assert_eq!(adapter.host_of(sid).0, 2);
 
+    // Requests that miss together wait for one `:ensure`.
+    let crowd: Vec<_> = (0..8)
+        .map(|_| {
+            let req = router
+                .req("POST", "/api/sessions/crowd/tools/file_manager__list")
+                .json(&json!({}));
+            std::thread::spawn(move || req.send())
+        })
+        .collect();
+    for answer in crowd {
+        let answer = answer.join().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let crowd_ensures = adapter
+        .ensures()
+        .into_iter()
+        .filter(|(s, _)| s == "crowd")
+        .count();
+    assert_eq!(crowd_ensures, 1);
+
     // No capacity: the adapter's 503 and its Retry-After reach the client.
     adapter.with(|s| s.no_capacity = Some(7));
     let r = router.post(
