@@ -102,6 +102,13 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace
 
+step "deploy/k8s: manifests validated offline, the placement adapter against a fake API server"
+# Core kinds against kubernetes-validate's bundled schemas, agent-sandbox kinds against the
+# vendored CRDs; then the adapter, the warm pod's boot program and the real binary (built
+# by cargo test above) on 127.0.0.1 (docs/scale-out.md, "Kubernetes").
+"$VENV/bin/python" deploy/k8s/tests/validate_manifests.py
+TOOLBOX_BIN="${CARGO_TARGET_DIR:-target}/debug/toolbox" "$VENV/bin/python" -m pytest -q -p no:cacheprovider deploy/k8s/tests
+
 step "tool schemas are current"
 cargo xtask schema --check
 

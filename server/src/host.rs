@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use toolbox_core::SessionId;
 use toolbox_runtime::{Runtime, RuntimeEvent, StopReason};
 use toolbox_sync::{
-    RestoreReport, SessionStore, StateStore, StoreRules, SyncError, SyncReport, LOST_ON_MOVE,
+    Epoch, RestoreReport, SessionStore, StateStore, StoreRules, SyncError, SyncReport, LOST_ON_MOVE,
 };
 
 /// The session's events in host mode, in `.toolbox/sessions/<sid>/`: synced with the rest, so
@@ -50,8 +50,8 @@ struct StoredEvent {
 pub struct HostOptions {
     /// The one session it serves.
     pub session: SessionId,
-    /// Its epoch: higher than any host of this session before it.
-    pub epoch: u64,
+    /// Its epoch: higher than any host of this session before it, or the next one free.
+    pub epoch: Epoch,
     /// The state store's URL (`file:///…` or `s3://bucket/prefix`).
     pub store_url: String,
     /// How often it syncs whatever happens (a long call, a quiet session).
@@ -104,12 +104,12 @@ impl Host {
     ) -> Result<(Arc<Host>, RestoreReport), SyncError> {
         let store = StateStore::open(&options.store_url)?;
         let mut claimed =
-            SessionStore::claim(store, options.session.clone(), options.epoch, rules).await?;
+            SessionStore::claim_epoch(store, options.session.clone(), options.epoch, rules).await?;
         let restored = claimed.restore_into(root).await?;
         let history = load_history(root, &options.session);
         let host = Arc::new(Host {
             session: options.session.clone(),
-            epoch: options.epoch,
+            epoch: claimed.epoch(),
             root: root.to_path_buf(),
             store: tokio::sync::Mutex::new(claimed),
             stop: CancellationToken::new(),

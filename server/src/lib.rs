@@ -155,13 +155,17 @@ pub async fn serve(
     });
     let app = router(state);
     eprintln!(
-        "toolbox serve: listening on http://{local} (workspace {}, mode {}){}",
+        "toolbox serve: listening on http://{local} (workspace {}, mode {}){}{}",
         runtime.executor().workspace().root().display(),
         runtime.executor().permissions().mode,
         if options.token.is_some() {
             "; requests need Authorization: Bearer <token>"
         } else {
             ""
+        },
+        match &options.host {
+            Some(host) => format!("; session {} at epoch {}", host.session(), host.epoch()),
+            None => String::new(),
         }
     );
     let grace = options.shutdown_grace;

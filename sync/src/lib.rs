@@ -43,6 +43,32 @@ pub use restore::RestoreReport;
 pub use snapshot::{StoreRules, DEFAULT_EXCLUDES};
 pub use store::{Head, SessionStore, StateStore, SyncReport};
 
+/// Which epoch a host claims: a number the placer counted, or the next one free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epoch {
+    /// Exactly this epoch (1 or more); refused when taken or older than one claimed.
+    Exactly(u64),
+    /// The lowest epoch above every epoch claimed so far (`--epoch next`).
+    Next,
+}
+
+impl std::str::FromStr for Epoch {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        if raw == "next" {
+            return Ok(Epoch::Next);
+        }
+        match raw.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Epoch::Exactly(n)),
+            _ => Err(format!(
+                "{raw:?} is not an epoch: give a whole number from 1, or `next` for the \
+                 lowest epoch above every one claimed so far"
+            )),
+        }
+    }
+}
+
 /// What the host loses when it moves: state that lives only in its processes.
 pub const LOST_ON_MOVE: [&str; 3] = ["python", "background_jobs", "pending_approvals"];
 

@@ -16,6 +16,7 @@ use toolbox_host::Dir;
 
 use crate::manifest::{FileEntry, Manifest, CHUNK, VERSION};
 use crate::snapshot::{self, StatKey, StoreRules};
+use crate::Epoch;
 use crate::{sha256_hex, SyncError};
 
 /// How many files a sync reads and uploads at once, and a restore fetches at once.
@@ -307,6 +308,31 @@ impl SessionStore {
             me.session
         )
         .into())
+    }
+
+    /// Claims `epoch` as [`SessionStore::claim`] does, or with [`Epoch::Next`] the lowest
+    /// epoch above every epoch claimed so far. Two hosts racing for the next epoch each get
+    /// one of their own (the later is higher and fences the earlier), so a placer need not
+    /// count epochs. Gives up after 64 lost races.
+    pub async fn claim_epoch(
+        store: StateStore,
+        session: SessionId,
+        epoch: Epoch,
+        rules: StoreRules,
+    ) -> Result<SessionStore, SyncError> {
+        if let Epoch::Exactly(n) = epoch {
+            return SessionStore::claim(store, session, n, rules).await;
+        }
+        let prefix = format!("sessions/{session}/epochs/");
+        for _ in 0..64 {
+            let next = store.numbers(&prefix).await?.into_iter().max().unwrap_or(0) + 1;
+            match SessionStore::claim(store.clone(), session.clone(), next, rules.clone()).await {
+                // Another host took it, or a newer one, between the listing and the claim.
+                Err(SyncError::EpochTaken { .. }) | Err(SyncError::Superseded { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(anyhow!("session {session}: lost the race for the next epoch 64 times").into())
     }
 
     /// The epoch this host holds.

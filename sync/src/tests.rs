@@ -136,6 +136,45 @@ async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
 }
 
 #[tokio::test]
+async fn epoch_next_takes_the_lowest_free_epoch_and_racers_each_get_their_own() {
+    use crate::Epoch;
+    let dir = tempfile::tempdir().unwrap();
+    let next =
+        || SessionStore::claim_epoch(store(dir.path()), sid(), Epoch::Next, StoreRules::default());
+    assert_eq!(next().await.unwrap().epoch(), 1);
+    claim(dir.path(), 5).await.unwrap();
+    assert_eq!(next().await.unwrap().epoch(), 6);
+    // Eight hosts asking for the next epoch at once: eight different epochs above 6.
+    let racers: Vec<_> = (0..8).map(|_| tokio::spawn(next())).collect();
+    let mut won = Vec::new();
+    for racer in racers {
+        won.push(racer.await.unwrap().unwrap().epoch());
+    }
+    won.sort();
+    won.dedup();
+    assert_eq!(won.len(), 8, "{won:?}");
+    assert!(won[0] > 6, "{won:?}");
+    let newest = *won.last().unwrap();
+    let latest = claim(dir.path(), 1).await;
+    assert!(
+        matches!(
+            latest,
+            Err(SyncError::EpochTaken { .. }) | Err(SyncError::Superseded { .. })
+        ),
+        "{latest:?}"
+    );
+    assert_eq!(next().await.unwrap().epoch(), newest + 1);
+    assert_eq!("next".parse::<Epoch>(), Ok(Epoch::Next));
+    assert_eq!("7".parse::<Epoch>(), Ok(Epoch::Exactly(7)));
+    for bad in ["0", "", "-3", "next2", "1.5"] {
+        assert!(
+            bad.parse::<Epoch>().unwrap_err().contains("`next`"),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_corrupt_or_missing_blob_refuses_the_restore_and_leaves_nothing() {
     let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     write(ws.path(), "a.txt", "alpha");

@@ -695,6 +695,17 @@ async fn the_tools_and_the_default_agent_teach_the_data_agents_rules() {
         "run_python_code",
     );
     has(
+        &python,
+        "also in the environment variable PYTHON_EXEC_SCRATCHPAD",
+        "run_python_code",
+    );
+    has(
+        &description("kernel_install"),
+        "into toolbox's per-user venv (or the venv the operator configured), never into the \
+         system Python or a project .venv",
+        "kernel_install",
+    );
+    has(
         &description("file_manager__write"),
         "large JSON, JSONL or CSV goes through data__convert, or Python with pathlib/json/csv",
         "file_manager__write",
@@ -707,6 +718,8 @@ async fn the_tools_and_the_default_agent_teach_the_data_agents_rules() {
         "never use `subprocess` inside `run_python_code` to run another Python script: use its `script_path`",
         "`file_manager__write` is for small files. Large JSON, JSONL or CSV goes through `data__convert`",
         "Temporary files go to the scratchpad; deliverables go to `output/`",
+        "Python code finds the scratchpad's path in the environment variable `PYTHON_EXEC_SCRATCHPAD`",
+        "they go into toolbox's per-user venv, never into the system Python or a project `.venv`",
     ] {
         has(&prompt, rule, "the default agent's prompt");
     }

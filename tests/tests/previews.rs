@@ -228,14 +228,57 @@ async fn a_notebook_edit_shows_the_cell_diff() {
 #[tokio::test]
 async fn any_other_tool_shows_key_value_lines() {
     let (_dir, exec, seen) = asking();
+    let (_, text) = preview_of(&exec, &seen, "memory__delete", json!({"id": 12})).await;
+    assert_eq!(text, "Run memory__delete\n  id: 12");
+}
+
+/// kernel_install names the real venv the packages go into: the per-user one by default
+/// (and whether this call makes it), the operator's `[python] venv` when set.
+#[tokio::test]
+async fn an_install_shows_the_real_target_venv() {
+    let (_dir, exec, seen) = asking();
+    let (_, text) = preview_of(
+        &exec,
+        &seen,
+        "python_package",
+        json!({"packages": ["requests", "rich"], "upgrade": true}),
+    )
+    .await;
+    // This process's own per-user venv, read as toolbox reads it.
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".local/share")
+        });
+    let venv = data.join("toolbox/venv");
+    let made = if venv.join("pyvenv.cfg").is_file() {
+        ""
+    } else {
+        ", created by this call"
+    };
+    assert_eq!(
+        text,
+        format!(
+            "Install Python packages with pip\n  packages: requests, rich\n  into: the \
+             per-user venv {} (toolbox's default; [python] venv chooses another){made}\n  \
+             upgrade: yes",
+            venv.display()
+        )
+    );
+    let (_dir, exec, seen) = asking_with(&[("python", json!({"venv": "/opt/toolbox-venv"}))]);
     let (_, text) = preview_of(
         &exec,
         &seen,
         "kernel_install",
-        json!({"packages": ["requests", "rich"]}),
+        json!({"packages": ["rich"]}),
     )
     .await;
-    assert_eq!(text, "Run kernel_install\n  packages: requests, rich");
+    assert_eq!(
+        text,
+        "Install Python packages with pip\n  packages: rich\n  into: the venv \
+         /opt/toolbox-venv ([python] venv), created by this call"
+    );
 }
 
 /// A hostile argument cannot carry an escape sequence into the question.

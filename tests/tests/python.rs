@@ -652,3 +652,277 @@ async fn work_offered_in_the_python_providers_idle_slot_is_taken_by_its_thread()
     drop(offer);
     assert!(slots[0].work().is_none());
 }
+
+/// The last line of a result's `[stdout]`.
+fn last_stdout_line(result: &str) -> String {
+    let stdout = result
+        .split_once("[stdout]\n")
+        .unwrap_or_else(|| panic!("no [stdout] in {result}"))
+        .1;
+    let stdout = stdout.split("\n[").next().unwrap();
+    stdout.trim_end().lines().last().unwrap_or("").to_string()
+}
+
+/// Issue 25 point 7: code finds the session scratchpad in `PYTHON_EXEC_SCRATCHPAD` (the
+/// folder exists when it runs), in cells and in `script_path` runs, on the embedded and the
+/// isolated backends; temporary files made there are in the scratchpad, files written under
+/// `OUTPUT_DIR` land in `output/`; each session sees its own.
+#[tokio::test]
+async fn python_code_finds_its_scratchpad_in_python_exec_scratchpad() {
+    let _serial = serial().await;
+    for backend in ["embedded", "isolated"] {
+        let (dir, exec) = executor_toml(
+            PermissionMode::Full,
+            &format!("[python]\nbackend = \"{backend}\"\n"),
+        );
+        let sessions = dir.path().join(".toolbox/sessions");
+        let code = "import os, tempfile\n\
+                    p = os.environ['PYTHON_EXEC_SCRATCHPAD']\n\
+                    assert os.path.isabs(p) and os.path.isdir(p), p\n\
+                    fd, tmp = tempfile.mkstemp(dir=p, suffix='.tmp')\n\
+                    os.write(fd, b'partial'); os.close(fd)\n\
+                    with open(os.path.join(OUTPUT_DIR, 'report.txt'), 'w') as f:\n    f.write('done')\n\
+                    print(os.path.realpath(tmp))";
+        let info = call_in(&exec, "a", "run_python_code", json!({ "code": code })).await;
+        assert_eq!(info.status, CallStatus::Done, "{backend}: {}", info.result);
+        assert!(
+            !info.result.contains("[error]"),
+            "{backend}: {}",
+            info.result
+        );
+        let tmp = std::path::PathBuf::from(last_stdout_line(&info.result));
+        let scratch = sessions.join("a/scratchpad").canonicalize().unwrap();
+        assert!(
+            tmp.starts_with(&scratch) && tmp.is_file(),
+            "{backend}: {} is not in {}",
+            tmp.display(),
+            scratch.display()
+        );
+        assert_eq!(
+            std::fs::read_to_string(sessions.join("a/output/report.txt")).unwrap(),
+            "done",
+            "{backend}"
+        );
+
+        // Another session, run next in the same interpreter, sees its own scratchpad.
+        let show = "import os\nprint(os.environ['PYTHON_EXEC_SCRATCHPAD'])";
+        let info = call_in(&exec, "b", "run_python_code", json!({ "code": show })).await;
+        assert_eq!(
+            last_stdout_line(&info.result),
+            sessions.join("b/scratchpad").to_string_lossy(),
+            "{backend}: {}",
+            info.result
+        );
+        // A script run sees it too, and the first session gets its own back.
+        std::fs::write(dir.path().join("show.py"), show).unwrap();
+        let info = call_in(
+            &exec,
+            "a",
+            "run_python_code",
+            json!({ "script_path": "show.py" }),
+        )
+        .await;
+        assert_eq!(
+            last_stdout_line(&info.result),
+            sessions.join("a/scratchpad").to_string_lossy(),
+            "{backend}: {}",
+            info.result
+        );
+    }
+}
+
+/// A minimal pure-Python wheel, written by hand (the python provider's test script).
+const WHEEL_BUILDER: &str = include_str!("../../providers/python/tests/make_wheel.py");
+
+/// Issue 25 point 7: `kernel_install` installs into the per-user venv
+/// (`$XDG_DATA_HOME/toolbox/venv`), made on first use, never into the build interpreter's
+/// own site-packages nor the workspace's `.venv`, and the next `run_python_code` imports the
+/// package, embedded and isolated; with `[python] venv` set by the operator it goes there
+/// instead, and the per-user venv is not made. Offline: pip sees only a folder of wheels the
+/// test writes. `XDG_DATA_HOME` and `HOME` are set only in a child process running this same
+/// test binary (setting them here would race the other tests).
+#[test]
+fn kernel_install_uses_the_per_user_venv_unless_the_operator_names_one() {
+    const CHILD: &str = "TOOLBOX_TEST_USER_VENV_CHILD";
+    if let Some(work) = std::env::var_os(CHILD) {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(per_user_venv_child(std::path::Path::new(&work)));
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "kernel_install_uses_the_per_user_venv_unless_the_operator_names_one",
+            "--nocapture",
+        ])
+        .env(CHILD, work.path())
+        .env("XDG_DATA_HOME", work.path().join("data"))
+        .env("HOME", work.path().join("home"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the child ran the test: {text}");
+}
+
+async fn per_user_venv_child(work: &std::path::Path) {
+    // The build interpreter, as the embedded session reports it.
+    let (_d, exec) = executor_toml(PermissionMode::Full, "");
+    let info = call_in(
+        &exec,
+        "s0",
+        "run_python_code",
+        json!({"code": "import sys\nprint(sys.executable)"}),
+    )
+    .await;
+    let build_python = last_stdout_line(&info.result);
+    let wheels = work.join("wheels");
+    std::fs::create_dir(&wheels).unwrap();
+    for name in ["toolbox_user_venv_demo", "toolbox_operator_venv_demo"] {
+        let status = std::process::Command::new(&build_python)
+            .args(["-c", WHEEL_BUILDER, name, "0.1.0"])
+            .arg(&wheels)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let pip_args = format!(
+        "pip_args = [\"--no-index\", \"--find-links\", {:?}]\n",
+        wheels.to_str().unwrap()
+    );
+    let user_venv = work.join("data/toolbox/venv");
+
+    // (2) The operator's [python] venv: packages go there; the per-user venv is not made.
+    let operator_venv = work.join("operator-venv");
+    let (_d, exec) = executor_toml(
+        PermissionMode::Full,
+        &format!(
+            "[python]\nvenv = {:?}\n{pip_args}",
+            operator_venv.to_str().unwrap()
+        ),
+    );
+    let info = call_in(
+        &exec,
+        "s1",
+        "python_package",
+        json!({"packages": ["toolbox-operator-venv-demo==0.1.0"]}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(
+        info.result.starts_with(&format!(
+            "Installed into the venv {} ([python] venv): toolbox-operator-venv-demo==0.1.0.",
+            operator_venv.display()
+        )),
+        "{}",
+        info.result
+    );
+    let info = call_in(
+        &exec,
+        "s1",
+        "run_python_code",
+        json!({"code": "import toolbox_operator_venv_demo as m\nprint(m.__file__)"}),
+    )
+    .await;
+    assert!(
+        last_stdout_line(&info.result).starts_with(operator_venv.to_str().unwrap()),
+        "{}",
+        info.result
+    );
+    assert!(!user_venv.exists(), "the per-user venv was made");
+
+    // (1) The default: the per-user venv, made by the first install.
+    let (dir, exec) = executor_toml(PermissionMode::Full, &format!("[python]\n{pip_args}"));
+    let info = call_in(
+        &exec,
+        "s1",
+        "run_python_code",
+        json!({"code": "import toolbox_user_venv_demo"}),
+    )
+    .await;
+    assert!(
+        info.result.contains("ModuleNotFoundError"),
+        "{}",
+        info.result
+    );
+    // A project venv in the workspace, which installs must leave alone.
+    let project_venv = dir.path().join(".venv");
+    let made = std::process::Command::new(&build_python)
+        .args(["-I", "-m", "venv", "--without-pip"])
+        .arg(&project_venv)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    assert!(!user_venv.exists());
+
+    let info = call_in(
+        &exec,
+        "s1",
+        "kernel_install",
+        json!({"packages": ["toolbox-user-venv-demo==0.1.0"]}),
+    )
+    .await;
+    assert_eq!(info.status, CallStatus::Done, "{}", info.result);
+    assert!(
+        info.result.starts_with(&format!(
+            "Installed into the per-user venv {} (toolbox's default; [python] venv chooses \
+             another): toolbox-user-venv-demo==0.1.0.",
+            user_venv.display()
+        )),
+        "{}",
+        info.result
+    );
+    assert!(user_venv.join("pyvenv.cfg").is_file());
+    // Made beside its place and renamed: nothing else is left there.
+    let beside: Vec<_> = std::fs::read_dir(work.join("data/toolbox"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(beside, ["venv"]);
+
+    // The next run imports it, from the per-user venv, in the same live session.
+    let check = "import toolbox_user_venv_demo as m\nprint(m.hello())\nprint(m.__file__)";
+    let info = call_in(&exec, "s1", "run_python_code", json!({ "code": check })).await;
+    assert!(
+        info.result.contains("hello from toolbox_user_venv_demo"),
+        "{}",
+        info.result
+    );
+    let file = last_stdout_line(&info.result);
+    assert!(
+        file.starts_with(user_venv.to_str().unwrap()),
+        "imported from {file}, not from {}",
+        user_venv.display()
+    );
+    // An isolated worker (the build interpreter in a process of its own) imports it too.
+    let (_d2, isolated) = executor_toml(
+        PermissionMode::Full,
+        &format!("[python]\nbackend = \"isolated\"\n{pip_args}"),
+    );
+    let info = call_in(&isolated, "s1", "run_python_code", json!({ "code": check })).await;
+    assert!(
+        last_stdout_line(&info.result).starts_with(user_venv.to_str().unwrap()),
+        "{}",
+        info.result
+    );
+
+    // Neither the build interpreter nor the project's .venv got it.
+    let base = std::process::Command::new(&build_python)
+        .args(["-I", "-c", "import toolbox_user_venv_demo"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(!base.status.success(), "the build interpreter was changed");
+    let project = std::process::Command::new(project_venv.join("bin/python"))
+        .args(["-I", "-c", "import toolbox_user_venv_demo"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(!project.status.success(), "the project .venv was changed");
+}

@@ -135,12 +135,16 @@ const NOTEBOOK: &str = r##"{"cells": [
 /// One of the two workspaces.
 struct Side {
     _dir: tempfile::TempDir,
+    /// Holds the side's `[python] venv`, outside its workspace: kernel_install never
+    /// reaches the per-user venv in the home folder of whoever runs the tests.
+    _venv: tempfile::TempDir,
     exec: ToolExecutor,
 }
 
 impl Side {
     fn new(server: SocketAddr) -> Side {
         let dir = tempfile::tempdir().unwrap();
+        let venv = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::write(root.join("a.txt"), "alpha\nbeta\n").unwrap();
         std::fs::create_dir(root.join("sub")).unwrap();
@@ -183,7 +187,11 @@ impl Side {
                        "api_key_env": "TOOLBOX_TEST_STRICT_UNSET_KEY"}),
             ),
             // Offline: pip looks at no index, so it can neither download nor install.
-            ("python", json!({"pip_args": ["--no-index"]})),
+            (
+                "python",
+                json!({"pip_args": ["--no-index"],
+                       "venv": venv.path().join("venv").to_string_lossy()}),
+            ),
             // A real language server (tests/requirements.txt installs python-lsp-server).
             (
                 "lsp",
@@ -196,6 +204,7 @@ impl Side {
         }
         Side {
             _dir: dir,
+            _venv: venv,
             exec: ToolExecutor::new(config).unwrap(),
         }
     }

@@ -114,9 +114,10 @@ struct ServeArgs {
     /// kept in --state-store so it can resume on another machine (docs/scale-out.md).
     #[arg(long, value_parser = parse_session, requires_all = ["epoch", "state_store"])]
     session: Option<SessionId>,
-    /// Host mode: this host's epoch, higher than any host of the session before it.
+    /// Host mode: this host's epoch, higher than any host of the session before it, or
+    /// `next`: the lowest epoch above every one claimed in the store so far.
     #[arg(long, requires = "session")]
-    epoch: Option<u64>,
+    epoch: Option<toolbox::server::sync::Epoch>,
     /// Host mode: the state store, file:///folder or s3://bucket/prefix (AWS_* environment).
     #[arg(long, requires = "session")]
     state_store: Option<String>,
@@ -781,9 +782,10 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
                     .map_err(|e| UsageError(format!("serve: {e}")))?;
             if restored.from_epoch > 0 {
                 eprintln!(
-                    "toolbox serve: session {} resumed at epoch {epoch}: {} files, {} bytes \
+                    "toolbox serve: session {} resumed at epoch {}: {} files, {} bytes \
                      restored in {} ms (from epoch {})",
                     host.session(),
+                    host.epoch(),
                     restored.files,
                     restored.bytes,
                     restored.elapsed_ms,

@@ -105,46 +105,16 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
     let question = question_text(request, colour);
     let _ = tty.write_all(question.as_bytes());
     let _ = tty.flush();
-    let mut line = Vec::new();
     loop {
-        let mut poll = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, and the count says one.
-        let ready = unsafe { libc::poll(&mut poll, 1, CHECK_EVERY.as_millis() as i32) };
-        if ready < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Asked::NoTerminal(no_one_to_ask(request));
-        }
-        if ready == 0 {
-            if !still_waiting() {
+        let answer = match read_line(&mut tty, &still_waiting) {
+            Line::Read(line) => line.trim().to_ascii_lowercase(),
+            Line::StoppedWaiting => {
                 let _ = tty.write_all(b"\n(no answer needed any more: the call stopped waiting)\n");
                 return Asked::Gone;
             }
-            continue;
-        }
-        let mut buf = [0u8; 256];
-        // SAFETY: `buf` is valid for its length, `fd` stays open.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
             // The terminal went away (hang-up): nobody can answer.
-            return Asked::NoTerminal(no_one_to_ask(request));
-        }
-        line.extend_from_slice(&buf[..n as usize]);
-        let Some(end) = line.iter().position(|&b| b == b'\n') else {
-            continue;
+            Line::HungUp => return Asked::NoTerminal(no_one_to_ask(request)),
         };
-        let answer = String::from_utf8_lossy(&line[..end])
-            .trim()
-            .to_ascii_lowercase();
-        line.clear();
         if !still_waiting() {
             let _ = tty.write_all(b"(too late: the call stopped waiting)\n");
             return Asked::Gone;
@@ -168,8 +138,8 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
             let _ = tty.write_all(b"Comment for the model (optional, Enter for none): ");
             let _ = tty.flush();
             let comment = match read_line(&mut tty, &still_waiting) {
-                Some(line) => line,
-                None => return Asked::Gone,
+                Line::Read(line) => line,
+                Line::StoppedWaiting | Line::HungUp => return Asked::Gone,
             };
             let said = if decision == ApprovalDecision::Approve {
                 "approved"
@@ -190,9 +160,19 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
     }
 }
 
-/// Reads one line from the terminal (a comment), or `None` when the call stopped waiting
-/// or the terminal went away.
-fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Option<String> {
+/// What one [`read_line`] got.
+enum Line {
+    /// A line (without its newline; cut at 64 KiB). Whatever was typed after it is dropped.
+    Read(String),
+    /// The call stopped waiting first.
+    StoppedWaiting,
+    /// The terminal went away.
+    HungUp,
+}
+
+/// Reads one line from the terminal, checking every [`CHECK_EVERY`] that the call still
+/// waits for it.
+fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Line {
     let fd = tty.as_raw_fd();
     let mut line = Vec::new();
     loop {
@@ -207,11 +187,11 @@ fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Opti
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return None;
+            return Line::HungUp;
         }
         if ready == 0 {
             if !still_waiting() {
-                return None;
+                return Line::StoppedWaiting;
             }
             continue;
         }
@@ -222,14 +202,14 @@ fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Opti
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return None;
+            return Line::HungUp;
         }
         line.extend_from_slice(&buf[..n as usize]);
         if let Some(end) = line.iter().position(|&b| b == b'\n') {
-            return Some(String::from_utf8_lossy(&line[..end]).into_owned());
+            return Line::Read(String::from_utf8_lossy(&line[..end]).into_owned());
         }
         if line.len() > 64 * 1024 {
-            return Some(String::from_utf8_lossy(&line).into_owned());
+            return Line::Read(String::from_utf8_lossy(&line).into_owned());
         }
     }
 }

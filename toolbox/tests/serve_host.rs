@@ -23,7 +23,7 @@ use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 
 const SID: &str = "moving";
 
-fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
+fn host(ws: &Path, store: &Path, epoch: impl ToString, llm: Option<&ScriptedLlm>) -> Server {
     host_every(ws, store, epoch, llm, "300ms")
 }
 
@@ -31,7 +31,7 @@ fn host(ws: &Path, store: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Serve
 fn host_every(
     ws: &Path,
     store: &Path,
-    epoch: u64,
+    epoch: impl ToString,
     llm: Option<&ScriptedLlm>,
     every: &str,
 ) -> Server {
@@ -422,6 +422,55 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
         found["result"].as_str().unwrap().contains("cache"),
         "{found}"
     );
+}
+
+#[test]
+fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
+    let (_top, store, node_a, node_b) = dirs();
+    let mut old = host(&node_a, &store, "next", None);
+    assert!(
+        old.stderr().contains(&format!("session {SID} at epoch 1")),
+        "{}",
+        old.stderr()
+    );
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "kept.txt", "content": "from epoch 1"}),
+    );
+    let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert!(old.wait_exit(EVENT_LIMIT).expect("parked").success());
+
+    let new = host(&node_b, &store, "next", None);
+    let health = new.get("/api/health").json();
+    assert_eq!(health["host"]["epoch"], 2, "{health}");
+    assert!(
+        new.stderr().contains("resumed at epoch 2"),
+        "{}",
+        new.stderr()
+    );
+    assert_eq!(
+        std::fs::read_to_string(node_b.join("kept.txt")).unwrap(),
+        "from epoch 1"
+    );
+
+    let url = format!("file://{}", store.display());
+    for bad in ["0", "soon", "1.5"] {
+        let out = serve_command(
+            &node_a,
+            None,
+            &["--session", SID, "--epoch", bad, "--state-store", &url],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--epoch {bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--epoch") && stderr.contains("`next`"),
+            "--epoch {bad}: {stderr}"
+        );
+    }
 }
 
 #[test]

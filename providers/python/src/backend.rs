@@ -98,8 +98,8 @@ pub(crate) struct RunRequest {
     pub folders: Option<Folders>,
     /// [`crate::install::generation`]: a run after an install refreshes the import caches.
     pub generation: u64,
-    /// site-packages folders to add to `sys.path` first (the embedded interpreter and a
-    /// venv); empty for the other backends.
+    /// site-packages folders to add to `sys.path` first: the configured venv's (embedded)
+    /// or the per-user venv's (embedded and isolated); empty for the jupyter backend.
     pub site_dirs: Vec<String>,
 }
 

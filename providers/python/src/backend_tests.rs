@@ -287,6 +287,45 @@ async fn old_cell_sources_are_forgotten_beyond_the_bound() {
     assert!(!text.contains("return 10 / n"), "{text}");
 }
 
+/// `PYTHON_EXEC_SCRATCHPAD` holds the session scratchpad on every backend (a started
+/// kernel's helper sets it too), in cells and scripts, and follows the running session.
+#[tokio::test]
+async fn python_exec_scratchpad_names_the_session_scratchpad_on_every_backend() {
+    let _serial = serial().await;
+    for backend in ALL_BACKENDS {
+        let (_d, ctx) = setup(RUN, "env-a", backend_table(backend, json!({})));
+        let show = "import os\np = os.environ['PYTHON_EXEC_SCRATCHPAD']\n(p, os.path.isdir(p))";
+        let text = run(&ctx, show).await.unwrap();
+        let scratch = ctx.workspace.scratchpad().unwrap();
+        assert_eq!(
+            text,
+            format!("[result]\n('{}', True)\n", scratch.display()),
+            "{backend}"
+        );
+        let other = other_session(&ctx, "env-b");
+        let text = run(&other, show).await.unwrap();
+        let theirs = other.workspace.scratchpad().unwrap();
+        assert_eq!(
+            text,
+            format!("[result]\n('{}', True)\n", theirs.display()),
+            "{backend}"
+        );
+        std::fs::write(
+            ctx.workspace.root().join("show.py"),
+            "import os\nprint(os.environ['PYTHON_EXEC_SCRATCHPAD'])\n",
+        )
+        .unwrap();
+        let text = call(&ctx, RUN, json!({"script_path": "show.py"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            text,
+            format!("[stdout]\n{}\n", scratch.display()),
+            "{backend}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn working_directory_is_the_scratchpad() {
     let _serial = serial().await;

@@ -1,6 +1,7 @@
 //! The `[python]` table of toolbox.toml, and which interpreter and venv a call uses.
 
 use std::collections::HashSet;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -81,7 +82,9 @@ pub const DEFAULT_KERNEL_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct PythonConfig {
     /// Where run_python_code executes (`backend`).
     pub backend: Backend,
-    /// An absolute venv folder: pip installs there, the session imports from there.
+    /// An absolute venv folder the operator chose (`[python] venv`): pip installs there, the
+    /// session imports from there, isolated workers run its python. Without it, installs go
+    /// to the per-user venv ([`user_venv`]).
     pub venv: Option<PathBuf>,
     /// The limit of one run when the call gives no `timeout_ms`; also the limit of every run
     /// another provider makes through the code runner.
@@ -187,14 +190,109 @@ impl PythonConfig {
         }
     }
 
-    /// The venv's site-packages folder (whether or not it exists yet).
+    /// The configured venv's site-packages folder (whether or not it exists yet).
     pub fn site_packages(&self) -> Option<PathBuf> {
-        self.venv.as_ref().map(|venv| {
-            venv.join("lib")
-                .join(format!("python{}", build_minor_version()))
-                .join("site-packages")
-        })
+        self.venv.as_deref().map(venv_site_packages)
     }
+
+    /// Where `kernel_install` puts packages (outside the jupyter backend): the configured
+    /// venv, else the per-user one. Fails only when neither can be named.
+    pub fn install_venv(&self) -> Result<InstallVenv> {
+        match &self.venv {
+            Some(path) => Ok(InstallVenv {
+                path: path.clone(),
+                configured: true,
+            }),
+            None => Ok(InstallVenv {
+                path: user_venv()?,
+                configured: false,
+            }),
+        }
+    }
+
+    /// The site-packages folders a run adds to `sys.path` (see `_sync_site` in driver.py):
+    /// the configured venv's (only where the interpreter is not that venv's own python:
+    /// `runs_venv_python` is true for isolated workers), else the per-user venv's once it
+    /// exists. A per-user venv only appears whole (see [`ensure_venv_at`]), so an existing
+    /// site-packages is never a half-made one.
+    pub fn import_site_dirs(&self, runs_venv_python: bool) -> Vec<String> {
+        let site = match &self.venv {
+            Some(_) if runs_venv_python => return Vec::new(),
+            Some(venv) => venv_site_packages(venv),
+            None => match user_venv() {
+                // Only a venv: a folder of the user's own at that place is left alone.
+                Ok(venv) if venv.join("pyvenv.cfg").is_file() => {
+                    let site = venv_site_packages(&venv);
+                    if !site.is_dir() {
+                        return Vec::new();
+                    }
+                    site
+                }
+                _ => return Vec::new(),
+            },
+        };
+        vec![site.to_string_lossy().into_owned()]
+    }
+}
+
+/// The venv `kernel_install` installs into, and whether the operator chose it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallVenv {
+    /// The venv folder (absolute).
+    pub path: PathBuf,
+    /// `[python] venv` named it; otherwise it is the per-user venv.
+    pub configured: bool,
+}
+
+impl InstallVenv {
+    /// Its python.
+    pub fn python(&self) -> PathBuf {
+        self.path.join("bin").join("python")
+    }
+
+    /// How results and approval questions name it.
+    pub fn describe(&self) -> String {
+        if self.configured {
+            format!("the venv {} ([python] venv)", self.path.display())
+        } else {
+            format!(
+                "the per-user venv {} (toolbox's default; [python] venv chooses another)",
+                self.path.display()
+            )
+        }
+    }
+}
+
+/// A venv's site-packages folder for the build interpreter's Python version.
+pub fn venv_site_packages(venv: &Path) -> PathBuf {
+    venv.join("lib")
+        .join(format!("python{}", build_minor_version()))
+        .join("site-packages")
+}
+
+/// The per-user venv `kernel_install` uses by default: `$XDG_DATA_HOME/toolbox/venv`, else
+/// `~/.local/share/toolbox/venv`.
+pub fn user_venv() -> Result<PathBuf> {
+    user_venv_from(std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`user_venv`] from the two variables' values. As the XDG base directory specification
+/// says, an empty or relative `XDG_DATA_HOME` is ignored.
+pub fn user_venv_from(
+    xdg_data_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Result<PathBuf> {
+    let data = match xdg_data_home.map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        _ => match home.map(PathBuf::from) {
+            Some(home) if home.is_absolute() => home.join(".local").join("share"),
+            _ => bail!(
+                "the per-user Python venv has no place: neither XDG_DATA_HOME nor HOME is set \
+                 to an absolute folder (set one, or [python] venv in toolbox.toml)"
+            ),
+        },
+    };
+    Ok(data.join("toolbox").join("venv"))
 }
 
 /// A kernelspec name as Jupyter allows them; never a path.
@@ -228,19 +326,32 @@ pub fn build_minor_version() -> String {
 static READY_VENVS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
 /// Makes sure the configured venv exists and was made from the build interpreter's Python
-/// version (the embedded interpreter imports its packages, so they must match).
-///
-/// A missing venv is created with `--system-site-packages`, so the isolated worker (which
-/// runs the venv's python) sees the same packages as the embedded interpreter (which sees the
-/// build interpreter's and the venv's).
+/// version (the embedded interpreter imports its packages, so they must match); see
+/// [`ensure_venv_at`]. Without `[python] venv` there is nothing to do: the per-user venv is
+/// only made by `kernel_install`.
 pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()> {
     let Some(venv) = &config.venv else {
         return Ok(());
     };
-    if ready_venvs(|set| set.contains(venv)) {
+    ensure_venv_at(venv, "config [python] venv", ctx).await
+}
+
+/// Makes sure the venv `venv` exists, made from the build interpreter's Python version;
+/// `what` names it in messages (`config [python] venv`, `the per-user venv`).
+///
+/// A missing venv is created with `--system-site-packages`, so the isolated worker (which
+/// runs the venv's python) sees the same packages as the embedded interpreter (which sees the
+/// build interpreter's and the venv's). It is made in a temporary folder beside its place
+/// and renamed into it when complete: two processes creating it at once each make their own,
+/// one rename wins and the other's copy is removed, and a creation that failed or was killed
+/// half-way leaves nothing at `venv` (only a `.<name>.tmp-…` folder beside it). So a venv
+/// found at `venv` is always a whole one.
+pub async fn ensure_venv_at(venv: &Path, what: &str, ctx: &ToolContext) -> Result<()> {
+    let cfg_file = venv.join("pyvenv.cfg");
+    // Checked once per process; a venv removed since is made again.
+    if ready_venvs(|set| set.contains(venv)) && cfg_file.is_file() {
         return Ok(());
     }
-    let cfg_file = venv.join("pyvenv.cfg");
     if !cfg_file.is_file() {
         if venv.exists()
             && std::fs::read_dir(venv)
@@ -248,36 +359,14 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
                 .unwrap_or(true)
         {
             bail!(
-                "config [python] venv {} exists but is not a virtual environment (no pyvenv.cfg)",
+                "{what} {} exists but is not a virtual environment (no pyvenv.cfg)",
                 venv.display()
             );
         }
         ctx.emit_progress(format!("creating the Python venv {}", venv.display()));
-        // Without its own pip: the base interpreter's pip is visible through the system
-        // site-packages and installs into the venv when run by the venv's python. That takes
-        // a fraction of a second instead of several for ensurepip.
-        run_quietly(
-            BUILD_PYTHON_EXECUTABLE.as_ref(),
-            &[
-                "-I",
-                "-m",
-                "venv",
-                "--system-site-packages",
-                "--without-pip",
-            ],
-            Some(venv),
-        )
-        .await
-        .with_context(|| format!("could not create the venv {}", venv.display()))?;
-        let python = venv.join("bin").join("python");
-        if run_quietly(&python, &["-I", "-m", "pip", "--version"], None)
+        create_venv(venv)
             .await
-            .is_err()
-        {
-            run_quietly(&python, &["-I", "-m", "ensurepip", "--default-pip"], None)
-                .await
-                .with_context(|| format!("could not add pip to the venv {}", venv.display()))?;
-        }
+            .with_context(|| format!("could not create {what} {}", venv.display()))?;
     }
     let text = std::fs::read_to_string(&cfg_file)
         .with_context(|| format!("cannot read {}", cfg_file.display()))?;
@@ -290,8 +379,8 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
         .unwrap_or_default();
     if !(version == want || version.starts_with(&format!("{want}."))) {
         bail!(
-            "config [python] venv {} was made with Python {} but toolbox embeds Python {}; \
-             recreate it with {BUILD_PYTHON_EXECUTABLE} -m venv",
+            "{what} {} was made with Python {} but toolbox embeds Python {}; \
+             remove it or recreate it with {BUILD_PYTHON_EXECUTABLE} -m venv",
             venv.display(),
             if version.is_empty() {
                 "(unknown)"
@@ -301,8 +390,112 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
             want
         );
     }
-    ready_venvs(|set| set.insert(venv.clone()));
+    ready_venvs(|set| set.insert(venv.to_path_buf()));
     Ok(())
+}
+
+/// Makes the venv in a temporary folder beside `venv` and renames it into place (see
+/// [`ensure_venv_at`]); when another process got there first, its venv is kept.
+async fn create_venv(venv: &Path) -> Result<()> {
+    let (Some(parent), Some(name)) = (venv.parent(), venv.file_name()) else {
+        bail!("{} is not a folder path", venv.display());
+    };
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create the folder {}", parent.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}-{stamp}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let made = build_venv(&tmp, venv).await;
+    let placed = made.and_then(|()| match std::fs::rename(&tmp, venv) {
+        Ok(()) => Ok(()),
+        // Another process renamed its own venv into place first: use that one.
+        Err(_) if venv.join("pyvenv.cfg").is_file() => Ok(()),
+        Err(e) => Err(anyhow!("cannot move it into place: {e}")),
+    });
+    if tmp.exists() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    placed
+}
+
+/// Builds a venv at `tmp` that will live at `fin`.
+async fn build_venv(tmp: &Path, fin: &Path) -> Result<()> {
+    // Without its own pip: the base interpreter's pip is visible through the system
+    // site-packages and installs into the venv when run by the venv's python. That takes a
+    // fraction of a second instead of several for ensurepip.
+    // Its prompt is the final folder's name, not the temporary one's.
+    let prompt = fin
+        .file_name()
+        .map_or_else(|| "venv".into(), |n| n.to_string_lossy());
+    run_quietly(
+        BUILD_PYTHON_EXECUTABLE.as_ref(),
+        &[
+            "-I",
+            "-m",
+            "venv",
+            "--system-site-packages",
+            "--without-pip",
+            &format!("--prompt={prompt}"),
+        ],
+        Some(tmp),
+    )
+    .await?;
+    let python = tmp.join("bin").join("python");
+    if run_quietly(&python, &["-I", "-m", "pip", "--version"], None)
+        .await
+        .is_err()
+    {
+        run_quietly(&python, &["-I", "-m", "ensurepip", "--default-pip"], None)
+            .await
+            .context("could not add pip to it")?;
+    }
+    // Python finds its venv from pyvenv.cfg beside bin/, wherever the folder is; only the
+    // activate scripts (and pip's, after ensurepip) name the folder: give them the final one.
+    let (from, to) = (tmp.as_os_str().as_bytes(), fin.as_os_str().as_bytes());
+    let mut files = vec![tmp.join("pyvenv.cfg")];
+    if let Ok(entries) = std::fs::read_dir(tmp.join("bin")) {
+        files.extend(entries.flatten().map(|e| e.path()));
+    }
+    for file in files {
+        let Ok(meta) = std::fs::symlink_metadata(&file) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > 1 << 20 {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        if let Some(fixed) = replace_bytes(&bytes, from, to) {
+            std::fs::write(&file, fixed)
+                .with_context(|| format!("cannot rewrite {}", file.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `haystack` with every `from` replaced by `to`, or None when there is none.
+fn replace_bytes(haystack: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
+    if from.is_empty() || !haystack.windows(from.len()).any(|w| w == from) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut rest = haystack;
+    while !rest.is_empty() {
+        if rest.starts_with(from) {
+            out.extend_from_slice(to);
+            rest = &rest[from.len()..];
+        } else {
+            out.push(rest[0]);
+            rest = &rest[1..];
+        }
+    }
+    Some(out)
 }
 
 /// Runs `program args [extra]` and fails with its stderr when it fails.
@@ -452,6 +645,116 @@ mod tests {
             Some(Tighten::Ranked { order, .. }) => assert!(!order.contains(&"jupyter")),
             other => panic!("backend rule: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_per_user_venv_follows_xdg_data_home_else_home() {
+        let os = |s: &str| Some(std::ffi::OsString::from(s));
+        assert_eq!(
+            user_venv_from(os("/data"), os("/home/u")).unwrap(),
+            PathBuf::from("/data/toolbox/venv")
+        );
+        // Empty or relative XDG_DATA_HOME is ignored, as the XDG specification says.
+        for xdg in [None, os(""), os("rel/data")] {
+            assert_eq!(
+                user_venv_from(xdg, os("/home/u")).unwrap(),
+                PathBuf::from("/home/u/.local/share/toolbox/venv")
+            );
+        }
+        let e = user_venv_from(None, os("")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("the per-user Python venv has no place: neither XDG_DATA_HOME nor HOME"),
+            "{e}"
+        );
+        // Without [python] venv installs go to the per-user venv, with it there.
+        let c = PythonConfig::from_value(None, Path::new("/ws")).unwrap();
+        if let Ok(user) = user_venv() {
+            let target = c.install_venv().unwrap();
+            assert_eq!((target.path, target.configured), (user, false));
+        }
+        let c =
+            PythonConfig::from_value(Some(&json!({"venv": "/opt/v"})), Path::new("/ws")).unwrap();
+        let target = c.install_venv().unwrap();
+        assert_eq!(target.path, PathBuf::from("/opt/v"));
+        assert!(target.configured);
+        assert_eq!(target.describe(), "the venv /opt/v ([python] venv)");
+        // An isolated worker runs the configured venv's python: nothing to add.
+        assert!(c.import_site_dirs(true).is_empty());
+        assert_eq!(
+            c.import_site_dirs(false),
+            [venv_site_packages(Path::new("/opt/v")).to_string_lossy()]
+        );
+    }
+
+    #[test]
+    fn bytes_are_replaced_everywhere() {
+        assert_eq!(
+            replace_bytes(b"a/tmp/x b /tmp/x", b"/tmp/x", b"/final/venv").unwrap(),
+            b"a/final/venv b /final/venv"
+        );
+        assert_eq!(replace_bytes(b"nothing", b"/tmp/x", b"/y"), None);
+    }
+
+    /// Two creations of one venv at once (two processes, say): both succeed, one venv is in
+    /// place, whole, naming its own folder, and no temporary folder is left beside it.
+    #[tokio::test]
+    async fn concurrent_creations_leave_one_whole_venv() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("share/toolbox/venv");
+        let (a, b) = tokio::join!(create_venv(&venv), create_venv(&venv));
+        a.unwrap();
+        b.unwrap();
+        assert!(venv.join("pyvenv.cfg").is_file());
+        assert!(venv.join("bin/python").exists());
+        let names: Vec<String> = std::fs::read_dir(venv.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["venv"]);
+        let activate = std::fs::read_to_string(venv.join("bin/activate")).unwrap();
+        assert!(activate.contains(&*venv.to_string_lossy()), "{activate}");
+        assert!(!activate.contains(".tmp-"), "{activate}");
+        // Its python finds the venv where it is now.
+        let out = std::process::Command::new(venv.join("bin/python"))
+            .args(["-I", "-c", "import sys; print(sys.prefix)"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            venv.to_string_lossy()
+        );
+    }
+
+    /// A folder at the venv's place that is not a venv (no pyvenv.cfg) is never used, nor
+    /// replaced: the call fails naming it.
+    #[tokio::test]
+    async fn a_folder_that_is_not_a_venv_is_refused_and_left_alone() {
+        let (dir, ctx) = crate::test_support::setup("kernel_install", "s", json!({}));
+        let venv = dir.path().join("data/toolbox/venv");
+        std::fs::create_dir_all(venv.join("lib")).unwrap();
+        std::fs::write(venv.join("notes.txt"), "mine").unwrap();
+        let e = ensure_venv_at(&venv, "the per-user venv", &ctx)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "the per-user venv {} exists but is not a virtual environment (no pyvenv.cfg)",
+                venv.display()
+            )
+        );
+        assert_eq!(
+            std::fs::read_to_string(venv.join("notes.txt")).unwrap(),
+            "mine"
+        );
+        // An empty folder there is fine: the venv is made and renamed into its place.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        ensure_venv_at(&empty, "config [python] venv", &ctx)
+            .await
+            .unwrap();
+        assert!(empty.join("pyvenv.cfg").is_file());
     }
 
     #[test]

@@ -640,6 +640,8 @@ def _run(req):
     output_dir, cwd, root = session.output_dir, session.cwd, session.root
     if output_dir and "OUTPUT_DIR" not in session.ns:
         session.ns["OUTPUT_DIR"] = output_dir
+    if cwd and os.environ.get(SCRATCHPAD_VAR) != cwd:
+        _set_scratchpad_env(cwd)
     site_dirs = get("site_dirs")
     if (site_dirs and not _STATE["site_dirs"].issuperset(site_dirs)) or get("generation") != _STATE[
         "generation"
@@ -809,6 +811,27 @@ def _forget_oldest_cells():
 
 def _current_cell():
     return "<cell-%d>" % _STATE["cell_seq"]
+
+
+# The session scratchpad's absolute path, for temporary files, as an environment variable
+# (beside OUTPUT_DIR in the namespace); set before every run to the running session's.
+SCRATCHPAD_VAR = "PYTHON_EXEC_SCRATCHPAD"
+
+
+def _set_scratchpad_env(path):
+    if not _STATE["embedded"]:
+        # A worker is a process of its own: the real environment, inherited by what it starts.
+        os.environ[SCRATCHPAD_VAR] = path
+        return
+    # Embedded, the process is toolbox's, whose other threads read the C environment without
+    # a lock Python's putenv() would take: only os.environ's own mapping is changed, so code
+    # sees the variable in os.environ / os.getenv, but a child it starts does not inherit it
+    # (pass env=os.environ to give it one).
+    env = os.environ
+    try:
+        env._data[env.encodekey(SCRATCHPAD_VAR)] = env.encodevalue(path)
+    except (AttributeError, TypeError):
+        pass
 
 
 def _receive_folder():

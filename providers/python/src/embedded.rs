@@ -672,9 +672,7 @@ impl Backend for Embedded<'_> {
     }
 
     async fn run(&self, mut request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
-        if let Some(site) = call.config.site_packages() {
-            request.site_dirs = vec![site.to_string_lossy().into_owned()];
-        }
+        request.site_dirs = call.config.import_site_dirs(false);
         let key = request.session.clone();
         // A new session always looks: a burst of them must not pass the cap before the next
         // look.

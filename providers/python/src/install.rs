@@ -1,6 +1,9 @@
-//! `kernel_install`: `pip install` into the session's interpreter, or the configured venv;
-//! with the jupyter backend, into the interpreter the kernel runs (its `sys.executable`,
-//! asked of the kernel).
+//! `kernel_install`: `pip install` into a venv: the operator's `[python] venv`, else the
+//! per-user venv (`$XDG_DATA_HOME/toolbox/venv`, else `~/.local/share/toolbox/venv`, made on
+//! first use), never the build interpreter's own site-packages nor a project's `.venv`; with
+//! the jupyter backend, into the interpreter the kernel runs (its `sys.executable`, asked of
+//! the kernel). Embedded and isolated runs import from that venv (see
+//! `PythonConfig::import_site_dirs`).
 //!
 //! The model names packages; it never passes pip options. Entries are checked one by one and
 //! anything that is not a plain requirement (`name`, `name[extra]`, `name>=1,<2`) is refused
@@ -23,7 +26,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
-use crate::config::{ensure_venv, Backend, PythonConfig};
+use crate::config::{ensure_venv_at, Backend, PythonConfig};
 use crate::sessions::Sessions;
 use crate::{object_schema, prop, TOOLSET};
 
@@ -44,8 +47,9 @@ pub fn generation() -> u64 {
 pub fn info() -> ToolInfo {
     ToolInfo::new(
         NAME,
-        "Install Python packages with pip into this session's interpreter (or the configured \
-         venv), so the live session can import them right away, without a restart. packages \
+        "Install Python packages with pip into toolbox's per-user venv (or the venv the \
+         operator configured), never into the system Python or a project .venv, so the live \
+         session can import them right away, without a restart. packages \
          are requirement strings: a name with optional extras and version specifiers, e.g. \
          [\"pandas\", \"scikit-learn>=1.4\", \"requests[socks]==2.32.3\"]. Only requirements: \
          pip options, requirement files, paths and URLs are refused. Modules already imported \
@@ -108,16 +112,28 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
     let config = PythonConfig::from_ctx(ctx)?;
     // A kernel's packages go into the kernel's own interpreter, as the kernel itself names
     // it: an attached kernel may run any Python, anywhere.
-    let kernel_python = if config.backend == Backend::Jupyter {
+    // Otherwise they go into a venv, never the build interpreter's own site-packages: the
+    // operator's `[python] venv`, else the per-user one, made on first use.
+    let (interpreter, target) = if config.backend == Backend::Jupyter {
         let kernel = sessions.jupyter();
-        Some(kernel.kernel_executable(ctx, &config, NAME).await?)
+        let python = kernel.kernel_executable(ctx, &config, NAME).await?;
+        let target = format!(
+            "the kernel's own interpreter {} (its sys.executable)",
+            python.display()
+        );
+        (python, target)
     } else {
-        ensure_venv(&config, ctx).await?;
-        None
+        let venv = config.install_venv().map_err(|e| anyhow!("{NAME}: {e}"))?;
+        let what = if venv.configured {
+            "config [python] venv"
+        } else {
+            "the per-user venv"
+        };
+        ensure_venv_at(&venv.path, what, ctx)
+            .await
+            .map_err(|e| anyhow!("{NAME}: {e:#}"))?;
+        (venv.python(), venv.describe())
     };
-    let interpreter = kernel_python
-        .clone()
-        .unwrap_or_else(|| config.interpreter());
 
     // pip and its build steps run inside toolbox's containment.
     toolbox_host::containment::ensure();
@@ -213,14 +229,6 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
         );
     }
     GENERATION.fetch_add(1, Ordering::SeqCst);
-    let target = match (&kernel_python, &config.venv) {
-        (Some(python), _) => format!(
-            "the kernel's own interpreter {} (its sys.executable)",
-            python.display()
-        ),
-        (None, Some(venv)) => format!("the venv {}", venv.display()),
-        (None, None) => format!("the interpreter {}", interpreter.display()),
-    };
     let mut text = format!(
         "Installed into {target}: {}. The session can import them now, without a restart.",
         packages.join(", ")
@@ -245,6 +253,44 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
         );
     }
     Ok(Value::String(text))
+}
+
+/// What an install would do, for the person asked to approve it: the packages and the real
+/// place they go (the venv's path, and whether it is made now). Changes nothing.
+pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::Preview> {
+    let a = Args::new(NAME, args).ok()?;
+    let packages = a.opt_str_list("packages", &["package"]).ok()??;
+    let upgrade = a.bool_or("upgrade", &[], false).ok()?;
+    let index_url = a.opt_nonempty_str("index_url", &[]).ok()?;
+    let config = match PythonConfig::from_ctx(ctx) {
+        Ok(config) => config,
+        Err(e) => {
+            return Some(toolbox_core::Preview::new(format!(
+                "Install Python packages: this will fail: {e:#}"
+            )))
+        }
+    };
+    let target = if config.backend == Backend::Jupyter {
+        "the Jupyter kernel's own interpreter (its sys.executable)".to_string()
+    } else {
+        match config.install_venv() {
+            Ok(venv) if venv.path.join("pyvenv.cfg").is_file() => venv.describe(),
+            Ok(venv) => format!("{}, created by this call", venv.describe()),
+            Err(e) => {
+                return Some(toolbox_core::Preview::new(format!(
+                    "Install Python packages: this will fail: {e}"
+                )))
+            }
+        }
+    };
+    let mut fields = vec![("packages", packages.join(", ")), ("into", target)];
+    if upgrade {
+        fields.push(("upgrade", "yes".to_string()));
+    }
+    if let Some(url) = index_url {
+        fields.push(("index_url", url.to_string()));
+    }
+    Some(toolbox_core::Preview::new("Install Python packages with pip").fields(&fields))
 }
 
 /// Kills a child's process group when dropped (pip can start build subprocesses).

@@ -369,7 +369,10 @@ pub(crate) struct Isolated<'a> {
 }
 
 impl Backend for Isolated<'_> {
-    async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+    async fn run(&self, mut request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
+        // A worker runs the configured venv's python; without one, the build interpreter
+        // adds the per-user venv's packages, as the embedded one does.
+        request.site_dirs = call.config.import_site_dirs(true);
         run(self.workers, request, call).await
     }
 

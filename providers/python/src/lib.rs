@@ -4,7 +4,7 @@
 //! | tool | alias | risk | what it does |
 //! |---|---|---|---|
 //! | `run_python_code` | `python`, `python_exec` | python | run a cell (`code`) or a workspace `.py` script in the session's namespace |
-//! | `kernel_install` | `python_package` | python | `pip install` packages into the session's interpreter (or the configured venv) |
+//! | `kernel_install` | `python_package` | python | `pip install` packages into the per-user venv (or the operator's `[python] venv`) |
 //! | `registry_lookup` | | read | find public functions and classes of an importable package by name and docstring |
 //!
 //! Python-side logic lives in one driver, `src/driver.py`, embedded with `include_str!` and
@@ -122,6 +122,7 @@ impl ToolProvider for PythonProvider {
     fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
         match tool {
             run::NAME => run::preview(args, ctx),
+            install::NAME => install::preview(args, ctx),
             _ => None,
         }
     }

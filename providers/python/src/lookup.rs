@@ -160,13 +160,14 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     Ok(Value::String(render(query, &found)))
 }
 
-/// The configured venv's python when the venv exists and lies outside the workspace (the
-/// operator's, filled only by approved `kernel_install` calls), else the build interpreter.
+/// The python of the venv `kernel_install` fills (the configured one, else the per-user
+/// one) when that venv exists and lies outside the workspace (the operator's, filled only by
+/// approved `kernel_install` calls), else the build interpreter.
 fn interpreter(config: &PythonConfig, root: &Path) -> PathBuf {
     config
-        .venv
-        .as_ref()
-        .and_then(|venv| std::fs::canonicalize(venv).ok())
+        .install_venv()
+        .ok()
+        .and_then(|venv| std::fs::canonicalize(venv.path).ok())
         .filter(|venv| !venv.starts_with(root) && venv.join("pyvenv.cfg").is_file())
         .map(|venv| venv.join("bin").join("python"))
         .filter(|python| python.is_file())

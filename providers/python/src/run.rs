@@ -23,7 +23,8 @@ pub(crate) fn info() -> ToolInfo {
          imports and functions persist between calls of the same session (other sessions never \
          see them). The value of a final expression is shown, as in a notebook (`df.head()` \
          shows the table); print() anything else. The working directory is the session \
-         scratchpad; the variable OUTPUT_DIR holds the session's output folder (output/) for \
+         scratchpad, whose absolute path is also in the environment variable \
+         PYTHON_EXEC_SCRATCHPAD (for temporary files); the variable OUTPUT_DIR holds the session's output folder (output/) for \
          files meant for the user. matplotlib figures left open are saved there as PNG and \
          listed. Instead of code, script_path runs a .py file of the workspace (or a \
          skill's script, skill:<name>/scripts/x.py) as __main__ with args as sys.argv[1:]; \

@@ -8,7 +8,8 @@ left exactly as IPython runs them.
 For toolbox's cells it:
 
 - before the cell: defines ``OUTPUT_DIR`` (the calling session's output folder, unless the
-  code assigned another value), changes to the session scratchpad when toolbox started the
+  code assigned another value), sets the environment variable ``PYTHON_EXEC_SCRATCHPAD`` to
+  the calling session's scratchpad, changes to the session scratchpad when toolbox started the
   kernel, and refreshes the import caches after a ``kernel_install``;
 - on an exception: sends the traceback in plain Python form, with the embedded backend's
   names (``<cell>`` for the current cell, ``<cell In[n]>`` for an earlier one, workspace
@@ -86,6 +87,11 @@ def _pre_run_cell(info):
     if output_dir and ns.get("OUTPUT_DIR", _STATE["output_dir"]) == _STATE["output_dir"]:
         ns["OUTPUT_DIR"] = output_dir
         _STATE["output_dir"] = output_dir
+    # The calling session's scratchpad, for temporary files (the kernel is a process of its
+    # own: its real environment, inherited by what it starts).
+    scratchpad = run.get("scratchpad")
+    if scratchpad and os.environ.get("PYTHON_EXEC_SCRATCHPAD") != scratchpad:
+        os.environ["PYTHON_EXEC_SCRATCHPAD"] = scratchpad
     cwd = run.get("cwd")
     if cwd:
         try:

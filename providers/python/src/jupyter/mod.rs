@@ -20,7 +20,8 @@
 //! the workspace.
 //!
 //! In an IPython kernel, toolbox installs a small helper (`helper.py`, as the module
-//! `_toolbox_kernel`) that acts only on toolbox's own requests: it defines `OUTPUT_DIR`,
+//! `_toolbox_kernel`) that acts only on toolbox's own requests: it defines `OUTPUT_DIR`
+//! (and the environment variable `PYTHON_EXEC_SCRATCHPAD`),
 //! sends tracebacks in plain Python form with the embedded backend's `<cell>` names, and
 //! runs `script_path` requests.
 //!
@@ -151,6 +152,7 @@ async fn run(kernels: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Res
     let mut meta = json!({
         "session": request.session,
         "output_dir": folders.map(|f| &f.output_dir),
+        "scratchpad": folders.map(|f| &f.cwd),
         "root": folders.map(|f| &f.root),
         "generation": request.generation,
     });

@@ -1,0 +1,210 @@
+"""deploy/k8s/manifests: valid against Kubernetes' schemas and the vendored agent-sandbox
+CRDs (offline), locked down, and consistent with each other and with the programs."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import yaml
+
+from conftest import K8S_DIR
+from validate_manifests import validate_files
+
+MANIFESTS = sorted(glob.glob(os.path.join(K8S_DIR, "manifests", "*.yaml")))
+VALIDATOR = os.path.join(K8S_DIR, "tests", "validate_manifests.py")
+
+
+def _docs() -> list[dict]:
+    docs = []
+    for path in MANIFESTS:
+        with open(path, encoding="utf-8") as f:
+            docs.extend(d for d in yaml.safe_load_all(f) if d)
+    return docs
+
+
+def _one(kind: str, name: str) -> dict:
+    found = [d for d in _docs() if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name, len(found))
+    return found[0]
+
+
+def _pod_specs() -> dict[str, dict]:
+    specs = {}
+    for d in _docs():
+        if d["kind"] == "SandboxTemplate":
+            specs[d["metadata"]["name"]] = d["spec"]["podTemplate"]["spec"]
+        elif d["kind"] == "Deployment":
+            specs[d["metadata"]["name"]] = d["spec"]["template"]["spec"]
+    return specs
+
+
+def _flag(args: list[str], flag: str) -> str:
+    assert flag in args, (flag, args)
+    return args[args.index(flag) + 1]
+
+
+def test_every_manifest_is_valid():
+    assert validate_files(MANIFESTS) == []
+    kinds = sorted((d["apiVersion"], d["kind"]) for d in _docs())
+    assert kinds == sorted([
+        ("v1", "Namespace"),
+        ("extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate"),
+        ("extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("apps/v1", "Deployment"),
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "Service"),
+    ])
+    assert all(d["metadata"].get("namespace") == "toolbox" for d in _docs()
+               if d["kind"] != "Namespace")
+    result = subprocess.run([sys.executable, VALIDATOR], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+BROKEN = {
+    # agent-sandbox kinds, against the vendored CRDs
+    "unknown container field": ("sandbox-template.yaml", "readOnlyRootFilesystem:",
+                                "readOnlyRootFilesytem:"),
+    "replicas not a number": ("warm-pool.yaml", "replicas: 3", "replicas: three"),
+    "template ref misnamed": ("warm-pool.yaml", "sandboxTemplateRef:", "templateRef:"),
+    "not a served version": ("warm-pool.yaml", "extensions.agents.x-k8s.io/v1beta1",
+                             "extensions.agents.x-k8s.io/v2"),
+    "deprecated version": ("warm-pool.yaml", "extensions.agents.x-k8s.io/v1beta1",
+                           "extensions.agents.x-k8s.io/v1alpha1"),
+    "bad enum": ("sandbox-template.yaml", "envVarsInjectionPolicy: Disallowed",
+                 "envVarsInjectionPolicy: Sometimes"),
+    # core kinds, against kubernetes-validate's schemas
+    "unknown deployment field": ("router.yaml", "readOnlyRootFilesystem:",
+                                 "readOnlyRootFilesytem:"),
+    "service port a list": ("router.yaml", "port: 7900", "port: [7900]"),
+    "role verbs a string": ("placement.yaml", "verbs: [get]", "verbs: get"),
+    "name not DNS": ("router.yaml", "name: toolbox-router\n", "name: Toolbox_Router\n"),
+    "no kind": ("namespace.yaml", "kind: Namespace\n", ""),
+}
+
+
+def test_the_validator_fails_broken_manifests(tmp_path):
+    for what, (file, old, new) in BROKEN.items():
+        with open(os.path.join(K8S_DIR, "manifests", file), encoding="utf-8") as f:
+            text = f.read()
+        assert old in text, (what, old)
+        broken = tmp_path / f"{what.replace(' ', '-')}.yaml"
+        broken.write_text(text.replace(old, new, 1))
+        assert validate_files([str(broken)]), f"the validator passed: {what}"
+    # The script says so in its exit code.
+    result = subprocess.run([sys.executable, VALIDATOR, str(tmp_path / "bad-enum.yaml")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "envVarsInjectionPolicy" in result.stdout
+
+
+def test_every_pod_is_locked_down():
+    specs = _pod_specs()
+    assert sorted(specs) == ["toolbox-host", "toolbox-placement", "toolbox-router"]
+    for name, spec in specs.items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert spec.get("hostNetwork") is not True and spec.get("hostPID") is not True
+        # Only the adapter talks to the API server.
+        assert spec["automountServiceAccountToken"] is (name == "toolbox-placement"), name
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, (name, c["name"])
+            assert sc["readOnlyRootFilesystem"] is True, (name, c["name"])
+            assert sc["capabilities"] == {"drop": ["ALL"]}, (name, c["name"])
+            assert sc["runAsNonRoot"] is True, (name, c["name"])
+            assert sc.get("privileged") is not True
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            limits, requests = c["resources"]["limits"], c["resources"]["requests"]
+            assert "memory" in limits and "cpu" in requests and "memory" in requests
+            # The image's ENTRYPOINT (tini) must stay PID 1.
+            assert "command" not in c, (name, c["name"])
+            for mount in c.get("volumeMounts", []):
+                if "token" in mount["name"]:
+                    assert mount["readOnly"] is True
+    images = {c["image"] for s in specs.values() for c in s["containers"]}
+    assert len(images) == 1, f"one image for every part: {images}"
+
+
+def test_the_host_pod_runs_the_boot_program_toward_toolbox_serve():
+    template = _one("SandboxTemplate", "toolbox-host")
+    spec = template["spec"]
+    assert spec["envVarsInjectionPolicy"] == "Disallowed", "claims must fit warm pods"
+    host = spec["podTemplate"]["spec"]["containers"][0]
+    args = host["args"]
+    assert args[0] == "toolbox-k8s-boot"
+    assert "--epoch" not in args, "the boot program's default is --epoch next"
+    assert _flag(args, "--state-store") == "$(TOOLBOX_STATE_STORE)"
+    env = {e["name"]: e.get("value") for e in host["env"]}
+    assert env["TOOLBOX_STATE_STORE"].startswith("s3://")
+    assert "--wipe-workspace" in args
+    listen_port = int(_flag(args, "--listen").rsplit(":", 1)[1])
+    assert [p["containerPort"] for p in host["ports"]] == [listen_port]
+    assert host["readinessProbe"]["tcpSocket"]["port"] == listen_port
+    # The network policy lets in exactly the router and the adapter, on the host's port.
+    (rule,) = spec["networkPolicy"]["ingress"]
+    (peer,) = rule["from"]
+    (expr,) = peer["podSelector"]["matchExpressions"]
+    assert sorted(expr["values"]) == ["toolbox-placement", "toolbox-router"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": listen_port}]
+    mounts = {m["mountPath"]: m["name"] for m in host["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["podTemplate"]["spec"]["volumes"]}
+    assert volumes[mounts[_flag(args, "--run-dir")]]["emptyDir"]["medium"] == "Memory"
+    assert mounts[_flag(args, "--workspace")] == "workspace"
+    pool_dir = os.path.dirname(_flag(args, "--pool-token-file"))
+    assert volumes[mounts[pool_dir]]["secret"]["secretName"] == "toolbox-pool-token"
+
+
+def test_the_pieces_name_each_other_consistently():
+    template = _one("SandboxTemplate", "toolbox-host")
+    pool = _one("SandboxWarmPool", "toolbox-hosts")
+    assert pool["spec"]["sandboxTemplateRef"]["name"] == template["metadata"]["name"]
+    host_args = template["spec"]["podTemplate"]["spec"]["containers"][0]["args"]
+    host_port = _flag(host_args, "--listen").rsplit(":", 1)[1]
+
+    adapter = _one("Deployment", "toolbox-placement")["spec"]["template"]["spec"]
+    a_args = adapter["containers"][0]["args"]
+    assert a_args[0] == "toolbox-k8s-adapter"
+    assert _flag(a_args, "--warm-pool") == pool["metadata"]["name"]
+    assert _flag(a_args, "--host-port") == host_port
+    assert adapter["serviceAccountName"] == "toolbox-placement"
+
+    svc = _one("Service", "toolbox-placement")
+    router = _one("Deployment", "toolbox-router")["spec"]["template"]["spec"]
+    r_args = router["containers"][0]["args"]
+    assert r_args[:2] == ["toolbox", "router"]
+    assert _flag(r_args, "--placement") == (
+        f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:"
+        f"{svc['spec']['ports'][0]['port']}")
+    assert _flag(r_args, "--token-file") and _flag(r_args, "--placement-token-file")
+    for name in ("toolbox-placement", "toolbox-router"):
+        dep = _one("Deployment", name)
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert _one("Service", name)["spec"]["selector"].items() <= labels.items()
+
+    binding = _one("RoleBinding", "toolbox-placement")
+    assert binding["roleRef"]["name"] == "toolbox-placement"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "toolbox-placement",
+                                    "namespace": "toolbox"}]
+
+
+def test_the_adapter_may_do_only_what_it_does():
+    role = _one("Role", "toolbox-placement")
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"])
+             for r in role["rules"]}
+    assert rules == {
+        (("extensions.agents.x-k8s.io",), ("sandboxclaims",)):
+            ["create", "delete", "get", "list", "patch"],
+        (("agents.x-k8s.io",), ("sandboxes",)): ["get"],
+        (("",), ("secrets",)): ["create", "get", "list", "patch"],
+    }
+    assert not [d for d in _docs() if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
