@@ -6,7 +6,8 @@
 //! - the executor on core and host; the runtime and the MCP layer on core, host and the
 //!   executor, never a provider;
 //! - the state store (sync) on core and host only: it reads the workspace through host's
-//!   descriptors, and knows nothing of turns or tools.
+//!   descriptors, and knows nothing of turns or tools;
+//! - the router on core only: it passes requests to hosts, and runs no tool itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -100,6 +101,11 @@ fn crates_depend_only_on_the_layers_below_them() {
         !ours(&packages["toolbox-runtime"].0).contains("toolbox-sync")
             && !ours(&packages["toolbox-executor"].0).contains("toolbox-sync"),
         "only the server (host mode) uses the state store"
+    );
+    assert_eq!(
+        ours(&packages["toolbox-router"].0),
+        set(&["toolbox-core"]),
+        "the router depends on core only: never on the executor, the runtime or a provider"
     );
     let providers: Vec<&String> = packages
         .iter()

@@ -77,6 +77,9 @@ enum Command {
     /// Serve the HTTP sidecar: the API, live events over SSE, approvals over HTTP, the web
     /// console at /, and MCP over streamable HTTP at /mcp.
     Serve(ServeArgs),
+    /// Serve many session hosts behind one address: each session's requests go to the host
+    /// a placement adapter (Ray, Kubernetes, your own) placed it on (docs/scale-out.md).
+    Router(RouterArgs),
     /// List the workspace's sessions, most recently active first: id, last activity and the
     /// start of the first message.
     Sessions(SessionsArgs),
@@ -121,6 +124,26 @@ struct ServeArgs {
     /// Host mode: how often to sync whatever happens, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "session")]
     sync_every: std::time::Duration,
+}
+
+#[derive(clap::Args)]
+struct RouterArgs {
+    /// Address to listen on. Anything but loopback needs a token.
+    #[arg(long, default_value = "127.0.0.1:7900")]
+    listen: std::net::SocketAddr,
+    /// The placement adapter's base URL (it serves POST /v1/sessions/{sid}:ensure, …).
+    #[arg(long)]
+    placement: String,
+    /// Read the adapter's bearer token from this file (its first line).
+    #[arg(long)]
+    placement_token_file: Option<PathBuf>,
+    /// How long one call to the adapter may take (placing a session starts a host).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    placement_timeout: std::time::Duration,
+    /// Read the clients' bearer token from this file (its first line) [env:
+    /// TOOLBOX_ROUTER_TOKEN]. Required to listen beyond loopback.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
 }
 
 /// What `toolbox mcp` and `toolbox serve`'s /mcp do with a risky call in auto mode when the
@@ -344,6 +367,7 @@ fn run_to_exit(cli: Cli) -> ExitCode {
             Command::Chat(args) => chat_command(args).await,
             Command::Agents(args) => agents(args),
             Command::Serve(args) => serve(args).await,
+            Command::Router(args) => router(args).await,
             Command::Sessions(args) => sessions(args),
         }
     });
@@ -666,6 +690,48 @@ async fn mcp(args: McpArgs) -> Result<ExitCode, UsageError> {
             let _ = serving.await;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The first line of a token file, or a usage error naming the flag.
+fn token_from_file(flag: &str, path: &std::path::Path) -> Result<String, UsageError> {
+    Ok(std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())))?
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string())
+}
+
+/// `toolbox router`: the session router until SIGTERM or Ctrl-C.
+async fn router(args: RouterArgs) -> Result<ExitCode, UsageError> {
+    let token = match &args.token_file {
+        Some(path) => Some(token_from_file("--token-file", path)?),
+        None => toolbox::host::secrets::var("TOOLBOX_ROUTER_TOKEN"),
+    }
+    .filter(|t| !t.is_empty());
+    let placement_token = match &args.placement_token_file {
+        Some(path) => Some(token_from_file("--placement-token-file", path)?),
+        None => None,
+    }
+    .filter(|t| !t.is_empty());
+    let options = toolbox::router::RouterOptions {
+        listen: args.listen,
+        placement: args.placement,
+        placement_token,
+        placement_timeout: args.placement_timeout,
+        token,
+    };
+    toolbox::router::check_options(&options).map_err(usage)?;
+    let signal = toolbox::stop_signal();
+    let stop = async move {
+        let signal = signal.await;
+        eprintln!("toolbox router: {signal}: stopping");
+    };
+    toolbox::router::serve(options, stop, Duration::from_secs(5))
+        .await
+        .map_err(|e| UsageError(format!("router: {e:#}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

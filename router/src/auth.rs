@@ -1,0 +1,118 @@
+//! Who may talk to the router: with a token (required beyond loopback), every request
+//! carries `Authorization: Bearer <router token>`, compared in constant time. Without one
+//! (loopback only), the `Host` header must name loopback (against DNS rebinding) and a
+//! request with an `Origin` must come from that same host (no cross-site requests).
+
+use axum::http::{header, HeaderMap, StatusCode};
+
+use crate::error::RouterError;
+
+/// Whether `given` equals `secret`, in time that depends only on the secret's length.
+pub fn same_secret(given: &[u8], secret: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != secret.len());
+    for (i, s) in secret.iter().enumerate() {
+        diff |= given.get(i).copied().unwrap_or(0) ^ s;
+    }
+    diff == 0
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The name part of a `Host` header (`name`, `name:port`, `[v6]:port`), if it is one.
+fn host_name(host: &str) -> Option<&str> {
+    let (name, port) = if host.starts_with('[') {
+        let end = host.find(']')?;
+        (&host[..=end], &host[end + 1..])
+    } else {
+        match host.find(':') {
+            Some(at) => (&host[..at], &host[at..]),
+            None => (host, ""),
+        }
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|d| {
+            !d.is_empty() && d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit())
+        });
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'));
+    (port_ok && name_ok).then_some(name)
+}
+
+fn is_loopback_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "localhost" || name == "127.0.0.1" || name == "[::1]" || name.ends_with(".localhost")
+}
+
+/// Checks a request's headers; `token` is the router's own.
+pub fn check(headers: &HeaderMap, token: Option<&str>) -> Result<(), RouterError> {
+    match token {
+        Some(token) => match bearer(headers) {
+            Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err(RouterError::new(
+                StatusCode::UNAUTHORIZED,
+                "the bearer token is wrong",
+            )),
+            None => Err(RouterError::new(
+                StatusCode::UNAUTHORIZED,
+                "this router needs Authorization: Bearer <token> (the router's token)",
+            )),
+        },
+        None => {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("");
+            if !host_name(host).is_some_and(is_loopback_name) {
+                return Err(RouterError::new(
+                    StatusCode::FORBIDDEN,
+                    "this router listens on loopback without a token: the Host header must \
+                     name localhost, 127.0.0.1 or [::1]",
+                ));
+            }
+            if let Some(origin) = headers.get(header::ORIGIN) {
+                let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
+                let own = format!("http://{}", host.to_ascii_lowercase());
+                if origin != own {
+                    return Err(RouterError::new(
+                        StatusCode::FORBIDDEN,
+                        "cross-origin requests are not allowed",
+                    ));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abd", b"abc"));
+        assert!(!same_secret(b"ab", b"abc"));
+        assert!(!same_secret(b"abcd", b"abc"));
+    }
+
+    #[test]
+    fn loopback_hosts_only_without_a_token() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, "127.0.0.1:7900".parse().unwrap());
+        assert!(check(&headers, None).is_ok());
+        headers.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert!(check(&headers, None).is_err());
+        headers.remove(header::ORIGIN);
+        headers.insert(header::HOST, "evil.example:7900".parse().unwrap());
+        assert!(check(&headers, None).is_err());
+        headers.insert(header::HOST, "localhost:80@evil.example".parse().unwrap());
+        assert!(check(&headers, None).is_err());
+    }
+}

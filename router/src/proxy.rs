@@ -1,0 +1,224 @@
+//! A request for one session, passed to its host.
+//!
+//! The client's body is read whole first (bounded, as `toolbox serve` bounds it), so a
+//! request that never reached a host can be sent again. The host's answer streams back as it
+//! comes, with no timeout: SSE event streams and MCP's streams pass through unchanged.
+//!
+//! A host that refuses the connection, or answers 503 saying a newer epoch took the session
+//! over (it never ran the call), is looked up again once (`:ensure` with `stale_epoch`) and
+//! the request is sent once more; then the router answers 503 with `Retry-After`. A request
+//! that reached a host which then failed is never sent again: its call may have run.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use toolbox_core::SessionId;
+
+use crate::error::RouterError;
+use crate::placement::{error_chain, read_bounded, Placement};
+use crate::Shared;
+
+/// Request headers a host gets from the client; everything else (the client's
+/// `Authorization`, cookies, hop-by-hop headers) stays at the router.
+const FORWARDED: [HeaderName; 6] = [
+    header::CONTENT_TYPE,
+    header::ACCEPT,
+    header::CACHE_CONTROL,
+    HeaderName::from_static("last-event-id"),
+    HeaderName::from_static("mcp-session-id"),
+    HeaderName::from_static("mcp-protocol-version"),
+];
+
+/// Response headers the router does not pass back: hop-by-hop ones, and the host's own
+/// authentication challenge.
+fn dropped_response_header(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "www-authenticate"
+    )
+}
+
+/// The most of a host's error answer the router reads to tell why it failed.
+const MAX_ERROR_READ: usize = 64 * 1024;
+
+/// How long the router waits for a host's error answer (not its streams).
+const ERROR_READ_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Seconds a client is told to wait when a session's host cannot be reached now.
+const RETRY_AFTER_MOVE: u64 = 1;
+
+/// What a host says when a newer epoch took its session over (server/src/api.rs).
+const SUPERSEDED: &str = "took it over";
+
+/// Why one attempt did not reach a host that would take the call.
+enum Miss {
+    /// Nothing was run: the connection was refused, or the host was superseded, or it is
+    /// not this session's host (any more). Worth one new lookup.
+    Stale(String),
+    /// A final answer.
+    Done(Response),
+}
+
+/// Sends `method path` with `body` to `sid`'s host and passes its answer back.
+pub async fn forward(
+    state: &Shared,
+    sid: &SessionId,
+    method: Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut stale: Option<u64> = None;
+    let mut why = String::new();
+    for attempt in 0..2 {
+        let placement = match state.placer.lookup(sid, stale).await {
+            Ok(p) => p,
+            Err(e) => return e.into_response(),
+        };
+        match once(
+            state,
+            sid,
+            &placement,
+            &method,
+            path_and_query,
+            headers,
+            &body,
+        )
+        .await
+        {
+            Miss::Done(response) => return response,
+            Miss::Stale(reason) => {
+                state.placer.forget(sid, placement.epoch);
+                tracing::info!(target: "toolbox", %sid, epoch = placement.epoch, attempt, "host did not take the request: {reason}");
+                stale = Some(placement.epoch);
+                why = format!("its host (epoch {}) {reason}", placement.epoch);
+            }
+        }
+    }
+    RouterError::unavailable(
+        format!("session {sid} cannot be reached now: {why}; try again shortly"),
+        RETRY_AFTER_MOVE,
+    )
+    .into_response()
+}
+
+async fn once(
+    state: &Shared,
+    sid: &SessionId,
+    placement: &Arc<Placement>,
+    method: &Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Miss {
+    let url = match placement.url.join(path_and_query.trim_start_matches('/')) {
+        Ok(url) => url,
+        Err(e) => {
+            return Miss::Done(
+                RouterError::new(StatusCode::BAD_REQUEST, format!("bad path: {e}")).into_response(),
+            )
+        }
+    };
+    let mut request = state.http.request(method.clone(), url);
+    for name in &FORWARDED {
+        for value in headers.get_all(name) {
+            request = request.header(name, value);
+        }
+    }
+    if let Some(auth) = &placement.auth {
+        request = request.header(header::AUTHORIZATION, auth.clone());
+    }
+    if !body.is_empty() || *method == Method::POST || *method == Method::PUT {
+        request = request.body(body.clone());
+    }
+    let response = match request.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_connect() => {
+            return Miss::Stale(format!(
+                "refused the connection ({})",
+                error_chain(&e.without_url())
+            ))
+        }
+        Err(e) => {
+            // The request may have reached the host: never sent again.
+            return Miss::Done(
+                RouterError::new(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "the host of session {sid} (epoch {}) failed during the request: {}",
+                        placement.epoch,
+                        error_chain(&e.without_url())
+                    ),
+                )
+                .into_response(),
+            );
+        }
+    };
+    let status = response.status();
+    if status == StatusCode::SERVICE_UNAVAILABLE
+        || status == StatusCode::UNAUTHORIZED
+        || status == StatusCode::NOT_FOUND
+    {
+        // Small answers: read them to tell a superseded or wrong host from a real answer.
+        let head = response.headers().clone();
+        let text =
+            match tokio::time::timeout(ERROR_READ_TIME, read_bounded(response, MAX_ERROR_READ))
+                .await
+            {
+                Ok(Ok(bytes)) => bytes,
+                _ => Vec::new(),
+            };
+        let message = serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+            .unwrap_or_default();
+        if status == StatusCode::SERVICE_UNAVAILABLE && message.contains(SUPERSEDED) {
+            return Miss::Stale("was superseded".into());
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            return Miss::Stale("refused the router's credentials".into());
+        }
+        if status == StatusCode::NOT_FOUND && message.contains("this host serves session") {
+            return Miss::Stale("serves another session".into());
+        }
+        return Miss::Done(rebuild(status, &head, Body::from(text)));
+    }
+    let head = response.headers().clone();
+    Miss::Done(rebuild(
+        status,
+        &head,
+        Body::from_stream(response.bytes_stream()),
+    ))
+}
+
+fn rebuild(status: StatusCode, head: &reqwest::header::HeaderMap, body: Body) -> Response {
+    let mut out = Response::new(body);
+    *out.status_mut() = status;
+    for (name, value) in head {
+        if !dropped_response_header(name) {
+            out.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    if status.is_success()
+        && head
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"))
+    {
+        // Proxies after the router must not buffer a stream.
+        out.headers_mut().insert(
+            HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        );
+    }
+    out
+}
