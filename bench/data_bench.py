@@ -11,7 +11,8 @@ the rounds, the ratios, and peak RSS. Asserts nothing about speed.
 Environment: DATA_BENCH_TASKS, a comma-separated subset of the task names (e.g.
 "csv -> jsonl,jsonl -> parquet"); DATA_BENCH_PANDAS_CHUNKED=1 runs pandas in chunks of
 500,000 rows (for sizes whole-file pandas cannot hold in memory: about 10 GB for a 1 GiB CSV
-and 25 GB for its JSONL).
+and 25 GB for its JSONL); DATA_BENCH_REUSE=1 keeps a big.csv and big.jsonl already in WORKDIR
+(made by an earlier run of the same size: the data is seeded).
 """
 
 import json
@@ -28,6 +29,7 @@ ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
 PY = sys.executable
 TASKS = [t for t in os.environ.get("DATA_BENCH_TASKS", "").split(",") if t]
 CHUNKED = os.environ.get("DATA_BENCH_PANDAS_CHUNKED") == "1"
+REUSE = os.environ.get("DATA_BENCH_REUSE") == "1"
 
 CITIES = ["Lisbon", "Oslo", "Zürich", "Nairobi", "Lima", "Osaka", "Tartu", "Perth", "Quito"]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
@@ -113,12 +115,19 @@ def py(code):
 def main():
     os.makedirs(WORK, exist_ok=True)
     csv_path = os.path.join(WORK, "big.csv")
-    rows = make_csv(csv_path, SIZE_MB)
+    jsonl_path = os.path.join(WORK, "big.jsonl")
+    if REUSE and os.path.exists(csv_path):
+        with open(csv_path, "rb") as f:
+            rows = sum(1 for _ in f) - 1
+        print("== reusing big.csv (and big.jsonl if there)")
+    else:
+        rows = make_csv(csv_path, SIZE_MB)
     size = os.path.getsize(csv_path)
     print(f"== generated big.csv: {size / 2**20:.0f} MiB, {rows} rows")
     # The JSONL input of the Parquet task: the CSV converted once, untimed.
-    subprocess.run(toolbox("data__convert", {"path": "big.csv", "output": "big.jsonl"}),
-                   check=True, capture_output=True)
+    if not (REUSE and os.path.exists(jsonl_path)):
+        subprocess.run(toolbox("data__convert", {"path": "big.csv", "output": "big.jsonl"}),
+                       check=True, capture_output=True)
     print(f"== big.jsonl: {os.path.getsize(os.path.join(WORK, 'big.jsonl')) / 2**20:.0f} MiB")
     if not TASKS or "validate 10-field jsonl" in TASKS:
         make_records(os.path.join(WORK, "records.jsonl"), RECORDS)

@@ -341,26 +341,9 @@ impl Plan {
             // them as JSON text: no JSON values are built.
             let array = self.to == Format::Json;
             let mut rows: Option<fast::JsonRows> = None;
-            let cell_by_cell = |at: u64, header: &[Arc<str>], rec: &csv::ByteRecord| {
-                for (name, raw) in header.iter().zip(rec) {
-                    if let Err((kind, why)) = records::check_csv_cell(name, raw, &self.limits) {
-                        return Some(Item::Bad {
-                            at,
-                            kind,
-                            message: format!("line {at}: {why}"),
-                        });
-                    }
-                }
-                None
-            };
             records::read_csv_raw(src, cancelled, &mut |row| match row {
                 CsvRow::Bad(item) => self.bad(item, &mut run),
                 CsvRow::Row { at, header, rec } => {
-                    if !fast::cells_are_text(rec, self.limits.max_cell_bytes) {
-                        if let Some(bad) = cell_by_cell(at, header, rec) {
-                            return self.bad(bad, &mut run);
-                        }
-                    }
                     let rows = match &mut rows {
                         Some(r) => r,
                         None => rows.insert(fast::JsonRows::start(
@@ -369,7 +352,21 @@ impl Plan {
                             array,
                         )?),
                     };
-                    rows.push(rec)?;
+                    if !rows.try_push(rec, self.limits.max_cell_bytes)? {
+                        // Cell by cell, to name the first that is wrong as the general
+                        // path does.
+                        let mut cells = Vec::with_capacity(header.len());
+                        for (name, raw) in header.iter().zip(rec) {
+                            match records::check_csv_cell(name, raw, &self.limits) {
+                                Ok(text) => cells.push(text),
+                                Err((kind, why)) => {
+                                    let message = format!("line {at}: {why}");
+                                    return self.bad(Item::Bad { at, kind, message }, &mut run);
+                                }
+                            }
+                        }
+                        rows.push_cells(cells.into_iter())?;
+                    }
                     run.rows_in += 1;
                     self.written(Ok(()), at, &mut run)
                 }

@@ -71,10 +71,16 @@ pub fn cell_kind(s: &str) -> CellKind {
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it.
+#[cfg(test)]
 pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    push_json_bytes(out, s.as_bytes());
+}
+
+/// [`push_json_str`] of the bytes of a text (escaping works byte by byte: the bytes of
+/// characters past ASCII are copied as they are).
+fn push_json_bytes(out: &mut Vec<u8>, b: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
-    let b = s.as_bytes();
     let mut start = 0;
     for (i, &c) in b.iter().enumerate() {
         let esc: &[u8] = match c {
@@ -102,7 +108,9 @@ pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Appends a CSV cell as the JSON value [`crate::records::typed_cell`] makes of it.
+/// Appends a CSV cell as the JSON value [`crate::records::typed_cell`] makes of it (what
+/// the writing thread of [`JsonRows`] does with a cell and its kind).
+#[cfg(test)]
 pub fn push_typed_cell(out: &mut Vec<u8>, s: &str) {
     match cell_kind(s) {
         CellKind::Null => out.extend_from_slice(b"null"),
@@ -303,6 +311,8 @@ pub struct JsonRows {
 struct CellBatch {
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    /// Each cell's [`CellKind`], typed by the reading thread.
+    kinds: Vec<CellKind>,
     rows: usize,
 }
 
@@ -339,22 +349,27 @@ impl JsonRows {
                         }
                     };
                     let mut start = 0;
-                    let mut ends = batch.ends.iter();
+                    let mut cells = batch.ends.iter().zip(&batch.kinds);
                     for _ in 0..batch.rows {
                         if array {
                             out.extend_from_slice(if n == 0 { b"[\n" } else { b",\n" });
                         }
                         out.push(b'{');
                         for (i, key) in keys.iter().enumerate() {
-                            let end = ends.next().copied().unwrap_or(start);
-                            let cell = std::str::from_utf8(&batch.bytes[start..end])
-                                .map_err(io::Error::other)?;
+                            let (end, kind) = cells
+                                .next()
+                                .map_or((start, CellKind::Null), |(e, k)| (*e, *k));
+                            let cell = &batch.bytes[start..end];
                             start = end;
                             if i > 0 {
                                 out.push(b',');
                             }
                             out.extend_from_slice(key);
-                            push_typed_cell(&mut out, cell);
+                            match kind {
+                                CellKind::Null => out.extend_from_slice(b"null"),
+                                CellKind::Verbatim => out.extend_from_slice(cell),
+                                CellKind::Text => push_json_bytes(&mut out, cell),
+                            }
                         }
                         out.push(b'}');
                         if !array {
@@ -368,6 +383,7 @@ impl JsonRows {
                     }
                     batch.bytes.clear();
                     batch.ends.clear();
+                    batch.kinds.clear();
                     batch.rows = 0;
                     let _ = give_back.try_send(batch);
                 }
@@ -383,16 +399,47 @@ impl JsonRows {
         })
     }
 
-    /// Queues one row, whose cells must be valid UTF-8 (see [`cells_are_text`]), as many
-    /// as the keys.
-    pub fn push(&mut self, rec: &csv::ByteRecord) -> io::Result<()> {
+    /// Types and queues one row (as many cells as the keys) when every cell is within
+    /// `max_cell_bytes` and valid UTF-8 (checked as one text, then that no cell splits a
+    /// character); `false`, queuing nothing, otherwise: the caller checks cell by cell, then
+    /// queues with [`JsonRows::push_cells`].
+    pub fn try_push(&mut self, rec: &csv::ByteRecord, max_cell_bytes: u64) -> io::Result<bool> {
+        let Ok(all) = std::str::from_utf8(rec.as_slice()) else {
+            return Ok(false);
+        };
+        let mark = (self.batch.ends.len(), self.batch.kinds.len());
         let base = self.batch.bytes.len();
-        self.batch.bytes.extend_from_slice(rec.as_slice());
-        let mut end = base;
+        let mut start = 0;
         for cell in rec.iter().take(self.columns) {
-            end += cell.len();
-            self.batch.ends.push(end);
+            let end = start + cell.len();
+            let text = all
+                .get(start..end)
+                .filter(|_| cell.len() as u64 <= max_cell_bytes);
+            let Some(text) = text else {
+                self.batch.ends.truncate(mark.0);
+                self.batch.kinds.truncate(mark.1);
+                return Ok(false);
+            };
+            self.batch.ends.push(base + end);
+            self.batch.kinds.push(cell_kind(text));
+            start = end;
         }
+        self.batch.bytes.extend_from_slice(&rec.as_slice()[..start]);
+        self.row_done()?;
+        Ok(true)
+    }
+
+    /// Queues a row whose cells are the given texts.
+    pub fn push_cells<'a>(&mut self, cells: impl Iterator<Item = &'a str>) -> io::Result<()> {
+        for text in cells.take(self.columns) {
+            self.batch.bytes.extend_from_slice(text.as_bytes());
+            self.batch.ends.push(self.batch.bytes.len());
+            self.batch.kinds.push(cell_kind(text));
+        }
+        self.row_done()
+    }
+
+    fn row_done(&mut self) -> io::Result<()> {
         self.batch.rows += 1;
         if self.batch.rows >= BATCH_ROWS {
             let next = self.spare.try_recv().unwrap_or_default();
@@ -441,25 +488,6 @@ impl Drop for JsonRows {
 
 /// Bytes of JSON gathered before each write to the file.
 const OUT_BYTES: usize = 1 << 20;
-
-/// Whether every cell of `rec` is within `max_cell_bytes` and valid UTF-8 (checked as one
-/// text, then that no cell splits a character). `false` says: check cell by cell.
-pub fn cells_are_text(rec: &csv::ByteRecord, max_cell_bytes: u64) -> bool {
-    let Ok(all) = std::str::from_utf8(rec.as_slice()) else {
-        return false;
-    };
-    let mut end = 0;
-    for cell in rec.iter() {
-        if cell.len() as u64 > max_cell_bytes {
-            return false;
-        }
-        end += cell.len();
-        if !all.is_char_boundary(end) {
-            return false;
-        }
-    }
-    true
-}
 
 #[cfg(test)]
 mod tests {
