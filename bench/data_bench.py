@@ -93,14 +93,14 @@ SCHEMA = {
 
 
 def timed(cmd):
-    """Wall seconds and peak RSS (MiB) of one process."""
-    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M"] + cmd,
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system) of one process."""
+    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M %U %S"] + cmd,
                          capture_output=True, text=True, cwd=WORK)
     if out.returncode != 0:
         raise SystemExit(f"failed: {cmd}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     line = [l for l in out.stderr.splitlines() if l.startswith("TIME ")][-1]
-    _, secs, kib = line.split()
-    return float(secs), int(kib) / 1024
+    _, secs, kib, user, system = line.split()
+    return float(secs), int(kib) / 1024, float(user) + float(system)
 
 
 def toolbox(tool, args):
@@ -189,10 +189,13 @@ def main():
           f"{RECORDS} records validated")
     for task, by in results.items():
         print(f"\n{task}")
-        med = {n: statistics.median(s for s, _ in runs) for n, runs in by.items()}
-        rss = {n: max(m for _, m in runs) for n, runs in by.items()}
+        med = {n: statistics.median(s for s, _, _ in runs) for n, runs in by.items()}
+        rss = {n: max(m for _, m, _ in runs) for n, runs in by.items()}
+        cpu = {n: statistics.median(c for _, _, c in runs) for n, runs in by.items()}
         for n in by:
-            print(f"  {n:<11} {med[n]:8.2f} s   peak RSS {rss[n]:8.1f} MiB")
+            walls = " ".join(f"{s:.2f}" for s, _, _ in by[n])
+            print(f"  {n:<11} {med[n]:8.2f} s   peak RSS {rss[n]:8.1f} MiB   CPU {cpu[n]:7.2f} s"
+                  f"   (rounds: {walls})")
         t = med["toolbox"]
         for n in by:
             if n != "toolbox" and t > 0:
