@@ -7,6 +7,12 @@ each as its own process under /usr/bin/time (wall seconds, peak RSS). Prints the
 the rounds, the ratios, and peak RSS. Asserts nothing about speed.
 
     python bench/data_bench.py TOOLBOX WORKDIR [SIZE_MB] [RECORDS] [ROUNDS]
+
+Environment: DATA_BENCH_TASKS, a comma-separated subset of the task names (e.g.
+"csv -> jsonl,jsonl -> parquet"); DATA_BENCH_PANDAS_CHUNKED=1 runs pandas in chunks of
+500,000 rows (for sizes whole-file pandas cannot hold in memory: about 10 GB for a 1 GiB CSV
+and 25 GB for its JSONL); DATA_BENCH_REUSE=1 keeps a big.csv and big.jsonl already in WORKDIR
+(made by an earlier run of the same size: the data is seeded).
 """
 
 import json
@@ -21,6 +27,9 @@ SIZE_MB = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 RECORDS = int(sys.argv[4]) if len(sys.argv) > 4 else 1_000_000
 ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
 PY = sys.executable
+TASKS = [t for t in os.environ.get("DATA_BENCH_TASKS", "").split(",") if t]
+CHUNKED = os.environ.get("DATA_BENCH_PANDAS_CHUNKED") == "1"
+REUSE = os.environ.get("DATA_BENCH_REUSE") == "1"
 
 CITIES = ["Lisbon", "Oslo", "Zürich", "Nairobi", "Lima", "Osaka", "Tartu", "Perth", "Quito"]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
@@ -84,14 +93,14 @@ SCHEMA = {
 
 
 def timed(cmd):
-    """Wall seconds and peak RSS (MiB) of one process."""
-    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M"] + cmd,
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system) of one process."""
+    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M %U %S"] + cmd,
                          capture_output=True, text=True, cwd=WORK)
     if out.returncode != 0:
         raise SystemExit(f"failed: {cmd}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     line = [l for l in out.stderr.splitlines() if l.startswith("TIME ")][-1]
-    _, secs, kib = line.split()
-    return float(secs), int(kib) / 1024
+    _, secs, kib, user, system = line.split()
+    return float(secs), int(kib) / 1024, float(user) + float(system)
 
 
 def toolbox(tool, args):
@@ -106,14 +115,22 @@ def py(code):
 def main():
     os.makedirs(WORK, exist_ok=True)
     csv_path = os.path.join(WORK, "big.csv")
-    rows = make_csv(csv_path, SIZE_MB)
+    jsonl_path = os.path.join(WORK, "big.jsonl")
+    if REUSE and os.path.exists(csv_path):
+        with open(csv_path, "rb") as f:
+            rows = sum(1 for _ in f) - 1
+        print("== reusing big.csv (and big.jsonl if there)")
+    else:
+        rows = make_csv(csv_path, SIZE_MB)
     size = os.path.getsize(csv_path)
     print(f"== generated big.csv: {size / 2**20:.0f} MiB, {rows} rows")
     # The JSONL input of the Parquet task: the CSV converted once, untimed.
-    subprocess.run(toolbox("data__convert", {"path": "big.csv", "output": "big.jsonl"}),
-                   check=True, capture_output=True)
+    if not (REUSE and os.path.exists(jsonl_path)):
+        subprocess.run(toolbox("data__convert", {"path": "big.csv", "output": "big.jsonl"}),
+                       check=True, capture_output=True)
     print(f"== big.jsonl: {os.path.getsize(os.path.join(WORK, 'big.jsonl')) / 2**20:.0f} MiB")
-    make_records(os.path.join(WORK, "records.jsonl"), RECORDS)
+    if not TASKS or "validate 10-field jsonl" in TASKS:
+        make_records(os.path.join(WORK, "records.jsonl"), RECORDS)
     with open(os.path.join(WORK, "schema.json"), "w") as f:
         json.dump(SCHEMA, f)
     print(f"== records.jsonl: {RECORDS} records of 10 fields")
@@ -144,6 +161,23 @@ def main():
             "pandas": py("import pandas as pd; print(pd.read_csv('big.csv').describe(include='all'))"),
         },
     }
+    if CHUNKED:
+        print("== pandas runs chunked (500,000 rows a chunk)")
+        tasks["csv -> jsonl"]["pandas"] = py(
+            "import pandas as pd\n"
+            "with open('p.jsonl', 'w') as f:\n"
+            "    for c in pd.read_csv('big.csv', chunksize=500_000):\n"
+            "        c.to_json(f, orient='records', lines=True)\n")
+        tasks["jsonl -> parquet"]["pandas"] = py(
+            "import pandas as pd, pyarrow as pa, pyarrow.parquet as pq\n"
+            "w = None\n"
+            "for c in pd.read_json('big.jsonl', lines=True, chunksize=500_000):\n"
+            "    t = pa.Table.from_pandas(c, preserve_index=False)\n"
+            "    w = w or pq.ParquetWriter('p.parquet', t.schema)\n"
+            "    w.write_table(t)\n"
+            "w.close()\n")
+    if TASKS:
+        tasks = {t: c for t, c in tasks.items() if t in TASKS}
     results = {t: {name: [] for name in c} for t, c in tasks.items()}
     for r in range(ROUNDS):
         for task, contenders in tasks.items():
@@ -155,10 +189,13 @@ def main():
           f"{RECORDS} records validated")
     for task, by in results.items():
         print(f"\n{task}")
-        med = {n: statistics.median(s for s, _ in runs) for n, runs in by.items()}
-        rss = {n: max(m for _, m in runs) for n, runs in by.items()}
+        med = {n: statistics.median(s for s, _, _ in runs) for n, runs in by.items()}
+        rss = {n: max(m for _, m, _ in runs) for n, runs in by.items()}
+        cpu = {n: statistics.median(c for _, _, c in runs) for n, runs in by.items()}
         for n in by:
-            print(f"  {n:<11} {med[n]:8.2f} s   peak RSS {rss[n]:8.1f} MiB")
+            walls = " ".join(f"{s:.2f}" for s, _, _ in by[n])
+            print(f"  {n:<11} {med[n]:8.2f} s   peak RSS {rss[n]:8.1f} MiB   CPU {cpu[n]:7.2f} s"
+                  f"   (rounds: {walls})")
         t = med["toolbox"]
         for n in by:
             if n != "toolbox" and t > 0:

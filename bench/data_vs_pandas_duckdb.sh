@@ -8,6 +8,8 @@
 # Defaults: a 1024 MiB CSV, 1,000,000 records to validate, 3 rounds. Installs pandas,
 # pyarrow, duckdb and jsonschema in a venv of its own (target/bench-data-venv) and builds a
 # release `toolbox` with only the data provider. Prints figures; asserts nothing about speed.
+# DATA_BENCH_TASKS picks tasks (e.g. "csv -> jsonl,jsonl -> parquet") and
+# DATA_BENCH_PANDAS_CHUNKED=1 runs pandas in chunks (see bench/data_bench.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-1024}

@@ -13,10 +13,10 @@ use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_host::{PathError, ToolContext};
 
 use crate::format::{Compression, Format, OUTPUT_NAMES};
-use crate::records::{self, BadKind, Flow, Item};
-use crate::source;
+use crate::records::{self, BadKind, CsvRow, Flow, Item, JsonlLine};
 use crate::template::Template;
 use crate::write::{Out, Sink};
+use crate::{fast, source};
 use crate::{
     format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, Limits, OnError,
     TOOLSET,
@@ -263,7 +263,49 @@ fn rename_arg(v: Option<&Value>) -> Result<Vec<(String, String)>> {
     }
 }
 
+/// The counts and memory of one conversion, shared by its general and fast paths.
+struct Run {
+    in_format: Format,
+    fixed_columns: bool,
+    typing: bool,
+    hasher: (RandomState, RandomState),
+    seen: HashSet<u128>,
+    rows_in: u64,
+    rows_out: u64,
+    /// By reason, in the order of [`DROPPED`].
+    dropped: [u64; 6],
+    first_checked: bool,
+    stopped: bool,
+    json_buf: Vec<u8>,
+}
+
+/// The reasons a row is dropped, as the result names them.
+const DROPPED: [&str; 6] = [
+    "malformed",
+    "ragged",
+    "too_large",
+    "duplicate",
+    "missing_field",
+    "not_in_columns",
+];
+
+fn bad_slot(kind: BadKind) -> usize {
+    match kind {
+        BadKind::Malformed => 0,
+        BadKind::Ragged => 1,
+        BadKind::TooLarge => 2,
+    }
+}
+
 impl Plan {
+    /// Whether the records go to the output as they are (no step changes them but `limit`).
+    fn plain(&self) -> bool {
+        self.select.is_none()
+            && self.rename.is_empty()
+            && self.dedupe_by.is_empty()
+            && self.template.is_none()
+    }
+
     fn convert(
         &self,
         src: source::Source,
@@ -274,163 +316,92 @@ impl Plan {
         let in_shown = src.shown.clone();
         let in_format = src.format;
         let note = src.note.clone();
-        let typing = records::text_cells(in_format) && self.template.is_none();
-        let text_cells = records::text_cells(in_format);
-        let fixed_columns = matches!(
+        let mut run = Run {
             in_format,
-            Format::Csv | Format::Tsv | Format::Parquet | Format::Xlsx
-        );
-        let mut sink = Sink::new(self.to, file, None);
-        let hasher = (RandomState::new(), RandomState::new());
-        let mut seen: HashSet<u128> = HashSet::new();
-        let (mut rows_in, mut rows_out) = (0u64, 0u64);
-        let mut dropped: [u64; 6] = [0; 6];
-        let mut first_checked = false;
-        let mut stopped = false;
-        let mut json_buf: Vec<u8> = Vec::new();
-        let on_error = self.on_error;
-        let fail_or_count = |dropped: &mut [u64; 6], slot: usize, message: String| -> Result<()> {
-            if on_error == OnError::Fail {
-                bail!("{message} (on_error: \"skip\" drops such rows, counted, and goes on)");
-            }
-            dropped[slot] += 1;
-            Ok(())
+            fixed_columns: matches!(
+                in_format,
+                Format::Csv | Format::Tsv | Format::Parquet | Format::Xlsx
+            ),
+            typing: records::text_cells(in_format) && self.template.is_none(),
+            hasher: (RandomState::new(), RandomState::new()),
+            seen: HashSet::new(),
+            rows_in: 0,
+            rows_out: 0,
+            dropped: [0; 6],
+            first_checked: false,
+            stopped: false,
+            json_buf: Vec::new(),
         };
-        records::read(src, &self.limits, sheet, cancelled, &mut |item| {
-            let mut rec = match item {
-                Item::Record(r) => r,
-                Item::Bad { kind, message, .. } => {
-                    rows_in += 1;
-                    let slot = match kind {
-                        BadKind::Malformed => 0,
-                        BadKind::Ragged => 1,
-                        BadKind::TooLarge => 2,
+        let fast_csv = records::text_cells(in_format)
+            && matches!(self.to, Format::Json | Format::Jsonl)
+            && self.plain();
+        let fast_jsonl = in_format == Format::Jsonl && self.to == Format::Parquet && self.plain();
+        if fast_csv {
+            // CSV cells checked here and sent raw to a thread that types them and writes
+            // them as JSON text: no JSON values are built.
+            let array = self.to == Format::Json;
+            let mut rows: Option<fast::JsonRows> = None;
+            records::read_csv_raw(src, cancelled, &mut |row| match row {
+                CsvRow::Bad(item) => self.bad(item, &mut run),
+                CsvRow::Row { at, header, rec } => {
+                    let rows = match &mut rows {
+                        Some(r) => r,
+                        None => rows.insert(fast::JsonRows::start(
+                            file.try_clone()?,
+                            fast::json_keys(header),
+                            array,
+                        )?),
                     };
-                    fail_or_count(&mut dropped, slot, message)?;
-                    return Ok(Flow::Go);
-                }
-            };
-            rows_in += 1;
-            if !first_checked && fixed_columns {
-                first_checked = true;
-                self.check_columns(&rec)?;
-            }
-            if typing {
-                for (_, v) in rec.fields.iter_mut() {
-                    if let Value::String(s) = v {
-                        *v = records::typed_cell(s);
-                    }
-                }
-            } else if text_cells {
-                // With a template, CSV cells stay text: "007" is not 7.
-            }
-            if let Some(sel) = &self.select {
-                let mut fields = Vec::with_capacity(sel.len());
-                for name in sel {
-                    let v = match rec.fields.iter_mut().find(|(k, _)| &**k == name.as_str()) {
-                        Some((_, v)) => std::mem::take(v),
-                        None => Value::Null,
-                    };
-                    fields.push((Arc::from(name.as_str()), v));
-                }
-                rec.fields = fields;
-            }
-            for (old, new) in &self.rename {
-                if let Some(slot) = rec.fields.iter_mut().find(|(k, _)| &**k == old.as_str()) {
-                    slot.0 = Arc::from(new.as_str());
-                }
-            }
-            if !self.dedupe_by.is_empty() {
-                let mut a = hasher.0.build_hasher();
-                let mut b = hasher.1.build_hasher();
-                for k in &self.dedupe_by {
-                    let text = rec
-                        .get(k)
-                        .map_or_else(|| "\u{0}absent".to_string(), Value::to_string);
-                    a.write(text.as_bytes());
-                    a.write_u8(0xff);
-                    b.write(text.as_bytes());
-                    b.write_u8(0xff);
-                }
-                let h = (u128::from(a.finish()) << 64) | u128::from(b.finish());
-                if !seen.insert(h) {
-                    dropped[3] += 1;
-                    return Ok(Flow::Go);
-                }
-                if seen.len() as u64 > self.limits.max_unique_keys {
-                    bail!(
-                        "more than {} distinct `dedupe_by` keys to remember, the limit ([data] \
-                         max_unique_keys)",
-                        self.limits.max_unique_keys
-                    );
-                }
-            }
-            let written = match &self.template {
-                None => sink.write(Out::Fields(&rec.fields))?,
-                Some(t) if matches!(self.to, Format::Json | Format::Jsonl) => {
-                    json_buf.clear();
-                    match t.write_json(&rec, &mut json_buf) {
-                        Ok(()) => sink.write(Out::Json(&json_buf))?,
-                        Err(col) => {
-                            fail_or_count(
-                                &mut dropped,
-                                4,
-                                format!(
-                                    "{} {}: no field {col:?} for the template",
-                                    records::place_word(in_format),
-                                    rec.at
-                                ),
-                            )?;
-                            return Ok(Flow::Go);
+                    if !rows.try_push(rec, self.limits.max_cell_bytes)? {
+                        // Cell by cell, to name the first that is wrong as the general
+                        // path does.
+                        let mut cells = Vec::with_capacity(header.len());
+                        for (name, raw) in header.iter().zip(rec) {
+                            match records::check_csv_cell(name, raw, &self.limits) {
+                                Ok(text) => cells.push(text),
+                                Err((kind, why)) => {
+                                    let message = format!("line {at}: {why}");
+                                    return self.bad(Item::Bad { at, kind, message }, &mut run);
+                                }
+                            }
                         }
+                        rows.push_cells(cells.into_iter())?;
                     }
+                    run.rows_in += 1;
+                    self.written(Ok(()), at, &mut run)
                 }
-                Some(t) => match t.apply_fields(&rec) {
-                    Ok(fields) => sink.write(Out::Fields(&fields))?,
-                    Err(col) => {
-                        fail_or_count(
-                            &mut dropped,
-                            4,
-                            format!(
-                                "{} {}: no field {col:?} for the template",
-                                records::place_word(in_format),
-                                rec.at
-                            ),
-                        )?;
-                        return Ok(Flow::Go);
+            })?;
+            match rows {
+                Some(r) => r.finish()?,
+                None => fast::JsonRows::start(file.try_clone()?, Vec::new(), array)?.finish()?,
+            }
+        } else {
+            let mut sink = Sink::new(self.to, file, None);
+            if fast_jsonl {
+                // JSONL records parsed into borrowed values, straight into the column
+                // builders.
+                records::read_jsonl_raw(src, &self.limits, cancelled, &mut |line| match line {
+                    JsonlLine::Bad(item) => self.bad(item, &mut run),
+                    JsonlLine::Line { at, bytes } => {
+                        if let Sink::Parquet(p) = &mut sink {
+                            if p.write_json_line(bytes, self.limits.max_cell_bytes)? {
+                                run.rows_in += 1;
+                                return self.written(Ok(()), at, &mut run);
+                            }
+                        }
+                        let item = records::jsonl_item(at, bytes, &self.limits);
+                        self.handle(item, &mut run, &mut sink)
                     }
-                },
-            };
-            if let Err(reject) = written {
-                fail_or_count(
-                    &mut dropped,
-                    5,
-                    format!(
-                        "{} {}: {}",
-                        records::place_word(in_format),
-                        rec.at,
-                        reject.0
-                    ),
-                )?;
-                return Ok(Flow::Go);
+                })?;
+            } else {
+                records::read(src, &self.limits, sheet, cancelled, &mut |item| {
+                    self.handle(item, &mut run, &mut sink)
+                })?;
             }
-            rows_out += 1;
-            if self.limit.is_some_and(|l| rows_out >= l) {
-                stopped = true;
-                return Ok(Flow::Stop);
-            }
-            Ok(Flow::Go)
-        })?;
-        sink.finish()?;
-        let names = [
-            "malformed",
-            "ragged",
-            "too_large",
-            "duplicate",
-            "missing_field",
-            "not_in_columns",
-        ];
-        let dropped_map: serde_json::Map<String, Value> = names
+            sink.finish()?;
+        }
+        let (rows_in, rows_out, dropped) = (run.rows_in, run.rows_out, run.dropped);
+        let dropped_map: serde_json::Map<String, Value> = DROPPED
             .iter()
             .zip(dropped.iter())
             .filter(|(_, n)| **n > 0)
@@ -445,7 +416,7 @@ impl Plan {
             "rows_dropped": dropped.iter().sum::<u64>(),
             "dropped": dropped_map,
         });
-        if stopped {
+        if run.stopped {
             out["stopped_at_limit"] = json!(format!(
                 "stopped after {rows_out} rows (limit); the rest of the input was not read"
             ));
@@ -454,6 +425,157 @@ impl Plan {
             out["note"] = json!(note);
         }
         Ok(out)
+    }
+
+    /// Counts a bad row, or fails on it (`on_error: "fail"`).
+    fn fail_or_count(&self, run: &mut Run, slot: usize, message: String) -> Result<()> {
+        if self.on_error == OnError::Fail {
+            bail!("{message} (on_error: \"skip\" drops such rows, counted, and goes on)");
+        }
+        run.dropped[slot] += 1;
+        Ok(())
+    }
+
+    /// After a record went to the output (or was refused by it): counts, and stops at the
+    /// limit.
+    fn written(
+        &self,
+        written: std::result::Result<(), crate::write::Reject>,
+        at: u64,
+        run: &mut Run,
+    ) -> Result<Flow> {
+        if let Err(reject) = written {
+            self.fail_or_count(
+                run,
+                5,
+                format!(
+                    "{} {}: {}",
+                    records::place_word(run.in_format),
+                    at,
+                    reject.0
+                ),
+            )?;
+            return Ok(Flow::Go);
+        }
+        run.rows_out += 1;
+        if self.limit.is_some_and(|l| run.rows_out >= l) {
+            run.stopped = true;
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Go)
+    }
+
+    /// A row that could not be read: counted, or the end (`on_error: "fail"`).
+    fn bad(&self, item: Item, run: &mut Run) -> Result<Flow> {
+        run.rows_in += 1;
+        match item {
+            Item::Bad { kind, message, .. } => self.fail_or_count(run, bad_slot(kind), message)?,
+            Item::Record(r) => bail!(
+                "{} {}: not a bad row",
+                records::place_word(run.in_format),
+                r.at
+            ),
+        }
+        Ok(Flow::Go)
+    }
+
+    /// The general path: one record (or bad row) through every step to the output.
+    fn handle(&self, item: Item, run: &mut Run, sink: &mut Sink<'_>) -> Result<Flow> {
+        let mut rec = match item {
+            Item::Record(r) => r,
+            bad => return self.bad(bad, run),
+        };
+        run.rows_in += 1;
+        if !run.first_checked && run.fixed_columns {
+            run.first_checked = true;
+            self.check_columns(&rec)?;
+        }
+        if run.typing {
+            for (_, v) in rec.fields.iter_mut() {
+                if let Value::String(s) = v {
+                    *v = records::typed_cell(s);
+                }
+            }
+        }
+        // With a template, CSV cells stay text: "007" is not 7.
+        if let Some(sel) = &self.select {
+            let mut fields = Vec::with_capacity(sel.len());
+            for name in sel {
+                let v = match rec.fields.iter_mut().find(|(k, _)| &**k == name.as_str()) {
+                    Some((_, v)) => std::mem::take(v),
+                    None => Value::Null,
+                };
+                fields.push((Arc::from(name.as_str()), v));
+            }
+            rec.fields = fields;
+        }
+        for (old, new) in &self.rename {
+            if let Some(slot) = rec.fields.iter_mut().find(|(k, _)| &**k == old.as_str()) {
+                slot.0 = Arc::from(new.as_str());
+            }
+        }
+        if !self.dedupe_by.is_empty() {
+            let mut a = run.hasher.0.build_hasher();
+            let mut b = run.hasher.1.build_hasher();
+            for k in &self.dedupe_by {
+                let text = rec
+                    .get(k)
+                    .map_or_else(|| "\u{0}absent".to_string(), Value::to_string);
+                a.write(text.as_bytes());
+                a.write_u8(0xff);
+                b.write(text.as_bytes());
+                b.write_u8(0xff);
+            }
+            let h = (u128::from(a.finish()) << 64) | u128::from(b.finish());
+            if !run.seen.insert(h) {
+                run.dropped[3] += 1;
+                return Ok(Flow::Go);
+            }
+            if run.seen.len() as u64 > self.limits.max_unique_keys {
+                bail!(
+                    "more than {} distinct `dedupe_by` keys to remember, the limit ([data] \
+                     max_unique_keys)",
+                    self.limits.max_unique_keys
+                );
+            }
+        }
+        let written = match &self.template {
+            None => sink.write(Out::Fields(&rec.fields))?,
+            Some(t) if matches!(self.to, Format::Json | Format::Jsonl) => {
+                run.json_buf.clear();
+                match t.write_json(&rec, &mut run.json_buf) {
+                    Ok(()) => sink.write(Out::Json(&run.json_buf))?,
+                    Err(col) => {
+                        self.fail_or_count(
+                            run,
+                            4,
+                            format!(
+                                "{} {}: no field {col:?} for the template",
+                                records::place_word(run.in_format),
+                                rec.at
+                            ),
+                        )?;
+                        return Ok(Flow::Go);
+                    }
+                }
+            }
+            Some(t) => match t.apply_fields(&rec) {
+                Ok(fields) => sink.write(Out::Fields(&fields))?,
+                Err(col) => {
+                    self.fail_or_count(
+                        run,
+                        4,
+                        format!(
+                            "{} {}: no field {col:?} for the template",
+                            records::place_word(run.in_format),
+                            rec.at
+                        ),
+                    )?;
+                    return Ok(Flow::Go);
+                }
+            },
+        };
+        self.written(written, rec.at, run)
     }
 
     /// For inputs with a header: every name `select`, `rename`, `dedupe_by` and the template

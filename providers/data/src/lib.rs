@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod convert;
+mod fast;
 pub mod format;
 mod inspect;
 pub mod records;

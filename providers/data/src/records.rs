@@ -188,6 +188,67 @@ fn read_csv(
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
+    read_csv_rows(r, d, meter, cancelled, &mut |row| {
+        let item = match row {
+            CsvRow::Bad(bad) => bad,
+            CsvRow::Row { at, header, rec } => match csv_fields(rec, header, limits) {
+                Ok(fields) => Item::Record(Record { at, fields }),
+                Err((kind, why)) => Item::Bad {
+                    at,
+                    kind,
+                    message: format!("line {at}: {why}"),
+                },
+            },
+        };
+        f(item)
+    })
+}
+
+/// A CSV or TSV row as read, before its cells are checked and turned into values.
+pub enum CsvRow<'a> {
+    /// A row with as many fields as the header.
+    Row {
+        /// Its line.
+        at: u64,
+        /// The header's names.
+        header: &'a [Arc<str>],
+        /// The raw fields, unchecked (see [`check_csv_cell`]).
+        rec: &'a csv::ByteRecord,
+    },
+    /// A ragged row.
+    Bad(Item),
+}
+
+/// Reads the CSV or TSV of `src` (which must be one), pushing each row raw: the header
+/// is read, blank lines skipped and ragged rows reported, as [`read`] does.
+pub fn read_csv_raw(
+    src: Source,
+    cancelled: Cancelled<'_>,
+    f: &mut dyn FnMut(CsvRow<'_>) -> Result<Flow>,
+) -> Result<End> {
+    let shown = src.shown.clone();
+    let d = src.dialect.unwrap_or(crate::source::Dialect {
+        delimiter: if src.format == Format::Tsv {
+            b'\t'
+        } else {
+            b','
+        },
+        quote: b'"',
+    });
+    let result = match src.body {
+        Body::Text(r) if text_cells(src.format) => read_csv_rows(r, d, &src.meter, cancelled, f),
+        _ => Err(anyhow!("cannot read {} as CSV", src.format.name())),
+    };
+    result.map_err(|e| anyhow!("{shown}: {e:#}"))
+}
+
+fn read_csv_rows(
+    r: Box<dyn BufRead>,
+    d: crate::source::Dialect,
+    meter: &crate::source::Meter,
+    cancelled: Cancelled<'_>,
+    f: &mut dyn FnMut(CsvRow<'_>) -> Result<Flow>,
+) -> Result<End> {
     let mut rdr = csv::ReaderBuilder::new()
         .delimiter(d.delimiter)
         .quote(d.quote)
@@ -223,8 +284,8 @@ fn read_csv(
         if rec.len() == 1 && rec.get(0).is_some_and(|x| x.is_empty()) && header.len() > 1 {
             continue;
         }
-        let item = if rec.len() != header.len() {
-            Item::Bad {
+        let row = if rec.len() != header.len() {
+            CsvRow::Bad(Item::Bad {
                 at,
                 kind: BadKind::Ragged,
                 message: format!(
@@ -232,18 +293,15 @@ fn read_csv(
                     rec.len(),
                     header.len()
                 ),
-            }
+            })
         } else {
-            match csv_fields(&rec, &header, limits) {
-                Ok(fields) => Item::Record(Record { at, fields }),
-                Err((kind, why)) => Item::Bad {
-                    at,
-                    kind,
-                    message: format!("line {at}: {why}"),
-                },
+            CsvRow::Row {
+                at,
+                header: &header,
+                rec: &rec,
             }
         };
-        if f(item)? == Flow::Stop {
+        if f(row)? == Flow::Stop {
             return Ok(End {
                 complete: false,
                 header: Some(header),
@@ -256,26 +314,35 @@ fn read_csv(
     })
 }
 
+/// Checks one raw CSV cell as [`read`] does (its size, then UTF-8), giving its text.
+pub fn check_csv_cell<'a>(
+    name: &str,
+    raw: &'a [u8],
+    limits: &Limits,
+) -> std::result::Result<&'a str, (BadKind, String)> {
+    if raw.len() as u64 > limits.max_cell_bytes {
+        return Err((
+            BadKind::TooLarge,
+            format!(
+                "column {name:?} holds {} bytes, more than the {}-byte limit ([data] \
+                 max_cell_bytes)",
+                raw.len(),
+                limits.max_cell_bytes
+            ),
+        ));
+    }
+    std::str::from_utf8(raw).map_err(|_| {
+        (
+            BadKind::Malformed,
+            format!("column {name:?} is not valid UTF-8 text"),
+        )
+    })
+}
+
 fn csv_fields(rec: &csv::ByteRecord, header: &[Arc<str>], limits: &Limits) -> RowResult {
     let mut fields = Vec::with_capacity(header.len());
     for (name, raw) in header.iter().zip(rec.iter()) {
-        if raw.len() as u64 > limits.max_cell_bytes {
-            return Err((
-                BadKind::TooLarge,
-                format!(
-                    "column {name:?} holds {} bytes, more than the {}-byte limit ([data] \
-                     max_cell_bytes)",
-                    raw.len(),
-                    limits.max_cell_bytes
-                ),
-            ));
-        }
-        let text = std::str::from_utf8(raw).map_err(|_| {
-            (
-                BadKind::Malformed,
-                format!("column {name:?} is not valid UTF-8 text"),
-            )
-        })?;
+        let text = check_csv_cell(name, raw, limits)?;
         fields.push((name.clone(), Value::String(text.to_string())));
     }
     Ok(fields)
@@ -320,10 +387,68 @@ fn next_line(r: &mut dyn BufRead, buf: &mut Vec<u8>, max: u64) -> io::Result<Opt
 }
 
 fn read_jsonl(
-    mut r: Box<dyn BufRead>,
+    r: Box<dyn BufRead>,
     limits: &Limits,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
+) -> Result<End> {
+    read_jsonl_lines(r, limits, cancelled, &mut |line| {
+        f(match line {
+            JsonlLine::Line { at, bytes } => jsonl_item(at, bytes, limits),
+            JsonlLine::Bad(bad) => bad,
+        })
+    })
+}
+
+/// The record (or bad row) of JSONL line `at`, as [`read`] gives it.
+pub fn jsonl_item(at: u64, bytes: &[u8], limits: &Limits) -> Item {
+    match parse_record(bytes, limits) {
+        Ok(fields) => Item::Record(Record { at, fields }),
+        Err((kind, why)) => Item::Bad {
+            at,
+            kind,
+            message: format!("line {at}: {why}"),
+        },
+    }
+}
+
+/// A JSONL line as read, before it is parsed.
+pub enum JsonlLine<'a> {
+    /// A line that is not blank, without its end.
+    Line {
+        /// Its number.
+        at: u64,
+        /// Its bytes.
+        bytes: &'a [u8],
+    },
+    /// A line too long.
+    Bad(Item),
+}
+
+/// Reads the JSONL of `src` (which must be JSONL) a line at a time, unparsed: blank lines
+/// are skipped and lines over `max_line_bytes` reported, as [`read`] does.
+pub fn read_jsonl_raw(
+    src: Source,
+    limits: &Limits,
+    cancelled: Cancelled<'_>,
+    f: &mut dyn FnMut(JsonlLine<'_>) -> Result<Flow>,
+) -> Result<End> {
+    let shown = src.shown.clone();
+    let result = match (src.format, src.body) {
+        (Format::Jsonl, Body::Text(r)) => {
+            src.meter.stop_measuring();
+            read_jsonl_lines(r, limits, cancelled, f)
+        }
+        (format, _) => Err(anyhow!("cannot read {} as JSONL", format.name())),
+    };
+    result.map_err(|e| anyhow!("{shown}: {e:#}"))
+}
+
+fn read_jsonl_lines(
+    mut r: Box<dyn BufRead>,
+    limits: &Limits,
+    cancelled: Cancelled<'_>,
+    f: &mut dyn FnMut(JsonlLine<'_>) -> Result<Flow>,
 ) -> Result<End> {
     let mut buf = Vec::new();
     let mut at: u64 = 0;
@@ -332,29 +457,22 @@ fn read_jsonl(
         if at.is_multiple_of(4096) && cancelled() {
             bail!("cancelled");
         }
-        let item = if !fits {
-            Item::Bad {
+        let line = if !fits {
+            JsonlLine::Bad(Item::Bad {
                 at,
                 kind: BadKind::TooLarge,
                 message: format!(
                     "line {at} is longer than {} bytes, the limit ([data] max_line_bytes)",
                     limits.max_line_bytes
                 ),
-            }
+            })
         } else {
             if buf.iter().all(|b| b.is_ascii_whitespace()) {
                 continue;
             }
-            match parse_record(&buf, limits) {
-                Ok(fields) => Item::Record(Record { at, fields }),
-                Err((kind, why)) => Item::Bad {
-                    at,
-                    kind,
-                    message: format!("line {at}: {why}"),
-                },
-            }
+            JsonlLine::Line { at, bytes: &buf }
         };
-        if f(item)? == Flow::Stop {
+        if f(line)? == Flow::Stop {
             return Ok(End {
                 complete: false,
                 header: None,

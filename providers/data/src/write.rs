@@ -14,6 +14,7 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
+use crate::fast::Scalar;
 use crate::format::Format;
 
 /// Records buffered to choose Parquet column types, and rows per Parquet batch.
@@ -96,8 +97,11 @@ impl<'f> Sink<'f> {
                 columns,
                 pending: Vec::new(),
                 kinds: Vec::new(),
+                builders: Vec::new(),
+                rows: 0,
                 writer: None,
                 schema: None,
+                places: Vec::new(),
             })),
         }
     }
@@ -218,15 +222,166 @@ impl Kind {
 }
 
 /// The Parquet writer: the first [`PARQUET_SAMPLE`] records choose the column types (integer,
-/// float, boolean, or text for anything else, nested values as JSON text); then batches of
-/// as many rows go to the file, snappy-compressed.
+/// float, boolean, or text for anything else, nested values as JSON text); then each record
+/// goes straight into the columns' Arrow builders, and every [`PARQUET_SAMPLE`] rows a batch
+/// goes to a thread of its own that encodes, compresses (snappy) and writes it, while this
+/// one reads on.
 pub struct ParquetSink<'f> {
     out: Option<&'f mut File>,
     columns: Option<Vec<Arc<str>>>,
     pending: Vec<Vec<(Arc<str>, Value)>>,
     kinds: Vec<Kind>,
-    writer: Option<ArrowWriter<BufWriter<&'f mut File>>>,
+    builders: Vec<Builder>,
+    rows: usize,
+    writer: Option<BatchWriter>,
     schema: Option<Arc<Schema>>,
+    /// For each column, its place in the row being appended (scratch).
+    places: Vec<Option<usize>>,
+}
+
+/// One column's Arrow builder.
+enum Builder {
+    Int(Int64Builder),
+    Float(Float64Builder),
+    Bool(BooleanBuilder),
+    Text(StringBuilder),
+}
+
+impl Builder {
+    fn new(kind: Kind) -> Builder {
+        match kind {
+            Kind::Int => Builder::Int(Int64Builder::with_capacity(PARQUET_SAMPLE)),
+            Kind::Float => Builder::Float(Float64Builder::with_capacity(PARQUET_SAMPLE)),
+            Kind::Bool => Builder::Bool(BooleanBuilder::with_capacity(PARQUET_SAMPLE)),
+            Kind::Text => Builder::Text(StringBuilder::with_capacity(
+                PARQUET_SAMPLE,
+                PARQUET_SAMPLE * 16,
+            )),
+        }
+    }
+
+    /// Appends a value that fits the column's kind (see [`fits`]); absent is null.
+    fn push(&mut self, v: Option<&Value>) {
+        match self {
+            Builder::Int(b) => b.append_option(v.and_then(Value::as_i64)),
+            Builder::Float(b) => b.append_option(v.and_then(Value::as_f64)),
+            Builder::Bool(b) => b.append_option(v.and_then(Value::as_bool)),
+            Builder::Text(b) => match v {
+                None | Some(Value::Null) => b.append_null(),
+                Some(Value::String(s)) => b.append_value(s),
+                Some(other) => b.append_value(other.to_string()),
+            },
+        }
+    }
+
+    /// [`Builder::push`] for a scalar of the fast path; the same value lands.
+    fn push_scalar(&mut self, v: Option<&Scalar<'_>>) {
+        match (self, v) {
+            (Builder::Int(b), Some(Scalar::I64(i))) => b.append_value(*i),
+            (Builder::Int(b), Some(Scalar::U64(u))) => b.append_option(i64::try_from(*u).ok()),
+            (Builder::Float(b), Some(Scalar::I64(i))) => b.append_value(*i as f64),
+            (Builder::Float(b), Some(Scalar::U64(u))) => b.append_value(*u as f64),
+            (Builder::Float(b), Some(Scalar::F64(x))) => b.append_value(*x),
+            (Builder::Bool(b), Some(Scalar::Bool(x))) => b.append_value(*x),
+            (Builder::Text(b), Some(Scalar::Str(s))) => b.append_value(s),
+            (Builder::Text(b), None | Some(Scalar::Null)) => b.append_null(),
+            (Builder::Text(b), Some(Scalar::Nested(v))) => b.append_value(v.to_string()),
+            (Builder::Text(b), Some(other)) => b.append_value(other.to_value().to_string()),
+            (Builder::Int(b), _) => b.append_null(),
+            (Builder::Float(b), _) => b.append_null(),
+            (Builder::Bool(b), _) => b.append_null(),
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Builder::Int(b) => Arc::new(b.finish()),
+            Builder::Float(b) => Arc::new(b.finish()),
+            Builder::Bool(b) => Arc::new(b.finish()),
+            Builder::Text(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+/// What the writing thread is sent.
+enum Job {
+    /// A batch to write.
+    Batch(RecordBatch),
+    /// The end: write the footer.
+    Finish,
+}
+
+/// The thread that encodes and writes batches, fed through a short queue.
+struct BatchWriter {
+    jobs: Option<std::sync::mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl BatchWriter {
+    fn start(file: File, schema: Arc<Schema>) -> Result<BatchWriter> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let mut writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(256 * 1024, file),
+            schema,
+            Some(props),
+        )?;
+        // Two batches queued at most: memory stays a few batches whatever the input.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(2);
+        let thread = std::thread::Builder::new()
+            .name("parquet-writer".into())
+            .spawn(move || -> Result<()> {
+                for job in rx {
+                    match job {
+                        Job::Batch(batch) => writer.write(&batch)?,
+                        Job::Finish => {
+                            let mut buf = writer.into_inner()?;
+                            buf.flush()?;
+                            return Ok(());
+                        }
+                    }
+                }
+                // The sender went away without finishing: the conversion failed.
+                Ok(())
+            })?;
+        Ok(BatchWriter {
+            jobs: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&mut self, job: Job) -> Result<()> {
+        let sent = self.jobs.as_ref().map(|tx| tx.send(job).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        // The thread stopped early: its error says why.
+        self.join()?;
+        Err(anyhow!("the Parquet writer stopped"))
+    }
+
+    fn join(&mut self) -> Result<()> {
+        self.jobs = None;
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| anyhow!("the Parquet writer panicked"))?,
+            None => Ok(()),
+        }
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.send(Job::Finish)?;
+        self.join()
+    }
+}
+
+impl Drop for BatchWriter {
+    fn drop(&mut self) {
+        // Never leave the thread writing after the conversion gave up.
+        let _ = self.join();
+    }
 }
 
 impl<'f> ParquetSink<'f> {
@@ -239,28 +394,78 @@ impl<'f> ParquetSink<'f> {
                 ))));
             }
         }
-        if self.writer.is_some() {
-            for (i, c) in self.columns.iter().flatten().enumerate() {
-                if let Some(v) = get(m, c) {
-                    if !fits(self.kinds[i], v) {
-                        return Ok(Err(Reject(format!(
-                            "column {c:?} is {} here, but {} in the first records, which \
-                             chose its Parquet type",
-                            toolbox_core::json_kind(v),
-                            self.kinds[i].name()
-                        ))));
-                    }
+        if self.writer.is_none() {
+            self.pending.push(m.to_vec());
+            if self.pending.len() >= PARQUET_SAMPLE {
+                self.flush()?;
+            }
+            return Ok(Ok(()));
+        }
+        let cols = self.columns.as_deref().unwrap_or(&[]);
+        for (i, c) in cols.iter().enumerate() {
+            if let Some(v) = get(m, c) {
+                if !fits(self.kinds[i], v) {
+                    return Ok(Err(Reject(format!(
+                        "column {c:?} is {} here, but {} in the first records, which \
+                         chose its Parquet type",
+                        toolbox_core::json_kind(v),
+                        self.kinds[i].name()
+                    ))));
                 }
             }
         }
-        self.pending.push(m.to_vec());
-        if self.pending.len() >= PARQUET_SAMPLE {
+        for (c, b) in cols.iter().zip(self.builders.iter_mut()) {
+            b.push(get(m, c));
+        }
+        self.rows += 1;
+        if self.rows >= PARQUET_SAMPLE {
             self.flush()?;
         }
         Ok(Ok(()))
     }
 
-    /// Chooses the schema from the pending records (once), then writes them as a batch.
+    /// The fast path of JSONL input: appends the record on `line` straight to the column
+    /// builders when it is a JSON object whose keys are all columns, whose strings are within
+    /// `max_cell_bytes` and whose values fit their columns. `false` (nothing appended) for
+    /// anything else, and before the first records chose the columns: the caller then takes
+    /// the general path, which appends or says what is wrong.
+    pub fn write_json_line(&mut self, line: &[u8], max_cell_bytes: u64) -> Result<bool> {
+        if self.writer.is_none() {
+            return Ok(false);
+        }
+        let cols = self.columns.as_deref().unwrap_or(&[]);
+        let Some(row) = crate::fast::parse_row(line, cols) else {
+            return Ok(false);
+        };
+        self.places.clear();
+        self.places.resize(cols.len(), None);
+        for (place, (i, v)) in row.iter().enumerate() {
+            let ok = match (self.kinds[*i], v) {
+                (_, Scalar::Str(s)) if s.len() as u64 > max_cell_bytes => false,
+                (_, Scalar::Null) | (Kind::Text, _) => true,
+                (Kind::Int, Scalar::I64(_)) => true,
+                (Kind::Int, Scalar::U64(u)) => i64::try_from(*u).is_ok(),
+                (Kind::Float, Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_)) => true,
+                (Kind::Bool, Scalar::Bool(_)) => true,
+                _ => false,
+            };
+            if !ok {
+                return Ok(false);
+            }
+            self.places[*i] = Some(place);
+        }
+        for (b, place) in self.builders.iter_mut().zip(&self.places) {
+            b.push_scalar(place.map(|p| &row[p].1));
+        }
+        self.rows += 1;
+        if self.rows >= PARQUET_SAMPLE {
+            self.flush()?;
+        }
+        Ok(true)
+    }
+
+    /// Chooses the schema from the pending records (once), then sends what the builders
+    /// hold as a batch.
     fn flush(&mut self) -> Result<()> {
         if self.writer.is_none() {
             let cols: Vec<Arc<str>> = match self.columns.take() {
@@ -289,44 +494,39 @@ impl<'f> ParquetSink<'f> {
                     .map(|(c, k)| Field::new(&**c, k.arrow(), true))
                     .collect::<Vec<_>>(),
             ));
-            let props = WriterProperties::builder()
-                .set_compression(Compression::SNAPPY)
-                .build();
             let out = self
                 .out
                 .take()
                 .ok_or_else(|| anyhow!("the output is gone"))?;
-            self.writer = Some(ArrowWriter::try_new(
-                BufWriter::with_capacity(256 * 1024, out),
-                schema.clone(),
-                Some(props),
-            )?);
+            // The writing thread owns a second handle on the same open file.
+            self.writer = Some(BatchWriter::start(out.try_clone()?, schema.clone())?);
             self.schema = Some(schema);
+            self.builders = self.kinds.iter().map(|k| Builder::new(*k)).collect();
+            for m in std::mem::take(&mut self.pending) {
+                for (c, b) in cols.iter().zip(self.builders.iter_mut()) {
+                    b.push(get(&m, c));
+                }
+                self.rows += 1;
+            }
             self.columns = Some(cols);
         }
-        if self.pending.is_empty() {
+        if self.rows == 0 {
             return Ok(());
         }
-        let cols = self.columns.as_deref().unwrap_or(&[]);
-        let arrays: Vec<ArrayRef> = cols
-            .iter()
-            .zip(&self.kinds)
-            .map(|(c, k)| build(*k, self.pending.iter().map(|m| get(m, c))))
-            .collect();
-        let writer = self.writer.as_mut().ok_or_else(|| anyhow!("no writer"))?;
+        let arrays: Vec<ArrayRef> = self.builders.iter_mut().map(Builder::finish).collect();
+        self.rows = 0;
         let schema = self.schema.clone().ok_or_else(|| anyhow!("no schema"))?;
-        writer.write(&RecordBatch::try_new(schema, arrays)?)?;
-        self.pending.clear();
-        Ok(())
+        let batch = RecordBatch::try_new(schema, arrays)?;
+        let writer = self.writer.as_mut().ok_or_else(|| anyhow!("no writer"))?;
+        writer.send(Job::Batch(batch))
     }
 
     fn finish(mut self) -> Result<()> {
         self.flush()?;
-        if let Some(w) = self.writer.take() {
-            let mut buf = w.into_inner()?;
-            buf.flush()?;
+        match self.writer.take() {
+            Some(w) => w.finish(),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -362,41 +562,4 @@ fn choose_kind<'a>(values: impl Iterator<Item = &'a Value>) -> Kind {
         });
     }
     kind.unwrap_or(Kind::Text)
-}
-
-fn build<'a>(kind: Kind, values: impl Iterator<Item = Option<&'a Value>>) -> ArrayRef {
-    match kind {
-        Kind::Int => {
-            let mut b = Int64Builder::new();
-            for v in values {
-                b.append_option(v.and_then(Value::as_i64));
-            }
-            Arc::new(b.finish())
-        }
-        Kind::Float => {
-            let mut b = Float64Builder::new();
-            for v in values {
-                b.append_option(v.and_then(Value::as_f64));
-            }
-            Arc::new(b.finish())
-        }
-        Kind::Bool => {
-            let mut b = BooleanBuilder::new();
-            for v in values {
-                b.append_option(v.and_then(Value::as_bool));
-            }
-            Arc::new(b.finish())
-        }
-        Kind::Text => {
-            let mut b = StringBuilder::new();
-            for v in values {
-                match v {
-                    None | Some(Value::Null) => b.append_null(),
-                    Some(Value::String(s)) => b.append_value(s),
-                    Some(other) => b.append_value(other.to_string()),
-                }
-            }
-            Arc::new(b.finish())
-        }
-    }
 }

@@ -1,0 +1,618 @@
+//! The conversions' fast paths, which skip building JSON values per record: CSV cells
+//! typed and written as JSON text straight from the reader's bytes, and JSONL records parsed
+//! into borrowed scalars for the Parquet column builders. Each gives byte-for-byte what the
+//! general path gives (tested against it); anything unusual is left to the general path.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Number, Value};
+
+/// What a CSV cell is as JSON (see [`crate::records::typed_cell`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellKind {
+    /// Empty: `null`.
+    Null,
+    /// Written as its own text: `true`, `false`, or a number whose text is JSON's.
+    Verbatim,
+    /// A string.
+    Text,
+}
+
+/// The kind [`crate::records::typed_cell`] gives `s`, without building the value.
+pub fn cell_kind(s: &str) -> CellKind {
+    let b = s.as_bytes();
+    let Some(&first) = b.first() else {
+        return CellKind::Null;
+    };
+    if s == "true" || s == "false" {
+        return CellKind::Verbatim;
+    }
+    if !(first == b'-' || first.is_ascii_digit()) {
+        return CellKind::Text;
+    }
+    if s.parse::<i64>().is_ok() {
+        // The integer's own text: no leading zeros, no "-0".
+        let (neg, digits) = match b.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, b),
+        };
+        let canonical = if digits == b"0" {
+            !neg
+        } else {
+            digits.first().is_some_and(|d| *d != b'0')
+        };
+        return if canonical {
+            CellKind::Verbatim
+        } else {
+            CellKind::Text
+        };
+    }
+    if let Ok(x) = s.parse::<f64>() {
+        if let Some(n) = Number::from_f64(x).filter(|_| x.is_finite()) {
+            let mut buf = [0u8; 40];
+            let mut w = &mut buf[..];
+            if write!(w, "{n}").is_ok() {
+                let len = 40 - w.len();
+                if &buf[..len] == b {
+                    return CellKind::Verbatim;
+                }
+            }
+        }
+    }
+    CellKind::Text
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it.
+#[cfg(test)]
+pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    push_json_bytes(out, s.as_bytes());
+}
+
+/// [`push_json_str`] of the bytes of a text (escaping works byte by byte: the bytes of
+/// characters past ASCII are copied as they are).
+fn push_json_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let esc: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&b[start..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(c >> 4)]);
+            out.push(HEX[usize::from(c & 0xf)]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&b[start..]);
+    out.push(b'"');
+}
+
+/// Appends a CSV cell as the JSON value [`crate::records::typed_cell`] makes of it (what
+/// the writing thread of [`JsonRows`] does with a cell and its kind).
+#[cfg(test)]
+pub fn push_typed_cell(out: &mut Vec<u8>, s: &str) {
+    match cell_kind(s) {
+        CellKind::Null => out.extend_from_slice(b"null"),
+        CellKind::Verbatim => out.extend_from_slice(s.as_bytes()),
+        CellKind::Text => push_json_str(out, s),
+    }
+}
+
+/// `"name":` for each column, as serde_json writes the key.
+pub fn json_keys(header: &[Arc<str>]) -> Vec<Vec<u8>> {
+    header
+        .iter()
+        .map(|k| {
+            let mut key = serde_json::to_vec(&**k).unwrap_or_default();
+            key.push(b':');
+            key
+        })
+        .collect()
+}
+
+/// A top-level value of a JSONL record, its strings borrowed from the line when they
+/// have no escapes; nested values are whole JSON values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar<'a> {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// An integer serde_json read as signed (negative).
+    I64(i64),
+    /// An integer serde_json read as unsigned.
+    U64(u64),
+    /// Any other number.
+    F64(f64),
+    /// A string.
+    Str(Cow<'a, str>),
+    /// An array or an object.
+    Nested(Value),
+}
+
+impl Scalar<'_> {
+    /// The JSON value the general path holds for it.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Scalar::Null => Value::Null,
+            Scalar::Bool(b) => Value::Bool(*b),
+            Scalar::I64(i) => Value::from(*i),
+            Scalar::U64(u) => Value::from(*u),
+            Scalar::F64(x) => Number::from_f64(*x).map_or(Value::Null, Value::Number),
+            Scalar::Str(s) => Value::String(s.to_string()),
+            Scalar::Nested(v) => v.clone(),
+        }
+    }
+}
+
+struct ScalarVisitor;
+
+impl<'de> Visitor<'de> for ScalarVisitor {
+    type Value = Scalar<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Scalar<'de>, E> {
+        // As serde_json's Value: a non-negative one is the same number read unsigned.
+        Ok(match u64::try_from(v) {
+            Ok(u) => Scalar::U64(u),
+            Err(_) => Scalar::I64(v),
+        })
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::U64(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Scalar<'de>, E> {
+        Ok(if v.is_finite() {
+            Scalar::F64(v)
+        } else {
+            Scalar::Null
+        })
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Owned(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Null)
+    }
+    fn visit_none<E>(self) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Scalar<'de>, A::Error> {
+        Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Scalar::Nested)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Scalar<'de>, A::Error> {
+        Value::deserialize(de::value::MapAccessDeserializer::new(map)).map(Scalar::Nested)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// A key, borrowed when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Reads one JSON object whose keys are all among `columns` into `(column, value)` pairs in
+/// first-seen order, a repeated key's last value winning (as the general reader does).
+/// `None` for anything else (not an object, invalid JSON, trailing text, another key): the
+/// general path then reads the line and says what is wrong.
+pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usize, Scalar<'de>)>> {
+    struct Row<'c> {
+        columns: &'c [Arc<str>],
+    }
+    impl<'de> DeserializeSeed<'de> for Row<'_> {
+        type Value = Vec<(usize, Scalar<'de>)>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Row<'_> {
+        type Value = Vec<(usize, Scalar<'de>)>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let cols = self.columns;
+            let mut row: Vec<(usize, Scalar<'de>)> = Vec::with_capacity(cols.len());
+            let mut hint = 0;
+            while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                let at = if cols.get(hint).is_some_and(|c| **c == *k) {
+                    hint
+                } else {
+                    cols.iter()
+                        .position(|c| **c == *k)
+                        .ok_or_else(|| de::Error::custom("another key"))?
+                };
+                hint = at + 1;
+                let v: Scalar<'de> = map.next_value()?;
+                match row.iter_mut().find(|(i, _)| *i == at) {
+                    Some(slot) => slot.1 = v,
+                    None => row.push((at, v)),
+                }
+            }
+            Ok(row)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let row = Row { columns }.deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(row)
+}
+
+/// CSV rows whose cells were checked (size, UTF-8), on their way to a thread that types
+/// them, writes them as JSON objects (one a line, or the elements of one array) and writes
+/// those to the file: the reading thread parses CSV while this one writes JSON.
+pub struct JsonRows {
+    columns: usize,
+    batch: CellBatch,
+    jobs: Option<SyncSender<Job>>,
+    spare: Receiver<CellBatch>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+/// Rows of cells: their bytes end to end, and where each cell ends.
+#[derive(Default)]
+struct CellBatch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// Each cell's [`CellKind`], typed by the reading thread.
+    kinds: Vec<CellKind>,
+    rows: usize,
+}
+
+enum Job {
+    Rows(CellBatch),
+    Finish,
+}
+
+/// Rows a batch holds before it goes to the writing thread.
+const BATCH_ROWS: usize = 4096;
+
+impl JsonRows {
+    /// Starts the writing thread on `file` (a handle of the output), for rows of `keys`
+    /// (see [`json_keys`]); `array` for JSON, else JSONL.
+    pub fn start(mut file: File, keys: Vec<Vec<u8>>, array: bool) -> io::Result<JsonRows> {
+        let columns = keys.len();
+        // Two batches queued, two more being filled or written: memory stays a few MiB.
+        let (jobs, todo) = std::sync::mpsc::sync_channel::<Job>(2);
+        let (give_back, spare) = std::sync::mpsc::sync_channel::<CellBatch>(4);
+        let thread = std::thread::Builder::new()
+            .name("json-writer".into())
+            .spawn(move || -> io::Result<()> {
+                let mut out: Vec<u8> = Vec::with_capacity(OUT_BYTES + 64 * 1024);
+                let mut n: u64 = 0;
+                for job in todo {
+                    let mut batch = match job {
+                        Job::Rows(b) => b,
+                        Job::Finish => {
+                            if array {
+                                out.extend_from_slice(if n == 0 { b"[]\n" } else { b"\n]\n" });
+                            }
+                            file.write_all(&out)?;
+                            return file.flush();
+                        }
+                    };
+                    let mut start = 0;
+                    let mut cells = batch.ends.iter().zip(&batch.kinds);
+                    for _ in 0..batch.rows {
+                        if array {
+                            out.extend_from_slice(if n == 0 { b"[\n" } else { b",\n" });
+                        }
+                        out.push(b'{');
+                        for (i, key) in keys.iter().enumerate() {
+                            let (end, kind) = cells
+                                .next()
+                                .map_or((start, CellKind::Null), |(e, k)| (*e, *k));
+                            let cell = &batch.bytes[start..end];
+                            start = end;
+                            if i > 0 {
+                                out.push(b',');
+                            }
+                            out.extend_from_slice(key);
+                            match kind {
+                                CellKind::Null => out.extend_from_slice(b"null"),
+                                CellKind::Verbatim => out.extend_from_slice(cell),
+                                CellKind::Text => push_json_bytes(&mut out, cell),
+                            }
+                        }
+                        out.push(b'}');
+                        if !array {
+                            out.push(b'\n');
+                        }
+                        n += 1;
+                        if out.len() >= OUT_BYTES {
+                            file.write_all(&out)?;
+                            out.clear();
+                        }
+                    }
+                    batch.bytes.clear();
+                    batch.ends.clear();
+                    batch.kinds.clear();
+                    batch.rows = 0;
+                    let _ = give_back.try_send(batch);
+                }
+                // The reader went away without finishing: the conversion failed.
+                Ok(())
+            })?;
+        Ok(JsonRows {
+            columns,
+            batch: CellBatch::default(),
+            jobs: Some(jobs),
+            spare,
+            thread: Some(thread),
+        })
+    }
+
+    /// Types and queues one row (as many cells as the keys) when every cell is within
+    /// `max_cell_bytes` and valid UTF-8 (checked as one text, then that no cell splits a
+    /// character); `false`, queuing nothing, otherwise: the caller checks cell by cell, then
+    /// queues with [`JsonRows::push_cells`].
+    pub fn try_push(&mut self, rec: &csv::ByteRecord, max_cell_bytes: u64) -> io::Result<bool> {
+        let Ok(all) = std::str::from_utf8(rec.as_slice()) else {
+            return Ok(false);
+        };
+        let mark = (self.batch.ends.len(), self.batch.kinds.len());
+        let base = self.batch.bytes.len();
+        let mut start = 0;
+        for cell in rec.iter().take(self.columns) {
+            let end = start + cell.len();
+            let text = all
+                .get(start..end)
+                .filter(|_| cell.len() as u64 <= max_cell_bytes);
+            let Some(text) = text else {
+                self.batch.ends.truncate(mark.0);
+                self.batch.kinds.truncate(mark.1);
+                return Ok(false);
+            };
+            self.batch.ends.push(base + end);
+            self.batch.kinds.push(cell_kind(text));
+            start = end;
+        }
+        self.batch.bytes.extend_from_slice(&rec.as_slice()[..start]);
+        self.row_done()?;
+        Ok(true)
+    }
+
+    /// Queues a row whose cells are the given texts.
+    pub fn push_cells<'a>(&mut self, cells: impl Iterator<Item = &'a str>) -> io::Result<()> {
+        for text in cells.take(self.columns) {
+            self.batch.bytes.extend_from_slice(text.as_bytes());
+            self.batch.ends.push(self.batch.bytes.len());
+            self.batch.kinds.push(cell_kind(text));
+        }
+        self.row_done()
+    }
+
+    fn row_done(&mut self) -> io::Result<()> {
+        self.batch.rows += 1;
+        if self.batch.rows >= BATCH_ROWS {
+            let next = self.spare.try_recv().unwrap_or_default();
+            let full = std::mem::replace(&mut self.batch, next);
+            self.send(Job::Rows(full))?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, job: Job) -> io::Result<()> {
+        if self.jobs.as_ref().is_some_and(|tx| tx.send(job).is_ok()) {
+            return Ok(());
+        }
+        // The thread stopped early: its error says why.
+        self.join()?;
+        Err(io::Error::other("the JSON writer stopped"))
+    }
+
+    fn join(&mut self) -> io::Result<()> {
+        self.jobs = None;
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| io::Error::other("the JSON writer panicked"))?,
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the rows queued and the end of the output, and waits for the thread.
+    pub fn finish(mut self) -> io::Result<()> {
+        if self.batch.rows > 0 {
+            let last = std::mem::take(&mut self.batch);
+            self.send(Job::Rows(last))?;
+        }
+        self.send(Job::Finish)?;
+        self.join()
+    }
+}
+
+impl Drop for JsonRows {
+    fn drop(&mut self) {
+        // Never leave the thread writing after the conversion gave up.
+        let _ = self.join();
+    }
+}
+
+/// Bytes of JSON gathered before each write to the file.
+const OUT_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::typed_cell;
+
+    /// Strings that test the edges of typing and escaping.
+    fn awkward() -> Vec<String> {
+        let mut v: Vec<String> = [
+            "",
+            "0",
+            "-0",
+            "00",
+            "007",
+            "-007",
+            "42",
+            "-3",
+            "+5",
+            "1.5",
+            "1.50",
+            "1e5",
+            "1E5",
+            "1e+5",
+            "100000.0",
+            "1e21",
+            "1e-7",
+            "0.1",
+            "-0.0",
+            "0.0",
+            ".5",
+            "5.",
+            "-",
+            "--1",
+            "NaN",
+            "inf",
+            "-inf",
+            "Infinity",
+            "true",
+            "false",
+            "True",
+            "null",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999",
+            "123456789012345678901234567890",
+            "1.7976931348623157e308",
+            "1e400",
+            "5e-324",
+            "12.345",
+            "2024-05-06",
+            " 1",
+            "1 ",
+            "1_000",
+            "0x10",
+            "a\"b",
+            "back\\slash",
+            "line\nbreak",
+            "cr\r\nlf",
+            "tab\there",
+            "\u{0}\u{1}\u{1f}\u{7f}",
+            "\u{8}\u{c}",
+            "Zürich",
+            "日本語",
+            "emoji 😀",
+            "\u{2028}\u{2029}",
+            "</script>",
+            "comma, inside",
+            "'single'",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for c in 0u32..0x80 {
+            v.push(format!("x{}y", char::from_u32(c).unwrap()));
+        }
+        v
+    }
+
+    #[test]
+    fn cells_type_and_escape_as_the_general_path_does() {
+        for s in awkward() {
+            let mut fast = Vec::new();
+            push_typed_cell(&mut fast, &s);
+            let general = serde_json::to_vec(&typed_cell(&s)).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&general),
+                "cell {s:?}"
+            );
+            let mut text = Vec::new();
+            push_json_str(&mut text, &s);
+            assert_eq!(text, serde_json::to_vec(&s).unwrap(), "string {s:?}");
+        }
+    }
+
+    #[test]
+    fn rows_parse_to_the_values_the_general_reader_gives() {
+        let cols: Vec<Arc<str>> = ["a", "b", "c"].iter().map(|s| Arc::from(*s)).collect();
+        let lines: &[&str] = &[
+            r#"{"a":1,"b":"x","c":true}"#,
+            r#"{"c":-0,"a":-5,"b":"esc\"aped\n"}"#,
+            r#"{"a":18446744073709551615,"b":1e5,"c":-0.0}"#,
+            r#"{"a":[1,{"z":2}],"b":{"k":null},"a":3}"#,
+            r#"  {"b" : null}  "#,
+            r#"{"\u0061":1}"#,
+            r#"{}"#,
+        ];
+        for line in lines {
+            let row = parse_row(line.as_bytes(), &cols).expect(line);
+            let general: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+            assert_eq!(row.len(), general.len(), "{line}");
+            for (i, v) in &row {
+                assert_eq!(Some(&v.to_value()), general.get(&*cols[*i]), "{line}");
+            }
+        }
+        for bad in [
+            r#"{"a":1,"d":2}"#,
+            r#"[1]"#,
+            r#"{"a":1} x"#,
+            r#"{"a":"#,
+            "7",
+        ] {
+            assert!(parse_row(bad.as_bytes(), &cols).is_none(), "{bad}");
+        }
+    }
+}
