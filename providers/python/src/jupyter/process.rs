@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -77,16 +77,44 @@ pub fn kill_group(pid: i32) {
     }
 }
 
-/// Free TCP ports on the loopback address (bound together, then released for the kernel).
+/// Ports this process handed to kernels lately. A port is released for its kernel to bind,
+/// so until the kernel has, the OS may offer it again: a second kernel started here
+/// meanwhile (sessions start kernels in parallel) must not be given it too, or the two
+/// kernels' channels would cross (seen as "sockets combination is not compatible").
+static RECENT_PORTS: Mutex<VecDeque<u16>> = Mutex::new(VecDeque::new());
+
+/// How many handed-out ports [`RECENT_PORTS`] remembers.
+const RECENT_KEPT: usize = 512;
+
+/// `n` free TCP ports on the loopback address, none handed to another kernel of this
+/// process lately (bound together, then released for the kernel).
 fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()
-        .context("cannot find free ports on 127.0.0.1")?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    let mut recent = RECENT_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // A port offered again stays bound here meanwhile, so the OS offers another.
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    for _ in 0..n * 50 {
+        if ports.len() == n {
+            break;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .context("cannot find free ports on 127.0.0.1")?;
+        let port = listener.local_addr()?.port();
+        if !recent.contains(&port) && !ports.contains(&port) {
+            ports.push(port);
+        }
+        held.push(listener);
+    }
+    if ports.len() < n {
+        bail!("cannot find {n} free ports on 127.0.0.1 that no other kernel was given");
+    }
+    for port in &ports {
+        if recent.len() == RECENT_KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(*port);
+    }
+    Ok(ports)
 }
 
 /// Writes a connection file with fresh ports and key, then starts the kernel in `cwd`.
@@ -284,5 +312,26 @@ pub fn describe_status(status: std::process::ExitStatus) -> String {
         format!("was killed by signal {signal}{name}")
     } else {
         format!("exited with status {}", status.code().unwrap_or(-1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_ports;
+
+    #[test]
+    fn kernels_started_at_once_are_never_given_the_same_port() {
+        // 16 starts at once, each given 5 ports released at once: as parallel sessions do.
+        let picks: Vec<Vec<u16>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..16)
+                .map(|_| scope.spawn(|| free_ports(5).unwrap()))
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut all: Vec<u16> = picks.concat();
+        assert_eq!(all.len(), 80);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 80, "a port was given twice");
     }
 }
