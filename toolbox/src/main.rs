@@ -347,10 +347,15 @@ fn main() -> ExitCode {
 }
 
 fn run_to_exit(cli: Cli) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // The router does little work per request and passes each one on at once: on one
+    // thread a request, its pooled connection to the host and the answer never wait for a
+    // wake-up on another thread, which is most of a hop's latency. More load: more routers
+    // (they are stateless).
+    let mut builder = match cli.command {
+        Command::Router(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolbox: cannot start the async runtime: {e}");
