@@ -22,6 +22,7 @@ mod args;
 mod config_table;
 pub mod error;
 pub mod frontmatter;
+pub mod http_auth;
 pub mod panic;
 pub mod preview;
 pub mod schema;

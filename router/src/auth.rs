@@ -5,48 +5,12 @@
 
 use axum::http::{header, HeaderMap, StatusCode};
 
+use toolbox_core::http_auth::{bearer_token, host_name, is_loopback_name, same_secret};
+
 use crate::error::RouterError;
 
-/// Whether `given` equals `secret`, in time that depends only on the secret's length.
-pub fn same_secret(given: &[u8], secret: &[u8]) -> bool {
-    let mut diff = u8::from(given.len() != secret.len());
-    for (i, s) in secret.iter().enumerate() {
-        diff |= given.get(i).copied().unwrap_or(0) ^ s;
-    }
-    diff == 0
-}
-
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// The name part of a `Host` header (`name`, `name:port`, `[v6]:port`), if it is one.
-fn host_name(host: &str) -> Option<&str> {
-    let (name, port) = if host.starts_with('[') {
-        let end = host.find(']')?;
-        (&host[..=end], &host[end + 1..])
-    } else {
-        match host.find(':') {
-            Some(at) => (&host[..at], &host[at..]),
-            None => (host, ""),
-        }
-    };
-    let port_ok = port.is_empty()
-        || port.strip_prefix(':').is_some_and(|d| {
-            !d.is_empty() && d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit())
-        });
-    let name_ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'));
-    (port_ok && name_ok).then_some(name)
-}
-
-fn is_loopback_name(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name == "localhost" || name == "127.0.0.1" || name == "[::1]" || name.ends_with(".localhost")
+    bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
 }
 
 /// Checks a request's headers; `token` is the router's own.

@@ -18,6 +18,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use toolbox_core::http_auth::{bearer_token, host_name, is_loopback_name, same_secret};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::{ApiError, AppState};
@@ -67,56 +68,6 @@ pub fn parse_origin(origin: &str) -> Result<String> {
     Ok(lower)
 }
 
-/// The host name of a `Host` header (no port, brackets kept for IPv6).
-/// The name of a `Host` header (`name`, `name:port`, `[v6]` or `[v6]:port`), parsed strictly:
-/// a name of letters, digits, `.` and `-` (or a bracketed IPv6 address), a port of digits.
-/// Anything else (`localhost:80@evil.example`, a space, a second colon) is no host at all.
-fn host_name(host: &str) -> Option<&str> {
-    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
-        let end = rest.find(']')?;
-        let name = &host[..end + 2];
-        let v6 = &rest[..end];
-        if v6.is_empty()
-            || !v6
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        {
-            return None;
-        }
-        (name, &rest[end + 1..])
-    } else {
-        let (name, port) = match host.find(':') {
-            // The port part keeps its colon: `name:` is no host.
-            Some(at) => (&host[..at], &host[at..]),
-            None => (host, ""),
-        };
-        let name_ok = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
-        if !name_ok {
-            return None;
-        }
-        (name, port)
-    };
-    match port.strip_prefix(':') {
-        None if port.is_empty() => Some(name),
-        Some(digits)
-            if !digits.is_empty()
-                && digits.len() <= 5
-                && digits.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            Some(name)
-        }
-        _ => None,
-    }
-}
-
-fn is_loopback_name(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name == "localhost" || name == "127.0.0.1" || name == "[::1]" || name.ends_with(".localhost")
-}
-
 fn deny(status: StatusCode, message: String) -> Response {
     let mut response = ApiError::new(status, message).into_response();
     if status == StatusCode::UNAUTHORIZED {
@@ -128,20 +79,8 @@ fn deny(status: StatusCode, message: String) -> Response {
     response
 }
 
-/// Whether `given` equals `secret`, in time that depends only on the secret's length (not on
-/// where the first difference is, nor on whether the lengths differ).
-fn same_secret(given: &[u8], secret: &[u8]) -> bool {
-    let mut diff = u8::from(given.len() != secret.len());
-    for (i, s) in secret.iter().enumerate() {
-        diff |= given.get(i).copied().unwrap_or(0) ^ s;
-    }
-    diff == 0
-}
-
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
 }
 
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
