@@ -541,10 +541,18 @@ impl Plan {
         }
         let written = match &self.template {
             None => sink.write(Out::Fields(&rec.fields))?,
-            Some(t) if matches!(self.to, Format::Json | Format::Jsonl) => {
-                run.json_buf.clear();
-                match t.write_json(&rec, &mut run.json_buf) {
-                    Ok(()) => sink.write(Out::Json(&run.json_buf))?,
+            Some(t) => {
+                // JSON output takes the template's JSON as it is written; the other formats
+                // take its fields.
+                let applied = if matches!(self.to, Format::Json | Format::Jsonl) {
+                    run.json_buf.clear();
+                    t.write_json(&rec, &mut run.json_buf).map(|()| None)
+                } else {
+                    t.apply_fields(&rec).map(Some)
+                };
+                match applied {
+                    Ok(None) => sink.write(Out::Json(&run.json_buf))?,
+                    Ok(Some(fields)) => sink.write(Out::Fields(&fields))?,
                     Err(col) => {
                         self.fail_or_count(
                             run,
@@ -559,21 +567,6 @@ impl Plan {
                     }
                 }
             }
-            Some(t) => match t.apply_fields(&rec) {
-                Ok(fields) => sink.write(Out::Fields(&fields))?,
-                Err(col) => {
-                    self.fail_or_count(
-                        run,
-                        4,
-                        format!(
-                            "{} {}: no field {col:?} for the template",
-                            records::place_word(run.in_format),
-                            rec.at
-                        ),
-                    )?;
-                    return Ok(Flow::Go);
-                }
-            },
         };
         self.written(written, rec.at, run)
     }
