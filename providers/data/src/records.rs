@@ -133,16 +133,9 @@ pub fn read(
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
     let shown = src.shown.clone();
+    let d = src.csv_dialect();
     let result = match (src.format, src.body) {
         (Format::Csv | Format::Tsv, Body::Text(r)) => {
-            let d = src.dialect.unwrap_or(crate::source::Dialect {
-                delimiter: if src.format == Format::Tsv {
-                    b'\t'
-                } else {
-                    b','
-                },
-                quote: b'"',
-            });
             read_csv(r, d, &src.meter, limits, cancelled, f)
         }
         (Format::Jsonl, Body::Text(r)) => {
@@ -227,14 +220,7 @@ pub fn read_csv_raw(
     f: &mut dyn FnMut(CsvRow<'_>) -> Result<Flow>,
 ) -> Result<End> {
     let shown = src.shown.clone();
-    let d = src.dialect.unwrap_or(crate::source::Dialect {
-        delimiter: if src.format == Format::Tsv {
-            b'\t'
-        } else {
-            b','
-        },
-        quote: b'"',
-    });
+    let d = src.csv_dialect();
     let result = match src.body {
         Body::Text(r) if text_cells(src.format) => read_csv_rows(r, d, &src.meter, cancelled, f),
         _ => Err(anyhow!("cannot read {} as CSV", src.format.name())),

@@ -56,6 +56,20 @@ pub struct Source {
     pub meter: Meter,
 }
 
+impl Source {
+    /// The CSV dialect sniffed, or the format's plain one (`,` or a tab, `"` quotes).
+    pub fn csv_dialect(&self) -> Dialect {
+        self.dialect.unwrap_or(Dialect {
+            delimiter: if self.format == Format::Tsv {
+                b'\t'
+            } else {
+                b','
+            },
+            quote: b'"',
+        })
+    }
+}
+
 /// The bytes of a source.
 pub enum Body {
     /// A text format, decompressed, BOM removed.
