@@ -347,3 +347,138 @@ async fn jsonl_to_parquet_fast_path_equals_the_general_path() {
     .await;
     assert_eq!(a, b);
 }
+
+/// Clean records over several chunks of the parallel JSONL to Parquet path, with a line too
+/// long, a value that does not fit its column and invalid JSON in three of them.
+fn chunky_jsonl() -> (String, [u64; 3]) {
+    let mut out = String::new();
+    let mut at = 0u64;
+    let mut odd = [0u64; 3];
+    let mut line = |out: &mut String, text: &str| {
+        out.push_str(text);
+        out.push('\n');
+        at += 1;
+        at
+    };
+    for i in 0..(8192 * 7 + 333) {
+        if i == 8192 * 2 + 10 {
+            odd[0] = line(
+                &mut out,
+                &format!(r#"{{"id":1,"s":"{}"}}"#, "x".repeat(5000)),
+            );
+        }
+        if i == 8192 * 3 + 1 {
+            odd[1] = line(&mut out, r#"{"id":"seven"}"#);
+        }
+        if i == 8192 * 5 + 8000 {
+            odd[2] = line(&mut out, r#"{"id":"#);
+        }
+        let rec = json!({"id": i, "x": i as f64 / 4.0, "ok": i % 2 == 0, "s": format!("r{i}")});
+        line(&mut out, &rec.to_string());
+    }
+    (out, odd)
+}
+
+#[tokio::test]
+async fn jsonl_to_parquet_in_parallel_chunks_writes_what_one_thread_writes() {
+    let data = json!({"max_line_bytes": 4096, "parse_threads": 3});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("data", data)]);
+    let (text, odd) = chunky_jsonl();
+    std::fs::write(input(dir.path()).join("r.jsonl"), &text).unwrap();
+    let file = |name: &str| std::fs::read(output(dir.path()).join(name)).unwrap();
+    let convert = |out: &str, extra: Value| {
+        let mut args = json!({"path": "input/r.jsonl", "output": format!("output/{out}"),
+                              "on_error": "skip"});
+        for (k, v) in extra.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        args
+    };
+
+    // Whole: the parallel path against the general one (a rename to itself). The rows and
+    // values are the same; the bytes may differ in where pages end, since the chunk that went
+    // line by line left the batches cut elsewhere. So both are read back as JSONL.
+    let tally = |r: &Value| json!([r["rows_in"], r["rows_out"], r["rows_dropped"], r["dropped"]]);
+    let fast = run(&exec, convert("fast.parquet", json!({}))).await;
+    let general = run(
+        &exec,
+        convert("general.parquet", json!({"rename": ["id=id"]})),
+    )
+    .await;
+    assert_eq!(tally(&fast), tally(&general));
+    assert_eq!(fast["rows_out"], json!(8192 * 7 + 333), "{fast}");
+    assert_eq!(
+        fast["dropped"],
+        json!({"too_large": 1, "not_in_columns": 1, "malformed": 1}),
+        "{fast}"
+    );
+    let back = |name: &str| {
+        let exec = &exec;
+        let name = name.to_string();
+        let dir = dir.path().to_path_buf();
+        async move {
+            let out = format!("output/{name}.jsonl");
+            run(
+                exec,
+                json!({"path": format!("output/{name}"), "output": out}),
+            )
+            .await;
+            std::fs::read(output(&dir).join(format!("{name}.jsonl"))).unwrap()
+        }
+    };
+    let fast_rows = back("fast.parquet").await;
+    assert!(
+        fast_rows == back("general.parquet").await,
+        "the rows differ"
+    );
+    assert_eq!(
+        fast_rows.iter().filter(|b| **b == b'\n').count(),
+        8192 * 7 + 333
+    );
+
+    // One parsing thread writes the same bytes as three.
+    let (dir1, exec1) = executor_with(
+        PermissionMode::Full,
+        &[("data", json!({"max_line_bytes": 4096, "parse_threads": 1}))],
+    );
+    std::fs::write(input(dir1.path()).join("r.jsonl"), &text).unwrap();
+    let one = run(&exec1, convert("one.parquet", json!({}))).await;
+    assert_eq!(counts(&one), counts(&fast));
+    let one_bytes = std::fs::read(output(dir1.path()).join("one.parquet")).unwrap();
+    assert!(
+        one_bytes == file("fast.parquet"),
+        "one thread and three differ"
+    );
+
+    // A limit inside a chunk, after a chunk that went line by line.
+    let limit = 8192 * 4 + 17;
+    let fast = run(&exec, convert("fast_l.parquet", json!({"limit": limit}))).await;
+    let general = run(
+        &exec,
+        convert(
+            "general_l.parquet",
+            json!({"limit": limit, "rename": ["id=id"]}),
+        ),
+    )
+    .await;
+    assert_eq!(fast["rows_out"], json!(limit), "{fast}");
+    assert_eq!(tally(&fast), tally(&general));
+    assert!(fast["stopped_at_limit"].is_string(), "{fast}");
+    assert!(
+        back("fast_l.parquet").await == back("general_l.parquet").await,
+        "the limited rows differ"
+    );
+
+    // on_error "fail" names the first bad line, as the general path does.
+    let want = format!("line {} is longer than 4096 bytes", odd[0]);
+    let strict = json!({"path": "input/r.jsonl", "output": "output/f.parquet"});
+    let a = fails(&exec, "data__convert", strict.clone(), &want).await;
+    let mut general = strict;
+    general["rename"] = json!(["id=id"]);
+    let b = fails(&exec, "data__convert", general, &want).await;
+    assert_eq!(a, b);
+    assert!(
+        !output(dir.path()).join("f.parquet").exists(),
+        "nothing half-written"
+    );
+}

@@ -16,7 +16,7 @@ use crate::format::{Compression, Format, OUTPUT_NAMES};
 use crate::records::{self, BadKind, CsvRow, Flow, Item, JsonlLine};
 use crate::template::Template;
 use crate::write::{Out, Sink};
-use crate::{fast, source};
+use crate::{fast, parallel, source};
 use crate::{
     format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, Limits, OnError,
     TOOLSET,
@@ -378,21 +378,7 @@ impl Plan {
         } else {
             let mut sink = Sink::new(self.to, file, None);
             if fast_jsonl {
-                // JSONL records parsed into borrowed values, straight into the column
-                // builders.
-                records::read_jsonl_raw(src, &self.limits, cancelled, &mut |line| match line {
-                    JsonlLine::Bad(item) => self.bad(item, &mut run),
-                    JsonlLine::Line { at, bytes } => {
-                        if let Sink::Parquet(p) = &mut sink {
-                            if p.write_json_line(bytes, self.limits.max_cell_bytes)? {
-                                run.rows_in += 1;
-                                return self.written(Ok(()), at, &mut run);
-                            }
-                        }
-                        let item = records::jsonl_item(at, bytes, &self.limits);
-                        self.handle(item, &mut run, &mut sink)
-                    }
-                })?;
+                self.jsonl_to_parquet(src, cancelled, &mut run, &mut sink)?;
             } else {
                 records::read(src, &self.limits, sheet, cancelled, &mut |item| {
                     self.handle(item, &mut run, &mut sink)
@@ -425,6 +411,108 @@ impl Plan {
             out["note"] = json!(note);
         }
         Ok(out)
+    }
+
+    /// JSONL to Parquet with no step but `limit`: line by line until the first records
+    /// chose the columns, then in chunks that workers turn into batches (see
+    /// [`parallel`]), written in input order.
+    fn jsonl_to_parquet(
+        &self,
+        src: source::Source,
+        cancelled: &dyn Fn() -> bool,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+    ) -> Result<()> {
+        let shown = src.shown.clone();
+        let mut pool: Option<parallel::Pool> = None;
+        let mut chunk = parallel::Chunk::default();
+        records::read_jsonl_raw(src, &self.limits, cancelled, &mut |line| {
+            let Some(workers) = &mut pool else {
+                let flow = self.jsonl_line(line, run, sink)?;
+                if let Sink::Parquet(p) = &*sink {
+                    if let Some(batcher) = p.batcher(self.limits.max_cell_bytes) {
+                        pool = Some(parallel::Pool::start(&batcher, self.limits.parse_threads)?);
+                    }
+                }
+                return Ok(flow);
+            };
+            chunk.push(line);
+            if !chunk.full() {
+                return Ok(Flow::Go);
+            }
+            let full = std::mem::replace(&mut chunk, workers.fresh());
+            match workers.submit(full)? {
+                Some(parsed) => self.parsed(parsed, workers, run, sink),
+                None => Ok(Flow::Go),
+            }
+        })?;
+        let Some(mut workers) = pool else {
+            return Ok(());
+        };
+        if run.stopped {
+            return Ok(());
+        }
+        // The chunks still out, in order; their errors name the input as the reader's do.
+        let rest = || -> Result<()> {
+            if !chunk.is_empty() {
+                if let Some(parsed) = workers.submit(chunk)? {
+                    if self.parsed(parsed, &mut workers, run, sink)? == Flow::Stop {
+                        return Ok(());
+                    }
+                }
+            }
+            while let Some(parsed) = workers.next()? {
+                if self.parsed(parsed, &mut workers, run, sink)? == Flow::Stop {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        rest().map_err(|e| anyhow!("{shown}: {e:#}"))
+    }
+
+    /// A chunk back from the workers: its batch written (up to the limit), or, when a line
+    /// did not take the fast path, its lines one by one.
+    fn parsed(
+        &self,
+        parsed: parallel::Parsed,
+        workers: &mut parallel::Pool,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+    ) -> Result<Flow> {
+        let (Some(batch), Sink::Parquet(p)) = (parsed.batch, &mut *sink) else {
+            return parsed
+                .chunk
+                .replay(&mut |line| self.jsonl_line(line, run, sink));
+        };
+        let room = self.limit.map(|l| l.saturating_sub(run.rows_out));
+        let n = p.write_batch(batch, room)?;
+        workers.recycle(parsed.chunk);
+        run.rows_in += n;
+        run.rows_out += n;
+        if self.limit.is_some_and(|l| run.rows_out >= l) {
+            run.stopped = true;
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Go)
+    }
+
+    /// One JSONL line to Parquet on the reading thread: straight into the column builders
+    /// when it can, else through every step of the general path.
+    fn jsonl_line(&self, line: JsonlLine<'_>, run: &mut Run, sink: &mut Sink<'_>) -> Result<Flow> {
+        match line {
+            JsonlLine::Bad(item) => self.bad(item, run),
+            JsonlLine::Line { at, bytes } => {
+                if let Sink::Parquet(p) = sink {
+                    if p.write_json_line(bytes, self.limits.max_cell_bytes)? {
+                        run.rows_in += 1;
+                        return self.written(Ok(()), at, run);
+                    }
+                }
+                let item = records::jsonl_item(at, bytes, &self.limits);
+                self.handle(item, run, sink)
+            }
+        }
     }
 
     /// Counts a bad row, or fails on it (`on_error: "fail"`).

@@ -21,6 +21,7 @@ mod convert;
 mod fast;
 pub mod format;
 mod inspect;
+mod parallel;
 pub mod records;
 pub mod source;
 mod stats;
@@ -50,6 +51,7 @@ const KEYS: &[&str] = &[
     "max_decompressed_bytes",
     "max_xlsx_cells",
     "max_unique_keys",
+    "parse_threads",
 ];
 
 /// The input limits, each a `[data]` key. A file that passes one is refused with an error
@@ -67,6 +69,9 @@ pub struct Limits {
     pub max_xlsx_cells: u64,
     /// The most distinct keys `unique` / `dedupe_by` remember (about 40 bytes each).
     pub max_unique_keys: u64,
+    /// Threads that parse JSONL for Parquet output; 0 is as many as the machine has cores,
+    /// at most 4.
+    pub parse_threads: u64,
 }
 
 /// A compressed file may expand at most this many times its size once past
@@ -87,6 +92,7 @@ const DEFAULTS: Limits = Limits {
     max_decompressed_bytes: 16 * 1024 * 1024 * 1024,
     max_xlsx_cells: 50_000_000,
     max_unique_keys: 20_000_000,
+    parse_threads: 0,
 };
 
 // An untrusted workspace's toolbox.toml may only lower the [data] limits.
@@ -101,6 +107,7 @@ toolbox_core::workspace_config_rules!(
         ),
         ("max_xlsx_cells", Tighten::AtMost(DEFAULTS.max_xlsx_cells)),
         ("max_unique_keys", Tighten::AtMost(DEFAULTS.max_unique_keys)),
+        ("parse_threads", Tighten::Limit),
     ]
 );
 
@@ -126,6 +133,7 @@ impl Limits {
                 max_unique_keys: t
                     .u64_in("max_unique_keys", 1, u64::MAX)?
                     .unwrap_or(d.max_unique_keys),
+                parse_threads: t.u64_in("parse_threads", 0, 16)?.unwrap_or(d.parse_threads),
             })
         };
         read().map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))

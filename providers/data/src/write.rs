@@ -12,6 +12,7 @@ use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use serde_json::Value;
 
 use crate::fast::Scalar;
@@ -318,10 +319,14 @@ struct BatchWriter {
 }
 
 impl BatchWriter {
-    fn start(file: File, schema: Arc<Schema>) -> Result<BatchWriter> {
-        let props = WriterProperties::builder()
-            .set_compression(Compression::SNAPPY)
-            .build();
+    /// `plain` names the columns written without a dictionary.
+    fn start(file: File, schema: Arc<Schema>, plain: &[Arc<str>]) -> Result<BatchWriter> {
+        let mut props = WriterProperties::builder().set_compression(Compression::SNAPPY);
+        for c in plain {
+            props =
+                props.set_column_dictionary_enabled(ColumnPath::new(vec![c.to_string()]), false);
+        }
+        let props = props.build();
         let mut writer = ArrowWriter::try_new(
             BufWriter::with_capacity(256 * 1024, file),
             schema,
@@ -434,34 +439,52 @@ impl<'f> ParquetSink<'f> {
             return Ok(false);
         }
         let cols = self.columns.as_deref().unwrap_or(&[]);
-        let Some(row) = crate::fast::parse_row(line, cols) else {
+        if !append_json_line(
+            cols,
+            &self.kinds,
+            &mut self.places,
+            &mut self.builders,
+            line,
+            max_cell_bytes,
+        ) {
             return Ok(false);
-        };
-        self.places.clear();
-        self.places.resize(cols.len(), None);
-        for (place, (i, v)) in row.iter().enumerate() {
-            let ok = match (self.kinds[*i], v) {
-                (_, Scalar::Str(s)) if s.len() as u64 > max_cell_bytes => false,
-                (_, Scalar::Null) | (Kind::Text, _) => true,
-                (Kind::Int, Scalar::I64(_)) => true,
-                (Kind::Int, Scalar::U64(u)) => i64::try_from(*u).is_ok(),
-                (Kind::Float, Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_)) => true,
-                (Kind::Bool, Scalar::Bool(_)) => true,
-                _ => false,
-            };
-            if !ok {
-                return Ok(false);
-            }
-            self.places[*i] = Some(place);
-        }
-        for (b, place) in self.builders.iter_mut().zip(&self.places) {
-            b.push_scalar(place.map(|p| &row[p].1));
         }
         self.rows += 1;
         if self.rows >= PARQUET_SAMPLE {
             self.flush()?;
         }
         Ok(true)
+    }
+
+    /// Once the first records chose the columns and their types: what a [`LineBatcher`]
+    /// needs to turn JSONL lines into batches this sink takes.
+    pub fn batcher(&self, max_cell_bytes: u64) -> Option<LineBatcher> {
+        self.writer.as_ref()?;
+        Some(LineBatcher {
+            columns: self.columns.clone()?.into(),
+            kinds: self.kinds.clone().into(),
+            schema: self.schema.clone()?,
+            max_cell_bytes,
+            places: Vec::new(),
+            builders: self.kinds.iter().map(|k| Builder::new(*k)).collect(),
+        })
+    }
+
+    /// Writes the first `max_rows` (all by default) of a batch made by a [`LineBatcher`] of
+    /// this sink, after the rows the builders hold, so the output keeps the input's order.
+    /// Returns the rows written.
+    pub fn write_batch(&mut self, batch: RecordBatch, max_rows: Option<u64>) -> Result<u64> {
+        let n = batch.num_rows() as u64;
+        let take = max_rows.map_or(n, |m| m.min(n));
+        let batch = if take < n {
+            batch.slice(0, take as usize)
+        } else {
+            batch
+        };
+        self.flush()?;
+        let writer = self.writer.as_mut().ok_or_else(|| anyhow!("no writer"))?;
+        writer.send(Job::Batch(batch))?;
+        Ok(take)
     }
 
     /// Chooses the schema from the pending records (once), then sends what the builders
@@ -499,7 +522,18 @@ impl<'f> ParquetSink<'f> {
                 .take()
                 .ok_or_else(|| anyhow!("the output is gone"))?;
             // The writing thread owns a second handle on the same open file.
-            self.writer = Some(BatchWriter::start(out.try_clone()?, schema.clone())?);
+            // A column whose sample is mostly distinct values (ids, free text, measures)
+            // gains nothing from a dictionary but the cost of building one.
+            let plain: Vec<Arc<str>> = cols
+                .iter()
+                .filter(|c| mostly_distinct(self.pending.iter().filter_map(|m| get(m, c))))
+                .cloned()
+                .collect();
+            self.writer = Some(BatchWriter::start(
+                out.try_clone()?,
+                schema.clone(),
+                &plain,
+            )?);
             self.schema = Some(schema);
             self.builders = self.kinds.iter().map(|k| Builder::new(*k)).collect();
             for m in std::mem::take(&mut self.pending) {
@@ -530,8 +564,113 @@ impl<'f> ParquetSink<'f> {
     }
 }
 
+/// Appends the JSONL record on `line` to `builders` (one per column of `cols`, typed
+/// `kinds`) when every key is a column, every string within `max_cell_bytes` and every
+/// value fits its column; `false`, with nothing appended, otherwise.
+fn append_json_line(
+    cols: &[Arc<str>],
+    kinds: &[Kind],
+    places: &mut Vec<Option<usize>>,
+    builders: &mut [Builder],
+    line: &[u8],
+    max_cell_bytes: u64,
+) -> bool {
+    let Some(row) = crate::fast::parse_row(line, cols) else {
+        return false;
+    };
+    places.clear();
+    places.resize(cols.len(), None);
+    for (place, (i, v)) in row.iter().enumerate() {
+        let ok = match (kinds[*i], v) {
+            (_, Scalar::Str(s)) if s.len() as u64 > max_cell_bytes => false,
+            (_, Scalar::Null) | (Kind::Text, _) => true,
+            (Kind::Int, Scalar::I64(_)) => true,
+            (Kind::Int, Scalar::U64(u)) => i64::try_from(*u).is_ok(),
+            (Kind::Float, Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_)) => true,
+            (Kind::Bool, Scalar::Bool(_)) => true,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        places[*i] = Some(place);
+    }
+    for (b, place) in builders.iter_mut().zip(places.iter()) {
+        b.push_scalar(place.map(|p| &row[p].1));
+    }
+    true
+}
+
+/// Turns JSONL lines into Parquet batches for a [`ParquetSink`] whose first records chose
+/// the columns, on any thread: the fast path of [`ParquetSink::write_json_line`], a chunk
+/// of lines at a time, so several threads can parse while one writes.
+pub struct LineBatcher {
+    columns: Arc<[Arc<str>]>,
+    kinds: Arc<[Kind]>,
+    schema: Arc<Schema>,
+    max_cell_bytes: u64,
+    places: Vec<Option<usize>>,
+    builders: Vec<Builder>,
+}
+
+impl Clone for LineBatcher {
+    fn clone(&self) -> LineBatcher {
+        LineBatcher {
+            columns: self.columns.clone(),
+            kinds: self.kinds.clone(),
+            schema: self.schema.clone(),
+            max_cell_bytes: self.max_cell_bytes,
+            places: Vec::new(),
+            builders: self.kinds.iter().map(|k| Builder::new(*k)).collect(),
+        }
+    }
+}
+
+impl LineBatcher {
+    /// The batch of every line, in order, when each takes the fast path; `None` as soon as
+    /// one does not (the caller then runs the lines through the general path, which says
+    /// what is wrong).
+    pub fn batch<'a>(&mut self, lines: impl Iterator<Item = &'a [u8]>) -> Option<RecordBatch> {
+        let mut all = true;
+        for line in lines {
+            if !append_json_line(
+                &self.columns,
+                &self.kinds,
+                &mut self.places,
+                &mut self.builders,
+                line,
+                self.max_cell_bytes,
+            ) {
+                all = false;
+                break;
+            }
+        }
+        // Finishing empties the builders either way, ready for the next chunk.
+        let arrays: Vec<ArrayRef> = self.builders.iter_mut().map(Builder::finish).collect();
+        if !all {
+            return None;
+        }
+        RecordBatch::try_new(self.schema.clone(), arrays).ok()
+    }
+}
+
 fn get<'a>(fields: &'a [(Arc<str>, Value)], name: &str) -> Option<&'a Value> {
     fields.iter().find(|(k, _)| &**k == name).map(|(_, v)| v)
+}
+
+/// Whether more than half of the values (nulls aside) are distinct, among at least 64.
+fn mostly_distinct<'a>(values: impl Iterator<Item = &'a Value>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut n = 0usize;
+    for v in values {
+        match v {
+            Value::Null => continue,
+            Value::String(s) => seen.insert(std::borrow::Cow::Borrowed(s.as_str())),
+            other => seen.insert(std::borrow::Cow::Owned(other.to_string())),
+        };
+        n += 1;
+    }
+    n >= 64 && seen.len() * 2 > n
 }
 
 fn fits(kind: Kind, v: &Value) -> bool {
@@ -562,4 +701,56 @@ fn choose_kind<'a>(values: impl Iterator<Item = &'a Value>) -> Kind {
         });
     }
     kind.unwrap_or(Kind::Text)
+}
+
+#[cfg(test)]
+mod tests {
+    use parquet::basic::Encoding;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn mostly_distinct_columns_are_written_without_a_dictionary() {
+        let mut file = tempfile::tempfile().unwrap();
+        let mut sink = Sink::new(Format::Parquet, &mut file, None);
+        for i in 0..20_000i64 {
+            let rec = [
+                (Arc::from("id"), json!(i)),
+                (
+                    Arc::from("city"),
+                    json!(["Oslo", "Quito", "Tartu"][i as usize % 3]),
+                ),
+                (Arc::from("note"), json!(format!("note {i}"))),
+            ];
+            sink.write(Out::Fields(&rec)).unwrap().unwrap();
+        }
+        sink.finish().unwrap();
+        let reader = SerializedFileReader::new(file).unwrap();
+        let group = reader.metadata().row_group(0);
+        let dictionary = |i: usize| {
+            group
+                .column(i)
+                .encodings()
+                .any(|e| e == Encoding::RLE_DICTIONARY)
+        };
+        assert!(!dictionary(0), "id is all distinct");
+        assert!(dictionary(1), "city has three values");
+        assert!(!dictionary(2), "note is all distinct");
+        assert_eq!(reader.metadata().file_metadata().num_rows(), 20_000);
+    }
+
+    #[test]
+    fn distinct_means_more_than_half_of_at_least_64() {
+        let vals = |n: usize, m: usize| (0..n).map(move |i| json!(i % m)).collect::<Vec<_>>();
+        assert!(mostly_distinct(vals(100, 100).iter()));
+        assert!(!mostly_distinct(vals(100, 50).iter()));
+        assert!(!mostly_distinct(vals(63, 63).iter()), "too few to tell");
+        let with_nulls: Vec<Value> = vals(100, 100)
+            .into_iter()
+            .chain(std::iter::repeat_n(Value::Null, 500))
+            .collect();
+        assert!(mostly_distinct(with_nulls.iter()), "nulls do not count");
+    }
 }
