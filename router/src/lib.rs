@@ -93,8 +93,14 @@ impl Default for RouterOptions {
 pub struct RouterState {
     /// The adapter's client and the placement cache.
     pub placer: Placer,
-    /// The client to hosts: pooled keep-alive connections, no overall timeout (streams).
+    /// The client to HTTPS hosts: pooled keep-alive connections, no overall timeout
+    /// (streams).
     pub http: reqwest::Client,
+    /// The client to plain-HTTP hosts: the same, on hyper directly.
+    pub plain: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Body,
+    >,
     /// The clients' token.
     pub token: Option<String>,
 }
@@ -148,9 +154,17 @@ pub fn state(options: &RouterOptions) -> Result<Shared> {
         .tcp_nodelay(true)
         .build()
         .context("cannot build the HTTP client")?;
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    let plain = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(5))
+        .pool_timer(TokioTimer::new())
+        .build(connector);
     Ok(Arc::new(RouterState {
         placer,
         http,
+        plain,
         token: options.token.clone(),
     }))
 }
