@@ -327,7 +327,7 @@ const BATCH_ROWS: usize = 4096;
 impl JsonRows {
     /// Starts the writing thread on `file` (a handle of the output), for rows of `keys`
     /// (see [`json_keys`]); `array` for JSON, else JSONL.
-    pub fn start(mut file: File, keys: Vec<Vec<u8>>, array: bool) -> io::Result<JsonRows> {
+    pub fn start(file: File, keys: Vec<Vec<u8>>, array: bool) -> io::Result<JsonRows> {
         let columns = keys.len();
         // Two batches queued, two more being filled or written: memory stays a few MiB.
         let (jobs, todo) = std::sync::mpsc::sync_channel::<Job>(2);
@@ -335,6 +335,7 @@ impl JsonRows {
         let thread = std::thread::Builder::new()
             .name("json-writer".into())
             .spawn(move || -> io::Result<()> {
+                let mut file = FileWriter::start(file)?;
                 let mut out: Vec<u8> = Vec::with_capacity(OUT_BYTES + 64 * 1024);
                 let mut n: u64 = 0;
                 for job in todo {
@@ -344,8 +345,8 @@ impl JsonRows {
                             if array {
                                 out.extend_from_slice(if n == 0 { b"[]\n" } else { b"\n]\n" });
                             }
-                            file.write_all(&out)?;
-                            return file.flush();
+                            file.write(out)?;
+                            return file.finish();
                         }
                     };
                     let mut start = 0;
@@ -377,8 +378,7 @@ impl JsonRows {
                         }
                         n += 1;
                         if out.len() >= OUT_BYTES {
-                            file.write_all(&out)?;
-                            out.clear();
+                            out = file.write(out)?;
                         }
                     }
                     batch.bytes.clear();
@@ -488,6 +488,72 @@ impl Drop for JsonRows {
 
 /// Bytes of JSON gathered before each write to the file.
 const OUT_BYTES: usize = 1 << 20;
+
+/// A thread that writes full buffers to a file, in order, and hands them back empty: the
+/// kernel's copy into the page cache (a large share of writing a big output) runs beside
+/// the formatting rather than in turn with it.
+struct FileWriter {
+    full: Option<SyncSender<Vec<u8>>>,
+    empty: Receiver<Vec<u8>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl FileWriter {
+    fn start(mut file: File) -> io::Result<FileWriter> {
+        // Two buffers queued, one being written, one being filled: 4 MiB.
+        let (full, todo) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+        let (back, empty) = std::sync::mpsc::sync_channel::<Vec<u8>>(3);
+        let thread = std::thread::Builder::new()
+            .name("file-writer".into())
+            .spawn(move || -> io::Result<()> {
+                for mut buf in todo {
+                    file.write_all(&buf)?;
+                    buf.clear();
+                    let _ = back.try_send(buf);
+                }
+                file.flush()
+            })?;
+        Ok(FileWriter {
+            full: Some(full),
+            empty,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `buf` to be written; returns an empty buffer to fill next.
+    fn write(&mut self, buf: Vec<u8>) -> io::Result<Vec<u8>> {
+        if self.full.as_ref().is_none_or(|tx| tx.send(buf).is_err()) {
+            // The thread stopped early: its error says why.
+            self.join()?;
+            return Err(io::Error::other("the file writer stopped"));
+        }
+        Ok(self
+            .empty
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(OUT_BYTES + 64 * 1024)))
+    }
+
+    fn join(&mut self) -> io::Result<()> {
+        self.full = None;
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| io::Error::other("the file writer panicked"))?,
+            None => Ok(()),
+        }
+    }
+
+    /// Writes what is queued, flushes, and waits for the thread.
+    fn finish(mut self) -> io::Result<()> {
+        self.join()
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        let _ = self.join();
+    }
+}
 
 #[cfg(test)]
 mod tests {
