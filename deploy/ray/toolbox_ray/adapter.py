@@ -34,7 +34,7 @@ SessionHostActor = ray.remote(SessionHost)
 RegistryActor = ray.remote(Registry)
 
 _MAX_BODY = 64 * 1024
-_PROBE_S = 0.5
+_PROBE_S = 0.2
 """How long one look at an actor waits before asking again (see ``ensure``)."""
 
 
