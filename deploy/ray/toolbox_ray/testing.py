@@ -106,7 +106,9 @@ class Sse:
                         self.events.append(event)
                         self.cond.notify_all()
                     ident, data = None, []
-        except (OSError, ValueError, http.client.HTTPException):
+        except (OSError, ValueError, http.client.HTTPException, AttributeError):
+            # A stream cut mid-chunk (its node killed); AttributeError is http.client's own
+            # when the response is closed from another thread while this one reads.
             pass
         with self.cond:
             self.closed = True
