@@ -441,10 +441,7 @@ impl Plan {
                 return Ok(Flow::Go);
             }
             let full = std::mem::replace(&mut chunk, workers.fresh());
-            match workers.submit(full)? {
-                Some(parsed) => self.parsed(parsed, workers, run, sink),
-                None => Ok(Flow::Go),
-            }
+            self.send_chunk(full, workers, run, sink)
         })?;
         let Some(mut workers) = pool else {
             return Ok(());
@@ -454,12 +451,8 @@ impl Plan {
         }
         // The chunks still out, in order; their errors name the input as the reader's do.
         let rest = || -> Result<()> {
-            if !chunk.is_empty() {
-                if let Some(parsed) = workers.submit(chunk)? {
-                    if self.parsed(parsed, &mut workers, run, sink)? == Flow::Stop {
-                        return Ok(());
-                    }
-                }
+            if !chunk.is_empty() && self.send_chunk(chunk, &mut workers, run, sink)? == Flow::Stop {
+                return Ok(());
             }
             while let Some(parsed) = workers.next()? {
                 if self.parsed(parsed, &mut workers, run, sink)? == Flow::Stop {
@@ -469,6 +462,26 @@ impl Plan {
             Ok(())
         };
         rest().map_err(|e| anyhow!("{shown}: {e:#}"))
+    }
+
+    /// Sends a chunk to the workers, once the results it must wait for are written.
+    fn send_chunk(
+        &self,
+        chunk: parallel::Chunk,
+        workers: &mut parallel::Pool,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+    ) -> Result<Flow> {
+        while workers.must_wait(&chunk) {
+            let Some(parsed) = workers.next()? else {
+                break;
+            };
+            if self.parsed(parsed, workers, run, sink)? == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+        }
+        workers.submit(chunk)?;
+        Ok(Flow::Go)
     }
 
     /// A chunk back from the workers: its batch written (up to the limit), or, when a line

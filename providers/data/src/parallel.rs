@@ -22,6 +22,9 @@ const CHUNK_LINES: usize = 8192;
 const CHUNK_BYTES: usize = 4 << 20;
 /// Chunks a worker has in hand at most: one being parsed, one waiting.
 const DEPTH: usize = 2;
+/// Bytes of lines out with the workers at most (one chunk may be out whatever its size): a
+/// chunk is cut at [`CHUNK_BYTES`] but can end with a line up to `max_line_bytes`.
+const BYTES_OUT: usize = 32 << 20;
 /// Workers at most when the count is left to the machine: past this the writing thread is
 /// the bottleneck.
 const MAX_AUTO_WORKERS: usize = 4;
@@ -131,8 +134,10 @@ struct Worker {
 /// known worker: the results come back in input order without reordering.
 pub struct Pool {
     workers: Vec<Worker>,
-    /// The worker of each chunk out, oldest first.
-    out: VecDeque<usize>,
+    /// The worker and the bytes of each chunk out, oldest first.
+    out: VecDeque<(usize, usize)>,
+    /// The bytes of the chunks out.
+    bytes_out: usize,
     next: usize,
     spare: Vec<Chunk>,
 }
@@ -175,6 +180,7 @@ impl Pool {
         Ok(Pool {
             workers,
             out: VecDeque::new(),
+            bytes_out: 0,
             next: 0,
             spare: Vec::new(),
         })
@@ -193,16 +199,20 @@ impl Pool {
         }
     }
 
-    /// Sends `chunk` to the next worker. When every worker already has its fill, first takes
-    /// the oldest result, which it returns for the caller to write.
-    pub fn submit(&mut self, chunk: Chunk) -> Result<Option<Parsed>> {
-        let oldest = if self.out.len() >= self.workers.len() * DEPTH {
-            self.next()?
-        } else {
-            None
-        };
+    /// Whether `chunk` must wait for the oldest result before it is sent: every worker has
+    /// its fill, or the chunks out and this one would pass [`BYTES_OUT`] (chunks of long
+    /// lines then go one at a time).
+    pub fn must_wait(&self, chunk: &Chunk) -> bool {
+        !self.out.is_empty()
+            && (self.out.len() >= self.workers.len() * DEPTH
+                || self.bytes_out + chunk.data.len() > BYTES_OUT)
+    }
+
+    /// Sends `chunk` to the next worker (after [`Pool::must_wait`] said it need not wait).
+    pub fn submit(&mut self, chunk: Chunk) -> Result<()> {
         let w = self.next;
         self.next = (self.next + 1) % self.workers.len();
+        let bytes = chunk.data.len();
         let sent = self.workers[w]
             .jobs
             .as_ref()
@@ -210,15 +220,17 @@ impl Pool {
         if !sent {
             return Err(anyhow!("a JSONL parsing thread stopped"));
         }
-        self.out.push_back(w);
-        Ok(oldest)
+        self.out.push_back((w, bytes));
+        self.bytes_out += bytes;
+        Ok(())
     }
 
     /// The oldest result still out; `None` when none is.
     pub fn next(&mut self) -> Result<Option<Parsed>> {
-        let Some(w) = self.out.pop_front() else {
+        let Some((w, bytes)) = self.out.pop_front() else {
             return Ok(None);
         };
+        self.bytes_out -= bytes;
         self.workers[w]
             .done
             .as_ref()
@@ -240,5 +252,100 @@ impl Drop for Pool {
                 let _ = t.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::format::Format;
+    use crate::write::{Out, Sink};
+
+    /// A pool of two workers for the columns `id` (integer) and `s` (text), and a chunk of
+    /// `lines` lines whose strings are `len` bytes.
+    fn pool_and_chunk() -> (Pool, impl Fn(usize, usize) -> Chunk) {
+        let mut file = tempfile::tempfile().unwrap();
+        let mut sink = Sink::new(Format::Parquet, &mut file, None);
+        for i in 0..8192i64 {
+            let rec = [
+                (Arc::from("id"), json!(i)),
+                (Arc::from("s"), json!(format!("v{}", i % 7))),
+            ];
+            sink.write(Out::Fields(&rec)).unwrap().unwrap();
+        }
+        let Sink::Parquet(p) = &sink else {
+            unreachable!()
+        };
+        let pool = Pool::start(&p.batcher(u64::MAX).unwrap(), 2).unwrap();
+        let chunk = |lines: usize, len: usize| {
+            let mut c = Chunk::default();
+            let text = format!(r#"{{"id":1,"s":"{}"}}"#, "x".repeat(len));
+            for at in 0..lines {
+                c.push(JsonlLine::Line {
+                    at: at as u64 + 1,
+                    bytes: text.as_bytes(),
+                });
+            }
+            c
+        };
+        (pool, chunk)
+    }
+
+    #[test]
+    fn chunks_out_are_bounded_by_count_and_by_bytes() {
+        let (mut pool, chunk) = pool_and_chunk();
+        // By count: two workers, two chunks each.
+        for _ in 0..4 {
+            let c = chunk(10, 10);
+            assert!(!pool.must_wait(&c));
+            pool.submit(c).unwrap();
+        }
+        assert!(pool.must_wait(&chunk(10, 10)));
+        let first = pool.next().unwrap().unwrap();
+        assert_eq!(first.batch.unwrap().num_rows(), 10);
+        assert!(!pool.must_wait(&chunk(10, 10)));
+        while pool.next().unwrap().is_some() {}
+
+        // By bytes: a chunk of one 20 MiB line goes alone, whatever the count.
+        let big = chunk(1, 20 << 20);
+        assert!(!pool.must_wait(&big), "nothing out: it goes");
+        pool.submit(big).unwrap();
+        assert!(pool.must_wait(&chunk(1, 20 << 20)), "40 MiB would be out");
+        assert!(!pool.must_wait(&chunk(10, 10)), "small ones still fit");
+        let back = pool.next().unwrap().unwrap();
+        assert_eq!(back.batch.unwrap().num_rows(), 1);
+        assert!(!pool.must_wait(&chunk(1, 20 << 20)));
+        assert!(pool.next().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_chunk_with_a_line_the_fast_path_refuses_comes_back_whole_and_unparsed() {
+        let (mut pool, chunk) = pool_and_chunk();
+        let mut c = chunk(3, 5);
+        c.push(JsonlLine::Line {
+            at: 4,
+            bytes: br#"{"id":"text"}"#,
+        });
+        pool.submit(c).unwrap();
+        let back = pool.next().unwrap().unwrap();
+        assert!(back.batch.is_none());
+        let mut seen = Vec::new();
+        back.chunk
+            .replay(&mut |line| {
+                if let JsonlLine::Line { at, bytes } = line {
+                    seen.push((at, bytes.len()));
+                }
+                Ok(Flow::Go)
+            })
+            .unwrap();
+        assert_eq!(
+            seen.iter().map(|(at, _)| *at).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert_eq!(seen[3].1, 13);
     }
 }
