@@ -460,12 +460,7 @@ impl JsonRows {
 
     fn join(&mut self) -> io::Result<()> {
         self.jobs = None;
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| io::Error::other("the JSON writer panicked"))?,
-            None => Ok(()),
-        }
+        join_worker(&mut self.thread, "the JSON writer")
     }
 
     /// Writes the rows queued and the end of the output, and waits for the thread.
@@ -483,6 +478,17 @@ impl Drop for JsonRows {
     fn drop(&mut self) {
         // Never leave the thread writing after the conversion gave up.
         let _ = self.join();
+    }
+}
+
+/// Waits for a worker thread (once its queue is closed), passing on its error; a panic is an
+/// error naming `what`.
+fn join_worker(thread: &mut Option<JoinHandle<io::Result<()>>>, what: &str) -> io::Result<()> {
+    match thread.take() {
+        Some(t) => t
+            .join()
+            .map_err(|_| io::Error::other(format!("{what} panicked")))?,
+        None => Ok(()),
     }
 }
 
@@ -535,12 +541,7 @@ impl FileWriter {
 
     fn join(&mut self) -> io::Result<()> {
         self.full = None;
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| io::Error::other("the file writer panicked"))?,
-            None => Ok(()),
-        }
+        join_worker(&mut self.thread, "the file writer")
     }
 
     /// Writes what is queued, flushes, and waits for the thread.
