@@ -157,9 +157,78 @@ pub fn var(name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// The longest secret [`take_from_fd`] reads.
+const MAX_FD_SECRET_BYTES: usize = 4096;
+
+/// Reads a secret's first line from an inherited descriptor (`--token-fd 3`: a pipe the
+/// starting program wrote the token into), then closes the descriptor. Unlike a file, a pipe
+/// leaves nothing behind for code that runs later as the same user, and neither the secret
+/// nor a path to it appears in the command line. Standard input, output and error are
+/// refused (a typo would read the terminal or hang).
+pub fn take_from_fd(fd: i32) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    if fd < 3 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is standard input, output or error; pass the one the secret was written to (3 or above)"),
+        ));
+    }
+    // SAFETY: F_GETFD only asks whether the descriptor is open; it touches no memory.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("descriptor {fd} is not open in this process"),
+        ));
+    }
+    // SAFETY: the descriptor is open (checked above) and is handed to us to take: nothing
+    // else in this process uses it, and the File closes it when dropped.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut bytes = Vec::new();
+    file.take(MAX_FD_SECRET_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    if line.len() > MAX_FD_SECRET_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the secret on descriptor {fd} is longer than {MAX_FD_SECRET_BYTES} bytes"),
+        ));
+    }
+    String::from_utf8(line.to_vec())
+        .map(|s| s.trim().to_string())
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("the secret on descriptor {fd} is not UTF-8"),
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_is_taken_from_a_pipe_and_the_pipe_closed() {
+        use std::io::Write;
+        use std::os::fd::IntoRawFd;
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(b"s3cret-token-value\nignored\n").unwrap();
+        drop(writer);
+        let fd = reader.into_raw_fd();
+        assert_eq!(take_from_fd(fd).unwrap(), "s3cret-token-value");
+        // SAFETY: only asks whether the descriptor is open.
+        let open = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert!(open < 0, "closed after reading");
+        assert!(take_from_fd(1)
+            .unwrap_err()
+            .to_string()
+            .contains("standard"));
+        assert!(take_from_fd(999_999)
+            .unwrap_err()
+            .to_string()
+            .contains("not open"));
+    }
 
     #[test]
     fn secret_names() {

@@ -42,9 +42,9 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub struct ServeOptions {
     /// Where to listen [default: 127.0.0.1:7878].
     pub listen: SocketAddr,
-    /// The bearer token every `/api` and `/mcp` request must carry; required to listen
-    /// beyond loopback.
-    pub token: Option<String>,
+    /// The bearer token every `/api` and `/mcp` request must carry (or its SHA-256 digest);
+    /// required to listen beyond loopback.
+    pub token: Option<ServeToken>,
     /// Origins allowed cross-origin requests (CORS); none by default.
     pub cors_origins: Vec<String>,
     /// How long running turns get to stop after a shutdown signal.
@@ -74,6 +74,65 @@ impl Default for ServeOptions {
     }
 }
 
+/// What a request's bearer token is checked against.
+#[derive(Clone)]
+pub enum ServeToken {
+    /// The token itself (`--token`, `--token-file`, `--token-fd`, `TOOLBOX_SERVE_TOKEN`).
+    Secret(String),
+    /// Only the SHA-256 digest of the token (`--token-sha256`): a host placed by an adapter
+    /// that keeps the token to itself. Whoever reads this process's arguments, environment or
+    /// memory learns nothing that would let them call it.
+    Sha256([u8; 32]),
+}
+
+impl std::fmt::Debug for ServeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret itself, even in a debug print of the options.
+        match self {
+            ServeToken::Secret(_) => f.write_str("ServeToken::Secret(..)"),
+            ServeToken::Sha256(_) => f.write_str("ServeToken::Sha256(..)"),
+        }
+    }
+}
+
+impl ServeToken {
+    /// A plain token.
+    pub fn secret(token: impl Into<String>) -> Self {
+        ServeToken::Secret(token.into())
+    }
+
+    /// Parses `--token-sha256`: 64 hexadecimal digits.
+    pub fn parse_sha256(hex: &str) -> Result<Self> {
+        let hex = hex.trim();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            bail!(
+                "a token digest is the SHA-256 of the token as 64 hexadecimal digits (e.g. \
+                 `printf %s \"$TOKEN\" | sha256sum`), and this is {} characters",
+                hex.chars().count()
+            );
+        }
+        let mut digest = [0u8; 32];
+        for (i, out) in digest.iter_mut().enumerate() {
+            *out = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)?;
+        }
+        Ok(ServeToken::Sha256(digest))
+    }
+
+    /// Whether `given` (a request's bearer token) is this token, in time that depends only
+    /// on the secret's length (or, for a digest, on nothing the caller controls).
+    pub fn accepts(&self, given: &str) -> bool {
+        match self {
+            ServeToken::Secret(secret) => {
+                toolbox_core::http_auth::same_secret(given.as_bytes(), secret.as_bytes())
+            }
+            ServeToken::Sha256(digest) => {
+                let got = ring::digest::digest(&ring::digest::SHA256, given.as_bytes());
+                toolbox_core::http_auth::same_secret(got.as_ref(), digest)
+            }
+        }
+    }
+}
+
 /// What every handler shares.
 pub struct AppState {
     /// The runtime: turns, events, the executor.
@@ -90,14 +149,19 @@ pub struct AppState {
 
 /// Checks `options` before binding: listening beyond loopback needs a token.
 pub fn check_options(options: &ServeOptions) -> Result<()> {
-    if !options.listen.ip().is_loopback() && options.token.as_deref().unwrap_or("").is_empty() {
+    let empty = match &options.token {
+        None => true,
+        Some(ServeToken::Secret(t)) => t.is_empty(),
+        Some(ServeToken::Sha256(_)) => false,
+    };
+    if !options.listen.ip().is_loopback() && empty {
         bail!(
             "refusing to listen on {} without a token: anyone who can reach that address could \
              run tools here. Pass --token (or set TOOLBOX_SERVE_TOKEN), or listen on 127.0.0.1",
             options.listen
         );
     }
-    if let Some(token) = &options.token {
+    if let Some(ServeToken::Secret(token)) = &options.token {
         if token.len() < 16 {
             bail!("the token is too short: use at least 16 characters (a random one, e.g. `openssl rand -hex 24`)");
         }

@@ -18,7 +18,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use toolbox_core::http_auth::{bearer_token, host_name, is_loopback_name, same_secret};
+use toolbox_core::http_auth::{bearer_token, host_name, is_loopback_name};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::{ApiError, AppState};
@@ -131,9 +131,9 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
     let path = request.uri().path();
     let protected =
         path == "/api" || path.starts_with("/api/") || path == "/mcp" || path.starts_with("/mcp/");
-    if let (true, Some(token)) = (protected, state.options.token.as_deref()) {
+    if let (true, Some(token)) = (protected, state.options.token.as_ref()) {
         match bearer(headers) {
-            Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => {}
+            Some(given) if token.accepts(given) => {}
             Some(_) => {
                 return deny(StatusCode::UNAUTHORIZED, "the bearer token is wrong".into());
             }
@@ -240,18 +240,12 @@ mod tests {
         assert!(parse_origin("ftp://x").is_err());
         assert!(parse_origin("http://x/path").is_err());
     }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(same_secret(b"abc", b"abc"));
-        assert!(!same_secret(b"abc", b"abd"));
-        assert!(!same_secret(b"abc", b"abcd"));
-    }
 }
 
 #[cfg(test)]
 mod secret_tests {
-    use super::same_secret;
+    use crate::ServeToken;
+    use toolbox_core::http_auth::same_secret;
 
     #[test]
     fn only_the_same_bytes_match() {
@@ -261,5 +255,33 @@ mod secret_tests {
         assert!(!same_secret(b"0123456789abcde", secret));
         assert!(!same_secret(b"0123456789abcdef0", secret));
         assert!(!same_secret(b"", secret));
+    }
+
+    #[test]
+    fn a_digest_accepts_the_token_it_was_made_from_and_nothing_else() {
+        // printf %s 0123456789abcdef | sha256sum
+        let digest = "9f9f5111f7b27a781f1f1ddde5ebc2dd2b796bfc7365c9c28b548e564176929f";
+        let token = ServeToken::parse_sha256(digest).unwrap();
+        assert!(token.accepts("0123456789abcdef"));
+        assert!(!token.accepts("0123456789abcdeX"));
+        assert!(!token.accepts(digest), "the digest itself is no token");
+        assert!(!token.accepts(""));
+        let upper = ServeToken::parse_sha256(&digest.to_uppercase()).unwrap();
+        assert!(upper.accepts("0123456789abcdef"));
+        for bad in [
+            "",
+            "abc",
+            &digest[1..],
+            &format!("{digest}0"),
+            &digest.replace('f', "g"),
+        ] {
+            let e = ServeToken::parse_sha256(bad).unwrap_err().to_string();
+            assert!(e.contains("64 hexadecimal digits"), "{bad:?}: {e}");
+        }
+        assert_eq!(format!("{token:?}"), "ServeToken::Sha256(..)");
+        assert_eq!(
+            format!("{:?}", ServeToken::secret("hunter2hunter2hunter2")),
+            "ServeToken::Secret(..)"
+        );
     }
 }

@@ -93,12 +93,21 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7878")]
     listen: std::net::SocketAddr,
     /// Bearer token every /api and /mcp request must carry [env: TOOLBOX_SERVE_TOKEN]. Any
-    /// process can read a flag in /proc/PID/cmdline: prefer --token-file or the variable.
-    #[arg(long, conflicts_with = "token_file")]
+    /// process can read a flag in /proc/PID/cmdline: prefer --token-fd or the variable.
+    #[arg(long, conflicts_with_all = ["token_file", "token_fd", "token_sha256"])]
     token: Option<String>,
-    /// Read the bearer token from this file (its first line).
-    #[arg(long)]
+    /// Read the bearer token from this file (its first line). Code the tools run as the same
+    /// user can read the file too: prefer --token-fd.
+    #[arg(long, conflicts_with_all = ["token_fd", "token_sha256"])]
     token_file: Option<PathBuf>,
+    /// Read the bearer token from this inherited descriptor (its first line; a pipe the
+    /// starting program wrote it into), then close it: no file and no path remain.
+    #[arg(long, value_name = "FD", conflicts_with = "token_sha256")]
+    token_fd: Option<i32>,
+    /// Accept bearer tokens whose SHA-256 is this (64 hex digits), without ever knowing the
+    /// token: for a host whose placement adapter keeps the token to itself.
+    #[arg(long, value_name = "HEX")]
+    token_sha256: Option<String>,
     /// Allow cross-origin requests from this origin (repeatable), e.g. http://localhost:3000.
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
@@ -743,21 +752,29 @@ async fn router(args: RouterArgs) -> Result<ExitCode, UsageError> {
 /// `toolbox serve`: the HTTP sidecar until SIGTERM or Ctrl-C.
 async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
     let from_file = match &args.token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| UsageError(format!("--token-file {}: {e}", path.display())))?
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string(),
+        Some(path) => Some(token_from_file("--token-file", path)?),
+        None => None,
+    };
+    let from_fd = match args.token_fd {
+        Some(fd) => Some(
+            toolbox::host::secrets::take_from_fd(fd)
+                .map_err(|e| UsageError(format!("--token-fd {fd}: {e}")))?,
         ),
         None => None,
     };
-    let token = args
-        .token
-        .or(from_file)
-        .or_else(|| toolbox::host::secrets::var("TOOLBOX_SERVE_TOKEN"))
-        .filter(|t| !t.is_empty());
+    let token = match &args.token_sha256 {
+        Some(hex) => Some(
+            toolbox::server::ServeToken::parse_sha256(hex)
+                .map_err(|e| UsageError(format!("--token-sha256: {e}")))?,
+        ),
+        None => args
+            .token
+            .or(from_file)
+            .or(from_fd)
+            .or_else(|| toolbox::host::secrets::var("TOOLBOX_SERVE_TOKEN"))
+            .filter(|t| !t.is_empty())
+            .map(toolbox::server::ServeToken::Secret),
+    };
     let mut options = toolbox::server::ServeOptions {
         listen: args.listen,
         token,
