@@ -12,6 +12,8 @@
 //!   subreaper, and a janitor process), so none outlives toolbox; [`limits`] is the
 //!   `[limits]` table (memory, processes, CPU time) applied to them.
 //! - [`handoff`] lets a thread outside the async runtime carry a call's task on in place.
+//! - [`seal`] seals records kept where a tool could write them (a review a person gave),
+//!   under a key no tool can reach.
 //! - [`secrets`] takes secrets out of the process environment before any child can see them.
 //! - [`discover_agents`] finds agent files on disk; their format is `toolbox_core::agent`.
 //! - The link-time hooks through which one provider uses another's ability without
@@ -36,6 +38,7 @@ mod paths;
 mod provider;
 mod question;
 mod runner;
+pub mod seal;
 pub mod secrets;
 mod skill;
 mod spool_file;

@@ -44,6 +44,15 @@ pub enum PathError {
         /// The part of the path that is a file, when it could be found.
         file: Option<String>,
     },
+    /// The path (after links are followed) lies in toolbox's own folder `.toolbox/`, which
+    /// tools may not write, outside this session's own folders.
+    #[error(
+        "path {0:?} is inside toolbox's own folder .toolbox/, which tools may not write: it \
+         holds the session's records, plan and reviews. A tool writes in the workspace, or in \
+         this session's own folders output/, scratchpad/ and input/ (name them so: \
+         \"output/report.md\")"
+    )]
+    Protected(String),
     /// The path ends in `.`, `..` or `/`, where a file name is needed.
     #[error("path {0:?} does not name a file (it ends in '.', '..' or '/')")]
     NotAFileName(String),
@@ -661,7 +670,10 @@ impl Workspace {
         let base = self.base_dir(p, true)?;
         let err = |e| PathError::from_io(&p.given, e);
         match dirfd::open_beneath(base.fd(), &p.rel, OFlags::DIRECTORY | OFlags::RDONLY) {
-            Ok(fd) => return Ok(Dir::from_fd(fd)),
+            Ok(fd) => {
+                self.check_writable(p, fd.as_fd())?;
+                return Ok(Dir::from_fd(fd));
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(err(e)),
         }
@@ -683,7 +695,13 @@ impl Workspace {
                 Err(e) => return Err(err(e)),
             }
         }
+        // Nothing is created inside toolbox's own folder: the folder the new ones go in is
+        // checked first, and `.toolbox` itself is never created by a tool.
+        self.check_writable(p, dir.as_fd())?;
         for seg in &segs[have..] {
+            if self.is_root_toolbox_name(p, dir.as_fd(), seg)? {
+                return Err(PathError::Protected(p.given.clone()));
+            }
             if *seg == b"." || *seg == b".." {
                 // `missing/..` would name something that does not exist yet.
                 return Err(PathError::Io {
@@ -710,7 +728,107 @@ impl Workspace {
             self.open_dir(&parent)
         }
         .map_err(|e| self.name_non_folder(p, e))?;
+        // Every write a tool makes takes its folder from here: the folder it got is checked,
+        // after the kernel followed every link, so no spelling reaches `.toolbox/`.
+        self.check_writable(p, dir.as_fd())?;
+        if self.is_root_toolbox_name(p, dir.as_fd(), name.as_bytes())? {
+            return Err(PathError::Protected(p.given.clone()));
+        }
         Ok((dir, name))
+    }
+
+    /// Whether `name` in `dir` is the root's `.toolbox` (a tool may not create it, as a file
+    /// or a folder, nor replace it).
+    fn is_root_toolbox_name(
+        &self,
+        p: &WsPath,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+    ) -> Result<bool, PathError> {
+        if name != TOOLBOX_DIR.as_bytes() || p.base != Base::Root {
+            return Ok(false);
+        }
+        let here = rustix::fs::fstat(dir).map_err(|e| PathError::from_io(&p.given, e.into()))?;
+        let root = rustix::fs::fstat(self.root_fd())
+            .map_err(|e| PathError::from_io(&p.given, e.into()))?;
+        Ok(same_file(&here, &root))
+    }
+
+    /// Refuses a write into `dir` when `dir` lies in `.toolbox/` anywhere but this session's
+    /// own `output/`, `scratchpad/` or `input/` (or below them). The folder is walked up by
+    /// descriptor (`..` of what the kernel opened, compared by device and inode), so links,
+    /// `..` and bind-free renames of the spelling all end at the same answer. A path based in
+    /// a session folder is held beneath it by the kernel and needs no walk.
+    fn check_writable(&self, p: &WsPath, dir: BorrowedFd<'_>) -> Result<(), PathError> {
+        if p.base != Base::Root {
+            return Ok(());
+        }
+        let err = |e: rustix::io::Errno| PathError::from_io(&p.given, e.into());
+        let root = rustix::fs::fstat(self.root_fd()).map_err(err)?;
+        let toolbox = match rustix::fs::statat(
+            self.root_fd(),
+            TOOLBOX_DIR,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            // No `.toolbox` yet: nothing can be inside it.
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(err(e)),
+        };
+        // The chain of folders from `dir` up to the root (or to `/`, for a folder that is
+        // not beneath the root at all, which the open would have refused).
+        let mut chain: Vec<(OwnedFd, rustix::fs::Stat)> = Vec::new();
+        let mut current = rustix::io::fcntl_dupfd_cloexec(dir, 0).map_err(err)?;
+        const MAX_DEPTH: usize = 4096;
+        for _ in 0..MAX_DEPTH {
+            let st = rustix::fs::fstat(&current).map_err(err)?;
+            if same_file(&st, &root) {
+                break;
+            }
+            let up = rustix::fs::openat(
+                &current,
+                "..",
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(err)?;
+            let up_st = rustix::fs::fstat(&up).map_err(err)?;
+            chain.push((current, st));
+            if same_file(&up_st, &st) {
+                // `/`: the folder is not beneath the root.
+                return Err(PathError::LeadsOutside(p.given.clone()));
+            }
+            current = up;
+        }
+        // chain[last] is the child of the root on the way; is it `.toolbox`?
+        let Some(top) = chain.len().checked_sub(1) else {
+            return Ok(()); // the root itself
+        };
+        if !same_file(&chain[top].1, &toolbox) {
+            return Ok(());
+        }
+        // Inside `.toolbox/`: allowed only below sessions/<this session>/<one of its folders>.
+        let allowed = (|| {
+            let sid = self.session.as_ref()?;
+            let sessions = chain.get(top.checked_sub(1)?)?;
+            let session = chain.get(top.checked_sub(2)?)?;
+            let folder = chain.get(top.checked_sub(3)?)?;
+            let named =
+                |parent: &(OwnedFd, rustix::fs::Stat), name: &str, child: &rustix::fs::Stat| {
+                    rustix::fs::statat(&parent.0, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| same_file(&st, child))
+                };
+            let ok = named(&chain[top], "sessions", &sessions.1)
+                && named(sessions, sid.as_str(), &session.1)
+                && SessionFolder::ALL
+                    .iter()
+                    .any(|kind| named(session, kind.as_str(), &folder.1));
+            ok.then_some(())
+        })();
+        match allowed {
+            Some(()) => Ok(()),
+            None => Err(PathError::Protected(p.given.clone())),
+        }
     }
 
     /// Replaces (or creates) the file atomically: the bytes go to a temporary file in the same
@@ -897,6 +1015,11 @@ impl BaseFd<'_> {
             BaseFd::Owned(dir) => dir.as_fd(),
         }
     }
+}
+
+/// Whether two stats name the same file (device and inode).
+fn same_file(a: &rustix::fs::Stat, b: &rustix::fs::Stat) -> bool {
+    a.st_dev == b.st_dev && a.st_ino == b.st_ino
 }
 
 fn trim_leading_slashes(mut b: &[u8]) -> &[u8] {
@@ -1242,6 +1365,77 @@ mod tests {
         // Routing cannot be used to climb out.
         assert!(s.resolve("output/../../../../../x").is_err());
         assert!(s.resolve("output/../x").is_err());
+    }
+
+    #[test]
+    fn tools_never_write_in_toolbox_own_folder_but_the_sessions_folders() {
+        let (_d, ws) = ws();
+        let s1 = ws.with_session("s1").unwrap();
+        let write = |w: &Workspace, path: &str| {
+            let p = w.locate(path)?;
+            w.write_atomic(&p, b"forged", true)
+        };
+        // Before `.toolbox` exists, a tool cannot create it, as a folder or as a file.
+        for path in [".toolbox/sessions/s1/plan.json", ".toolbox", "./.toolbox/x"] {
+            let e = write(&s1, path).unwrap_err();
+            assert!(matches!(e, PathError::Protected(_)), "{path}: {e}");
+        }
+        assert!(!ws.root().join(".toolbox").exists() || ws.root().join(".toolbox").is_dir());
+        // Once it exists (the session's folders made by toolbox), every spelling of a path
+        // in it is refused: plain, with `..`, through a relative link to the folder, to a
+        // folder inside it, and for another session's own folders.
+        s1.resolve("output/x").unwrap();
+        s1.resolve("scratchpad/x").unwrap();
+        s1.resolve("input/x").unwrap();
+        ws.with_session("s2").unwrap().resolve("output/x").unwrap();
+        let root = ws.root().to_path_buf();
+        std::os::unix::fs::symlink(".toolbox", root.join("tb")).unwrap();
+        std::os::unix::fs::symlink(".toolbox/sessions/s1", root.join("sess")).unwrap();
+        std::os::unix::fs::symlink(".toolbox/sessions/s1/output", root.join("out1")).unwrap();
+        std::fs::create_dir(root.join("src")).unwrap();
+        for path in [
+            ".toolbox/sessions/s1/plan.json",
+            ".toolbox/x",
+            "src/../.toolbox/sessions/s1/plan.json",
+            "tb/sessions/s1/plan.json",
+            "tb/new/deep/file",
+            "sess/plan.json",
+            "sess/output/../plan.json",
+            ".toolbox/sessions/s2/output/x.txt",
+            ".toolbox/trajectories/s1/tool_calls.jsonl",
+            ".toolbox",
+            &format!("{}/.toolbox/sessions/s1/plan.json", root.display()),
+        ] {
+            let e = write(&s1, path).unwrap_err();
+            assert!(matches!(e, PathError::Protected(_)), "{path}: {e}");
+            assert!(e.to_string().contains("output/"), "{e}");
+            let p = s1.locate(path).unwrap();
+            assert!(
+                matches!(s1.open_append(&p, true), Err(PathError::Protected(_))),
+                "{path}: append"
+            );
+        }
+        assert!(!root.join(".toolbox/sessions/s1/plan.json").exists());
+        assert!(!root.join(".toolbox/new").exists());
+        // This session's own folders stay open, however they are spelled.
+        for path in [
+            "output/a.txt",
+            ".toolbox/sessions/s1/output/b.txt",
+            ".toolbox/sessions/s1/scratchpad/deep/c.txt",
+            "sess/input/d.txt",
+            "out1/e.txt",
+            "src/f.txt",
+        ] {
+            write(&s1, path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        // Without a session, nothing in `.toolbox/` is a tool's to write.
+        assert!(matches!(
+            write(&ws, ".toolbox/sessions/s1/output/g.txt"),
+            Err(PathError::Protected(_))
+        ));
+        // Reading is not writing: spool files and plans stay readable.
+        std::fs::write(root.join(".toolbox/sessions/s1/plan.json"), "{}").unwrap();
+        assert_eq!(read(&s1, ".toolbox/sessions/s1/plan.json").unwrap(), "{}");
     }
 
     #[test]

@@ -6,9 +6,16 @@ v1beta1) owns the session's host: the claim takes a sandbox from the warm pool, 
 runs `toolbox-k8s-boot` waiting for an assignment; this adapter hands it the session id and
 the session's host token, and the boot program turns into
 `toolbox serve --session SID --epoch next ...`. The adapter keeps no state of its own: the
-claim (and its annotations) says where a session runs, a per-session Secret holds its host
-token and, once parked, its last epoch. Any replica can answer any call, and a restart loses
-nothing.
+claim (and its annotations) says where a session runs, and a per-session record (a
+ConfigMap) holds a random nonce and, once parked, the last epoch. Any replica can answer
+any call, and a restart loses nothing.
+
+The host token is not stored anywhere: it is an HMAC of the session id and the record's
+nonce under a key mounted from a Secret (`--host-key-file`). So the adapter needs no API
+access to Secrets at all (RBAC cannot narrow a Role by label, and per-session names are not
+known in advance: a Role that lets it keep per-session Secrets lets it read every Secret of
+the namespace). Deleting a session's record retires its token: the next record has another
+nonce.
 
 Endpoints (docs/scale-out.md, "Kubernetes"):
   POST /v1/sessions/{sid}:ensure   {} or {"stale_epoch": N}
@@ -40,7 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CLAIMS_API = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxclaims"
 SANDBOXES_API = "/apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxes"
-SECRETS_API = "/api/v1/namespaces/{ns}/secrets"
+RECORDS_API = "/api/v1/namespaces/{ns}/configmaps"
 
 # Labels select what this adapter made; annotations carry what labels cannot (a session id
 # may be 128 characters and contain '.' or '_' in places a label value may not).
@@ -56,6 +63,9 @@ RETRY_PLACING = 2
 RETRY_STARTING = 1
 
 _SID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_NONCE = re.compile(r"[0-9a-f]{32}")
+# The shortest host key accepted: 32 characters of a random token (the README makes 43).
+MIN_HOST_KEY = 32
 
 
 class Fail(Exception):
@@ -81,7 +91,7 @@ def parse_sid(raw: str) -> str:
 
 
 def claim_name(sid: str) -> str:
-    """The SandboxClaim (and Secret) name of a session: a DNS-1123 label, unique per sid.
+    """The SandboxClaim (and record) name of a session: a DNS-1123 label, unique per sid.
 
     A readable slug of the id (lowercased, runs of anything else turned into one '-') is
     cut to 40 characters, and 12 hex digits of the SHA-256 of the exact id follow it, so ids
@@ -91,6 +101,15 @@ def claim_name(sid: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", sid.lower()).strip("-")[:40].strip("-")
     digest = hashlib.sha256(sid.encode()).hexdigest()[:12]
     return f"tb-{slug}-{digest}" if slug else f"tb-{digest}"
+
+
+def host_token(key: str, sid: str, nonce: str) -> str:
+    """A session's host token: HMAC-SHA256 under the adapter's key of the record's nonce and
+    the session id (NUL cannot occur in either, so the pair is unambiguous), as 43
+    characters of URL-safe base64."""
+    message = b"toolbox host token v1\0" + nonce.encode() + b"\0" + sid.encode()
+    digest = hmac.new(key.encode(), message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def parse_ensure_body(raw: bytes) -> int | None:
@@ -202,14 +221,16 @@ def claim_ready(claim: dict) -> tuple[bool, str | None, str]:
 
 
 class Placement:
-    """The contract's operations over claims and secrets."""
+    """The contract's operations over claims and records."""
 
-    def __init__(self, kube: Kube, warm_pool: str, host_port: int, pool_token_file: str,
-                 host_timeout: float):
+    def __init__(self, kube: Kube, warm_pool: str, host_port: int, assign_port: int,
+                 pool_token_file: str, host_key: str, host_timeout: float):
         self.kube = kube
         self.warm_pool = warm_pool
         self.host_port = host_port
+        self.assign_port = assign_port
         self.pool_token_file = pool_token_file
+        self.host_key = host_key
         self.host_timeout = host_timeout
 
     # --- objects -------------------------------------------------------------------------
@@ -227,33 +248,31 @@ class Placement:
             raise Fail(409, f"{name} belongs to another session; refusing to share it")
         return obj
 
-    def _secret(self, sid: str, name: str, create: bool) -> tuple[dict | None, str | None]:
-        secret = self._owned(self._get(SECRETS_API, name), sid, name)
-        if secret is None and create:
-            token = secrets.token_urlsafe(32)
+    def _record(self, sid: str, name: str, create: bool) -> tuple[dict | None, str | None]:
+        """The session's record and its host token (None, None when there is no record)."""
+        record = self._owned(self._get(RECORDS_API, name), sid, name)
+        if record is None and create:
             body = {
                 "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "Opaque",
+                "kind": "ConfigMap",
                 "metadata": {
                     "name": name,
                     "labels": dict([MANAGED_BY]),
                     "annotations": {ANN_SESSION: sid},
                 },
-                "data": {"token": base64.b64encode(token.encode()).decode()},
+                "data": {"nonce": secrets.token_hex(16)},
             }
-            status, obj = self.kube.request("POST", self.kube.path(SECRETS_API), body)
+            status, obj = self.kube.request("POST", self.kube.path(RECORDS_API), body)
             if status == 409:  # another call made it first: use theirs
-                secret = self._owned(self._get(SECRETS_API, name), sid, name)
+                record = self._owned(self._get(RECORDS_API, name), sid, name)
             else:
-                secret = self.kube.expect(f"create the secret {name}", status, obj, 201, 200)
-        if secret is None:
+                record = self.kube.expect(f"create the record {name}", status, obj, 201, 200)
+        if record is None:
             return None, None
-        try:
-            token = base64.b64decode((secret.get("data") or {})["token"]).decode().strip()
-        except (KeyError, ValueError, TypeError):
-            raise Fail(502, f"the secret {name} has no usable token") from None
-        return secret, token
+        nonce = (record.get("data") or {}).get("nonce")
+        if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
+            raise Fail(502, f"the record {name} has no usable nonce")
+        return record, host_token(self.host_key, sid, nonce)
 
     def _annotate(self, api: str, name: str, values: dict) -> None:
         patch = {"metadata": {"annotations": values}}
@@ -267,9 +286,9 @@ class Placement:
 
     # --- the host ------------------------------------------------------------------------
 
-    def host_url(self, ip: str) -> str:
+    def host_url(self, ip: str, port: int | None = None) -> str:
         host = f"[{ip}]" if ":" in ip else ip
-        return f"http://{host}:{self.host_port}"
+        return f"http://{host}:{port or self.host_port}"
 
     def _host_call(self, method: str, url: str, token: str | None, body=None):
         headers = {"Accept": "application/json"}
@@ -303,10 +322,13 @@ class Placement:
             return "waiting", 0
         return "other", 0
 
-    def _assign(self, url: str, sid: str, token: str) -> None:
+    def _assign(self, ip: str, sid: str, token: str) -> None:
+        """Hands the session to the pod's gate (its second container, the only one that
+        holds the pool token), which passes it to the waiting boot program."""
         with open(self.pool_token_file, encoding="utf-8") as f:
             pool_token = f.read().strip()
-        status, body = self._host_call("POST", f"{url}/assign", pool_token,
+        gate = self.host_url(ip, self.assign_port)
+        status, body = self._host_call("POST", f"{gate}/assign", pool_token,
                                        {"sid": sid, "token": token})
         if status not in (200, 202):
             why = body.get("error") or (f"HTTP {status}" if status else "no answer")
@@ -326,7 +348,7 @@ class Placement:
 
     def ensure(self, sid: str, stale_epoch: int | None) -> dict:
         name = claim_name(sid)
-        _, token = self._secret(sid, name, create=True)
+        _, token = self._record(sid, name, create=True)
         claim = self._owned(self._get(CLAIMS_API, name), sid, name)
         if claim is None:
             body = {
@@ -359,7 +381,7 @@ class Placement:
                 self._annotate(CLAIMS_API, name, {ANN_EPOCH: str(epoch), ANN_NODE: node})
             return {"sid": sid, "url": url, "token": token, "epoch": epoch, "node": node}
         if state == "waiting":
-            self._assign(url, sid, token)
+            self._assign(ip, sid, token)
             raise Fail(503, f"session {sid}: its host is starting", RETRY_STARTING)
         recorded = _epoch_of(claim)
         if state == "down" and stale_epoch is not None and recorded and \
@@ -380,8 +402,8 @@ class Placement:
     def park(self, sid: str) -> dict:
         name = claim_name(sid)
         claim = self._owned(self._get(CLAIMS_API, name), sid, name)
-        secret, token = self._secret(sid, name, create=False)
-        if claim is None and secret is None:
+        record, token = self._record(sid, name, create=False)
+        if claim is None and record is None:
             raise Fail(404, f"no session {sid}")
         if claim is not None:
             ready, ip, _ = claim_ready(claim)
@@ -391,12 +413,12 @@ class Placement:
                 self._host_call("POST", f"{self.host_url(ip)}/api/sessions/"
                                 f"{urllib.parse.quote(sid, safe='')}/park", token, {})
             epoch = _epoch_of(claim)
-            if secret is not None and epoch:
-                self._annotate(SECRETS_API, name, {ANN_EPOCH: str(epoch)})
+            if record is not None and epoch:
+                self._annotate(RECORDS_API, name, {ANN_EPOCH: str(epoch)})
             self._delete_claim(name)
         return {"sid": sid, "state": "parked"}
 
-    def _describe(self, sid: str, claim: dict | None, secret: dict | None) -> dict:
+    def _describe(self, sid: str, claim: dict | None, record: dict | None) -> dict:
         if claim is not None:
             ready, ip, sandbox = claim_ready(claim)
             epoch = _epoch_of(claim)
@@ -404,17 +426,17 @@ class Placement:
             if (claim.get("metadata") or {}).get("deletionTimestamp"):
                 state = "placing"
             node = _annotations(claim).get(ANN_NODE) or sandbox
-            return {"sid": sid, "state": state, "epoch": epoch or _epoch_of(secret),
+            return {"sid": sid, "state": state, "epoch": epoch or _epoch_of(record),
                     "node": node}
-        return {"sid": sid, "state": "parked", "epoch": _epoch_of(secret), "node": ""}
+        return {"sid": sid, "state": "parked", "epoch": _epoch_of(record), "node": ""}
 
     def status(self, sid: str) -> dict:
         name = claim_name(sid)
         claim = self._owned(self._get(CLAIMS_API, name), sid, name)
-        secret = self._owned(self._get(SECRETS_API, name), sid, name)
-        if claim is None and secret is None:
+        record = self._owned(self._get(RECORDS_API, name), sid, name)
+        if claim is None and record is None:
             raise Fail(404, f"no session {sid}")
-        return self._describe(sid, claim, secret)
+        return self._describe(sid, claim, record)
 
     def _list(self, api: str) -> dict[str, dict]:
         selector = urllib.parse.quote(f"{MANAGED_BY[0]}={MANAGED_BY[1]}", safe="")
@@ -429,9 +451,9 @@ class Placement:
 
     def sessions(self) -> dict:
         claims = self._list(CLAIMS_API)
-        secrets_ = self._list(SECRETS_API)
-        sids = sorted(set(claims) | set(secrets_))
-        return {"sessions": [self._describe(s, claims.get(s), secrets_.get(s)) for s in sids]}
+        records = self._list(RECORDS_API)
+        sids = sorted(set(claims) | set(records))
+        return {"sessions": [self._describe(s, claims.get(s), records.get(s)) for s in sids]}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -552,7 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-token-file", required=True,
                    help="the token the warm pool's boot program takes assignments with")
     p.add_argument("--warm-pool", default="toolbox-hosts", help="the SandboxWarmPool's name")
+    p.add_argument("--host-key-file", required=True,
+                   help="the key host tokens are derived from (first line, at least "
+                        f"{MIN_HOST_KEY} characters)")
     p.add_argument("--host-port", type=int, default=7878, help="the port hosts listen on")
+    p.add_argument("--assign-port", type=int, default=7879,
+                   help="the port of the host pods' gate, which takes assignments")
     p.add_argument("--namespace", help="default: the service account's namespace")
     p.add_argument("--api-server", help="default: https://$KUBERNETES_SERVICE_HOST:PORT")
     p.add_argument("--api-token-file", help=f"default: {SA_DIR}/token")
@@ -565,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     if token is None and not ipaddress.ip_address(host).is_loopback:
         raise SystemExit("--listen beyond loopback needs --token-file")
     read_token(a.pool_token_file, "--pool-token-file")  # fail at start, not on first call
+    # Read once: every replica must derive the same tokens, so a new key means parking the
+    # sessions and restarting the adapters together.
+    host_key = read_token(a.host_key_file, "--host-key-file")
+    if len(host_key) < MIN_HOST_KEY:
+        raise SystemExit(f"--host-key-file {a.host_key_file}: the key is {len(host_key)} "
+                         f"characters; at least {MIN_HOST_KEY}")
     namespace = a.namespace
     if namespace is None:
         try:
@@ -582,13 +615,15 @@ def main(argv: list[str] | None = None) -> int:
     in_pod = os.path.exists(f"{SA_DIR}/token")
     api_token = a.api_token_file or (f"{SA_DIR}/token" if in_pod else None)
     api_ca = a.api_ca_file or (f"{SA_DIR}/ca.crt" if in_pod else None)
-    if not 0 < a.host_port < 65536:
-        raise SystemExit("--host-port must be 1-65535")
+    for flag, port in (("--host-port", a.host_port), ("--assign-port", a.assign_port)):
+        if not 0 < port < 65536:
+            raise SystemExit(f"{flag} {port}: must be 1-65535")
 
     kube = Kube(api, namespace, api_token, api_ca, a.timeout)
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    server.placement = Placement(kube, a.warm_pool, a.host_port, a.pool_token_file, a.timeout)
+    server.placement = Placement(kube, a.warm_pool, a.host_port, a.assign_port,
+                                 a.pool_token_file, host_key, a.timeout)
     server.placement_token = token
     bound = server.server_address
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]

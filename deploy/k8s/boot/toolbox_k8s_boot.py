@@ -2,18 +2,29 @@
 """The warm pool's host program: wait for a session, then become its `toolbox serve`.
 
 A SandboxWarmPool keeps pods running before anyone knows which session they will serve, so
-a pod cannot start `toolbox serve --session SID` itself. It runs this instead: it listens on
-the host's port and answers
+a pod cannot start `toolbox serve --session SID` itself. Its host container runs this
+instead. On the host's port it answers
 
   GET  /api/health   503 {"status": "waiting"}
-  POST /assign       {"sid": "...", "token": "..."} with Authorization: Bearer <pool token>
-                     -> 202; it writes the host token to a file only its user can read, and
-                     execs `toolbox serve --session SID --epoch next --state-store URL
-                     --listen IP:PORT --workspace DIR --token-file FILE [extra args]`
 
-on the same port (the placement adapter sends the assignment; docs/scale-out.md,
-"Kubernetes"). A second assignment of the same session is answered 202 again; one of another
-session is 409. If the host exits, the container restarts into this program, waiting again.
+(and 404 or 503 to anything else: it takes no assignment there). Assignments arrive on a
+Unix socket in a folder shared with the pod's other container, toolbox-k8s-gate, which
+alone holds the pool token and checks it (docs/scale-out.md, "Kubernetes"):
+
+  POST /assign       {"sid": "...", "token": "..."}
+                     -> 202; it empties the workspace if asked, writes the host token into
+                     a pipe and execs `toolbox serve --session SID --epoch next
+                     --state-store URL --listen IP:PORT --workspace DIR --token-fd N
+                     [extra args]` on the same port
+
+A second assignment of the same session is answered 202 again; one of another session is
+409. If the host exits, the container restarts into this program, waiting again.
+
+Why a pipe: a token file and its path in argv stay readable by model code, which runs as
+the same user once the host serves (issue 37). The pipe holds one line, its write end is
+closed before the exec, and the host reads it and closes it: no file, no path, and nothing
+left to read. Why the gate: the pool token must not be where model code runs, and this
+program runs there; PID 1 (tini) would keep it in /proc/1/environ had it come as a variable.
 """
 
 from __future__ import annotations
@@ -24,18 +35,28 @@ import ipaddress
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
+import stat
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from socketserver import UnixStreamServer
 
 _SID = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_TOKEN = re.compile(r"[\x21-\x7e]{16,512}")  # printable, no spaces: one line in a file
+_TOKEN = re.compile(r"[\x21-\x7e]{16,512}")  # printable, no spaces: one line in a pipe
 MAX_BODY = 16 * 1024
+# A socket path's bytes, NUL included, must fit sockaddr_un.sun_path.
+MAX_SOCKET_PATH = 107
+# Seconds a client may take to send its request: one slow client must not hold the port.
+CLIENT_TIMEOUT = 10
 
 
 class Handler(BaseHTTPRequestHandler):
+    """The host's port: health says "waiting", nothing else is served."""
+
     server_version = "toolbox-k8s-boot"
+    timeout = CLIENT_TIMEOUT
 
     def log_message(self, fmt, *args):
         sys.stderr.write("toolbox-k8s-boot: %s %s\n" % (self.command, self.path[:100]))
@@ -57,16 +78,29 @@ class Handler(BaseHTTPRequestHandler):
             self._send(503, {"error": "this host has no session yet"})
 
     def do_POST(self):  # noqa: N802
+        # Assignments come only through the gate's socket: whoever reaches this port (the
+        # router, anything a missing NetworkPolicy lets through) cannot place a session.
+        self._send(404, {"error": "this port takes no assignment: the pod's gate hands them "
+                                  "over (POST /assign on its port, with the pool token)"})
+
+
+class HandoffHandler(Handler):
+    """The hand-off socket: only the gate (and this container, which runs nothing else
+    while it waits) can connect to it."""
+
+    def address_string(self):
+        return "gate"
+
+    def do_GET(self):  # noqa: N802
+        self._send(404, {"error": "POST /assign only"})
+
+    def do_POST(self):  # noqa: N802
         if self.path != "/assign":
             return self._send(404, {"error": "POST /assign only"})
         raw_len = self.headers.get("Content-Length") or "0"
         if not raw_len.isdigit() or int(raw_len) > MAX_BODY:
             return self._send(413, {"error": f"the body must be at most {MAX_BODY} bytes"})
         raw = self.rfile.read(int(raw_len))
-        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-                given.strip().encode(), self.server.pool_token.encode()):
-            return self._send(401, {"error": "assignments need the pool's bearer token"})
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -79,25 +113,30 @@ class Handler(BaseHTTPRequestHandler):
                                              "with '.'"})
         if not isinstance(token, str) or not _TOKEN.fullmatch(token):
             return self._send(400, {"error": "token: 16-512 printable characters, no spaces"})
-        if self.server.assigned is not None:
-            if self.server.assigned == (sid, token):
+        state = self.server.state
+        if state.assigned is not None:
+            same = state.assigned[0] == sid and hmac.compare_digest(
+                state.assigned[1].encode(), token.encode())
+            if same:
                 return self._send(202, {"sid": sid, "state": "starting"})
             return self._send(409, {"error": "this host is taken by another session"})
-        write_private(self.server.token_path, token + "\n")
-        self.server.assigned = (sid, token)
+        state.assigned = (sid, token)
         self._send(202, {"sid": sid, "state": "starting"})
 
 
-def write_private(path: str, text: str) -> None:
-    """Writes a file only this user can read, whole or not at all."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+class HandoffServer(UnixStreamServer):
+    def server_bind(self):
+        # Group-writable: the gate runs as another user, in the group the pod's fsGroup gives
+        # both containers; nobody else may connect.
+        old = os.umask(0o117)
+        try:
+            super().server_bind()
+        finally:
+            os.umask(old)
+
+
+class State:
+    assigned: tuple[str, str] | None = None
 
 
 def wipe(folder: str) -> None:
@@ -121,13 +160,82 @@ def parse_listen(raw: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def check_socket_path(raw: str, flag: str = "--handoff-socket") -> str:
+    """An absolute socket path that fits sun_path, in a folder that exists."""
+    if not os.path.isabs(raw):
+        raise SystemExit(f"{flag} {raw!r}: must be an absolute path")
+    if len(os.fsencode(raw)) > MAX_SOCKET_PATH:
+        raise SystemExit(f"{flag} {raw!r}: longer than {MAX_SOCKET_PATH} bytes, which a Unix "
+                         "socket's path may not be")
+    if not os.path.isdir(os.path.dirname(raw)):
+        raise SystemExit(f"{flag} {raw!r}: the folder {os.path.dirname(raw)!r} does not exist")
+    return raw
+
+
+def remove_stale_socket(path: str) -> None:
+    """A previous container's socket is in the shared folder after a restart: remove it,
+    but nothing that is not a socket."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SystemExit(f"--handoff-socket {path!r}: exists and is not a socket")
+    os.unlink(path)
+
+
+def token_pipe(token: str) -> int:
+    """A pipe holding `token` and a newline, its write end closed: returns the read end,
+    inheritable, for `toolbox serve --token-fd`. The token (at most 512 bytes) fits the
+    pipe's buffer, so the write never blocks."""
+    read_end, write_end = os.pipe()
+    try:
+        data = (token + "\n").encode()
+        if os.write(write_end, data) != len(data):
+            raise OSError("short write of the host token into its pipe")
+    finally:
+        os.close(write_end)
+    os.set_inheritable(read_end, True)
+    return read_end
+
+
+def serve_until_assigned(listen: tuple[str, int], handoff: str) -> tuple[str, str]:
+    """Answers the host's port and the hand-off socket until the gate assigns a session."""
+    state = State()
+    server = HTTPServer(listen, Handler)
+    remove_stale_socket(handoff)
+    gate = HandoffServer(handoff, HandoffHandler)
+    gate.state = state
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(server, selectors.EVENT_READ)
+            sel.register(gate, selectors.EVENT_READ)
+            host, port = listen
+            shown = f"[{host}]" if ":" in host else host
+            print(f"toolbox-k8s-boot: waiting for a session on http://{shown}:{port} "
+                  f"(assignments through {handoff})", file=sys.stderr, flush=True)
+            while state.assigned is None:
+                for key, _ in sel.select():
+                    key.fileobj.handle_request()
+    finally:
+        server.server_close()
+        gate.server_close()
+        # Nothing listens here from now on; a restarted container makes a new one.
+        try:
+            os.unlink(handoff)
+        except FileNotFoundError:
+            pass
+    return state.assigned
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="toolbox-k8s-boot", description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="0.0.0.0:7878")
-    p.add_argument("--pool-token-file", required=True)
+    p.add_argument("--handoff-socket", required=True,
+                   help="the Unix socket the gate hands assignments to (in a folder the two "
+                        "containers share)")
     p.add_argument("--state-store", required=True, help="file:///folder or s3://bucket/prefix")
     p.add_argument("--workspace", default="/workspace")
-    p.add_argument("--run-dir", default="/run/toolbox", help="where the host token is written")
     p.add_argument("--toolbox", default="toolbox", help="the toolbox binary")
     p.add_argument("--epoch", default="next", help="passed to toolbox serve --epoch")
     p.add_argument("--wipe-workspace", action="store_true",
@@ -137,33 +245,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("serve_args", nargs="*", help="more `toolbox serve` arguments, after --")
     a = p.parse_args(argv)
 
-    host, port = parse_listen(a.listen)
+    listen = parse_listen(a.listen)
+    handoff = check_socket_path(a.handoff_socket)
     toolbox = shutil.which(a.toolbox)
     if toolbox is None:
         raise SystemExit(f"--toolbox {a.toolbox!r}: not found")
-    with open(a.pool_token_file, encoding="utf-8") as f:
-        pool_token = f.readline().strip()
-    if not pool_token:
-        raise SystemExit(f"--pool-token-file {a.pool_token_file}: the file is empty")
-    os.makedirs(a.run_dir, mode=0o700, exist_ok=True)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server = HTTPServer((host, port), Handler)
-    server.pool_token = pool_token
-    server.token_path = os.path.join(a.run_dir, "host-token")
-    server.assigned = None
-    shown = f"[{host}]" if ":" in host else host
-    print(f"toolbox-k8s-boot: waiting for a session on http://{shown}:{port}",
-          file=sys.stderr, flush=True)
-    while server.assigned is None:
-        server.handle_request()
-    server.server_close()
-    sid = server.assigned[0]
+    sid, token = serve_until_assigned(listen, handoff)
     if a.wipe_workspace:
         wipe(a.workspace)
+    fd = token_pipe(token)
     args = [toolbox, "serve", "--session", sid, "--epoch", a.epoch,
             "--state-store", a.state_store, "--listen", a.listen,
-            "--workspace", a.workspace, "--token-file", server.token_path, *a.serve_args]
+            "--workspace", a.workspace, "--token-fd", str(fd), *a.serve_args]
     print(f"toolbox-k8s-boot: session {sid}: exec toolbox serve", file=sys.stderr, flush=True)
     os.execv(toolbox, args)
     return 1  # not reached

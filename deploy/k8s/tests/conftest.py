@@ -1,14 +1,17 @@
-"""Fixtures for deploy/k8s's tests: a fake Kubernetes API server on 127.0.0.1, and the
-adapter and boot programs started as real processes against it."""
+"""Fixtures for deploy/k8s's tests: a fake Kubernetes API server on 127.0.0.1 that allows
+the adapter only what manifests/placement.yaml's Role allows, and the adapter, gate and boot
+programs started as real processes against it."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -18,6 +21,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 K8S_DIR = os.path.dirname(HERE)
@@ -28,6 +32,7 @@ import validate_manifests  # noqa: E402
 
 ADAPTER = os.path.join(K8S_DIR, "adapter", "toolbox_k8s_adapter.py")
 BOOT = os.path.join(K8S_DIR, "boot", "toolbox_k8s_boot.py")
+GATE = os.path.join(K8S_DIR, "boot", "toolbox_k8s_gate.py")
 FAKE_TOOLBOX = os.path.join(HERE, "fake_toolbox.py")
 API_TOKEN = "fake-api-token"
 NAMESPACE = "toolbox"
@@ -37,20 +42,49 @@ POLL_SLEEP = 0.1
 
 _COLLECTION = re.compile(
     r"^(?P<coll>/apis?/(?:[^/]+/)?v1(?:beta1)?/namespaces/(?P<ns>[^/]+)/"
-    r"(?P<res>sandboxclaims|sandboxes|secrets))(?:/(?P<name>[^/]+))?$")
+    r"(?P<res>sandboxclaims|sandboxes|secrets|configmaps))(?:/(?P<name>[^/]+))?$")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _KINDS = {"sandboxclaims": ("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"),
           "sandboxes": ("agents.x-k8s.io/v1beta1", "Sandbox"),
-          "secrets": ("v1", "Secret")}
+          "secrets": ("v1", "Secret"),
+          "configmaps": ("v1", "ConfigMap")}
+_GROUPS = {"sandboxclaims": "extensions.agents.x-k8s.io", "sandboxes": "agents.x-k8s.io",
+           "secrets": "", "configmaps": ""}
+
+
+def placement_role() -> dict:
+    with open(os.path.join(K8S_DIR, "manifests", "placement.yaml"), encoding="utf-8") as f:
+        return next(d for d in yaml.safe_load_all(f) if d and d["kind"] == "Role")
+
+
+def role_allows(role: dict, verb: str, group: str, resource: str, name: str | None) -> bool:
+    """RBAC's answer for one request: a rule matches when its apiGroups, resources and verbs
+    do, and, if it lists resourceNames, the request names one of them (a list or a create
+    names nothing, so such a rule never allows those)."""
+    for rule in role["rules"]:
+        if not ({group, "*"} & set(rule.get("apiGroups") or [])):
+            continue
+        if not ({resource, "*"} & set(rule.get("resources") or [])):
+            continue
+        if not ({verb, "*"} & set(rule.get("verbs") or [])):
+            continue
+        names = rule.get("resourceNames")
+        if names and (name is None or name not in names):
+            continue
+        return True
+    return False
 
 
 class FakeKube:
     """Stores claims, sandboxes and secrets by collection path, as the API server would
     answer them; created SandboxClaims are checked against the vendored CRD's schema."""
 
-    def __init__(self):
+    def __init__(self, role: dict | None = None):
         self.objects: dict[str, dict[str, dict]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.forbidden: list[tuple[str, str]] = []
+        # The adapter's service account may do what this Role allows, nothing else.
+        self.role = role if role is not None else placement_role()
         self.lock = threading.Lock()
         fake = self
 
@@ -114,11 +148,17 @@ class FakeKube:
                 return self._status(404, "NotFound", f"no route {url.path}")
             expected_prefix = {"sandboxclaims": "/apis/extensions.agents.x-k8s.io/v1beta1/",
                                "sandboxes": "/apis/agents.x-k8s.io/v1beta1/",
-                               "secrets": "/api/v1/"}[m["res"]]
+                               "secrets": "/api/v1/", "configmaps": "/api/v1/"}[m["res"]]
             if not url.path.startswith(expected_prefix):
                 return self._status(404, "NotFound", f"{m['res']} are not served at {url.path}")
             store = self.objects.setdefault(m["coll"], {})
             name = urllib.parse.unquote(m["name"]) if m["name"] else None
+            verb = {"GET": "get" if name else "list", "POST": "create", "PATCH": "patch",
+                    "DELETE": "delete", "PUT": "update"}.get(method, method.lower())
+            if not role_allows(self.role, verb, _GROUPS[m["res"]], m["res"], name):
+                self.forbidden.append((method, url.path))
+                return self._status(403, "Forbidden",
+                                    f"{verb} {m['res']} {name or ''} is not in the Role")
             if method == "GET" and name is None:
                 query = urllib.parse.parse_qs(url.query)
                 items = list(store.values())
@@ -139,7 +179,7 @@ class FakeKube:
                 api_version, kind = _KINDS[m["res"]]
                 if (obj.get("apiVersion"), obj.get("kind")) != (api_version, kind):
                     return self._status(400, "BadRequest", "apiVersion/kind do not match")
-                if kind != "Secret":
+                if kind not in ("Secret", "ConfigMap"):
                     errors = validate_manifests.validate_sandbox_kind(obj)
                     if errors:
                         return self._status(422, "Invalid", "; ".join(errors))
@@ -169,7 +209,8 @@ class FakeKube:
 
     def coll(self, res):
         prefix = {"sandboxclaims": "/apis/extensions.agents.x-k8s.io/v1beta1",
-                  "sandboxes": "/apis/agents.x-k8s.io/v1beta1", "secrets": "/api/v1"}[res]
+                  "sandboxes": "/apis/agents.x-k8s.io/v1beta1", "secrets": "/api/v1",
+                  "configmaps": "/api/v1"}[res]
         return f"{prefix}/namespaces/{NAMESPACE}/{res}"
 
     def get(self, res, name):
@@ -199,9 +240,21 @@ class FakeKube:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports on 127.0.0.1 (all held until each is known)."""
+    held = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def call(url, method="GET", body=None, token=None, timeout=10):
@@ -270,7 +323,8 @@ def fake_kube():
 def tokens(tmp_path):
     paths = {}
     for name, value in [("api", API_TOKEN), ("pool", "pool-token-0123456789"),
-                        ("placement", "placement-token-0123456789")]:
+                        ("placement", "placement-token-0123456789"),
+                        ("host-key", "host-key-0123456789abcdefghijklmnopqrstuvwxyz")]:
         p = tmp_path / f"{name}-token"
         p.write_text(value + "\n")
         paths[name] = (str(p), value)
@@ -293,13 +347,15 @@ class Adapter:
 def start_adapter(fake_kube, tokens):
     procs = []
 
-    def start(host_port: int) -> Adapter:
+    def start(host_port: int, gate_port: int) -> Adapter:
         proc = subprocess.Popen(
             [sys.executable, ADAPTER, "--listen", "127.0.0.1:0",
              "--api-server", fake_kube.url, "--namespace", NAMESPACE,
              "--api-token-file", tokens["api"][0], "--pool-token-file", tokens["pool"][0],
+             "--host-key-file", tokens["host-key"][0],
              "--token-file", tokens["placement"][0], "--warm-pool", "toolbox-hosts",
-             "--host-port", str(host_port), "--timeout", "3"],
+             "--host-port", str(host_port), "--assign-port", str(gate_port),
+             "--timeout", "3"],
             stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         line = wait_for_line(proc, "listening on")
@@ -313,12 +369,25 @@ def start_adapter(fake_kube, tokens):
 
 
 @pytest.fixture
-def start_boot(tmp_path, tokens):
-    """Starts toolbox-k8s-boot on 127.0.0.1:<port>, as a warm pod would, with `toolbox`
-    (default: the fake host of fake_toolbox.py)."""
-    procs = []
+def socket_dir():
+    """A short folder for the hand-off sockets (a socket path is at most 107 bytes, and
+    pytest's tmp_path can be longer)."""
+    path = tempfile.mkdtemp(prefix="tbk8s-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
-    def start(port: int, toolbox: str | None = None, epoch: str = "next",
+
+@pytest.fixture
+def start_boot(tmp_path, tokens, socket_dir):
+    """Starts a warm pod's two containers on 127.0.0.1: toolbox-k8s-gate on `gate_port`
+    (the pool token's only holder) and toolbox-k8s-boot on `port` with `toolbox` (default:
+    the fake host of fake_toolbox.py). A later start on the same ports is a restart of the
+    host container: the gate keeps running, as it does in the pod. Returns the boot
+    process; its gate is `start_boot.gates[gate_port]`."""
+    procs = []
+    gates: dict[int, subprocess.Popen] = {}
+
+    def start(port: int, gate_port: int, toolbox: str | None = None, epoch: str = "next",
               store: str | None = None, workspace: str | None = None):
         if toolbox is None:
             toolbox = str(tmp_path / "fake-toolbox")
@@ -328,19 +397,30 @@ def start_boot(tmp_path, tokens):
         workspace = workspace or str(tmp_path / f"ws-{port}")
         os.makedirs(workspace, exist_ok=True)
         store = store or f"file://{tmp_path / 'store'}"
+        handoff = os.path.join(socket_dir, f"boot-{port}.sock")
+        if gate_port not in gates:
+            gate = subprocess.Popen(
+                [sys.executable, GATE, "--listen", f"127.0.0.1:{gate_port}",
+                 "--pool-token-file", tokens["pool"][0], "--handoff-socket", handoff],
+                stderr=subprocess.PIPE, text=True)
+            procs.append(gate)
+            wait_for_line(gate, "listening on")
+            drain(gate)
+            gates[gate_port] = gate
         proc = subprocess.Popen(
             [sys.executable, BOOT, "--listen", f"127.0.0.1:{port}",
-             "--pool-token-file", tokens["pool"][0], "--state-store", store,
-             "--workspace", workspace, "--run-dir", str(tmp_path / f"run-{port}"),
-             "--toolbox", toolbox, "--epoch", epoch, "--wipe-workspace"],
+             "--handoff-socket", handoff, "--state-store", store,
+             "--workspace", workspace, "--toolbox", toolbox, "--epoch", epoch,
+             "--wipe-workspace"],
             stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         wait_for_line(proc, "waiting for a session")
         drain(proc)
         return proc
 
+    start.gates = gates
     yield start
-    for p in procs:
+    for p in reversed(procs):
         stop(p)
 
 

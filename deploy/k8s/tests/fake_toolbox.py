@@ -2,8 +2,9 @@
 
 It takes the arguments toolbox-k8s-boot passes, claims the next epoch in a file:// store
 (one file per epoch), and answers what the adapter asks of a host: GET /api/health with the
-host token, POST /api/sessions/{sid}/park (202, then exit 0). The real binary is exercised
-by test_adapter.py's end-to-end test.
+host token, POST /api/sessions/{sid}/park (202, then exit 0). Like `toolbox serve`, it takes
+the token from `--token-fd N` (reads the first line, then closes the descriptor) or
+`--token-file`. The real binary is exercised by test_adapter.py's end-to-end test.
 """
 
 import argparse
@@ -19,11 +20,21 @@ p.add_argument("--epoch", required=True)
 p.add_argument("--state-store", required=True)
 p.add_argument("--listen", required=True)
 p.add_argument("--workspace", required=True)
-p.add_argument("--token-file", required=True)
+given = p.add_mutually_exclusive_group(required=True)
+given.add_argument("--token-file")
+given.add_argument("--token-fd", type=int)
 a = p.parse_args()
 assert a.cmd == "serve", a.cmd
 assert os.listdir(a.workspace) == [], "the workspace must be empty"
-token = open(a.token_file).readline().strip()
+if a.token_fd is not None:
+    if a.token_fd < 3:
+        sys.exit(f"--token-fd {a.token_fd}: standard input, output or error")
+    with os.fdopen(a.token_fd, encoding="utf-8") as f:  # closes the descriptor
+        token = f.readline().strip()
+else:
+    token = open(a.token_file).readline().strip()
+if not token:
+    sys.exit("--token-fd/--token-file: no token")
 store = a.state_store.removeprefix("file://")
 epochs = os.path.join(store, a.session, "epochs")
 os.makedirs(epochs, exist_ok=True)

@@ -1,15 +1,18 @@
-"""toolbox-k8s-boot, the warm pod's program, as a real process on 127.0.0.1."""
+"""toolbox-k8s-boot, the warm pod's program, as a real process on 127.0.0.1, behind
+toolbox-k8s-gate as in the pod."""
 
 from __future__ import annotations
 
 import os
-import stat
+import subprocess
+import sys
 
-from conftest import call, free_port, poll
+from conftest import BOOT, call, free_ports, poll
 
 
-def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, tokens, tmp_path):
-    port = free_port()
+def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, tokens, tmp_path,
+                                                                socket_dir):
+    port, gate_port = free_ports(2)
     workspace = tmp_path / "ws"
     workspace.mkdir()
     # What a previous host left in the pod's workspace (a container restart): wiped.
@@ -17,8 +20,9 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     (workspace / "sub").mkdir()
     (workspace / "sub" / "f").write_text("x")
     os.symlink("/etc", workspace / "link")
-    boot = start_boot(port, workspace=str(workspace))
+    boot = start_boot(port, gate_port, workspace=str(workspace))
     url = f"http://127.0.0.1:{port}"
+    gate = f"http://127.0.0.1:{gate_port}"
     pool = tokens["pool"][1]
     host_token = "host-token-abcdefghijklmnop"
 
@@ -27,22 +31,24 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
 
     good = {"sid": "s1", "token": host_token}
     for token in [None, "wrong"]:
-        status, _, _ = call(f"{url}/assign", "POST", good, token)
+        status, _, _ = call(f"{gate}/assign", "POST", good, token)
         assert status == 401
     for bad in [{"sid": ".x", "token": host_token}, {"sid": "a/b", "token": host_token},
                 {"sid": "s1", "token": "short"}, {"sid": "s1", "token": "has space " * 3},
                 {"sid": "s1"}, {"sid": "s1", "token": host_token, "extra": 1}, ["s1"]]:
-        status, _, body = call(f"{url}/assign", "POST", bad, pool)
+        status, _, body = call(f"{gate}/assign", "POST", bad, pool)
         assert status == 400, (bad, body)
-    status, _, _ = call(f"{url}/other", "POST", good, pool)
+    # The boot's own port takes no assignment, with or without the pool token: only the
+    # gate, through the socket the two containers share, can hand one over.
+    for token in [None, pool]:
+        status, _, body = call(f"{url}/assign", "POST", good, token)
+        assert status == 404, body
+    status, _, _ = call(f"{gate}/other", "POST", good, pool)
     assert status == 404
     assert boot.poll() is None
 
-    status, _, body = call(f"{url}/assign", "POST", good, pool)
+    status, _, body = call(f"{gate}/assign", "POST", good, pool)
     assert (status, body) == (202, {"sid": "s1", "state": "starting"})
-    token_file = tmp_path / f"run-{port}" / "host-token"
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-    assert token_file.read_text() == host_token + "\n"
 
     # The same process is now the host (the fake host asserts an empty workspace).
     status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
@@ -51,6 +57,119 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     assert boot.poll() is None
     assert sorted(os.listdir(workspace)) == []
     assert os.path.isdir("/etc"), "the wipe must not follow links"
+    # The hand-off socket went with the boot program: nothing listens there any more.
+    assert os.listdir(socket_dir) == []
+    status, _, body = call(f"{gate}/assign", "POST", good, pool)
+    assert status == 503, body
+
+
+def _files_holding(root: str, needle: str) -> list[str]:
+    """Every file under `root` (links not followed) whose bytes contain `needle`."""
+    hits = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                if needle.encode() in f.read():
+                    hits.append(path)
+    return hits
+
+
+def assert_no_token_left_for_model_code(pid: int, host_token: str, pool_token: str,
+                                        roots: list[str]) -> list[str]:
+    """Issue 37, point 3: what model code in the pod (the same user, started by the host)
+    can read. The host's command line holds neither the token nor the path of a file that
+    holds it; no file under `roots` (the run, hand-off, workspace and store folders) holds
+    it; and neither the host token nor the pool token is in the host's environment.
+    Returns the host's argv."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+    assert host_token not in " ".join(argv), "the host token is on the command line"
+    assert "--token-file" not in argv and "--token" not in argv, argv
+    assert "--token-fd" in argv, argv
+    fd = argv[argv.index("--token-fd") + 1]
+    assert fd.isdigit() and int(fd) > 2, argv
+    for arg in argv:
+        if os.path.isfile(arg):
+            with open(arg, "rb") as f:
+                assert host_token.encode() not in f.read(), f"argv names {arg}, which holds it"
+        elif os.path.isdir(arg):
+            assert _files_holding(arg, host_token) == [], f"argv names {arg}, which holds it"
+    for root in roots:
+        assert _files_holding(root, host_token) == [], f"a file under {root} holds it"
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = f.read()
+    assert host_token.encode() not in environ
+    assert pool_token.encode() not in environ
+    return argv
+
+
+def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
+        start_boot, tokens, tmp_path, socket_dir):
+    """The repro of issue 37, point 3: the boot passed `--token-file /run/toolbox/host-token`;
+    model code read the path in /proc/PID/cmdline and then the file, and with the token
+    answered its own approvals. Now the token goes down a pipe (`--token-fd N`) that the
+    host reads and closes; no file and no path is left."""
+    port, gate_port = free_ports(2)
+    boot = start_boot(port, gate_port)
+    host_token = "host-token-" + os.urandom(12).hex()
+    status, _, _ = call(f"http://127.0.0.1:{gate_port}/assign", "POST",
+                        {"sid": "s-pipe", "token": host_token}, tokens["pool"][1])
+    assert status == 202
+    url = f"http://127.0.0.1:{port}"
+    status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
+                             "the host after the assignment")
+    assert health["host"]["session"] == "s-pipe"
+    status, _, _ = _health(url, "wrong-" + host_token)
+    assert status == 401
+    argv = assert_no_token_left_for_model_code(boot.pid, host_token, tokens["pool"][1],
+                                               [str(tmp_path), socket_dir])
+    # The fake host, like toolbox, closed the descriptor after reading it.
+    fd = argv[argv.index("--token-fd") + 1]
+    assert not os.path.exists(f"/proc/{boot.pid}/fd/{fd}")
+
+
+def test_a_restarted_host_container_is_assigned_again_through_the_same_gate(
+        start_boot, tokens, tmp_path):
+    """The gate outlives the host container: when the host exits, the container restarts
+    into the boot program, and the next assignment still needs (and gets) the pool token,
+    which the host container never held."""
+    port, gate_port = free_ports(2)
+    pool = tokens["pool"][1]
+    gate = f"http://127.0.0.1:{gate_port}"
+    host_token = "host-token-restart-0123456789"
+    first = start_boot(port, gate_port)
+    gate_proc = start_boot.gates[gate_port]
+    assert call(f"{gate}/assign", "POST", {"sid": "s-r", "token": host_token}, pool)[0] == 202
+    url = f"http://127.0.0.1:{port}"
+    poll(lambda: _health(url, host_token), lambda r: r[0] == 200, "the first host")
+    status, _, _ = call(f"{url}/api/sessions/s-r/park", "POST", {}, host_token)
+    assert status == 202
+    assert first.wait(timeout=10) == 0
+
+    second = start_boot(port, gate_port)  # the container restarted
+    assert start_boot.gates[gate_port] is gate_proc and gate_proc.poll() is None
+    assert call(f"{gate}/assign", "POST", {"sid": "s-r", "token": host_token}, "wrong")[0] == 401
+    assert call(f"{gate}/assign", "POST", {"sid": "s-r", "token": host_token}, pool)[0] == 202
+    status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
+                             "the host after the restart")
+    assert health["host"] == {"session": "s-r", "epoch": 2}
+    assert second.poll() is None
+
+
+def test_bad_arguments_are_named(tmp_path):
+    base = [sys.executable, BOOT, "--state-store", "file:///x", "--toolbox", sys.executable]
+    for extra, named in [
+        (["--listen", "nowhere", "--handoff-socket", str(tmp_path / "s")], "--listen"),
+        (["--handoff-socket", "/tmp/" + "x" * 120], "--handoff-socket"),
+        (["--handoff-socket", "relative.sock"], "--handoff-socket"),
+        (["--handoff-socket", str(tmp_path / "no" / "such" / "s")], "--handoff-socket"),
+    ]:
+        result = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
+        assert result.returncode != 0, extra
+        assert named in result.stderr, (extra, result.stderr)
 
 
 def _health(url, token):

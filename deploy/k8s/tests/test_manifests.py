@@ -205,6 +205,81 @@ def test_the_adapter_may_do_only_what_it_does():
         (("extensions.agents.x-k8s.io",), ("sandboxclaims",)):
             ["create", "delete", "get", "list", "patch"],
         (("agents.x-k8s.io",), ("sandboxes",)): ["get"],
-        (("",), ("secrets",)): ["create", "get", "list", "patch"],
+        # The per-session records: a nonce and the parked epoch, nothing secret.
+        (("",), ("configmaps",)): ["create", "get", "list", "patch"],
     }
     assert not [d for d in _docs() if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+
+
+def test_the_adapter_can_read_no_secret():
+    """Issue 37: the Role let the adapter get, list and patch every Secret of the namespace
+    (the store's credentials, the router's and the pool's tokens). RBAC cannot narrow by
+    label and the per-session names are not known in advance, so the adapter reads no
+    Secret through the API at all: its own keys are mounted files."""
+    role = _one("Role", "toolbox-placement")
+    for rule in role["rules"]:
+        assert "*" not in rule["apiGroups"] and "*" not in rule["resources"], rule
+        assert "*" not in rule["verbs"], rule
+        assert "secrets" not in rule["resources"], rule
+        assert "watch" not in rule["verbs"] and "deletecollection" not in rule["verbs"], rule
+    adapter = _one("Deployment", "toolbox-placement")["spec"]["template"]["spec"]
+    mounted = {v["secret"]["secretName"] for v in adapter["volumes"] if "secret" in v}
+    assert mounted == {"toolbox-placement-token", "toolbox-pool-token", "toolbox-host-key"}
+
+
+def _secret_names_of(container: dict, volumes: dict) -> set[str]:
+    """Every Secret a container can read: mounted (secret or projected volumes) or in its
+    environment (envFrom, secretKeyRef)."""
+    names = set()
+    for mount in container.get("volumeMounts", []):
+        vol = volumes[mount["name"]]
+        if "secret" in vol:
+            names.add(vol["secret"]["secretName"])
+        for source in (vol.get("projected") or {}).get("sources", []):
+            if "secret" in source:
+                names.add(source["secret"]["name"])
+    for source in container.get("envFrom", []):
+        if "secretRef" in source:
+            names.add(source["secretRef"]["name"])
+    for env in container.get("env", []):
+        ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            names.add(ref["name"])
+    return names
+
+
+def test_model_code_cannot_reach_the_pool_token():
+    """Issue 37: the pool token was mounted in the host container, where model code runs
+    after the boot program execs toolbox serve. With it, code in one session's pod could
+    assign any waiting warm pod (to a session and a token of its choosing). An environment
+    variable dropped at the exec would not do: PID 1 (tini) keeps the container's
+    environment, and /proc/1/environ is readable by the same user. So the token lives in a
+    second container of the pod, the gate (its own mount and PID namespaces, another user),
+    which checks assignments and hands them to the boot program over a socket in a volume
+    the two share; the gate outlives restarts of the host container."""
+    spec = _one("SandboxTemplate", "toolbox-host")["spec"]["podTemplate"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    containers = {c["name"]: c for c in spec["containers"]}
+    assert sorted(containers) == ["gate", "host"]
+    assert spec.get("shareProcessNamespace") is not True, "the gate's processes must stay hidden"
+    host, gate = containers["host"], containers["gate"]
+    assert "toolbox-pool-token" not in _secret_names_of(host, volumes)
+    assert "--pool-token-file" not in host["args"]
+    assert _secret_names_of(gate, volumes) == {"toolbox-pool-token"}
+    assert gate["args"][0] == "toolbox-k8s-gate"
+    pool_dir = os.path.dirname(_flag(gate["args"], "--pool-token-file"))
+    gate_mounts = {m["mountPath"]: m["name"] for m in gate["volumeMounts"]}
+    assert volumes[gate_mounts[pool_dir]]["secret"]["secretName"] == "toolbox-pool-token"
+    # The gate shares only the hand-off folder with the host container.
+    host_mounts = {m["mountPath"]: m["name"] for m in host["volumeMounts"]}
+    shared = set(gate_mounts.values()) & set(host_mounts.values())
+    assert shared == {"handoff"}, shared
+    assert volumes["handoff"]["emptyDir"]["medium"] == "Memory"
+    socket = _flag(host["args"], "--handoff-socket")
+    assert socket == _flag(gate["args"], "--handoff-socket")
+    assert host_mounts[os.path.dirname(socket)] == "handoff"
+    assert gate_mounts[os.path.dirname(socket)] == "handoff"
+    # Another user than model code's, so nothing of the gate is model code's to touch.
+    assert gate["securityContext"]["runAsUser"] != spec["securityContext"]["runAsUser"]
+    assert host["securityContext"].get("runAsUser", spec["securityContext"]["runAsUser"]) \
+        == spec["securityContext"]["runAsUser"]

@@ -8,6 +8,7 @@ the actors on other nodes get exactly what the adapter checked.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import re
@@ -35,6 +36,39 @@ def parse_sid(text: str) -> str | None:
     if not isinstance(text, str) or not _SID.fullmatch(text) or text.startswith("."):
         return None
     return text
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or beneath it (both absolute)."""
+    path, folder = os.path.normpath(path), os.path.normpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is loopback only (``0.0.0.0`` and ``::`` are every address)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token_file(path: str, what: str = "placement_token_file") -> str:
+    """The token in `path` (its first line, trimmed, as ``toolbox router
+    --placement-token-file`` reads it); errors name `what`."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(4096)
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: {e.strerror or e}") from None
+    lines = raw.decode("utf-8", "replace").splitlines()
+    token = lines[0].strip() if lines else ""
+    if len(token) < 16:
+        raise ConfigError(f"{what} {path}: the token must be 16 characters or more (a random one, e.g. `openssl rand -hex 24`)")
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(f"{what} {path}: the token has spaces or control characters")
+    return token
 
 
 def actor_name(sid: str) -> str:
@@ -71,8 +105,18 @@ class Config:
     """More arguments for ``toolbox serve`` (e.g. ``--mode``, ``--sync-every``)."""
     host_env: tuple[tuple[str, str], ...] = ()
     """More environment for the hosts (the model's settings, AWS_* for an S3 store)."""
-    placement_token: str | None = None
-    """When set, every request to the adapter must carry ``Authorization: Bearer`` it."""
+    placement_token_file: str | None = None
+    """A file (its first line) holding the bearer token every request to the adapter must
+    carry. Read by the adapter's replicas themselves, on the node they run on: a value in
+    this configuration would travel through Ray (Serve keeps a deployment's arguments in
+    the GCS, which any Ray client can read). Required when the adapter listens beyond
+    loopback; host tokens are derived from it (see ``adapter.HostKeys``)."""
+    isolate_hosts: bool = True
+    """Model code in a host must not reach Ray: the host runs in a mount namespace of its own
+    where Ray's temp dir (its Unix sockets, ``ray_current_cluster``) and the other sessions'
+    folders under ``work_root`` are empty read-only folders, and its shell commands run under
+    ``--sandbox workspace-write`` (no network sockets). Turn off only where namespaces
+    cannot be made and hosts are trusted."""
 
     def __post_init__(self) -> None:
         if not self.toolbox_bin or not os.path.isabs(self.toolbox_bin):
@@ -97,22 +141,51 @@ class Config:
                 raise ConfigError(f"{name} must be a number of seconds above 0, got {value!r}")
         if not isinstance(self.retry_after_s, int) or not 0 < self.retry_after_s <= 3600:
             raise ConfigError(f"retry_after_s must be 1-3600 seconds, got {self.retry_after_s!r}")
-        if self.placement_token is not None and len(self.placement_token) < 16:
-            raise ConfigError("placement_token must be 16 characters or more")
-        for arg in self.host_args:
+        if self.placement_token_file is not None and (
+            not isinstance(self.placement_token_file, str) or not os.path.isabs(self.placement_token_file)
+        ):
+            raise ConfigError(f"placement_token_file must be an absolute path, got {self.placement_token_file!r}")
+        if not isinstance(self.isolate_hosts, bool):
+            raise ConfigError(f"isolate_hosts must be true or false, got {self.isolate_hosts!r}")
+        if self.isolate_hosts:
+            for name, path in (("state_store", self.store_folder), ("toolbox_bin", self.toolbox_bin)):
+                if path is not None and inside(path, self.work_root):
+                    raise ConfigError(
+                        f"{name} {path!r} is inside work_root {self.work_root!r}: an isolated host "
+                        "sees only its own session's folder there"
+                    )
+        for i, arg in enumerate(self.host_args):
             if not isinstance(arg, str):
                 raise ConfigError(f"host_args must be strings, got {arg!r}")
-            if arg.split("=")[0] in (
+            name = arg.split("=")[0]
+            if name in (
                 "--session",
                 "--epoch",
                 "--state-store",
                 "--listen",
                 "--token",
                 "--token-file",
+                "--token-fd",
+                "--token-sha256",
                 "--workspace",
                 "-w",
             ):
                 raise ConfigError(f"host_args may not set {arg}: the session actor sets it")
+            if name == "--sandbox" and self.isolate_hosts:
+                value = arg.partition("=")[2] if "=" in arg else (self.host_args[i + 1 : i + 2] or [""])[0]
+                if value not in ("read-only", "workspace-write"):
+                    raise ConfigError(
+                        f"host_args: --sandbox {value or '(no value)'} would let shell commands open "
+                        "network sockets, and so reach Ray; use read-only or workspace-write, or set "
+                        "isolate_hosts to false"
+                    )
+
+    @property
+    def sandbox_arg(self) -> list[str]:
+        """``--sandbox workspace-write`` when hosts are isolated and host_args picks no sandbox."""
+        if not self.isolate_hosts or any(a.split("=")[0] == "--sandbox" for a in self.host_args):
+            return []
+        return ["--sandbox", "workspace-write"]
 
     @property
     def store_folder(self) -> str | None:
@@ -132,6 +205,12 @@ class Config:
     def from_dict(cls, data: Mapping[str, Any]) -> "Config":
         """The configuration `data` describes; unknown keys are refused, naming the known ones."""
         known = {f.name for f in dataclasses.fields(cls)}
+        if "placement_token" in data:
+            raise ConfigError(
+                "placement_token: a token written in the configuration would travel through Ray "
+                "(Serve keeps a deployment's arguments in the GCS, which any Ray client can read); "
+                "put it in a file on the head node and name that file with placement_token_file"
+            )
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown configuration keys {unknown}; known: {sorted(known)}")

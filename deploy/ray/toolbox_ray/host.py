@@ -10,12 +10,26 @@ The host is a child of a thread of this actor that lives exactly as long as the 
 ``PR_SET_PDEATHSIG`` set to SIGKILL: when the actor's process dies for any reason (its node
 lost, ``ray.kill``) the host dies with it, as a machine's death would end it. Graceful ends
 (park, idle) go through :meth:`SessionHost.park`, which lets the host sync a last time.
+
+No token crosses Ray. The actor makes a random nonce for each host and starts it only when
+the adapter, which alone holds the key, answers that nonce with the SHA-256 digest of the
+token it derives from it (``--token-sha256``): the host, this actor and every Ray caller
+see the digest and the nonce, never the token. So the actor watches its host without its
+API: the session's event file and the workspace's files say whether it is busy or idle,
+and a park is SIGTERM (the host lets calls in flight finish, syncs and exits 0).
+
+With ``isolate_hosts`` the host starts in a mount namespace of its own in which Ray's temp
+dir (its Unix sockets, ``ray_current_cluster``, its logs) and the other sessions' folders
+under ``work_root`` are empty read-only folders, and its shell commands run under
+``--sandbox workspace-write``, which refuses every socket but AF_UNIX and any look into
+other processes' ``/proc``: a command can reach neither Ray's TCP ports nor its sockets.
 """
 
 from __future__ import annotations
 
 import collections
 import ctypes
+import errno
 import json
 import os
 import re
@@ -26,30 +40,133 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import warnings
 from typing import Any
 
 import ray
 
-from .config import NAMESPACE, Config
+from .config import NAMESPACE, Config, inside
 
 REGISTRY_NAME = "toolbox:registry"
 """The registry actor: what was parked, so ``GET /v1/sessions/{sid}`` can say so."""
 
 _LISTENING = re.compile(r"toolbox serve: listening on (http://[^\s]+)(.*)$")
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 32, 4096, 8192, 0x4000, 1 << 18
+_SEALED = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+
+NONCE = re.compile(r"[0-9a-f]{32}")
+"""A host's nonce: 16 random bytes in hex, made by its actor."""
+
+_libc: Any = None
+
+
+def _c() -> Any:
+    """libc, loaded before a fork (the child only calls into it)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
 
 
 def _die_with_parent(parent: int) -> None:
     """In the child, before exec: SIGKILL when the thread that started it ends."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+    if _c().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         os._exit(126)
     if os.getppid() != parent:
         # The parent died between fork and prctl.
         os._exit(126)
+
+
+def ray_dirs() -> list[str]:
+    """The folders where this node's Ray keeps its sockets, ``ray_current_cluster`` and its
+    logs: its temp dir, its session dir and the sockets' folders (outermost only)."""
+    found = []
+    node = getattr(ray._private.worker.global_worker, "node", None)
+    for get in ("get_temp_dir_path", "get_session_dir_path"):
+        try:
+            found.append(getattr(node, get)())
+        except Exception:  # noqa: BLE001 - an older or stripped-down Ray: the defaults below
+            pass
+    for attr in ("raylet_socket_name", "plasma_store_socket_name"):
+        path = getattr(node, attr, None)
+        if isinstance(path, str) and path.startswith("/"):
+            found.append(os.path.dirname(path))
+    found.append(os.environ.get("RAY_TMPDIR") or "/tmp/ray")
+    out: list[str] = []
+    for d in sorted({os.path.normpath(d) for d in found if isinstance(d, str) and d.startswith("/")}, key=len):
+        if os.path.isdir(d) and not any(d == o or d.startswith(o + "/") for o in out):
+            out.append(d)
+    return out
+
+
+class Isolation:
+    """What a host's mount namespace hides, prepared before the fork so that the child only
+    makes system calls: ``covers`` become empty read-only folders, and ``keep`` (the
+    session's own folder under work_root) stays itself inside the covered ``work_root``."""
+
+    def __init__(self, covers: list[str], work_root: str, keep: str) -> None:
+        self.covers = [os.fsencode(c) for c in covers]
+        self.work_root = os.fsencode(work_root)
+        self.keep = os.fsencode(keep)
+        self.name = os.fsencode(os.path.basename(keep))
+        self.uid, self.gid = os.getuid(), os.getgid()
+        _c()
+
+    def enter(self) -> None:
+        """In the child, before exec. Any failure ends the child (exit 126) saying why on
+        stderr, which the actor reports: a host is never started unisolated by accident."""
+        libc = _c()
+
+        def fail(what: str) -> None:
+            err = ctypes.get_errno()
+            os.write(2, f"toolbox_ray: cannot isolate the host: {what}: {os.strerror(err)}\n".encode())
+            os._exit(126)
+
+        def mount(src: bytes | None, dst: bytes, fstype: bytes | None, flags: int, data: bytes | None, what: str) -> None:
+            if libc.mount(src, dst, fstype, ctypes.c_ulong(flags), data) != 0:
+                fail(what)
+
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            if ctypes.get_errno() != errno.EPERM:
+                fail("unshare(CLONE_NEWNS)")
+            # Not root: a user namespace of our own, mapping only ourselves, owns the mounts.
+            if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+                fail("unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+            for name, text in (
+                ("setgroups", b"deny"),
+                ("uid_map", b"%d %d 1" % (self.uid, self.uid)),
+                ("gid_map", b"%d %d 1" % (self.gid, self.gid)),
+            ):
+                try:
+                    fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+                    os.write(fd, text)
+                    os.close(fd)
+                except OSError as e:
+                    os.write(2, f"toolbox_ray: cannot isolate the host: /proc/self/{name}: {e}\n".encode())
+                    os._exit(126)
+        # Nothing done here reaches the node's namespace, nor comes in from it later.
+        mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None, "making / private")
+        # The session's own folder is set aside on a scratch tmpfs (over the first cover,
+        # which is about to be emptied anyway), work_root is covered, and the folder moved
+        # back into it at its own path.
+        stage = self.covers[0]
+        mount(b"toolbox-isolated", stage, b"tmpfs", _SEALED, b"size=64k,mode=0700", "a tmpfs over " + stage.decode())
+        aside = stage + b"/session"
+        os.mkdir(aside, 0o700)
+        mount(self.keep, aside, None, _MS_BIND | _MS_REC, None, "setting the session's folder aside")
+        mount(b"toolbox-isolated", self.work_root, b"tmpfs", _SEALED, b"size=64k,mode=0755", "a tmpfs over work_root")
+        back = self.work_root + b"/" + self.name
+        os.mkdir(back, 0o700)
+        mount(aside, back, None, _MS_MOVE, None, "moving the session's folder back")
+        mount(None, self.work_root, None, _MS_REMOUNT | _MS_RDONLY | _SEALED, None, "sealing work_root")
+        os.rmdir(aside)
+        mount(None, stage, None, _MS_REMOUNT | _MS_RDONLY | _SEALED, None, "sealing " + stage.decode())
+        for cover in self.covers[1:]:
+            mount(b"toolbox-isolated", cover, b"tmpfs", _SEALED | _MS_RDONLY, b"size=4k,mode=0555", "a tmpfs over " + cover.decode())
 
 
 def _epoch_listing(folder: str, sid: str) -> int:
@@ -82,31 +199,49 @@ def _supports_epoch_next(binary: str) -> bool:
     return _EPOCH_NEXT[binary]
 
 
-def http_json(method: str, url: str, token: str | None, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-    """One request with a JSON body (or none); the status and the decoded answer (text when
-    it is not JSON). Connection failures raise OSError."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read(4 << 20)
-    except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read(4 << 20)
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode("utf-8", "replace")
+def host_command(cfg: Config, sid: str, epoch_arg: str, ws: str, listen_ip: str, digest: str) -> list[str]:
+    """The host's command line: the token's digest, never the token."""
+    return [
+        cfg.toolbox_bin,
+        "serve",
+        "--workspace",
+        ws,
+        "--session",
+        sid,
+        "--epoch",
+        epoch_arg,
+        "--state-store",
+        cfg.state_store,
+        "--listen",
+        f"{listen_ip}:0",
+        "--token-sha256",
+        digest,
+        *cfg.sandbox_arg,
+        *cfg.host_args,
+    ]
+
+
+def host_env(cfg: Config) -> dict[str, str]:
+    """The host's environment: the actor's without ``TOOLBOX_*`` and ``RAY_*`` (Ray's own
+    settings say where the cluster is), plus the operator's ``host_env``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLBOX_", "RAY_"))}
+    env.update(dict(cfg.host_env))
+    return env
 
 
 class _Child:
     """One ``toolbox serve`` and the thread that owns it."""
 
-    def __init__(self, cfg: Config, sid: str, epoch_arg: str, ws: str, listen_ip: str) -> None:
-        self.token = secrets.token_urlsafe(32)
+    def __init__(
+        self,
+        cfg: Config,
+        sid: str,
+        epoch_arg: str,
+        ws: str,
+        listen_ip: str,
+        digest: str,
+        isolation: Isolation | None,
+    ) -> None:
         self.ws = ws
         self.url: str | None = None
         self.epoch: int | None = int(epoch_arg) if epoch_arg.isdigit() else None
@@ -116,32 +251,21 @@ class _Child:
         self.listening_at: float | None = None
         self.ended = threading.Event()
         self.proc: subprocess.Popen | None = None
-        self._cmd = [
-            cfg.toolbox_bin,
-            "serve",
-            "--workspace",
-            ws,
-            "--session",
-            sid,
-            "--epoch",
-            epoch_arg,
-            "--state-store",
-            cfg.state_store,
-            "--listen",
-            f"{listen_ip}:0",
-            *cfg.host_args,
-        ]
-        self._env = dict(os.environ)
-        for key in list(self._env):
-            if key.startswith("TOOLBOX_"):
-                del self._env[key]
-        self._env.update(dict(cfg.host_env))
-        self._env["TOOLBOX_SERVE_TOKEN"] = self.token
+        self._cmd = host_command(cfg, sid, epoch_arg, ws, listen_ip, digest)
+        self._env = host_env(cfg)
+        self._isolation = isolation
         self._thread = threading.Thread(target=self._own, name=f"toolbox-host-{sid}", daemon=True)
         self._thread.start()
 
     def _own(self) -> None:
         parent = os.getpid()
+        isolation = self._isolation
+
+        def before_exec() -> None:
+            _die_with_parent(parent)
+            if isolation is not None:
+                isolation.enter()
+
         try:
             self.proc = subprocess.Popen(
                 self._cmd,
@@ -150,10 +274,10 @@ class _Child:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                preexec_fn=lambda: _die_with_parent(parent),
+                preexec_fn=before_exec,
                 start_new_session=True,
             )
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
             self.lines.append(f"could not start {self._cmd[0]}: {e}")
             self.exit_code = 127
             self.ended.set()
@@ -177,11 +301,12 @@ class _Child:
         self.listening.set()
 
     def stop(self, grace: float) -> None:
-        """SIGTERM (a last sync), then SIGKILL after `grace` seconds."""
+        """SIGTERM to the host (it lets calls in flight finish, syncs a last time and exits
+        0), then SIGKILL to its whole process group after `grace` seconds."""
         if self.proc is None or self.ended.is_set():
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.kill(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         if not self.ended.wait(grace):
@@ -190,6 +315,44 @@ class _Child:
             except ProcessLookupError:
                 pass
             self.ended.wait(10)
+
+
+_EVENTS_TAIL = 256 * 1024
+"""How much of the end of the session's event file the idle check reads."""
+
+
+def busy_in_events(path: str) -> tuple[bool, int, int]:
+    """From the session's event file (``.toolbox/sessions/<sid>/events.jsonl``, one
+    ``{"epoch", "event"}`` per line, written as events happen): whether a turn is open or a
+    question waits for a person, and the file's size and modification time."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            f.seek(max(0, st.st_size - _EVENTS_TAIL))
+            tail = f.read(_EVENTS_TAIL)
+    except OSError:
+        return False, -1, -1
+    turn_open = False
+    asking: set[str] = set()
+    for line in tail.splitlines():
+        if b'"turn_' not in line and b"_request" not in line and b'"tool_call_finished"' not in line and b'"review_answered"' not in line:
+            continue
+        try:
+            event = json.loads(line).get("event") or {}
+        except (ValueError, AttributeError):
+            continue  # the first line of the tail, or a torn last one
+        kind = event.get("type")
+        if kind == "turn_started":
+            turn_open, asking = True, set()
+        elif kind == "turn_finished":
+            turn_open, asking = False, set()
+        elif kind in ("tool_approval_request", "review_request"):
+            asking.add(str(event.get("call_id")))
+        elif kind == "tool_call_finished":
+            asking.discard(str(event.get("id")))
+        elif kind == "review_answered":
+            asking.discard(str(event.get("call_id")))
+    return turn_open or bool(asking), st.st_size, st.st_mtime_ns
 
 
 class SessionHost:
@@ -206,13 +369,13 @@ class SessionHost:
         self.listen_ip = self.cfg.listen_ip or ray.util.get_node_ip_address()
         self.started_at = time.time()
         self.child: _Child | None = None
+        self.nonce = secrets.token_hex(16)
+        """The nonce of the current host, or of the next one while none runs."""
         self.error: str | None = None
         self.parking = False
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        # Start the host off the constructor, so the adapter sees "placed" as soon as a slot
-        # is taken and waits for the host separately.
-        threading.Thread(target=self._run, name=f"toolbox-session-{sid}", daemon=True).start()
+        self._starting = threading.Lock()
+        self._crashes: list[float] = []
+        # The host starts at the first info() that brings its token's digest (see info).
 
     # -- the host's life ----------------------------------------------------------------
 
@@ -231,21 +394,49 @@ class SessionHost:
             return "next"
         return str(_epoch_listing(folder, self.sid) + 1)
 
-    def _start_once(self) -> _Child:
+    def _isolation(self) -> Isolation | None:
+        """What this host's mount namespace hides; raises ValueError naming a folder that
+        isolation would hide from the host itself."""
+        if not self.cfg.isolate_hosts:
+            return None
+        covers = ray_dirs()
+        if not covers:
+            raise ValueError("isolate_hosts: this node's Ray temp dir was not found (RAY_TMPDIR, /tmp/ray)")
+        needed = [("work_root", self.cfg.work_root), ("toolbox_bin", self.cfg.toolbox_bin)]
+        if self.cfg.store_folder:
+            needed.append(("state_store", self.cfg.store_folder))
+        for cover in covers:
+            for name, path in needed:
+                if inside(path, cover):
+                    raise ValueError(
+                        f"{name} {path} is inside Ray's folder {cover}, which an isolated host "
+                        "does not see: move it elsewhere"
+                    )
+            if inside(cover, self.cfg.work_root):
+                raise ValueError(f"Ray's folder {cover} is inside work_root {self.cfg.work_root}: move work_root")
+        return Isolation(covers, self.cfg.work_root, os.path.join(self.cfg.work_root, self.sid))
+
+    def _start_once(self, digest: str, isolation: Isolation | None) -> _Child:
         epoch = self._epoch_arg()
         ws = self._workspace(epoch)
-        child = _Child(self.cfg, self.sid, epoch, ws, self.listen_ip)
+        child = _Child(self.cfg, self.sid, epoch, ws, self.listen_ip, digest, isolation)
         if not child.listening.wait(self.cfg.start_timeout_s):
             child.stop(5)
         return child
 
-    def _start(self) -> bool:
+    def _start(self, digest: str) -> bool:
         """Starts a host at the next epoch; an epoch claimed meanwhile is tried again (3 times)."""
+        try:
+            isolation = self._isolation()
+        except ValueError as e:
+            self.error = str(e)
+            return False
         for _ in range(3):
-            child = self._start_once()
+            child = self._start_once(digest, isolation)
             if child.url is not None and not child.ended.is_set():
-                with self._lock:
-                    self.child = child
+                self.error = None
+                self.child = child
+                threading.Thread(target=self._watch, args=(child,), name=f"toolbox-session-{self.sid}", daemon=True).start()
                 return True
             tail = "\n".join(list(child.lines)[-10:])
             self.error = f"the host did not start (exit {child.exit_code}): {tail}"
@@ -254,25 +445,16 @@ class SessionHost:
                 break
         return False
 
-    def _run(self) -> None:
-        if not self._start():
-            self._ready.set()
-            return
-        self._ready.set()
-        self._watch()
-
     def _fingerprint(self, child: _Child) -> tuple[Any, ...] | None:
-        """What changes when the session does something; None while it is busy."""
-        try:
-            status, body = http_json("GET", f"{child.url}/api/sessions", child.token, timeout=5)
-        except OSError:
-            return ("unreachable", time.time())
-        if status != 200 or not isinstance(body, dict):
-            return ("status", status, time.time())
-        row = next((r for r in body.get("sessions", []) if r.get("id") == self.sid), {})
-        if row.get("running") or row.get("pending_approvals"):
+        """What changes when the session does something; None while it is busy (a turn
+        open, a question waiting). Read from its files, as the actor has no token for its
+        host's API."""
+        events = os.path.join(child.ws, ".toolbox", "sessions", self.sid, "events.jsonl")
+        busy, size, mtime = busy_in_events(events)
+        if busy:
             return None
-        # The newest change in the workspace (a look at 20,000 files at most).
+        # The newest change in the workspace (a look at 20,000 files at most): calls write
+        # the trajectory and the conversation, so this is the session's last activity.
         newest = 0
         seen = 0
         for dirpath, _dirnames, filenames in os.walk(child.ws):
@@ -284,15 +466,12 @@ class SessionHost:
             seen += len(filenames)
             if seen > 20000:
                 break
-        return (row.get("last_activity"), newest)
+        return (size, mtime, newest)
 
-    def _watch(self) -> None:
-        """Until the host ends: park it when idle; start a new one when it crashes."""
+    def _watch(self, child: _Child) -> None:
+        """Until the host ends: park it when idle; when it crashes, make way for a new one."""
         last, since = None, time.monotonic()
-        restarts: list[float] = []
         while True:
-            child = self.child
-            assert child is not None
             if child.ended.wait(self.cfg.idle_check_s):
                 if self.parking:
                     return
@@ -303,12 +482,18 @@ class SessionHost:
                     self._end(parked=code == 0)
                     return
                 now = time.monotonic()
-                restarts = [t for t in restarts if now - t < 60] + [now]
-                if len(restarts) > 3 or not self._start():
+                self._crashes = [t for t in self._crashes if now - t < 60] + [now]
+                if len(self._crashes) > 3:
                     # Crashing in a loop here: let Ray restart the actor (elsewhere, maybe).
                     os._exit(1)
-                last, since = None, time.monotonic()
-                continue
+                # The next host gets a new nonce, so a new token; the next :ensure (the
+                # router's, with stale_epoch) brings its digest and starts it.
+                self.error = f"the host exited with {code}: " + "\n".join(list(child.lines)[-5:])
+                with self._starting:
+                    if self.child is child:
+                        self.nonce = secrets.token_hex(16)
+                        self.child = None
+                return
             if self.parking:
                 continue
             fp = self._fingerprint(child)
@@ -337,31 +522,44 @@ class SessionHost:
         """Answers as soon as the actor is placed."""
         return self.node
 
-    def info(self, stale_epoch: int | None = None) -> dict[str, Any]:
-        """The host's address, token, epoch and node, once it listens (bounded by
-        ``start_timeout_s``). With `stale_epoch` (a router could not reach that epoch's
-        host), a host of that epoch that is gone is replaced first."""
-        self._ready.wait(self.cfg.start_timeout_s + 10)
+    def info(self, stale_epoch: int | None = None, offer: dict[str, str] | None = None) -> dict[str, Any]:
+        """The host's address, epoch, node and nonce once it listens (bounded by
+        ``start_timeout_s``); never a token.
+
+        While no host runs, the answer is ``{"need": nonce}``: the caller (the adapter)
+        derives the host's token from the nonce and calls again with ``offer={"nonce",
+        "digest"}``, the token's SHA-256, which starts the host. With `stale_epoch` (a
+        router could not reach that epoch's host), a host of that epoch that is gone is
+        replaced first."""
+        deadline = time.monotonic() + self.cfg.start_timeout_s + 10
+        if self.parking:
+            return {"error": "parking", "parking": True}
         child = self.child
-        if child is None:
-            return {"error": self.error or "the host did not start"}
-        if stale_epoch is not None and child.epoch is not None and child.epoch <= stale_epoch:
+        if child is not None and stale_epoch is not None and child.epoch is not None and child.epoch <= stale_epoch:
             # Give the watcher a moment to see a crash; a live host stays.
             child.ended.wait(1.0)
-            if child.ended.is_set() and not self.parking:
-                # The watcher starts the next host (or ends the actor).
-                deadline = time.monotonic() + self.cfg.start_timeout_s + 10
-                while self.child is child and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                child = self.child
-                assert child is not None
+            while child.ended.is_set() and self.child is child and not self.parking and time.monotonic() < deadline:
+                time.sleep(0.05)
+        with self._starting:
+            if self.parking:
+                return {"error": "parking", "parking": True}
+            if self.child is None:
+                nonce = (offer or {}).get("nonce")
+                digest = (offer or {}).get("digest")
+                if nonce != self.nonce or not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+                    return {"need": self.nonce, "node": self.node}
+                if not self._start(digest):
+                    return {"error": self.error or "the host did not start"}
+            child = self.child
+        if child is None:
+            return {"error": self.error or "the host did not start"}
         if self.parking:
             return {"error": "parking", "parking": True}
         return {
             "url": child.url,
-            "token": child.token,
             "epoch": child.epoch,
             "node": self.node,
+            "nonce": self.nonce,
             "pid": child.proc.pid if child.proc else None,
             "actor_pid": os.getpid(),
             "actor_started_at": self.started_at,
@@ -371,26 +569,22 @@ class SessionHost:
         }
 
     def status(self) -> dict[str, Any]:
-        """Without waiting: running (a host listens), placing (it starts), or its error."""
+        """Without waiting: running (a host listens), or placing (none yet, or it starts)."""
         child = self.child
         if child is None or child.url is None:
             return {"state": "placing", "epoch": None}
         return {"state": "running", "epoch": child.epoch}
 
     def park(self) -> dict[str, Any]:
-        """Asks the host to sync a last time and exit (bounded), then kills it if it did not."""
+        """Asks the host to sync a last time and exit (SIGTERM), then kills it if it did not
+        within ``park_timeout_s``."""
         self.parking = True
-        self._ready.wait(self.cfg.start_timeout_s + 10)
-        child = self.child
+        # A start under way finishes first (bounded by start_timeout_s).
+        with self._starting:
+            child = self.child
         if child is None:
             return {"exit": None}
-        if not child.ended.is_set():
-            try:
-                http_json("POST", f"{child.url}/api/sessions/{self.sid}/park", child.token, {}, timeout=10)
-            except OSError:
-                pass
-            if not child.ended.wait(self.cfg.park_timeout_s):
-                child.stop(10)
+        child.stop(self.cfg.park_timeout_s)
         shutil.rmtree(child.ws, ignore_errors=True)
         return {"exit": child.exit_code, "epoch": child.epoch, "node": self.node}
 

@@ -58,9 +58,10 @@ pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Res
             return Ok(None);
         }
         review.state = ReviewState::Pending;
-        Ok(Some(review.revision))
+        let revision = review.revision;
+        Ok(Some((revision, plan.content_digest(part))))
     })?;
-    let Some(revision) = asked else {
+    let Some((revision, shown_digest)) = asked else {
         return Ok(Value::String(format!(
             "The {part} is already confirmed and has not changed since; nothing to ask.\n{}",
             plan.render()
@@ -82,8 +83,11 @@ pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Res
         .text(&shown);
     let answer = ctx.ask_review(preview).await;
     let (plan, message) = p.edit(ctx, |plan| {
+        // The answer is about what the person was shown: the same revision, and the same
+        // content (a file edited meanwhile by code keeps its revision number, not its digest).
+        let same = plan.content_digest(part) == shown_digest;
         let review = plan.review_mut(part);
-        if review.revision != revision {
+        if review.revision != revision || !same {
             return Ok(format!(
                 "The {part} changed while the person was asked, so their answer ({}) applies \
                  to an older {part} and was not recorded; it is a draft: call \

@@ -128,7 +128,21 @@ pub struct Review {
     /// confirms nothing.
     #[serde(default)]
     pub revision: u64,
+    /// The seal toolbox put on this review when it wrote it (see [`SEAL_PURPOSE`]): an
+    /// HMAC over the session, the part, this review and a digest of the part's content,
+    /// under a key no tool can reach. A review that is not a draft counts only with a valid
+    /// seal; without one it is read as a draft ([`Review::unsealed`] says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
+    /// Set when the file said more than its seal bears out (a confirmation written by
+    /// something other than toolbox, or a part edited after it was confirmed): the review
+    /// was read as a draft. Never stored.
+    #[serde(skip)]
+    pub unsealed: bool,
 }
+
+/// What review seals are made for (domain separation from any other use of the key).
+pub const SEAL_PURPOSE: &str = "toolbox plan review v1";
 
 impl Review {
     /// A change of the part's content: a new revision, and a confirmation (or a question
@@ -151,6 +165,12 @@ impl Review {
     }
 
     fn describe(&self) -> String {
+        if self.unsealed {
+            return "draft (the file claimed more than toolbox recorded: a confirmation is \
+                    made by a person through plan__request_review, and any edit of the part \
+                    undoes it)"
+                .to_string();
+        }
         let mut out = self.state.as_str().to_string();
         if self.state != ReviewState::Pending {
             if let (Some(by), Some(at)) = (&self.by, &self.at) {
@@ -230,6 +250,80 @@ impl Plan {
         match part {
             Part::Goal => &mut self.goal_review,
             Part::Plan => &mut self.plan_review,
+        }
+    }
+
+    /// A digest of what a person reviews in `part`: the goal's text, or every step's id and
+    /// title (statuses and notes are progress, not what was agreed).
+    pub fn content_digest(&self, part: Part) -> String {
+        match part {
+            Part::Goal => {
+                toolbox_host::seal::digest(&[self.goal.as_deref().unwrap_or("").as_bytes()])
+            }
+            Part::Plan => {
+                let parts: Vec<&[u8]> = self
+                    .steps
+                    .iter()
+                    .flat_map(|s| [s.id.as_bytes(), s.title.as_bytes()])
+                    .collect();
+                toolbox_host::seal::digest(&parts)
+            }
+        }
+    }
+
+    /// The parts a review's seal covers.
+    fn sealed_parts(&self, sid: &str, part: Part) -> Vec<Vec<u8>> {
+        let review = self.review(part);
+        let opt = |v: &Option<String>| v.clone().unwrap_or_default().into_bytes();
+        vec![
+            sid.as_bytes().to_vec(),
+            part.to_string().into_bytes(),
+            review.state.as_str().as_bytes().to_vec(),
+            review.revision.to_string().into_bytes(),
+            opt(&review.by),
+            opt(&review.at),
+            opt(&review.feedback),
+            self.content_digest(part).into_bytes(),
+        ]
+    }
+
+    /// Seals every review that is not a draft, for writing.
+    fn seal_reviews(&mut self, sid: &str, seal: &toolbox_host::seal::Seal) {
+        for part in [Part::Goal, Part::Plan] {
+            let tag = (self.review(part).state != ReviewState::Draft).then(|| {
+                let parts = self.sealed_parts(sid, part);
+                let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                seal.sign(SEAL_PURPOSE, &refs)
+            });
+            let review = self.review_mut(part);
+            review.seal = tag;
+            review.unsealed = false;
+        }
+    }
+
+    /// Reads every review that is not a draft as a draft unless its seal holds: for this
+    /// session, this part, this review and the part's content as it is now.
+    fn check_seals(&mut self, sid: &str, seal: &toolbox_host::seal::Seal) {
+        for part in [Part::Goal, Part::Plan] {
+            if self.review(part).state == ReviewState::Draft {
+                continue;
+            }
+            let parts = self.sealed_parts(sid, part);
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let holds = self
+                .review(part)
+                .seal
+                .as_deref()
+                .is_some_and(|tag| seal.verify(SEAL_PURPOSE, &refs, tag));
+            if !holds {
+                let review = self.review_mut(part);
+                review.state = ReviewState::Draft;
+                review.by = None;
+                review.at = None;
+                review.feedback = None;
+                review.seal = None;
+                review.unsealed = true;
+            }
         }
     }
 
@@ -351,12 +445,17 @@ pub fn load(workspace: &Workspace) -> Result<Plan> {
             shown(sid.as_str())
         );
     }
-    serde_json::from_slice(&bytes).with_context(|| {
+    let mut plan: Plan = serde_json::from_slice(&bytes).with_context(|| {
         format!(
             "{} is not a plan toolbox wrote (delete it to start over)",
             shown(sid.as_str())
         )
-    })
+    })?;
+    plan.check_seals(
+        sid.as_str(),
+        toolbox_host::seal::for_workspace(workspace.root()),
+    );
+    Ok(plan)
 }
 
 /// Replaces the session's plan file atomically (never through a link).
@@ -367,7 +466,12 @@ pub fn save(workspace: &Workspace, plan: &Plan) -> Result<()> {
     let dir = workspace
         .toolbox_subdir(&[OsStr::new("sessions"), OsStr::new(sid.as_str())])
         .with_context(|| shown(sid.as_str()))?;
-    let bytes = serde_json::to_vec_pretty(plan)?;
+    let mut plan = plan.clone();
+    plan.seal_reviews(
+        sid.as_str(),
+        toolbox_host::seal::for_workspace(workspace.root()),
+    );
+    let bytes = serde_json::to_vec_pretty(&plan)?;
     dir.write_atomic(OsStr::new(FILE), &bytes)
         .with_context(|| format!("could not write {}", shown(sid.as_str())))
 }
