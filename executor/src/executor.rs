@@ -276,6 +276,13 @@ impl ToolExecutor {
             .trajectory
             .then(|| TrajectoryWriter::new(workspace.clone()));
         let provider_config = Arc::new(Value::Object(config.providers.clone()));
+        // Each provider's call gate checks its own settings against the tools linked in: a
+        // gate that would silently hold nothing (a misspelt tool) stops the start instead.
+        let infos: Vec<&toolbox_core::ToolInfo> =
+            registry.tools().iter().map(|t| &t.info).collect();
+        for gate in toolbox_host::call_gates() {
+            (gate.validate)(&provider_config, &infos).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         let spool_reader = registry
             .file_reader(&config.permissions)
             .map(|t| t.info.clone());

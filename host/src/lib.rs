@@ -53,7 +53,8 @@ pub use extract::{find_extractor, ContentExtractor};
 pub use paths::{operator_path, show_name};
 pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
 pub use question::{
-    call_gates, AskFuture, Asker, CallGate, CallPolicy, GateCall, PersonAnswer, QuestionKind,
+    call_gates, no_validation, AskFuture, Asker, CallGate, CallPolicy, GateCall, PersonAnswer,
+    QuestionKind,
 };
 pub use runner::{find_code_runner, CodeRunner, RunFuture};
 pub use skill::{

@@ -130,6 +130,15 @@ pub struct CallGate {
     pub provider: &'static str,
     /// The check.
     pub check: fn(&GateCall<'_>) -> Option<String>,
+    /// Checks the gate's configuration once, when the executor is built, against every tool
+    /// linked in (the whole configuration, and the tools): an error stops toolbox from
+    /// starting, naming what is wrong, rather than a gate that silently holds nothing.
+    pub validate: fn(&serde_json::Value, &[&ToolInfo]) -> Result<(), String>,
+}
+
+/// A [`CallGate::validate`] for a gate whose configuration needs no check.
+pub fn no_validation(_: &serde_json::Value, _: &[&ToolInfo]) -> Result<(), String> {
+    Ok(())
 }
 
 inventory::collect!(CallGate);
@@ -144,13 +153,16 @@ pub fn call_gates() -> Vec<&'static CallGate> {
 /// Registers a [`CallGate`] at link time.
 ///
 /// ```ignore
-/// toolbox_host::register_call_gate!("plan", gate::check);
+/// toolbox_host::register_call_gate!("plan", gate::check, gate::validate);
 /// ```
 #[macro_export]
 macro_rules! register_call_gate {
     ($provider:expr, $check:expr) => {
+        $crate::register_call_gate!($provider, $check, $crate::no_validation);
+    };
+    ($provider:expr, $check:expr, $validate:expr) => {
         $crate::inventory::submit! {
-            $crate::CallGate { provider: $provider, check: $check }
+            $crate::CallGate { provider: $provider, check: $check, validate: $validate }
         }
     };
 }

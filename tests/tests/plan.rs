@@ -293,3 +293,44 @@ async fn a_plan_written_by_code_or_edited_after_review_reads_as_a_draft() {
         ran.result
     );
 }
+
+#[tokio::test]
+async fn require_confirmed_names_tools_by_any_name_and_refuses_unknown_ones() {
+    // Aliases and the data agent's words hold the canonical tool back.
+    for (held, tool, args) in [
+        ("bash", "shell", json!({"command": "true"})),
+        (
+            "write_file",
+            "file_manager__write",
+            json!({"path": "a", "content": "a"}),
+        ),
+        ("python_exec", "run_python_code", json!({"code": "1"})),
+    ] {
+        let (_dir, exec) = gated(held);
+        let got = call(&exec, tool, args).await;
+        assert_eq!(
+            got.error_kind,
+            Some(ErrorKind::Denied),
+            "{held}: {}",
+            got.result
+        );
+        assert!(
+            got.result.contains(&format!("{held:?}")),
+            "{held}: {}",
+            got.result
+        );
+    }
+    // A name no tool answers to would hold nothing back: the executor refuses to start.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = toolbox_executor::ExecutorConfig::new(dir.path());
+    config.providers.insert(
+        "plan".into(),
+        json!({"require_confirmed": ["shell", "bsh", "write_fil"]}),
+    );
+    let e = ToolExecutor::new(config)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("\"bsh\", \"write_fil\""), "{e}");
+    assert!(e.contains("neither a risk class"), "{e}");
+}

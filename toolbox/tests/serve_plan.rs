@@ -540,3 +540,28 @@ fn a_model_cannot_confirm_its_own_plan_over_http() {
         "{shown}"
     );
 }
+
+#[test]
+fn an_unknown_require_confirmed_entry_stops_every_front_end() {
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let config = outside.path().join("operator.toml");
+    std::fs::write(&config, "[plan]\nrequire_confirmed = [\"bsh\"]\n").unwrap();
+    for args in [
+        &["call", "shell", r#"{"command": "true"}"#, "--mode", "full"][..],
+        &["mcp"][..],
+        &["serve", "--listen", "127.0.0.1:0"][..],
+    ] {
+        let out = common::toolbox(ws.path())
+            .env("TOOLBOX_CONFIG", &config)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("\"bsh\"") && err.contains("neither a risk class"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -243,15 +243,29 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_ports(n: int) -> list[int]:
-    """n distinct free ports on 127.0.0.1 (all held until each is known)."""
-    held = []
+    """n free ports on 127.0.0.1, none handed out before in this run. Every process of the
+    tests listens on one of these, never on port 0: the kernel readily gives a port just
+    released here to the next bind to port 0, which would take a port a test has planned
+    for a later process."""
+    held, ports = [], []
     try:
-        for _ in range(n):
+        for _ in range(n + 50):  # bounded: a port handed out before is skipped
+            if len(ports) == n:
+                break
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
+            held.append(s)  # held open, so the next bind gets another port
+            port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                ports.append(port)
+        if len(ports) < n:
+            raise RuntimeError(f"found {len(ports)} of {n} free ports")
+        _HANDED_OUT.update(ports)
+        return ports
     finally:
         for s in held:
             s.close()
@@ -349,7 +363,7 @@ def start_adapter(fake_kube, tokens):
 
     def start(host_port: int, gate_port: int) -> Adapter:
         proc = subprocess.Popen(
-            [sys.executable, ADAPTER, "--listen", "127.0.0.1:0",
+            [sys.executable, ADAPTER, "--listen", f"127.0.0.1:{free_port()}",
              "--api-server", fake_kube.url, "--namespace", NAMESPACE,
              "--api-token-file", tokens["api"][0], "--pool-token-file", tokens["pool"][0],
              "--host-key-file", tokens["host-key"][0],

@@ -11,13 +11,23 @@
 Serve's model multiplexing is not used: it is cache affinity and falls back to any replica,
 which could start a second live copy of a session. Every replica here asks Ray for the one
 named actor instead, so replicas hold no state and any number of them agree.
+
+Host tokens never leave the adapter's replicas. Ray has no caller authentication, so
+whatever an actor holds or answers, any Ray client can read: a host's actor knows only a
+nonce and the SHA-256 of the token, which the replica derives from the nonce with a key of
+its own (:class:`HostKeys`) and hands to the router alone. The key comes from the
+placement token's file, read on the replica's node, or from a key file the replicas make in
+their node's Ray session dir; neither travels through Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
+import os
+import secrets
 from typing import Any
 
 import ray
@@ -27,8 +37,18 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .config import ACTOR_PREFIX, NAMESPACE, SLOT, Config, actor_name, parse_sid
-from .host import REGISTRY_NAME, Registry, SessionHost
+from .config import (
+    ACTOR_PREFIX,
+    NAMESPACE,
+    SLOT,
+    Config,
+    ConfigError,
+    actor_name,
+    is_loopback,
+    parse_sid,
+    read_token_file,
+)
+from .host import NONCE, REGISTRY_NAME, Registry, SessionHost
 
 SessionHostActor = ray.remote(SessionHost)
 RegistryActor = ray.remote(Registry)
@@ -55,6 +75,68 @@ def actor_options(sid: str) -> dict[str, Any]:
     }
 
 
+class HostKeys:
+    """Host tokens: ``HMAC-SHA256(key, sid + NUL + nonce)`` in hex, where the nonce is the
+    host's own (its actor made it) and the key is this adapter's. Deterministic, so every
+    replica, before and after a restart, answers the same token for the same host; and a
+    new nonce (a new host) makes a new token."""
+
+    _LABEL = b"toolbox-ray host tokens v1"
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ConfigError("the adapter's secret must be 16 bytes or more")
+        self._key = hmac.new(secret, self._LABEL, hashlib.sha256).digest()
+
+    def __repr__(self) -> str:
+        return "HostKeys(..)"
+
+    def token(self, sid: str, nonce: str) -> str:
+        """The bearer token of session `sid`'s host with `nonce`."""
+        if not NONCE.fullmatch(nonce):
+            raise ValueError(f"not a host nonce: {nonce!r}")
+        return hmac.new(self._key, f"{sid}\0{nonce}".encode(), hashlib.sha256).hexdigest()
+
+    def digest(self, sid: str, nonce: str) -> str:
+        """What the host is started with (``--token-sha256``): the token's SHA-256 in hex."""
+        return hashlib.sha256(self.token(sid, nonce).encode()).hexdigest()
+
+
+KEY_FILE = "toolbox-ray-adapter.key"
+"""The adapter's own key, when no placement token is configured: in the Ray session dir of
+the replica's node (hosts do not see Ray's folders), made once by whichever replica comes
+first, so it outlives a replica's restart (not the cluster's)."""
+
+
+def own_key() -> bytes:
+    """This node's adapter key (see :data:`KEY_FILE`), made if missing."""
+    node = ray._private.worker.global_worker.node
+    path = os.path.join(node.get_session_dir_path(), KEY_FILE)
+    for _ in range(50):
+        try:
+            with open(path, "rb") as f:
+                key = f.read(64)
+            if len(key) == 32:
+                return key
+        except FileNotFoundError:
+            pass
+        # Written whole under another name, then linked: a racing replica sees either no
+        # file or the whole key, and the first link wins.
+        tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(32))
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    raise RuntimeError(f"cannot read or make the adapter key {path}")
+
+
 def _json(status: int, body: Any, retry_after: int | None = None) -> JSONResponse:
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return JSONResponse(body, status_code=status, headers=headers)
@@ -66,6 +148,13 @@ class Placement:
     def __init__(self, config: dict[str, Any]) -> None:
         self.cfg = Config.from_dict(config)
         self._cfg_dict = self.cfg.to_dict()
+        # Read here, in the replica's process, on its node: never an argument through Ray.
+        self.token: str | None = None
+        if self.cfg.placement_token_file is not None:
+            self.token = read_token_file(self.cfg.placement_token_file)
+            self.keys = HostKeys(self.token.encode())
+        else:
+            self.keys = HostKeys(own_key())
         here = ray.get_runtime_context().get_node_id()
         self.registry = RegistryActor.options(
             name=REGISTRY_NAME,
@@ -123,14 +212,21 @@ class Placement:
             except RayActorError:
                 await asyncio.sleep(0.05)
                 continue
+            # A running host answers at once; an actor without one answers the nonce of its
+            # next host, whose token's digest (and only that) goes back to start it.
+            offer = None
             try:
-                info = await asyncio.wait_for(handle.info.remote(stale_epoch), self.cfg.start_timeout_s + 30)
+                for _ in range(3):
+                    info = await asyncio.wait_for(handle.info.remote(stale_epoch, offer), self.cfg.start_timeout_s + 30)
+                    if "need" not in info:
+                        break
+                    offer = {"nonce": info["need"], "digest": self.keys.digest(sid, info["need"])}
             except asyncio.TimeoutError:
                 return self.unavailable(f"the host of session {sid} did not start in time")
             except RayActorError:
                 await asyncio.sleep(0.05)
                 continue
-            if info.get("parking"):
+            if info.get("parking") or "need" in info:
                 await asyncio.sleep(0.2)
                 continue
             if "error" in info:
@@ -142,7 +238,7 @@ class Placement:
                 {
                     "sid": sid,
                     "url": info["url"],
-                    "token": info["token"],
+                    "token": self.keys.token(sid, info["nonce"]),
                     "epoch": info["epoch"],
                     "node": node,
                 },
@@ -233,7 +329,7 @@ def _drain_node(node: str) -> tuple[bool, str]:
 
 async def handle_request(placement: Placement, request: Request) -> JSONResponse:
     """Routes one request of the contract."""
-    token = placement.cfg.placement_token
+    token = placement.token
     if token is not None:
         given = request.headers.get("authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
@@ -298,6 +394,19 @@ class PlacementAdapter:
         return await handle_request(self.placement, request)
 
 
+def check_listen(config: Config, host: str) -> None:
+    """An adapter reachable beyond loopback hands out host tokens to whoever asks: it needs a
+    placement token, and the file must be readable here."""
+    if config.placement_token_file is None:
+        if not is_loopback(host):
+            raise ConfigError(
+                f"--host {host}: an adapter listening beyond loopback needs placement_token_file "
+                "(anyone who reached it could get every session's host and token)"
+            )
+        return
+    read_token_file(config.placement_token_file)
+
+
 def build_app(config: Config, actor_options_: dict[str, Any] | None = None, replicas: int = 1):
     """The Serve application for `config`; `actor_options_` places its replicas (e.g. pinned
     to nodes with a resource of their own)."""
@@ -314,7 +423,9 @@ def deploy(
     replicas: int = 1,
 ) -> str:
     """Starts Serve's proxy on `host:port` (head node only) and runs the adapter there;
-    returns its base URL. Needs ``ray.init`` done."""
+    returns its base URL. Needs ``ray.init`` done. Beyond loopback, `config` must name a
+    placement token (ConfigError otherwise, before anything starts)."""
+    check_listen(config, host)
     serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
     serve.run(
         build_app(config, actor_options_, replicas),

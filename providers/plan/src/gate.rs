@@ -26,10 +26,13 @@ pub fn check(call: &GateCall<'_>) -> Option<String> {
         }
         Err(_) => return None,
     };
+    // A tool is listed by any name it answers to: canonical, alias or another vocabulary's
+    // (`bash` holds `shell`).
+    let names = info.dispatch_names();
     let listed = settings
         .require_confirmed
         .iter()
-        .find(|entry| **entry == info.risk.as_str() || **entry == info.name)?;
+        .find(|entry| **entry == info.risk.as_str() || names.contains(&entry.as_str()))?;
     let plan = match state::load(&call.ctx.workspace) {
         Ok(plan) => plan,
         Err(e) => {
@@ -41,6 +44,39 @@ pub fn check(call: &GateCall<'_>) -> Option<String> {
         }
     };
     refusal(&settings, &plan, &info.name, listed)
+}
+
+/// Checks `[plan]` when toolbox starts: every `require_confirmed` entry must be a risk class
+/// or a name some linked tool answers to (canonical, alias, or another vocabulary's).
+pub fn validate(
+    config: &serde_json::Value,
+    tools: &[&toolbox_core::ToolInfo],
+) -> Result<(), String> {
+    let settings = settings(config).map_err(|e| format!("{e:#}"))?;
+    let unknown: Vec<&str> = settings
+        .require_confirmed
+        .iter()
+        .map(String::as_str)
+        .filter(|entry| {
+            !toolbox_core::ToolRisk::ALL
+                .iter()
+                .any(|r| r.as_str() == *entry)
+                && !tools.iter().any(|t| t.dispatch_names().contains(entry))
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let quoted: Vec<String> = unknown.iter().map(|e| format!("{e:?}")).collect();
+    Err(format!(
+        "[plan] require_confirmed lists {} that {} neither a risk class (read, file_write, \
+         python, shell) nor a tool linked into this toolbox (by its name, an alias or its \
+         name in another vocabulary; `toolbox tools` lists them), so the gate would hold \
+         nothing back for {}",
+        quoted.join(", "),
+        if unknown.len() == 1 { "is" } else { "are" },
+        if unknown.len() == 1 { "it" } else { "them" },
+    ))
 }
 
 /// Whether `plan` opens the gate of `settings`; else the refusal for `tool`.

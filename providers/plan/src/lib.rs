@@ -45,7 +45,7 @@ use toolbox_host::{ToolContext, ToolProvider};
 use crate::state::{Plan, Status, Step, MAX_NOTE_CHARS, MAX_TITLE_CHARS};
 
 toolbox_host::register_provider!("plan", || Arc::new(PlanProvider::default()));
-toolbox_host::register_call_gate!("plan", gate::check);
+toolbox_host::register_call_gate!("plan", gate::check, gate::validate);
 
 /// The toolset every tool of this provider belongs to.
 const TOOLSET: &str = "plan";
