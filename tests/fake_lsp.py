@@ -2,12 +2,14 @@
 
     fake_lsp.py silent            never answers anything (initialize included)
     fake_lsp.py crash             answers initialize, then dies (exit 3) on any request
-    fake_lsp.py killed MARKER     answers initialize; the first request while MARKER does
-                                  not exist creates it and SIGKILLs the server; later
-                                  requests are answered
-    fake_lsp.py probe PORT        answers hover with what it was allowed to do: write a file
-                                  into its working folder (the workspace), and connect to
-                                  127.0.0.1:PORT
+    fake_lsp.py killed MARKER     answers initialize; the first request while MARKER (a
+                                  name in the server's own $HOME) does not exist creates it
+                                  and SIGKILLs the server; later requests are answered
+    fake_lsp.py probe PORT OUTSIDE answers hover with what it was allowed to do: write a file
+                                  into its working folder (the workspace), connect to
+                                  127.0.0.1:PORT, read OUTSIDE/secret.txt, write into OUTSIDE
+                                  (a folder outside the workspace, standing for the user's
+                                  home), write into its own $HOME, and list /tmp
     fake_lsp.py diagnose          publishes, for each document opened or changed, one error
                                   per line that says CELL_ERROR (none otherwise); answers
                                   every request with null
@@ -86,6 +88,8 @@ while True:
         sys.stderr.write("fake server: giving up on %s\n" % msg["method"])
         sys.stderr.flush()
         sys.exit(3)
+    if mode == "killed" and not os.path.isabs(marker):
+        marker = os.path.join(os.environ["HOME"], marker)
     if mode == "killed" and not os.path.exists(marker):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -101,8 +105,33 @@ while True:
             net = "net: allowed"
         except OSError as e:
             net = "net: denied (%s)" % (e.strerror or e)
+        outside = sys.argv[3] if len(sys.argv) > 3 else None
+        seen = [wrote, net]
+        if outside:
+            try:
+                with open(os.path.join(outside, "secret.txt")) as f:
+                    seen.append("outside-read: allowed (%s)" % f.read().strip())
+            except OSError as e:
+                seen.append("outside-read: denied (%s)" % e.strerror)
+            try:
+                with open(os.path.join(outside, "written-by-the-server"), "w") as f:
+                    f.write("x")
+                seen.append("outside-write: allowed")
+            except OSError as e:
+                seen.append("outside-write: denied (%s)" % e.strerror)
+            home = os.environ.get("HOME", "")
+            try:
+                with open(os.path.join(home, "server-home-file"), "w") as f:
+                    f.write("x")
+                seen.append("home-write: allowed in %s" % home)
+            except OSError as e:
+                seen.append("home-write: denied in %s (%s)" % (home, e.strerror))
+            try:
+                seen.append("tmp: %d entries" % len(os.listdir("/tmp")))
+            except OSError as e:
+                seen.append("tmp: denied (%s)" % e.strerror)
         send({"jsonrpc": "2.0", "id": msg["id"],
-              "result": {"contents": {"kind": "plaintext", "value": wrote + "; " + net}}})
+              "result": {"contents": {"kind": "plaintext", "value": "; ".join(seen)}}})
         continue
     if msg["method"] == "textDocument/definition":
         uri = msg["params"]["textDocument"]["uri"]

@@ -38,6 +38,7 @@ mod paths;
 mod provider;
 mod question;
 mod runner;
+pub mod sandbox;
 pub mod seal;
 pub mod secrets;
 mod skill;

@@ -474,8 +474,8 @@ async fn a_server_that_crashes_mid_request() {
 
 #[tokio::test]
 async fn a_server_killed_mid_call_is_restarted_once() {
-    let marker = tempfile::tempdir().unwrap();
-    let marker = marker.path().join("killed-once");
+    // A name in the server's own home, which survives its restart (its only writable folder).
+    let marker = format!("killed-once-{}", std::process::id());
     let table = json!({"builtin_servers": false,
         "servers": {"flaky": {"command": [python3(), fake(), "killed", marker], "extensions": ["py"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
@@ -577,8 +577,12 @@ async fn an_idle_server_is_stopped() {
 async fn servers_run_without_network_and_with_the_workspace_read_only() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
+    // A folder outside the workspace, standing for the user's home.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "OUTSIDE-SECRET-42").unwrap();
     let table = json!({"builtin_servers": false,
-        "servers": {"probe": {"command": [python3(), fake(), "probe", port], "extensions": ["py"]}}});
+        "servers": {"probe": {"command": [python3(), fake(), "probe", port, outside.path()],
+                              "extensions": ["py"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
     write(dir.path(), "a.py", "x = 1\n");
     let out = ok(
@@ -587,13 +591,91 @@ async fn servers_run_without_network_and_with_the_workspace_read_only() {
         json!({"path": "a.py", "line": 1, "column": 1}),
     )
     .await;
-    assert!(
-        out.contains("write: denied (Read-only file system)"),
-        "{out}"
-    );
+    assert!(out.contains("write: denied"), "{out}");
     assert!(out.contains("net: denied"), "{out}");
     assert!(!dir.path().join("written-by-the-server").exists());
-    assert!(!out.contains("writable"), "{out}");
+    // Nothing outside the workspace, its system folders and its installation: the secret
+    // is not read, nothing is written there, and its $HOME is a private folder of its own.
+    assert!(out.contains("outside-read: denied"), "{out}");
+    assert!(!out.contains("OUTSIDE-SECRET-42"), "{out}");
+    assert!(out.contains("outside-write: denied"), "{out}");
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "only secret.txt"
+    );
+    assert!(out.contains("home-write: allowed in "), "{out}");
+    let real_home = std::env::var("HOME").unwrap_or_default();
+    assert!(!out.contains(&format!("allowed in {real_home};")), "{out}");
+    assert!(!std::path::Path::new(&real_home)
+        .join("server-home-file")
+        .exists());
+    assert!(
+        out.contains("tmp: denied") || out.contains("tmp: 0 entries"),
+        "{out}"
+    );
+}
+
+/// Issue 37, point 2: clangd, in a read tool, must not quote a file outside the workspace in
+/// its diagnostics, however the workspace names it: an absolute `#include` of the user's
+/// credentials (with a macro that makes the secret an identifier clangd quotes), a `../`
+/// include, and a `compile_commands.json` that adds an outside folder and forces an include.
+#[tokio::test(flavor = "multi_thread")]
+async fn clangd_never_quotes_a_file_outside_the_workspace() {
+    // With the sandbox (the default) clangd cannot open the files at all; without it (the
+    // operator's `[lsp] sandbox = false`), the second line withholds what it says of them.
+    // Each run has a workspace of its own, so each starts its own clangd.
+    for sandbox in [true, false] {
+        let top = tempfile::tempdir().unwrap();
+        let ws = top.path().join("ws");
+        let home = top.path().join("home");
+        std::fs::create_dir_all(home.join(".aws")).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(
+            home.join(".aws/credentials"),
+            "aws_secret_access_key = wJalrXUtnFEMIK7SECRETKEYxyz\n",
+        )
+        .unwrap();
+        std::fs::write(home.join("token.h"), "ghp_FIRSTTOKENSECRET123 x;\n").unwrap();
+        let creds = home.join(".aws/credentials").display().to_string();
+        write(
+            &ws,
+            "creds.c",
+            &format!("#define aws_secret_access_key int k\n#include \"{creds}\"\n"),
+        );
+        write(&ws, "dotdot.c", "#include \"../home/token.h\"\n");
+        write(&ws, "db.c", "#include \"token.h\"\nint y;\n");
+        write(&ws, "forced.c", "int z;\n");
+        let dir = ws.display().to_string();
+        let inc = home.display().to_string();
+        let db = json!([
+            {"directory": dir, "file": format!("{dir}/db.c"), "arguments": ["cc", "-c", format!("-I{inc}"), "db.c"]},
+            {"directory": dir, "file": format!("{dir}/forced.c"), "arguments": ["cc", "-c", "-include", format!("{inc}/token.h"), "forced.c"]},
+            {"directory": dir, "file": format!("{dir}/creds.c"), "arguments": ["cc", "-c", "creds.c"]},
+            {"directory": dir, "file": format!("{dir}/dotdot.c"), "arguments": ["cc", "-c", "dotdot.c"]}
+        ]);
+        write(&ws, "compile_commands.json", &db.to_string());
+        let mut config = toolbox_executor::ExecutorConfig::new(&ws);
+        config.permissions.mode = PermissionMode::ReadOnly;
+        let mut table =
+            lsp_table(json!({"clangd": {"command": [clangd()], "extensions": ["c", "h"]}}));
+        table["sandbox"] = json!(sandbox);
+        config.providers.insert("lsp".into(), table);
+        let exec = ToolExecutor::new(config).unwrap();
+        for file in ["creds.c", "dotdot.c", "db.c", "forced.c"] {
+            let out = ok(&exec, "lsp__diagnostics", json!({"path": file})).await;
+            for secret in ["wJalrXUtnFEMIK7SECRETKEYxyz", "ghp_FIRSTTOKENSECRET123"] {
+                assert!(
+                    !out.contains(secret),
+                    "sandbox {sandbox}: {file} leaked {secret}: {out}"
+                );
+            }
+            // (clangd says nothing of a header forced in with -include.)
+            if !sandbox && file != "forced.c" {
+                assert!(out.contains("withheld"), "{file}: {out}");
+            }
+        }
+    }
 }
 
 /// Diagnostics after a `notebook__edit` (point 5), through the same host hook as

@@ -11,6 +11,7 @@
 //! builtin_servers = true       # use the built-in defaults found on PATH
 //! disabled = ["clangd"]        # servers not to use (the only change a workspace may make)
 //! allow_network = false
+//! sandbox = true               # false: run servers without the filesystem sandbox
 //! rust_analyzer_build_scripts = false
 //!
 //! [lsp.servers.pylsp]
@@ -19,7 +20,12 @@
 //! language_id = "python"      # optional; from the extension otherwise
 //! initialization_options = {}  # optional
 //! settings = {}                # optional, answered to workspace/configuration
+//! read_paths = ["~/.pyenv"]    # optional, more folders the server may read
 //! ```
+//!
+//! A server runs in toolbox's sandbox (`toolbox_host::sandbox`): it reads the workspace, the
+//! system's folders, its own installation (found from its program) and `read_paths`; it
+//! writes only a private folder of its own, which is its `$HOME` and `$TMPDIR`.
 //!
 //! Starting a program is code execution, so `servers`, `builtin_servers`, `allow_network`
 //! and `rust_analyzer_build_scripts` are the operator's alone: a workspace's `toolbox.toml`
@@ -43,6 +49,7 @@ const KEYS: &[&str] = &[
     "builtin_servers",
     "disabled",
     "allow_network",
+    "sandbox",
     "rust_analyzer_build_scripts",
     "servers",
 ];
@@ -52,6 +59,7 @@ const SERVER_KEYS: &[&str] = &[
     "language_id",
     "initialization_options",
     "settings",
+    "read_paths",
 ];
 
 const DEFAULT_IDLE_S: u64 = 600;
@@ -76,6 +84,13 @@ toolbox_core::workspace_config_rules!(
                 default: "false"
             }
         ),
+        (
+            "sandbox",
+            Tighten::Ranked {
+                order: &["false", "true"],
+                default: "true"
+            }
+        ),
     ]
 );
 
@@ -96,6 +111,8 @@ pub struct ServerSpec {
     pub settings: Option<Value>,
     /// Whether the operator configured it (else a built-in default).
     pub configured: bool,
+    /// More folders it may read, beyond the workspace, the system's and its installation.
+    pub read_paths: Vec<std::path::PathBuf>,
 }
 
 /// The parsed `[lsp]` table.
@@ -119,6 +136,9 @@ pub struct LspConfig {
     pub disabled: Vec<String>,
     /// Whether servers may use the network.
     pub allow_network: bool,
+    /// Whether servers run in the filesystem sandbox (the default; `false` only where the
+    /// kernel cannot enforce it and the operator accepts that).
+    pub sandbox: bool,
     /// Whether rust-analyzer may run build scripts and proc macros.
     pub rust_analyzer_build_scripts: bool,
     /// The operator's servers, by name.
@@ -156,6 +176,7 @@ impl LspConfig {
             builtin_servers: t.bool("builtin_servers")?.unwrap_or(true),
             disabled: t.string_list("disabled")?.unwrap_or_default(),
             allow_network: t.bool("allow_network")?.unwrap_or(false),
+            sandbox: t.bool("sandbox")?.unwrap_or(true),
             rust_analyzer_build_scripts: t.bool("rust_analyzer_build_scripts")?.unwrap_or(false),
             servers,
         })
@@ -216,6 +237,7 @@ impl LspConfig {
             initialization_options: init,
             settings: None,
             configured: false,
+            read_paths: builtin_read_paths(name),
         };
         let py = &["py", "pyi"];
         let c = &["c", "h", "cc", "cpp", "cxx", "hpp", "hh", "hxx"];
@@ -251,6 +273,25 @@ impl LspConfig {
     }
 }
 
+/// What a built-in server reads outside its installation: the toolchains and the sources of
+/// dependencies it analyses (those of the user, under their home).
+fn builtin_read_paths(name: &str) -> Vec<std::path::PathBuf> {
+    let under_home: &[&str] = match name {
+        "rust-analyzer" => &[
+            "~/.rustup",
+            "~/.cargo/bin",
+            "~/.cargo/registry",
+            "~/.cargo/git",
+        ],
+        "gopls" => &["~/go/pkg/mod", "~/sdk"],
+        _ => &[],
+    };
+    under_home
+        .iter()
+        .filter_map(|p| toolbox_host::operator_path(p).ok().flatten())
+        .collect()
+}
+
 fn parse_server(name: &str, table: &Value) -> Result<ServerSpec> {
     let label = format!("lsp.servers.{name}");
     let t = ConfigTable::new(&label, Some(table), SERVER_KEYS)?;
@@ -275,6 +316,18 @@ fn parse_server(name: &str, table: &Value) -> Result<ServerSpec> {
         initialization_options: t.get("initialization_options").cloned(),
         settings: t.get("settings").cloned(),
         configured: true,
+        read_paths: t
+            .string_list("read_paths")?
+            .unwrap_or_default()
+            .iter()
+            .map(|p| match toolbox_host::operator_path(p) {
+                Ok(Some(path)) => Ok(path),
+                Ok(None) => Err(anyhow!(
+                    "[{label}] read_paths: {p:?} must be an absolute path or start with ~/"
+                )),
+                Err(e) => Err(anyhow!("[{label}] read_paths: {p:?}: {e}")),
+            })
+            .collect::<Result<Vec<_>>>()?,
     })
 }
 

@@ -10,7 +10,7 @@ use toolbox_core::{Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::call::{Doc, Env, Fail};
-use crate::server::Server;
+use crate::server::{uri_path, Server};
 
 /// The tool's name.
 pub const NAME: &str = "lsp__diagnostics";
@@ -158,13 +158,90 @@ pub async fn open_version(server: &Server, doc: &Doc) -> Option<i64> {
     server.docs.lock().await.get(&doc.uri).map(|d| d.version)
 }
 
-/// `path:line:col: severity: message [source code]` lines, `least` severe or worse.
+/// Whether `path` lies where a server may read: the workspace, or the system's folders
+/// (headers, libraries). Anything else is a file the person did not hand to a read tool.
+fn readable_place(root: &std::path::Path, path: &std::path::Path) -> bool {
+    // `ws/../home/x` is outside `ws`: `..` is taken off lexically first (links inside the
+    // workspace that lead out are the sandbox's to refuse).
+    let mut path_buf = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                path_buf.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => path_buf.push(other),
+        }
+    }
+    let path = path_buf.as_path();
+    path.starts_with(root)
+        || ["/usr", "/lib", "/lib32", "/lib64", "/opt"]
+            .iter()
+            .any(|r| path.starts_with(r))
+}
+
+/// Whether a diagnostic comes from, or quotes, a file outside [`readable_place`]: a related
+/// location there, or an absolute path there in its message (clangd's "In included file:
+/// … /home/u/.aws/credentials:1:25: note: error occurred here"). The sandbox keeps a server
+/// from reading such files at all; this is the second line, for a server run without it.
+pub fn from_outside(root: &std::path::Path, d: &Value) -> bool {
+    let related = d["relatedInformation"].as_array().into_iter().flatten();
+    for r in related {
+        if let Some(path) = r["location"]["uri"].as_str().and_then(uri_path) {
+            if !readable_place(root, &path) {
+                return true;
+            }
+        }
+    }
+    let message = d["message"].as_str().unwrap_or("");
+    let bytes = message.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let starts = b == b'/'
+            && (i == 0
+                || matches!(
+                    bytes[i - 1],
+                    b' ' | b'\'' | b'"' | b'(' | b'<' | b'\n' | b'\t'
+                ));
+        if !starts {
+            continue;
+        }
+        let end = message[i..]
+            .find(|c: char| c.is_whitespace() || matches!(c, ':' | '\'' | '"' | ')' | '>' | ','))
+            .map_or(message.len(), |n| i + n);
+        let path = std::path::Path::new(&message[i..end]);
+        if path.components().count() > 2 && !readable_place(root, path) {
+            return true;
+        }
+    }
+    false
+}
+
+/// `path:line:col: severity: message [source code]` lines, `least` severe or worse. A
+/// diagnostic [`from_outside`] the workspace is withheld, and says so.
 pub fn format_items(env: &Env, uri: &str, items: &[Value], least: u64) -> Vec<String> {
     let shown = env.show_uri(uri);
+    let root = env.root();
+    if uri_path(uri).is_some_and(|p| !readable_place(&root, &p)) {
+        return Vec::new();
+    }
     let mut out: Vec<(u64, u64, String)> = Vec::new();
     for d in items {
         let sev = d["severity"].as_u64().unwrap_or(1);
         if sev > least {
+            continue;
+        }
+        if from_outside(&root, d) {
+            let line = d["range"]["start"]["line"].as_u64().unwrap_or(0) + 1;
+            let col = d["range"]["start"]["character"].as_u64().unwrap_or(0) + 1;
+            let word = if sev == 1 { "error" } else { "warning" };
+            out.push((
+                line,
+                col,
+                format!(
+                    "{shown}:{line}:{col}: {word}: (withheld: this diagnostic is about a file \
+                     outside the workspace, which toolbox does not show)"
+                ),
+            ));
             continue;
         }
         let line = d["range"]["start"]["line"].as_u64().unwrap_or(0) + 1;
@@ -219,4 +296,53 @@ fn summarise(what: &str, lines: &[String], max: usize) -> String {
         out.push_str(&format!("… {} more\n", lines.len() - max));
     }
     out.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod outside_tests {
+    use super::from_outside;
+    use serde_json::json;
+    use std::path::Path;
+
+    #[test]
+    fn diagnostics_that_quote_or_point_outside_are_recognised() {
+        let root = Path::new("/work/ws");
+        let said = |message: &str| json!({"message": message});
+        assert!(!from_outside(
+            root,
+            &said("use of undeclared identifier 'x'")
+        ));
+        assert!(!from_outside(
+            root,
+            &said("In included file: /work/ws/a.h:1:2: note")
+        ));
+        assert!(!from_outside(
+            root,
+            &said("/usr/include/stdio.h:3: note: here")
+        ));
+        assert!(!from_outside(
+            root,
+            &said("see https://example.com/a/b and a/b/c")
+        ));
+        assert!(from_outside(
+            root,
+            &said("In included file: x\n\n/home/u/.aws/credentials:1:25: note")
+        ));
+        assert!(from_outside(
+            root,
+            &said("'/work/ws/../secret/t.h' file not found")
+        ));
+        assert!(from_outside(
+            root,
+            &json!({"message": "boom", "relatedInformation": [
+                {"location": {"uri": "file:///root/.ssh/id_rsa", "range": {}}, "message": "here"}
+            ]})
+        ));
+        assert!(!from_outside(
+            root,
+            &json!({"message": "boom", "relatedInformation": [
+                {"location": {"uri": "file:///work/ws/b.c", "range": {}}, "message": "here"}
+            ]})
+        ));
+    }
 }

@@ -66,6 +66,7 @@ pub async fn get(
         root,
         limits,
         cfg.allow_network,
+        cfg.sandbox,
         cfg.idle_shutdown_s,
     )?);
     let init = server

@@ -5,15 +5,17 @@
 //! spawn): it is in toolbox's cgroup, or, in subreaper mode, its session is registered with
 //! the janitor, so no server outlives toolbox even after SIGKILL. It runs in a session of its
 //! own, under the operator's `[limits]` (memory and processes; CPU time would kill a server
-//! that lives across calls), in a network namespace of its own (no network unless
-//! `[lsp] allow_network`), and, where a mount namespace can be made, with the workspace
-//! mounted read-only.
+//! that lives across calls), and in toolbox's one sandbox (`toolbox_host::sandbox`, rules of
+//! [`SandboxRules::language_server`]): it reads the workspace (never writes it), the system's
+//! folders and its own installation; it writes only a private folder, its `$HOME` and
+//! `$TMPDIR`; `/tmp` and `/run` are empty for it; no network unless `[lsp] allow_network`.
+//! Starting a server is running code from the workspace's point of view (clangd reads what a
+//! repository's `#include` names), so what it can read is what a read tool could show.
 //!
 //! Messages are read by a plain thread, so a request can be awaited on any runtime (the
 //! approval preview of a rename computes its edit on a runtime of its own).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -27,6 +29,7 @@ use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use toolbox_host::limits::{Limits, PreparedLimits};
+use toolbox_host::sandbox::{PreparedSandbox, SandboxRules};
 use toolbox_host::CancellationToken;
 
 use crate::config::{find_program, ServerSpec};
@@ -107,15 +110,6 @@ pub struct Server {
     pub sandbox_note: Option<String>,
 }
 
-/// How much of the kernel's isolation a spawn asks for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Isolation {
-    NetAndReadOnly,
-    Net,
-    ReadOnly,
-    Nothing,
-}
-
 impl Server {
     /// Starts the server's process (not yet initialized).
     pub fn spawn(
@@ -123,6 +117,7 @@ impl Server {
         root: &Path,
         limits: Limits,
         allow_network: bool,
+        sandboxed: bool,
         idle_shutdown_s: u64,
     ) -> Result<Server> {
         let program = find_program(&spec.command[0]).ok_or_else(|| {
@@ -148,45 +143,55 @@ impl Server {
             }
             .prepare(),
         );
-        let levels: &[Isolation] = if allow_network {
-            &[Isolation::ReadOnly, Isolation::Nothing]
+        let private = private_folder(root, &spec.name)?;
+        let sandbox = if sandboxed {
+            let install = install_roots(&program, &spec.command[1..], &spec.read_paths);
+            let rules = SandboxRules::language_server(root, &private.home, &install, allow_network);
+            let prepared = PreparedSandbox::with_rules(&rules).map_err(|e| {
+                anyhow!(
+                    "the language server `{}` was not started: toolbox's sandbox cannot be \
+                     enforced here ({e:#}), and without it the server could read (and a \
+                     repository make it quote) any file your user can read. The operator may \
+                     accept that with [lsp] sandbox = false",
+                    spec.name
+                )
+            })?;
+            Some(Arc::new(prepared))
         } else {
-            &[Isolation::NetAndReadOnly, Isolation::Net]
+            None
         };
-        let mut last_err = None;
-        let mut spawned = None;
-        for &level in levels {
-            match spawn_child(&program, spec, root, level, limits.clone()) {
-                Ok(child) => {
-                    spawned = Some((child, level));
-                    break;
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        let Some((mut child, level)) = spawned else {
-            let e = last_err.map(|e| e.to_string()).unwrap_or_default();
-            anyhow::bail!(
-                "the language server `{}` could not be started ({}): {e}{}",
+        let network = if allow_network || sandbox.is_some() {
+            None
+        } else {
+            // Unsandboxed by the operator's choice: still no network unless allowed.
+            Some(Arc::new(
+                PreparedSandbox::network_only().map_err(|e| anyhow!("{e:#}"))?,
+            ))
+        };
+        let mut child = spawn_child(
+            &program,
+            spec,
+            root,
+            &private,
+            sandbox.clone().or(network),
+            limits,
+        )
+        .map_err(|e| {
+            anyhow!(
+                "the language server `{}` could not be started ({}): {e}",
                 spec.name,
-                program.display(),
-                if allow_network {
-                    ""
-                } else {
-                    "; if this machine cannot make a network namespace, the operator can set \
-                     [lsp] allow_network = true"
-                }
-            );
-        };
+                program.display()
+            )
+        })?;
         let pid = child.id() as i32;
         containment.register_group(pid);
-        let sandbox_note = match level {
-            Isolation::Net | Isolation::Nothing => Some(
-                "note: the workspace is writable for the language server (no mount namespace \
-                 could be made here)"
+        let sandbox_note = match &sandbox {
+            Some(_) => None,
+            None => Some(
+                "note: the language server runs without toolbox's filesystem sandbox ([lsp] \
+                 sandbox = false): it can read any file your user can"
                     .to_string(),
             ),
-            _ => None,
         };
         let root_uri = file_uri(root);
         let shared = Arc::new(Shared {
@@ -649,7 +654,8 @@ fn spawn_child(
     program: &Path,
     spec: &ServerSpec,
     root: &Path,
-    level: Isolation,
+    private: &PrivateFolder,
+    sandbox: Option<Arc<PreparedSandbox>>,
     limits: Arc<PreparedLimits>,
 ) -> std::io::Result<Child> {
     let mut cmd = Command::new(program);
@@ -658,14 +664,29 @@ fn spawn_child(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let net = matches!(level, Isolation::NetAndReadOnly | Isolation::Net);
-    let read_only = matches!(level, Isolation::NetAndReadOnly | Isolation::ReadOnly);
-    let root_c = CString::new(root.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::other("the workspace path has a NUL byte"))?;
-    // Flags a remount must keep (in a user namespace they are locked), read before the fork.
-    let keep = mount_flags_of(&root_c);
+    // Tools that find their installation through the home folder keep it (rustup, cargo,
+    // go), while the home the server sees is its private folder.
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        let home = PathBuf::from(home);
+        for (var, under) in [
+            ("RUSTUP_HOME", ".rustup"),
+            ("CARGO_HOME", ".cargo"),
+            ("GOPATH", "go"),
+        ] {
+            if std::env::var_os(var).is_none() && home.join(under).is_dir() {
+                cmd.env(var, home.join(under));
+            }
+        }
+    }
+    cmd.env("HOME", &private.home)
+        .env("TMPDIR", &private.tmp)
+        .env("XDG_CACHE_HOME", private.home.join(".cache"))
+        .env("XDG_CONFIG_HOME", private.home.join(".config"))
+        .env("XDG_DATA_HOME", private.home.join(".local/share"))
+        .env("XDG_STATE_HOME", private.home.join(".local/state"))
+        .env_remove("XDG_RUNTIME_DIR");
     // SAFETY: the hook runs between fork and exec and only makes raw system calls (no
-    // allocation, no locks); everything it reads (the C string, the limit data) was built
+    // allocation, no locks); everything it reads (the limit data, the sandbox) was built
     // before the fork.
     unsafe {
         cmd.pre_exec(move || {
@@ -676,51 +697,8 @@ fn spawn_child(
             }
             // Limits first: joining the limit cgroup must happen before a new user namespace.
             limits.apply_in_child()?;
-            let mut flags = 0;
-            if net {
-                flags |= libc::CLONE_NEWNET;
-            }
-            if read_only {
-                flags |= libc::CLONE_NEWNS;
-            }
-            if flags != 0
-                && libc::unshare(flags) != 0
-                && libc::unshare(flags | libc::CLONE_NEWUSER) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if read_only {
-                let none = std::ptr::null();
-                let slash = c"/".as_ptr();
-                if libc::mount(
-                    none,
-                    slash,
-                    none,
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
-                    || libc::mount(
-                        root_c.as_ptr(),
-                        root_c.as_ptr(),
-                        none,
-                        libc::MS_BIND | libc::MS_REC,
-                        std::ptr::null(),
-                    ) != 0
-                    || libc::mount(
-                        none,
-                        root_c.as_ptr(),
-                        none,
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-                        std::ptr::null(),
-                    ) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The working folder was entered before this hook ran, on the writable mount
-                // below the new one: enter it again, through the read-only mount.
-                if libc::chdir(root_c.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+            if let Some(sandbox) = &sandbox {
+                sandbox.apply_in_child()?;
             }
             Ok(())
         });
@@ -728,29 +706,148 @@ fn spawn_child(
     cmd.spawn()
 }
 
-/// The mount flags of the file system holding `path` that a bind remount must repeat.
-fn mount_flags_of(path: &CString) -> libc::c_ulong {
-    // SAFETY: statvfs writes into the zeroed struct we own; the path is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return 0;
+/// A server's own folder, outside the workspace: its `$HOME`, with `tmp/` as its `$TMPDIR`.
+pub struct PrivateFolder {
+    /// The server's `$HOME`.
+    pub home: PathBuf,
+    /// The server's `$TMPDIR`.
+    pub tmp: PathBuf,
+}
+
+/// `~/.cache/toolbox/lsp/<workspace digest>/<server>` (or under `$XDG_CACHE_HOME`, else the
+/// temp dir): one per workspace, so a server's caches of one repository are never read by
+/// the same server for another. Made private (0700).
+fn private_folder(root: &Path, server: &str) -> Result<PrivateFolder> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| Path::new(h).is_absolute())
+                .map(|h| Path::new(&h).join(".cache"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    let digest = toolbox_host::seal::digest(&[root.as_os_str().as_bytes()]);
+    let safe: String = server
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let home = base.join("toolbox/lsp").join(&digest[..16]).join(safe);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home.join("tmp"))
+        .map_err(|e| {
+            anyhow!(
+                "cannot make the language server's own folder {}: {e}",
+                home.display()
+            )
+        })?;
+    let home = std::fs::canonicalize(&home).unwrap_or(home);
+    let tmp = home.join("tmp");
+    Ok(PrivateFolder { home, tmp })
+}
+
+/// Where a server's program lives and what it runs on: for the program, the target of its
+/// links, and the interpreter its `#!` line names (`/usr/bin/env node` looked up on PATH),
+/// the installation prefix (`<prefix>/bin/x`: its `bin`, `lib`, `lib64`, `libexec` and
+/// `include`; else the program's own folder), and a Python venv's base interpreter
+/// (`pyvenv.cfg`'s `home`); for a version manager's shim (`~/.pyenv/shims/python3`), the
+/// manager's folder. Never the home folder itself or `/`: only these sub-folders. Then the
+/// files the command's arguments name by absolute path, and the operator's `read_paths`.
+pub fn install_roots(program: &Path, args: &[String], extra: &[PathBuf]) -> Vec<PathBuf> {
+    let mut programs: Vec<PathBuf> = vec![program.to_path_buf()];
+    if let Ok(real) = std::fs::canonicalize(program) {
+        programs.push(real);
     }
-    let f = st.f_flag;
-    let mut out = 0;
-    for (st_flag, ms_flag) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-        (libc::ST_NOATIME, libc::MS_NOATIME),
-        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
-    ] {
-        if f & st_flag != 0 {
-            out |= ms_flag;
+    if let Some(interpreter) = shebang_interpreter(program) {
+        if let Ok(real) = std::fs::canonicalize(&interpreter) {
+            programs.push(real);
+        }
+        programs.push(interpreter);
+    }
+    let mut roots: Vec<PathBuf> = Vec::new();
+    let mut prefixes: Vec<PathBuf> = Vec::new();
+    for p in &programs {
+        let Some(dir) = p.parent() else { continue };
+        if dir.file_name().is_some_and(|n| n == "bin") {
+            if let Some(prefix) = dir.parent() {
+                prefixes.push(prefix.to_path_buf());
+            }
+        } else if dir.file_name().is_some_and(|n| n == "shims") {
+            // A version manager's shim (pyenv, rbenv, nodenv) runs the manager itself and
+            // the version it picks, all below the manager's own folder.
+            if let Some(manager) = dir.parent() {
+                roots.push(manager.to_path_buf());
+            }
+        } else {
+            roots.push(dir.to_path_buf());
         }
     }
-    out
+    // A venv's base interpreter: `home = /opt/python/bin` in `<venv>/pyvenv.cfg`.
+    for prefix in prefixes.clone() {
+        let Ok(text) = std::fs::read_to_string(prefix.join("pyvenv.cfg")) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() == "home" {
+                let bin = PathBuf::from(value.trim());
+                let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
+                if let Some(base) = bin.parent() {
+                    prefixes.push(base.to_path_buf());
+                }
+            }
+        }
+    }
+    for prefix in prefixes {
+        for sub in ["bin", "lib", "lib64", "libexec", "include", "pyvenv.cfg"] {
+            roots.push(prefix.join(sub));
+        }
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    roots.retain(|r| {
+        r.is_absolute()
+            && r.components().count() > 2
+            && home.as_ref().is_none_or(|h| !h.starts_with(r))
+    });
+    // Files (never folders) the operator's command names by absolute path (`python3
+    // /opt/lsp/server.py`).
+    roots.extend(
+        args.iter()
+            .map(PathBuf::from)
+            .filter(|a| a.is_absolute() && a.is_file()),
+    );
+    roots.extend(extra.iter().cloned());
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// The interpreter a script's `#!` line names, `env`'s argument looked up on PATH.
+fn shebang_interpreter(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    let first = PathBuf::from(words.next()?);
+    if first.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        return crate::config::find_program(name);
+    }
+    Some(first)
 }
 
 fn kill_group(pid: i32) {
@@ -787,4 +884,47 @@ pub fn normalise_uri(uri: &str) -> String {
 /// The local path of a `file://` URI.
 pub fn uri_path(uri: &str) -> Option<PathBuf> {
     url::Url::parse(uri).ok()?.to_file_path().ok()
+}
+
+#[cfg(test)]
+mod install_tests {
+    use super::install_roots;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_venv_script_brings_its_venv_and_base_interpreter_never_a_whole_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("python/3.11");
+        std::fs::create_dir_all(base.join("bin")).unwrap();
+        std::fs::write(base.join("bin/python3"), "").unwrap();
+        let venv = dir.path().join("venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", base.join("bin").display()),
+        )
+        .unwrap();
+        let script = venv.join("bin/pylsp");
+        std::fs::write(
+            &script,
+            format!("#!{}\nimport pylsp\n", venv.join("bin/python").display()),
+        )
+        .unwrap();
+        let roots = install_roots(&script, &["--check".into(), "/nonexistent".into()], &[]);
+        let base = std::fs::canonicalize(&base).unwrap();
+        for want in [
+            venv.join("bin"),
+            venv.join("lib"),
+            base.join("lib"),
+            base.join("bin"),
+        ] {
+            assert!(roots.contains(&want), "{want:?} in {roots:?}");
+        }
+        assert!(!roots.contains(&venv), "only the venv's parts: {roots:?}");
+        assert!(!roots.iter().any(|r| r == &PathBuf::from("/")));
+        // A program straight in a home's bin/ never opens the whole home.
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
+        let roots = install_roots(&home.join("bin/server"), &[], &[]);
+        assert!(!roots.iter().any(|r| home.starts_with(r)), "{roots:?}");
+    }
 }

@@ -17,8 +17,8 @@ use toolbox_host::{OutputStream, ToolContext};
 use crate::capture::{HeadTail, Utf8Stream};
 use crate::config::{SandboxMode, ShellConfig};
 use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
-use crate::sandbox::{PreparedSandbox, ProtectSpec};
 use crate::{host, jobs, object_schema, prop, Shell, TOOLSET};
+use toolbox_host::sandbox::{PreparedSandbox, ProtectSpec};
 
 pub(crate) const NAME: &str = "shell";
 

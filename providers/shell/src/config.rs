@@ -19,39 +19,8 @@ use toolbox_core::{ConfigTable, ParsedCache};
 /// characters and matching ignores ASCII case. Set `deny_env = []` to pass everything through.
 pub const DEFAULT_DENY_ENV: &[&str] = toolbox_host::secrets::SECRET_PATTERNS;
 
-/// Which OS sandbox wraps each command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxMode {
-    /// No sandbox: a command may do whatever toolbox itself may.
-    Off,
-    /// Read everywhere, write nowhere (except a few harmless device files).
-    ReadOnly,
-    /// Read everywhere, write in the workspace and the temp dir.
-    WorkspaceWrite,
-}
-
-impl SandboxMode {
-    /// The name `[shell] sandbox` gives this mode, as messages show it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxMode::Off => "off",
-            SandboxMode::ReadOnly => "read-only",
-            SandboxMode::WorkspaceWrite => "workspace-write",
-        }
-    }
-
-    /// What `[shell] sandbox` must be, for the error when it is not.
-    const EXPECTED: &'static str = "\"off\", \"read-only\" or \"workspace-write\"";
-
-    fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "off" | "none" | "false" => Some(SandboxMode::Off),
-            "read-only" | "readonly" => Some(SandboxMode::ReadOnly),
-            "workspace-write" => Some(SandboxMode::WorkspaceWrite),
-            _ => None,
-        }
-    }
-}
+/// Which OS sandbox wraps each command (the one sandbox of toolbox-host).
+pub use toolbox_host::sandbox::SandboxMode;
 
 /// The parsed `[shell]` table.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,7 +35,6 @@ pub mod config;
 mod host;
 mod jobs;
 mod process;
-mod sandbox;
 mod sleep;
 
 use std::sync::Arc;

@@ -34,7 +34,7 @@ use toolbox_host::limits::PreparedLimits;
 use toolbox_host::OutputStream;
 
 use crate::host;
-use crate::sandbox::PreparedSandbox;
+use toolbox_host::sandbox::PreparedSandbox;
 
 /// How long output is still read after SIGKILL before the call gives up on the pipes.
 pub const POST_KILL_DRAIN: Duration = Duration::from_millis(500);

@@ -1,22 +1,33 @@
-//! The opt-in OS sandbox: Landlock for the filesystem, seccomp for the network.
+//! The one OS sandbox: Landlock for the filesystem, seccomp for the network and for mounts,
+//! and a private mount namespace where a rule needs one. Shell commands (`[shell] sandbox`),
+//! the isolated Python worker (`[python] sandbox`) and language servers all run under it,
+//! each with its own [`SandboxRules`].
 //!
 //! Everything is built in the parent before the fork — the Landlock ruleset with its path
-//! descriptors open, the compiled BPF programs — and [`PreparedSandbox::apply_in_child`],
-//! called from `pre_exec`, only makes the three kinds of system call that switch it on.
-//! Restrictions apply to bash and are inherited by everything it starts; nothing can lift
-//! them (`no_new_privs` is set first, as both mechanisms require).
+//! descriptors open, the compiled BPF programs, every path of the mounts — and
+//! [`PreparedSandbox::apply_in_child`], called from `pre_exec`, only makes system calls.
+//! Restrictions apply to the child and are inherited by everything it starts; nothing can
+//! lift them (`no_new_privs` is set first, as both mechanisms require).
 //!
-//! If the kernel cannot enforce what the mode promises, [`PreparedSandbox::prepare`] fails
-//! and the command does not run. It never runs unsandboxed by surprise.
+//! If the kernel cannot enforce what the rules promise, [`PreparedSandbox::prepare`] fails
+//! and nothing runs. It never runs unsandboxed by surprise.
 //!
-//! Under `workspace-write`, toolbox's own files in the workspace — `toolbox.toml`, `.toolbox/`
-//! (except this session's scratchpad, output and input folders) and `.git/` — stay read-only,
-//! as Codex protects its own folders. Landlock cannot deny a sub-path of a tree it allows, so
-//! the child first enters a private mount namespace (as root `unshare(CLONE_NEWNS)`; otherwise
-//! with a user namespace that maps the user to itself) and bind-mounts each of them onto
-//! itself read-only. Mounting is then impossible for the command: Landlock refuses mount
-//! changes to a sandboxed process, and the seccomp filter refuses every mount system call
-//! (including `mount_setattr`, which no Landlock hook covers).
+//! - **Reads** are everywhere ([`Reads::Everywhere`], shell and Python: they run the user's
+//!   tools) or only beneath a list of folders ([`Reads::Beneath`], language servers: the
+//!   workspace, the system's folders and the server's own installation; `$HOME` and `/tmp`
+//!   stay out of reach).
+//! - **Writes** go only beneath [`SandboxRules::writable`] (and a few harmless devices).
+//! - Under `workspace-write`, toolbox's own files in the workspace — `toolbox.toml`,
+//!   `.toolbox/` (except this session's scratchpad, output and input folders) and `.git/` —
+//!   stay read-only, as Codex protects its own folders. Landlock cannot deny a sub-path of a
+//!   tree it allows, so the child first enters a private mount namespace (as root
+//!   `unshare(CLONE_NEWNS)`; otherwise with a user namespace that maps the user to itself)
+//!   and bind-mounts each of them onto itself read-only. The same namespace mounts an empty
+//!   tmpfs over the folders [`SandboxRules::hide`] names (a language server's `/tmp` and
+//!   `/run`, where other programs keep their Unix sockets). Mounting is then impossible for
+//!   the child: Landlock refuses mount changes to a sandboxed process, and the seccomp filter
+//!   refuses every mount system call (including `mount_setattr`, which no Landlock hook
+//!   covers).
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -36,9 +47,42 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-use crate::config::SandboxMode;
+/// Which OS sandbox wraps a command (`[shell] sandbox`, `[python] sandbox`, `--sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// No sandbox: a command may do whatever toolbox itself may.
+    Off,
+    /// Read everywhere, write nowhere (except a few harmless device files).
+    ReadOnly,
+    /// Read everywhere, write in the workspace and the temp dir.
+    WorkspaceWrite,
+}
 
-/// Device files every mode may write, because ordinary shell code writes to them
+impl SandboxMode {
+    /// The name the settings give this mode, as messages show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+        }
+    }
+
+    /// What a sandbox setting must be, for the error when it is not.
+    pub const EXPECTED: &'static str = "\"off\", \"read-only\" or \"workspace-write\"";
+
+    /// Parses a setting: `off`, `read-only`, `workspace-write` (any case, `_` for `-`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "off" | "none" | "false" => Some(SandboxMode::Off),
+            "read-only" | "readonly" => Some(SandboxMode::ReadOnly),
+            "workspace-write" => Some(SandboxMode::WorkspaceWrite),
+            _ => None,
+        }
+    }
+}
+
+/// Device files every sandbox may write, because ordinary code writes to them
 /// (`>/dev/null`, `2>&1 >/dev/null`, `head -c 10 /dev/zero`, seeding `/dev/urandom`).
 /// None of them stores anything.
 pub const WRITABLE_DEVICES: &[&str] = &[
@@ -69,24 +113,48 @@ pub struct ProtectSpec {
     pub cwd: PathBuf,
 }
 
-/// A sandbox ready to be switched on in a child process.
-#[derive(Debug)]
-pub struct PreparedSandbox {
-    /// The Landlock ruleset, fully populated.
-    ruleset: OwnedFd,
-    /// seccomp programs, installed in order.
-    filters: Vec<BpfProgram>,
-    /// The read-only mounts of toolbox's own files (workspace-write only).
-    protection: Option<Protection>,
-    summary: String,
+/// Where a sandboxed program may read.
+#[derive(Debug, Clone)]
+pub enum Reads {
+    /// Everywhere (shell commands and Python run the user's own tools).
+    Everywhere,
+    /// Only beneath these folders or files (missing ones are skipped), plus the writable
+    /// folders and the devices.
+    Beneath(Vec<PathBuf>),
 }
 
-impl PreparedSandbox {
-    /// Builds the sandbox for `mode`. Under `workspace-write`, `writable` are the folders
-    /// commands may write in (the workspace root, the scratchpad, the temp dir); missing
-    /// optional ones are skipped, a missing first one (the workspace) is an error; and
-    /// `protect` says which of toolbox's files to keep read-only.
-    pub fn prepare(
+/// What one sandbox allows. [`SandboxRules::for_mode`] gives a shell's or Python's;
+/// [`SandboxRules::language_server`] a language server's.
+#[derive(Debug, Clone)]
+pub struct SandboxRules {
+    /// Where it may read.
+    pub reads: Reads,
+    /// Folders it may write beneath. The first must exist when
+    /// [`first_writable_required`](Self::first_writable_required) is set; others may be
+    /// missing and are skipped.
+    pub writable: Vec<PathBuf>,
+    /// Whether the first writable folder must exist (the workspace under `workspace-write`).
+    pub first_writable_required: bool,
+    /// Whether it may open network sockets (anything but `AF_UNIX`).
+    pub network: bool,
+    /// toolbox's own files to keep read-only (a mount namespace is then required).
+    pub protect: Option<ProtectSpec>,
+    /// Folders to cover with an empty tmpfs in a private mount namespace, when one can be
+    /// made here (skipped, and said in the summary, when not; a folder that holds something
+    /// the program may read or write is never covered).
+    pub hide: Vec<PathBuf>,
+    /// Refuse `setsid` and `setpgid`, so stopping the process group stops everything it
+    /// started (shell commands).
+    pub confine_group: bool,
+    /// How the summary names this sandbox (`workspace-write`, `language server`).
+    pub label: String,
+}
+
+impl SandboxRules {
+    /// The rules of a sandbox `mode` for shell commands and Python: read everywhere; under
+    /// `workspace-write`, write beneath `writable` (the workspace first, which must exist)
+    /// with toolbox's own files kept read-only as `protect` says.
+    pub fn for_mode(
         mode: SandboxMode,
         network: bool,
         writable: &[PathBuf],
@@ -95,37 +163,169 @@ impl PreparedSandbox {
         if mode == SandboxMode::Off {
             bail!("internal error: no sandbox to prepare for mode off");
         }
+        let write = mode == SandboxMode::WorkspaceWrite;
+        Ok(SandboxRules {
+            reads: Reads::Everywhere,
+            writable: if write { writable.to_vec() } else { Vec::new() },
+            first_writable_required: write,
+            network,
+            protect: if write { protect.cloned() } else { None },
+            hide: Vec::new(),
+            confine_group: true,
+            label: mode.as_str().to_string(),
+        })
+    }
+
+    /// The rules of a language server: it reads the workspace (never writes it), the
+    /// system's folders ([`SYSTEM_READ_ROOTS`] and [`ETC_READ`]), its own installation
+    /// (`install`) and whatever the operator adds, and writes only `private` (its `HOME` and
+    /// `TMPDIR`). `/tmp` and `/run` are covered with empty tmpfs mounts where a mount
+    /// namespace can be made.
+    pub fn language_server(
+        workspace: &Path,
+        private: &Path,
+        install: &[PathBuf],
+        network: bool,
+    ) -> Self {
+        let mut reads: Vec<PathBuf> = vec![workspace.to_path_buf()];
+        reads.extend(SYSTEM_READ_ROOTS.iter().map(PathBuf::from));
+        reads.extend(ETC_READ.iter().map(|name| Path::new("/etc").join(name)));
+        reads.extend(install.iter().cloned());
+        SandboxRules {
+            reads: Reads::Beneath(reads),
+            writable: vec![private.to_path_buf()],
+            first_writable_required: true,
+            network,
+            protect: None,
+            hide: vec![PathBuf::from("/tmp"), PathBuf::from("/run")],
+            confine_group: false,
+            label: "language server".to_string(),
+        }
+    }
+}
+
+/// System folders a language server may read: programs, libraries and headers, the kernel's
+/// views of the process and the machine. Not `/home`, `/root`, `/tmp`, `/var`, `/srv`,
+/// `/mnt` or `/media`.
+pub const SYSTEM_READ_ROOTS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys",
+];
+
+/// What of `/etc` a language server may read: the loader's cache, names of users and
+/// groups, time zones, certificates, and the links Debian's alternatives make. Not the
+/// rest (`shadow`, `ssh/`, credentials of services).
+pub const ETC_READ: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "localtime",
+    "timezone",
+    "hosts",
+    "os-release",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "mime.types",
+    "clangd",
+    "gcc",
+    "fonts",
+];
+
+/// A sandbox ready to be switched on in a child process.
+#[derive(Debug)]
+pub struct PreparedSandbox {
+    /// The Landlock ruleset, fully populated (none for [`PreparedSandbox::network_only`]).
+    ruleset: Option<OwnedFd>,
+    /// seccomp programs, installed in order.
+    filters: Vec<BpfProgram>,
+    /// The private mount namespace: read-only binds, covered folders.
+    mounts: Option<Mounts>,
+    summary: String,
+}
+
+impl PreparedSandbox {
+    /// Builds the sandbox for shell commands and Python under `mode` (see
+    /// [`SandboxRules::for_mode`]).
+    pub fn prepare(
+        mode: SandboxMode,
+        network: bool,
+        writable: &[PathBuf],
+        protect: Option<&ProtectSpec>,
+    ) -> Result<Self> {
+        Self::with_rules(&SandboxRules::for_mode(mode, network, writable, protect)?)
+    }
+
+    /// Builds the sandbox `rules` describe, or says why this machine cannot enforce it.
+    pub fn with_rules(rules: &SandboxRules) -> Result<Self> {
         check_landlock()?;
-        let ruleset =
-            landlock_ruleset(mode, writable).context("cannot build the Landlock ruleset")?;
-        let mut filters = vec![session_filter()?];
-        if !network {
+        let ruleset = landlock_ruleset(rules).context("cannot build the Landlock ruleset")?;
+        let mut filters = vec![session_filter(rules.confine_group)?];
+        if !rules.network {
             filters.push(network_filter()?);
         }
-        let protection = match (mode, protect) {
-            (SandboxMode::WorkspaceWrite, Some(spec)) => Some(Protection::prepare(spec)?),
-            _ => None,
-        };
-        let places = if mode == SandboxMode::WorkspaceWrite {
-            let shown: Vec<String> = writable.iter().map(|p| p.display().to_string()).collect();
-            let mut places = format!("writes allowed only in {}", shown.join(", "));
-            if let Some(p) = protection.as_ref().filter(|p| !p.shown.is_empty()) {
-                places.push_str(&format!(", except read-only {}", p.shown.join(", ")));
+        let (mounts, uncovered) = Mounts::prepare(rules)?;
+        let mut places = match (&rules.reads, rules.writable.is_empty()) {
+            (Reads::Everywhere, true) => "no writes allowed".to_string(),
+            (Reads::Everywhere, false) => {
+                let shown: Vec<String> = rules
+                    .writable
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                format!("writes allowed only in {}", shown.join(", "))
             }
-            places
-        } else {
-            "no writes allowed".to_string()
+            (Reads::Beneath(_), _) => {
+                let shown: Vec<String> = rules
+                    .writable
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                format!(
+                    "reads only the workspace, the system's folders and its own \
+                     installation; writes only in {}",
+                    shown.join(", ")
+                )
+            }
         };
+        if let Some(m) = mounts.as_ref().filter(|m| !m.shown.is_empty()) {
+            places.push_str(&format!(", except read-only {}", m.shown.join(", ")));
+        }
+        if let Some(m) = mounts.as_ref().filter(|m| !m.tmpfs.is_empty()) {
+            let hidden: Vec<String> = m
+                .tmpfs
+                .iter()
+                .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
+                .collect();
+            places.push_str(&format!("; {} private and empty", hidden.join(" and ")));
+        }
+        if let Some(why) = uncovered {
+            places.push_str(&format!("; {why}"));
+        }
         let summary = format!(
             "{} ({places}; network {})",
-            mode.as_str(),
-            if network { "allowed" } else { "refused" }
+            rules.label,
+            if rules.network { "allowed" } else { "refused" }
         );
         Ok(PreparedSandbox {
-            ruleset,
+            ruleset: Some(ruleset),
             filters,
-            protection,
+            mounts,
             summary,
+        })
+    }
+
+    /// Only the network refused (no filesystem rules): for a program the operator chose to
+    /// run outside the filesystem sandbox. seccomp works on every kernel toolbox runs on.
+    pub fn network_only() -> Result<Self> {
+        Ok(PreparedSandbox {
+            ruleset: None,
+            filters: vec![network_filter()?],
+            mounts: None,
+            summary: "no filesystem sandbox; network refused".to_string(),
         })
     }
 
@@ -138,21 +338,18 @@ impl PreparedSandbox {
     /// exec, so it makes system calls only: no allocation, no locks.
     pub fn apply_in_child(&self) -> std::io::Result<()> {
         // The mounts first: once Landlock and seccomp are on, nothing can mount any more.
-        if let Some(protection) = &self.protection {
-            protection.apply()?;
+        if let Some(mounts) = &self.mounts {
+            mounts.apply()?;
         }
         // SAFETY: plain system calls on data that lives in this (copied) address space.
         unsafe {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::syscall(
-                libc::SYS_landlock_restrict_self,
-                self.ruleset.as_raw_fd(),
-                0u32,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
+            if let Some(ruleset) = &self.ruleset {
+                if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             for filter in &self.filters {
                 // seccompiler's sock_filter has the kernel's layout, as libc's does.
@@ -173,6 +370,12 @@ impl PreparedSandbox {
         }
         Ok(())
     }
+}
+
+/// Whether this kernel can enforce the sandbox, or why not (for a note where a program may
+/// run without it, and for `toolbox doctor`-like reports).
+pub fn availability() -> Result<()> {
+    check_landlock()
 }
 
 /// The kernel's Landlock ABI version, or the errno saying why there is none. Asked once.
@@ -217,7 +420,7 @@ fn check_landlock() -> Result<()> {
     }
 }
 
-fn landlock_ruleset(mode: SandboxMode, writable: &[PathBuf]) -> Result<OwnedFd> {
+fn landlock_ruleset(rules: &SandboxRules) -> Result<OwnedFd> {
     let ruleset = Ruleset::default()
         // What the sandbox promises must be enforced in full, or creating it fails.
         .set_compatibility(CompatLevel::HardRequirement)
@@ -231,21 +434,39 @@ fn landlock_ruleset(mode: SandboxMode, writable: &[PathBuf]) -> Result<OwnedFd> 
         .create()?;
     let open =
         |path: &Path| PathFd::new(path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()));
-    // Read and execute everywhere.
-    let mut ruleset = ruleset.add_rule(PathBeneath::new(
-        open(Path::new("/"))?,
-        AccessFs::from_read(ABI::V5),
-    ))?;
-    if mode == SandboxMode::WorkspaceWrite {
-        for (i, dir) in writable.iter().enumerate() {
-            match PathFd::new(dir) {
-                Ok(fd) => {
-                    ruleset = ruleset.add_rule(PathBeneath::new(fd, AccessFs::from_all(ABI::V5)))?
+    let mut ruleset = match &rules.reads {
+        // Read and execute everywhere.
+        Reads::Everywhere => ruleset.add_rule(PathBeneath::new(
+            open(Path::new("/"))?,
+            AccessFs::from_read(ABI::V5),
+        ))?,
+        Reads::Beneath(roots) => {
+            let mut ruleset = ruleset;
+            for root in roots {
+                // A missing optional root (no /lib32 here) is simply not there to read.
+                if let Ok(fd) = PathFd::new(root) {
+                    let access = if std::fs::metadata(root).is_ok_and(|m| m.is_dir()) {
+                        AccessFs::from_read(ABI::V5)
+                    } else {
+                        AccessFs::from_read(ABI::V5) & AccessFs::from_file(ABI::V5)
+                    };
+                    ruleset = ruleset.add_rule(PathBeneath::new(fd, access))?;
                 }
-                // The workspace must be there; the temp dir may be missing.
-                Err(e) if i == 0 => bail!("cannot open the workspace {}: {e}", dir.display()),
-                Err(_) => {}
             }
+            ruleset
+        }
+    };
+    for (i, dir) in rules.writable.iter().enumerate() {
+        match PathFd::new(dir) {
+            Ok(fd) => {
+                ruleset = ruleset.add_rule(PathBeneath::new(fd, AccessFs::from_all(ABI::V5)))?
+            }
+            // The workspace (or a server's private folder) must be there; the temp dir may
+            // be missing.
+            Err(e) if i == 0 && rules.first_writable_required => {
+                bail!("cannot open the workspace {}: {e}", dir.display())
+            }
+            Err(_) => {}
         }
     }
     for device in WRITABLE_DEVICES {
@@ -301,15 +522,17 @@ fn network_filter() -> Result<BpfProgram> {
     compile(rules, libc::EACCES)
 }
 
-/// No escape from the process group: `setsid` and `setpgid` fail with EPERM, so stopping
-/// the group really stops everything the command started. (Our own `setsid` runs before the
-/// filter is installed.) No mount changes either, so the read-only mounts of toolbox's own
-/// files stay: every mount system call fails with EPERM too.
-fn session_filter() -> Result<BpfProgram> {
+/// No mount changes, so the read-only mounts of toolbox's own files stay: every mount system
+/// call fails with EPERM. With `confine_group`, no escape from the process group either:
+/// `setsid` and `setpgid` fail with EPERM, so stopping the group really stops everything the
+/// command started. (Our own `setsid` runs before the filter is installed.)
+fn session_filter(confine_group: bool) -> Result<BpfProgram> {
     let mut rules = BTreeMap::new();
+    if confine_group {
+        rules.insert(libc::SYS_setsid, vec![]);
+        rules.insert(libc::SYS_setpgid, vec![]);
+    }
     for call in [
-        libc::SYS_setsid,
-        libc::SYS_setpgid,
         libc::SYS_mount,
         libc::SYS_umount2,
         libc::SYS_pivot_root,
@@ -326,10 +549,11 @@ fn session_filter() -> Result<BpfProgram> {
     compile(rules, libc::EPERM)
 }
 
-/// The private mount namespace that keeps toolbox's own files read-only, prepared in the
-/// parent: every path and map is built here, [`Protection::apply`] only makes system calls.
+/// The private mount namespace: toolbox's own files made read-only, folders covered with an
+/// empty tmpfs. Prepared in the parent: every path and map is built here, [`Mounts::apply`]
+/// only makes system calls.
 #[derive(Debug)]
-struct Protection {
+struct Mounts {
     /// `Some((uid_map, gid_map))`: also enter a user namespace (not root), mapping the user
     /// and group to themselves.
     user_ns: Option<(Vec<u8>, Vec<u8>)>,
@@ -337,45 +561,85 @@ struct Protection {
     /// Paths to make read-only, with the mount flags they already have (a read-only remount
     /// must keep nosuid, nodev, noexec and the atime flags, or a user namespace refuses it).
     read_only: Vec<(CString, libc::c_ulong)>,
-    cwd: CString,
+    /// Folders covered by an empty tmpfs.
+    tmpfs: Vec<CString>,
+    /// The working directory to enter again once the mounts exist.
+    cwd: Option<CString>,
     /// For the summary: `.git/`, `.toolbox/`, `toolbox.toml`.
     shown: Vec<String>,
 }
 
-impl Protection {
-    fn prepare(spec: &ProtectSpec) -> Result<Self> {
-        let user_ns = namespace_support().map_err(|e| {
-            anyhow!(
-                "toolbox.toml, .toolbox/ and .git/ cannot be kept read-only: a private mount                  namespace is not available here ({e})"
-            )
-        })?;
+impl Mounts {
+    /// The mounts `rules` need, or `None`; with the reason some folders could not be covered
+    /// (no namespace here), for the summary. Protection needs a namespace; covering is best
+    /// effort.
+    fn prepare(rules: &SandboxRules) -> Result<(Option<Self>, Option<String>)> {
         let c = |p: &Path| {
             CString::new(p.as_os_str().as_bytes())
                 .map_err(|_| anyhow!("{} contains a NUL byte", p.display()))
         };
+        // A folder holding something the program may use is never covered (a workspace
+        // under /tmp stays visible).
+        let used: Vec<&PathBuf> = match &rules.reads {
+            Reads::Everywhere => rules.writable.iter().collect(),
+            Reads::Beneath(roots) => roots.iter().chain(rules.writable.iter()).collect(),
+        };
+        let hide: Vec<&PathBuf> = rules
+            .hide
+            .iter()
+            .filter(|dir| dir.is_dir() && !used.iter().any(|u| u.starts_with(dir)))
+            .collect();
+        if rules.protect.is_none() && hide.is_empty() {
+            return Ok((None, None));
+        }
+        let user_ns = match (namespace_support(), &rules.protect) {
+            (Ok(user_ns), _) => user_ns,
+            (Err(e), Some(_)) => bail!(
+                "toolbox.toml, .toolbox/ and .git/ cannot be kept read-only: a private mount \
+                 namespace is not available here ({e})"
+            ),
+            (Err(e), None) => {
+                return Ok((
+                    None,
+                    Some(format!(
+                        "{} stay visible (no private mount namespace here: {e})",
+                        hide.iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    )),
+                ))
+            }
+        };
         let mut read_only = Vec::new();
         let mut shown = Vec::new();
-        for name in PROTECTED {
-            let path = spec.root.join(name);
-            // Follows symlinks: a link makes its target read-only (only ever stricter).
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            shown.push(if meta.is_dir() {
-                format!("{name}/")
-            } else {
-                name.to_string()
-            });
-            let path = c(&path)?;
-            let flags = mount_flags(&path);
-            read_only.push((path, flags));
+        let mut keep_writable = Vec::new();
+        let mut cwd = None;
+        if let Some(spec) = &rules.protect {
+            for name in PROTECTED {
+                let path = spec.root.join(name);
+                // Follows symlinks: a link makes its target read-only (only ever stricter).
+                let Ok(meta) = std::fs::metadata(&path) else {
+                    continue;
+                };
+                shown.push(if meta.is_dir() {
+                    format!("{name}/")
+                } else {
+                    name.to_string()
+                });
+                let path = c(&path)?;
+                let flags = mount_flags(&path);
+                read_only.push((path, flags));
+            }
+            keep_writable = spec
+                .keep_writable
+                .iter()
+                .filter(|p| p.is_dir())
+                .map(|p| c(p))
+                .collect::<Result<Vec<_>>>()?;
+            cwd = Some(c(&spec.cwd)?);
         }
-        let keep_writable = spec
-            .keep_writable
-            .iter()
-            .filter(|p| p.is_dir())
-            .map(|p| c(p))
-            .collect::<Result<Vec<_>>>()?;
+        let tmpfs = hide.iter().map(|p| c(p)).collect::<Result<Vec<_>>>()?;
         let user_ns = user_ns.then(|| {
             // SAFETY: getuid/getgid have no preconditions.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -384,16 +648,21 @@ impl Protection {
                 format!("{gid} {gid} 1\n").into_bytes(),
             )
         });
-        Ok(Protection {
-            user_ns,
-            keep_writable,
-            read_only,
-            cwd: c(&spec.cwd)?,
-            shown,
-        })
+        Ok((
+            Some(Mounts {
+                user_ns,
+                keep_writable,
+                read_only,
+                tmpfs,
+                cwd,
+                shown,
+            }),
+            None,
+        ))
     }
 
-    /// In the forked child: a private mount namespace with the protected paths read-only.
+    /// In the forked child: a private mount namespace with the protected paths read-only and
+    /// the covered folders empty.
     fn apply(&self) -> std::io::Result<()> {
         enter_namespace(self.user_ns.as_ref())?;
         let none = std::ptr::null::<libc::c_char>();
@@ -407,6 +676,15 @@ impl Protection {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
+            for dir in &self.tmpfs {
+                check(libc::mount(
+                    c"tmpfs".as_ptr(),
+                    dir.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    c"mode=0700,size=64m".as_ptr().cast(),
+                ))?;
+            }
             // Writable folders inside a protected one become mounts of their own first, so
             // the recursive bind below carries them along, still writable.
             for dir in &self.keep_writable {
@@ -436,7 +714,9 @@ impl Protection {
             }
             // The working directory was entered before the mounts existed, so it still
             // points below them (a cwd inside .git/ would stay writable): enter it again.
-            check(libc::chdir(self.cwd.as_ptr()))?;
+            if let Some(cwd) = &self.cwd {
+                check(libc::chdir(cwd.as_ptr()))?;
+            }
         }
         Ok(())
     }
@@ -530,7 +810,8 @@ fn namespace_support() -> Result<bool, String> {
                 }
             }
             Err(format!(
-                "{}; unprivileged user namespaces may be disabled                  (sysctl user.max_user_namespaces, kernel.apparmor_restrict_unprivileged_userns)",
+                "{}; unprivileged user namespaces may be disabled (sysctl \
+                 user.max_user_namespaces, kernel.apparmor_restrict_unprivileged_userns)",
                 errors.join("; ")
             ))
         })
@@ -595,13 +876,13 @@ mod tests {
     #[test]
     fn filters_compile_and_off_is_refused() {
         assert!(!network_filter().unwrap().is_empty());
-        assert!(!session_filter().unwrap().is_empty());
+        assert!(!session_filter(true).unwrap().is_empty());
         let e = PreparedSandbox::prepare(SandboxMode::Off, false, &[], None).unwrap_err();
         assert!(e.to_string().contains("mode off"));
     }
 
     /// Runs `script` in bash after `protection` is applied; returns stdout and stderr.
-    fn run_protected(protection: Protection, script: &str) -> (String, String) {
+    fn run_protected(protection: Mounts, script: &str) -> (String, String) {
         let protection = std::sync::Arc::new(protection);
         let mut cmd = std::process::Command::new("bash");
         cmd.args(["-c", script]);
@@ -615,6 +896,20 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    fn protect(spec: &ProtectSpec) -> Mounts {
+        let rules = SandboxRules::for_mode(
+            SandboxMode::WorkspaceWrite,
+            false,
+            std::slice::from_ref(&spec.root),
+            Some(spec),
+        )
+        .unwrap();
+        Mounts::prepare(&rules)
+            .unwrap()
+            .0
+            .expect("a mount namespace here")
     }
 
     fn protected_workspace() -> (tempfile::TempDir, ProtectSpec) {
@@ -640,7 +935,7 @@ mod tests {
     #[test]
     fn protected_paths_are_read_only_and_kept_folders_writable() {
         let (_dir, spec) = protected_workspace();
-        let protection = Protection::prepare(&spec).expect("a mount namespace here");
+        let protection = protect(&spec);
         assert_eq!(protection.shown, ["toolbox.toml", ".toolbox/", ".git/"]);
         let (out, err) = run_protected(protection, PROBE_WRITES);
         assert_eq!(out, "scratch-ok\nplain-ok\n", "{err}");
@@ -656,7 +951,7 @@ mod tests {
             );
         }
         let (_dir, spec) = protected_workspace();
-        let mut protection = Protection::prepare(&spec).expect("a mount namespace here");
+        let mut protection = protect(&spec);
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         protection.user_ns = Some((
