@@ -615,9 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     in_pod = os.path.exists(f"{SA_DIR}/token")
     api_token = a.api_token_file or (f"{SA_DIR}/token" if in_pod else None)
     api_ca = a.api_ca_file or (f"{SA_DIR}/ca.crt" if in_pod else None)
-    for flag, port in (("--host-port", a.host_port), ("--assign-port", a.assign_port)):
-        if not 0 < port < 65536:
-            raise SystemExit(f"{flag} {port}: must be 1-65535")
+    for flag, value in (("--host-port", a.host_port), ("--assign-port", a.assign_port)):
+        if not 0 < value < 65536:
+            raise SystemExit(f"{flag} {value}: must be 1-65535")
 
     kube = Kube(api, namespace, api_token, api_ca, a.timeout)
     server = ThreadingHTTPServer((host, port), Handler)

@@ -7,15 +7,18 @@ instead. On the host's port it answers
 
   GET  /api/health   503 {"status": "waiting"}
 
-(and 404 or 503 to anything else: it takes no assignment there). Assignments arrive on a
-Unix socket in a folder shared with the pod's other container, toolbox-k8s-gate, which
-alone holds the pool token and checks it (docs/scale-out.md, "Kubernetes"):
+(and 404 or 503 to anything else: it takes no assignment there). Assignments arrive on an
+abstract Unix socket (`--handoff-socket @NAME`: the pod's network namespace, no file) from
+the pod's other container, toolbox-k8s-gate, which alone holds the pool token and checks it
+(docs/scale-out.md, "Kubernetes"):
 
-  POST /assign       {"sid": "...", "token": "..."}
+  POST /assign       {"sid": "...", "token": "...", "env": {"AWS_...": "..."}}
                      -> 202; it empties the workspace if asked, writes the host token into
                      a pipe and execs `toolbox serve --session SID --epoch next
                      --state-store URL --listen IP:PORT --workspace DIR --token-fd N
-                     [extra args]` on the same port
+                     [extra args]` on the same port, with `env` (the state store's
+                     settings and credentials, which only the gate's container is given)
+                     added to its environment
 
 A second assignment of the same session is answered 202 again; one of another session is
 409. If the host exits, the container restarts into this program, waiting again.
@@ -25,6 +28,12 @@ the same user once the host serves (issue 37). The pipe holds one line, its writ
 closed before the exec, and the host reads it and closes it: no file, no path, and nothing
 left to read. Why the gate: the pool token must not be where model code runs, and this
 program runs there; PID 1 (tini) would keep it in /proc/1/environ had it come as a variable.
+Why the store's credentials come this way: given to this container, they would stay in PID
+1's environment, which model code can read; toolbox serve takes them out of its own
+environment block at start and is not dumpable, so its children cannot read them.
+Why an abstract socket: only processes of the pod can reach it, and none but this program
+runs in the host container while it listens; it leaves nothing behind that model code
+could replace to break the next start, and it goes when this program execs.
 """
 
 from __future__ import annotations
@@ -38,7 +47,6 @@ import re
 import selectors
 import shutil
 import signal
-import stat
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import UnixStreamServer
@@ -46,8 +54,12 @@ from socketserver import UnixStreamServer
 _SID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TOKEN = re.compile(r"[\x21-\x7e]{16,512}")  # printable, no spaces: one line in a pipe
 MAX_BODY = 16 * 1024
-# A socket path's bytes, NUL included, must fit sockaddr_un.sun_path.
-MAX_SOCKET_PATH = 107
+# An abstract socket's name: `@` and what sockaddr_un.sun_path holds after its NUL.
+_HANDOFF = re.compile(r"@[A-Za-z0-9._/-]{1,100}")
+# What an assignment may add to toolbox serve's environment: the S3 client's variables.
+_ENV_NAME = re.compile(r"AWS_[A-Z0-9_]{1,100}")
+_ENV_VALUE = re.compile(r"[\x20-\x7e]{0,8192}")
+MAX_ENV = 64
 # Seconds a client may take to send its request: one slow client must not hold the port.
 CLIENT_TIMEOUT = 10
 
@@ -85,8 +97,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class HandoffHandler(Handler):
-    """The hand-off socket: only the gate (and this container, which runs nothing else
-    while it waits) can connect to it."""
+    """The hand-off socket: only processes of the pod can connect to it, the gate and this
+    container, which runs nothing else while this program waits."""
 
     def address_string(self):
         return "gate"
@@ -105,14 +117,21 @@ class HandoffHandler(Handler):
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             return self._send(400, {"error": "the body is not JSON"})
-        if not isinstance(body, dict) or set(body) != {"sid", "token"}:
-            return self._send(400, {"error": "the body must be {\"sid\": ..., \"token\": ...}"})
-        sid, token = body["sid"], body["token"]
+        if not isinstance(body, dict) or not {"sid", "token"} <= set(body) <= \
+                {"sid", "token", "env"}:
+            return self._send(400, {"error": "the body must be {\"sid\": ..., \"token\": ..."
+                                             "[, \"env\": {...}]}"})
+        sid, token, env = body["sid"], body["token"], body.get("env", {})
         if not isinstance(sid, str) or not _SID.fullmatch(sid) or sid.startswith("."):
             return self._send(400, {"error": "sid: 1-128 of A-Z a-z 0-9 . _ -, not starting "
                                              "with '.'"})
         if not isinstance(token, str) or not _TOKEN.fullmatch(token):
             return self._send(400, {"error": "token: 16-512 printable characters, no spaces"})
+        if not isinstance(env, dict) or len(env) > MAX_ENV or not all(
+                isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str)
+                and _ENV_VALUE.fullmatch(v) for k, v in env.items()):
+            return self._send(400, {"error": f"env: at most {MAX_ENV} AWS_* variables, each "
+                                             "value at most 8192 printable characters"})
         state = self.server.state
         if state.assigned is not None:
             same = state.assigned[0] == sid and hmac.compare_digest(
@@ -121,22 +140,13 @@ class HandoffHandler(Handler):
                 return self._send(202, {"sid": sid, "state": "starting"})
             return self._send(409, {"error": "this host is taken by another session"})
         state.assigned = (sid, token)
+        state.env = env
         self._send(202, {"sid": sid, "state": "starting"})
-
-
-class HandoffServer(UnixStreamServer):
-    def server_bind(self):
-        # Group-writable: the gate runs as another user, in the group the pod's fsGroup gives
-        # both containers; nobody else may connect.
-        old = os.umask(0o117)
-        try:
-            super().server_bind()
-        finally:
-            os.umask(old)
 
 
 class State:
     assigned: tuple[str, str] | None = None
+    env: dict[str, str] = {}
 
 
 def wipe(folder: str) -> None:
@@ -160,28 +170,12 @@ def parse_listen(raw: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_socket_path(raw: str, flag: str = "--handoff-socket") -> str:
-    """An absolute socket path that fits sun_path, in a folder that exists."""
-    if not os.path.isabs(raw):
-        raise SystemExit(f"{flag} {raw!r}: must be an absolute path")
-    if len(os.fsencode(raw)) > MAX_SOCKET_PATH:
-        raise SystemExit(f"{flag} {raw!r}: longer than {MAX_SOCKET_PATH} bytes, which a Unix "
-                         "socket's path may not be")
-    if not os.path.isdir(os.path.dirname(raw)):
-        raise SystemExit(f"{flag} {raw!r}: the folder {os.path.dirname(raw)!r} does not exist")
-    return raw
-
-
-def remove_stale_socket(path: str) -> None:
-    """A previous container's socket is in the shared folder after a restart: remove it,
-    but nothing that is not a socket."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise SystemExit(f"--handoff-socket {path!r}: exists and is not a socket")
-    os.unlink(path)
+def abstract_socket(raw: str, flag: str = "--handoff-socket") -> str:
+    """`@NAME` as the address Python binds for an abstract Unix socket ("\\0NAME")."""
+    if not _HANDOFF.fullmatch(raw):
+        raise SystemExit(f"{flag} {raw!r}: expected @NAME, an abstract socket (1-100 of "
+                         "A-Z a-z 0-9 . _ / -)")
+    return "\0" + raw[1:]
 
 
 def token_pipe(token: str) -> int:
@@ -199,12 +193,15 @@ def token_pipe(token: str) -> int:
     return read_end
 
 
-def serve_until_assigned(listen: tuple[str, int], handoff: str) -> tuple[str, str]:
+def serve_until_assigned(listen: tuple[str, int], handoff: str) -> State:
     """Answers the host's port and the hand-off socket until the gate assigns a session."""
     state = State()
     server = HTTPServer(listen, Handler)
-    remove_stale_socket(handoff)
-    gate = HandoffServer(handoff, HandoffHandler)
+    try:
+        gate = UnixStreamServer(abstract_socket(handoff), HandoffHandler)
+    except OSError as e:
+        server.server_close()
+        raise SystemExit(f"--handoff-socket {handoff}: {e.strerror or e}") from None
     gate.state = state
     try:
         with selectors.DefaultSelector() as sel:
@@ -218,22 +215,17 @@ def serve_until_assigned(listen: tuple[str, int], handoff: str) -> tuple[str, st
                 for key, _ in sel.select():
                     key.fileobj.handle_request()
     finally:
+        # From now on nothing listens on either; a restarted container listens again.
         server.server_close()
         gate.server_close()
-        # Nothing listens here from now on; a restarted container makes a new one.
-        try:
-            os.unlink(handoff)
-        except FileNotFoundError:
-            pass
-    return state.assigned
+    return state
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="toolbox-k8s-boot", description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="0.0.0.0:7878")
     p.add_argument("--handoff-socket", required=True,
-                   help="the Unix socket the gate hands assignments to (in a folder the two "
-                        "containers share)")
+                   help="@NAME: the abstract Unix socket the gate hands assignments to")
     p.add_argument("--state-store", required=True, help="file:///folder or s3://bucket/prefix")
     p.add_argument("--workspace", default="/workspace")
     p.add_argument("--toolbox", default="toolbox", help="the toolbox binary")
@@ -246,13 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     listen = parse_listen(a.listen)
-    handoff = check_socket_path(a.handoff_socket)
+    abstract_socket(a.handoff_socket)  # named in the error, before anything starts
     toolbox = shutil.which(a.toolbox)
     if toolbox is None:
         raise SystemExit(f"--toolbox {a.toolbox!r}: not found")
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    sid, token = serve_until_assigned(listen, handoff)
+    state = serve_until_assigned(listen, a.handoff_socket)
+    sid, token = state.assigned
     if a.wipe_workspace:
         wipe(a.workspace)
     fd = token_pipe(token)
@@ -260,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             "--state-store", a.state_store, "--listen", a.listen,
             "--workspace", a.workspace, "--token-fd", str(fd), *a.serve_args]
     print(f"toolbox-k8s-boot: session {sid}: exec toolbox serve", file=sys.stderr, flush=True)
-    os.execv(toolbox, args)
+    os.execve(toolbox, args, os.environ | state.env)
     return 1  # not reached
 
 

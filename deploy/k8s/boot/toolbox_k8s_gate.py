@@ -6,16 +6,25 @@ assigned, `toolbox serve` and the model code its tools run. This program runs in
 one, the only place the pool token is mounted:
 
   POST /assign   {"sid": "...", "token": "..."} with Authorization: Bearer <pool token>
-                 -> the body goes, without the pool token, to the boot program's Unix socket
-                 (`--handoff-socket`, in a memory-backed folder both containers mount), and
-                 its answer comes back: 202, 400, 409; 503 + Retry-After when no boot
-                 program waits there (the host serves, or is starting)
+                 -> the session, and this container's AWS_* variables as "env" (the state
+                 store's settings and credentials, from the toolbox-store Secret), go to
+                 the boot program's abstract Unix socket (`--handoff-socket @NAME`, in the
+                 pod's network namespace), without the pool token; its answer comes back:
+                 202, 400, 409; 503 + Retry-After when no boot program waits (the host
+                 serves, or is starting)
+
+It hands an assignment over only while a waiting boot program answers on the host's port
+(127.0.0.1:--host-port, GET /api/health -> 503 {"status": "waiting"}). After the exec model
+code runs in the pod and could bind the hand-off name itself; it cannot take the host's
+port from a serving host, so whatever holds the name then gets nothing.
 
 Why a second container: model code runs as the host container's user, and could read any
-file or environment variable of that container, PID 1's included (/proc/1/environ). A
+file or environment variable of that container, PID 1's included (/proc/1/environ): so no
+Secret is given to that container, neither the pool token nor the store's credentials. A
 container has its own mount and PID namespaces (the pod does not share process namespaces),
-and this one runs as another user, so nothing of the pool token is in reach of model code;
-and it outlives restarts of the host container, whose boot program then waits again.
+and this one runs as another user and shares no volume with the host container, so nothing
+of the pool token is in reach of model code; and it outlives restarts of the host
+container, whose boot program then waits again.
 Standard library only.
 """
 
@@ -27,12 +36,15 @@ import http.client
 import ipaddress
 import json
 import os
+import re
 import socket
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_BODY = 16 * 1024
-MAX_SOCKET_PATH = 107
+_HANDOFF = re.compile(r"@[A-Za-z0-9._/-]{1,100}")
+# The variables passed to toolbox serve: the S3 client's (region, endpoint, credentials).
+STORE_ENV_PREFIX = "AWS_"
 # Seconds a caller may take to send its request, and the boot program to answer.
 CLIENT_TIMEOUT = 10
 HANDOFF_TIMEOUT = 10
@@ -40,7 +52,7 @@ RETRY_AFTER = 1
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP over a Unix socket."""
+    """HTTP over a Unix socket ("\\0NAME" for an abstract one)."""
 
     def __init__(self, path: str, timeout: float):
         super().__init__("localhost", timeout=timeout)
@@ -113,20 +125,45 @@ class Handler(BaseHTTPRequestHandler):
         if scheme.lower() != "bearer" or not hmac.compare_digest(
                 given.strip().encode(), pool_token.encode()):
             return self._send(401, {"error": "assignments need the pool's bearer token"})
-        status, answer = self._hand_off(raw)
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return self._send(400, {"error": "the body is not JSON"})
+        # The session's fields only (the boot program checks them); what goes into the
+        # host's environment is this container's, never the caller's.
+        if not isinstance(body, dict) or not set(body) <= {"sid", "token"}:
+            return self._send(400, {"error": "the body must be {\"sid\": ..., \"token\": ...}"})
+        body["env"] = self.server.store_env
+        status, answer = self._hand_off(json.dumps(body).encode())
         if status is None:
             return self._send(503, {"error": "the host container is not waiting for a session "
                                              "(it serves one, or is starting)"}, RETRY_AFTER)
         self._send(status, answer)
 
+    def _boot_waits(self) -> bool:
+        """Whether the host's port is answered by a boot program waiting for a session."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.host_port,
+                                          timeout=HANDOFF_TIMEOUT)
+        try:
+            conn.request("GET", "/api/health")
+            resp = conn.getresponse()
+            body = json.loads(resp.read(64 * 1024))
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+        return resp.status == 503 and isinstance(body, dict) and body.get("status") == "waiting"
+
     def _hand_off(self, raw: bytes) -> tuple[int | None, dict]:
+        if not self._boot_waits():
+            return None, {}
         conn = UnixHTTPConnection(self.server.handoff, HANDOFF_TIMEOUT)
         try:
             conn.request("POST", "/assign", body=raw,
                          headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             data = resp.read(64 * 1024)
-        except OSError:
+        except (OSError, http.client.HTTPException):
             return None, {}
         finally:
             conn.close()
@@ -157,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-token-file", required=True,
                    help="the token assignments must carry (read again for each one)")
     p.add_argument("--handoff-socket", required=True,
-                   help="the boot program's Unix socket, in the folder both containers mount")
+                   help="@NAME: the boot program's abstract Unix socket")
+    p.add_argument("--host-port", type=int, default=7878,
+                   help="the host's port, where a waiting boot program answers on 127.0.0.1")
     a = p.parse_args(argv)
 
     host, port = parse_listen(a.listen)
@@ -165,21 +204,25 @@ def main(argv: list[str] | None = None) -> int:
         read_token(a.pool_token_file, "--pool-token-file")  # fail at start, not on first call
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    if not os.path.isabs(a.handoff_socket):
-        raise SystemExit(f"--handoff-socket {a.handoff_socket!r}: must be an absolute path")
-    if len(os.fsencode(a.handoff_socket)) > MAX_SOCKET_PATH:
-        raise SystemExit(f"--handoff-socket {a.handoff_socket!r}: longer than "
-                         f"{MAX_SOCKET_PATH} bytes, which a Unix socket's path may not be")
+    if not 0 < a.host_port < 65536:
+        raise SystemExit(f"--host-port {a.host_port}: must be 1-65535")
+    if not _HANDOFF.fullmatch(a.handoff_socket):
+        raise SystemExit(f"--handoff-socket {a.handoff_socket!r}: expected @NAME, an abstract "
+                         "socket (1-100 of A-Z a-z 0-9 . _ / -)")
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("GateServer", (ThreadingHTTPServer,),
                         {"address_family": family, "daemon_threads": True})
     server = server_class((host, port), Handler)
     server.pool_token_file = a.pool_token_file
-    server.handoff = a.handoff_socket
+    server.handoff = "\0" + a.handoff_socket[1:]
+    server.host_port = a.host_port
+    server.store_env = {k: v for k, v in os.environ.items() if k.startswith(STORE_ENV_PREFIX)}
     shown = f"[{host}]" if ":" in host else host
+    names = ", ".join(sorted(server.store_env)) or "none"
     print(f"toolbox-k8s-gate: listening on http://{shown}:{server.server_address[1]} "
-          f"(hands assignments to {a.handoff_socket})", file=sys.stderr, flush=True)
+          f"(hands assignments to {a.handoff_socket}, with the store variables {names})",
+          file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -289,6 +287,12 @@ def call(url, method="GET", body=None, token=None, timeout=10):
         return e.code, e.headers, json.loads(raw) if raw else {}
 
 
+def handoff_name(port: int) -> str:
+    """The abstract hand-off socket of the test pod on `port` (unique on this machine, as
+    the tests share one network namespace)."""
+    return f"@tbk8s-{os.getpid()}-{port}"
+
+
 def wait_for_line(proc, needle, tries=POLL_TRIES * 2):
     """Reads the process's stderr until a line contains `needle` (bounded)."""
     seen = []
@@ -383,16 +387,7 @@ def start_adapter(fake_kube, tokens):
 
 
 @pytest.fixture
-def socket_dir():
-    """A short folder for the hand-off sockets (a socket path is at most 107 bytes, and
-    pytest's tmp_path can be longer)."""
-    path = tempfile.mkdtemp(prefix="tbk8s-", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def start_boot(tmp_path, tokens, socket_dir):
+def start_boot(tmp_path, tokens):
     """Starts a warm pod's two containers on 127.0.0.1: toolbox-k8s-gate on `gate_port`
     (the pool token's only holder) and toolbox-k8s-boot on `port` with `toolbox` (default:
     the fake host of fake_toolbox.py). A later start on the same ports is a restart of the
@@ -400,6 +395,9 @@ def start_boot(tmp_path, tokens, socket_dir):
     process; its gate is `start_boot.gates[gate_port]`."""
     procs = []
     gates: dict[int, subprocess.Popen] = {}
+    # What the gate's container gets from the toolbox-store Secret (envFrom).
+    store_env = {"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIATESTTESTTEST",
+                 "AWS_SECRET_ACCESS_KEY": "store-secret-" + os.urandom(12).hex()}
 
     def start(port: int, gate_port: int, toolbox: str | None = None, epoch: str = "next",
               store: str | None = None, workspace: str | None = None):
@@ -411,12 +409,13 @@ def start_boot(tmp_path, tokens, socket_dir):
         workspace = workspace or str(tmp_path / f"ws-{port}")
         os.makedirs(workspace, exist_ok=True)
         store = store or f"file://{tmp_path / 'store'}"
-        handoff = os.path.join(socket_dir, f"boot-{port}.sock")
+        handoff = handoff_name(port)
         if gate_port not in gates:
             gate = subprocess.Popen(
                 [sys.executable, GATE, "--listen", f"127.0.0.1:{gate_port}",
-                 "--pool-token-file", tokens["pool"][0], "--handoff-socket", handoff],
-                stderr=subprocess.PIPE, text=True)
+                 "--pool-token-file", tokens["pool"][0], "--handoff-socket", handoff,
+                 "--host-port", str(port)],
+                stderr=subprocess.PIPE, text=True, env=os.environ | store_env)
             procs.append(gate)
             wait_for_line(gate, "listening on")
             drain(gate)
@@ -433,6 +432,7 @@ def start_boot(tmp_path, tokens, socket_dir):
         return proc
 
     start.gates = gates
+    start.store_env = store_env
     yield start
     for p in reversed(procs):
         stop(p)

@@ -274,7 +274,7 @@ def _toolbox_binary() -> str:
 
 
 def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, start_boot,
-                                                      tmp_path, tokens, socket_dir):
+                                                      tmp_path, tokens):
     """The whole path on one machine: claim, warm pod, assignment, `toolbox serve` in host
     mode (its own health and park), then the resumed host at the next epoch."""
     binary = _toolbox_binary()
@@ -308,7 +308,13 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
     # What model code in the pod could read: no token or path to it in the real host's
     # command line, no file holding it, neither token in its environment.
     assert_no_token_left_for_model_code(boot.pid, placed["token"], tokens["pool"][1],
-                                        [str(tmp_path), socket_dir])
+                                        [str(tmp_path)])
+    # The store's secret came from the gate into toolbox serve's environment, and toolbox
+    # took it out of its environment block at once (children never inherit it).
+    with open(f"/proc/{boot.pid}/environ", "rb") as f:
+        environ = f.read()
+    assert start_boot.store_env["AWS_SECRET_ACCESS_KEY"].encode() not in environ
+    assert b"AWS_REGION=eu-west-1" in environ
 
     status, _, body = adapter.call(f"/v1/sessions/{sid}:park", "POST", {})
     assert status == 202, body
@@ -384,6 +390,9 @@ def test_the_adapters_credentials_read_no_secret(fake_kube, start_adapter, start
     for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
         for name in (None, "toolbox-store", "toolbox-pool-token", "tb-s1-0123456789ab"):
             assert not role_allows(role, verb, "", "secrets", name), (verb, name)
+    with fake_kube.lock:  # what follows is the adapter's own work
+        fake_kube.requests.clear()
+        fake_kube.forbidden.clear()
 
     port, gate = free_ports(2)
     adapter = start_adapter(port, gate)

@@ -4,14 +4,16 @@ toolbox-k8s-gate as in the pod."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
-from conftest import BOOT, call, free_ports, poll
+import pytest
+
+from conftest import BOOT, call, free_ports, handoff_name, poll
 
 
-def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, tokens, tmp_path,
-                                                                socket_dir):
+def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, tokens, tmp_path):
     port, gate_port = free_ports(2)
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -58,7 +60,9 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     assert sorted(os.listdir(workspace)) == []
     assert os.path.isdir("/etc"), "the wipe must not follow links"
     # The hand-off socket went with the boot program: nothing listens there any more.
-    assert os.listdir(socket_dir) == []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        with pytest.raises(ConnectionRefusedError):
+            s.connect("\0" + handoff_name(port)[1:])
     status, _, body = call(f"{gate}/assign", "POST", good, pool)
     assert status == 503, body
 
@@ -107,7 +111,7 @@ def assert_no_token_left_for_model_code(pid: int, host_token: str, pool_token: s
 
 
 def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
-        start_boot, tokens, tmp_path, socket_dir):
+        start_boot, tokens, tmp_path):
     """The repro of issue 37, point 3: the boot passed `--token-file /run/toolbox/host-token`;
     model code read the path in /proc/PID/cmdline and then the file, and with the token
     answered its own approvals. Now the token goes down a pipe (`--token-fd N`) that the
@@ -125,10 +129,14 @@ def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
     status, _, _ = _health(url, "wrong-" + host_token)
     assert status == 401
     argv = assert_no_token_left_for_model_code(boot.pid, host_token, tokens["pool"][1],
-                                               [str(tmp_path), socket_dir])
-    # The fake host, like toolbox, closed the descriptor after reading it.
+                                               [str(tmp_path)])
+    # The fake host, like toolbox, closed the descriptor after reading it (the number may
+    # have been reused since, by its listening socket, but not by a pipe).
     fd = argv[argv.index("--token-fd") + 1]
-    assert not os.path.exists(f"/proc/{boot.pid}/fd/{fd}")
+    try:
+        assert not os.readlink(f"/proc/{boot.pid}/fd/{fd}").startswith("pipe:")
+    except FileNotFoundError:
+        pass
 
 
 def test_a_restarted_host_container_is_assigned_again_through_the_same_gate(
@@ -162,10 +170,10 @@ def test_a_restarted_host_container_is_assigned_again_through_the_same_gate(
 def test_bad_arguments_are_named(tmp_path):
     base = [sys.executable, BOOT, "--state-store", "file:///x", "--toolbox", sys.executable]
     for extra, named in [
-        (["--listen", "nowhere", "--handoff-socket", str(tmp_path / "s")], "--listen"),
-        (["--handoff-socket", "/tmp/" + "x" * 120], "--handoff-socket"),
-        (["--handoff-socket", "relative.sock"], "--handoff-socket"),
-        (["--handoff-socket", str(tmp_path / "no" / "such" / "s")], "--handoff-socket"),
+        (["--listen", "nowhere", "--handoff-socket", "@x"], "--listen"),
+        (["--handoff-socket", "@" + "x" * 120], "--handoff-socket"),
+        (["--handoff-socket", str(tmp_path / "boot.sock")], "--handoff-socket"),
+        (["--handoff-socket", "@with space"], "--handoff-socket"),
     ]:
         result = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
         assert result.returncode != 0, extra
@@ -177,3 +185,44 @@ def _health(url, token):
         return call(f"{url}/api/health", token=token, timeout=2)
     except OSError as e:  # between the exec and the host's bind
         return (None, None, str(e))
+
+
+def test_the_store_credentials_reach_toolbox_serve_from_the_gate_only(start_boot, tokens):
+    """The host container is given no store credentials (PID 1 would keep them readable in
+    /proc/1/environ): the gate passes its AWS_* variables with the assignment, and the boot
+    program adds them to toolbox serve's environment at the exec."""
+    port, gate_port = free_ports(2)
+    boot = start_boot(port, gate_port)
+    secret = start_boot.store_env["AWS_SECRET_ACCESS_KEY"]
+    with open(f"/proc/{boot.pid}/environ", "rb") as f:
+        assert secret.encode() not in f.read(), "the boot program started with the secret"
+    host_token = "host-token-store-0123456789"
+    status, _, _ = call(f"http://127.0.0.1:{gate_port}/assign", "POST",
+                        {"sid": "s-store", "token": host_token}, tokens["pool"][1])
+    assert status == 202
+    url = f"http://127.0.0.1:{port}"
+    poll(lambda: _health(url, host_token), lambda r: r[0] == 200, "the host")
+    with open(f"/proc/{boot.pid}/environ", "rb") as f:
+        env = dict(line.split(b"=", 1) for line in f.read().split(b"\0") if b"=" in line)
+    for name, value in start_boot.store_env.items():
+        assert env.get(name.encode()) == value.encode(), name
+
+
+def test_the_boot_takes_only_store_variables_with_an_assignment(start_boot, tokens):
+    """What the hand-off may carry besides the session: AWS_* variables, short and
+    printable; anything else (PATH, LD_PRELOAD, a NUL) is refused, and nothing starts."""
+    import json as _json
+
+    from test_gate import unix_post
+
+    port, gate_port = free_ports(2)
+    boot = start_boot(port, gate_port)
+    base = {"sid": "s1", "token": "host-token-abcdefghijklmnop"}
+    name = handoff_name(port)
+    for env in [{"PATH": "/tmp"}, {"LD_PRELOAD": "/tmp/x.so"}, {"AWS_X": "a\u0000b"},
+                {"AWS_X": "x" * 9000}, {"aws_x": "y"}, {"AWS_X": 1}, ["AWS_X"]]:
+        status, body = unix_post(name, _json.dumps(base | {"env": env}).encode())
+        assert status == 400, (env, body)
+    assert boot.poll() is None
+    status, _, health = call(f"http://127.0.0.1:{port}/api/health")
+    assert health["status"] == "waiting"

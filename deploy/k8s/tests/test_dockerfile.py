@@ -67,3 +67,33 @@ def test_the_lint_fails_broken_dockerfiles():
     with open(DOCKERFILE, encoding="utf-8") as f:
         text = f.read()
     assert lint(text, "0.0.1"), "a different ipykernel pin must fail"
+
+
+def test_every_program_the_manifests_start_is_in_the_image():
+    """Each container's first argument (tini runs it from PATH) is a program the runtime
+    stage installs: the gate's container would otherwise never start."""
+    import glob
+
+    import yaml
+
+    with open(DOCKERFILE, encoding="utf-8") as f:
+        text = f.read()
+    installed = {"toolbox"}  # copied from the build stage (the lint checks it)
+    for word, args in instructions(text):
+        if word == "COPY" and "--from" not in args:
+            dest = args.split()[-1]
+            if dest.startswith("/usr/local/bin/"):
+                installed.add(os.path.basename(dest))
+    started = set()
+    for path in glob.glob(os.path.join(K8S_DIR, "manifests", "*.yaml")):
+        with open(path, encoding="utf-8") as f:
+            for doc in yaml.safe_load_all(f):
+                if not doc:
+                    continue
+                spec = (doc.get("spec") or {})
+                pod = (spec.get("template") or spec.get("podTemplate") or {}).get("spec")
+                for c in (pod or {}).get("containers", []):
+                    started.add(c["args"][0])
+    assert started == {"toolbox", "toolbox-k8s-boot", "toolbox-k8s-gate",
+                       "toolbox-k8s-adapter"}, started
+    assert started <= installed, f"not in the image: {sorted(started - installed)}"

@@ -60,6 +60,8 @@ def test_every_manifest_is_valid():
         ("apps/v1", "Deployment"),
         ("v1", "Service"),
         ("v1", "Service"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
     ])
     assert all(d["metadata"].get("namespace") == "toolbox" for d in _docs()
                if d["kind"] != "Namespace")
@@ -85,6 +87,9 @@ BROKEN = {
                                  "readOnlyRootFilesytem:"),
     "service port a list": ("router.yaml", "port: 7900", "port: [7900]"),
     "role verbs a string": ("placement.yaml", "verbs: [get]", "verbs: get"),
+    "policy field misnamed": ("router.yaml", "policyTypes: [Ingress, Egress]",
+                              "policyType: [Ingress, Egress]"),
+    "ipBlock not a CIDR": ("sandbox-template.yaml", "- 100.64.0.0/10", "- [100.64.0.0/10]"),
     "name not DNS": ("router.yaml", "name: toolbox-router\n", "name: Toolbox_Router\n"),
     "no kind": ("namespace.yaml", "kind: Namespace\n", ""),
 }
@@ -138,7 +143,8 @@ def test_the_host_pod_runs_the_boot_program_toward_toolbox_serve():
     template = _one("SandboxTemplate", "toolbox-host")
     spec = template["spec"]
     assert spec["envVarsInjectionPolicy"] == "Disallowed", "claims must fit warm pods"
-    host = spec["podTemplate"]["spec"]["containers"][0]
+    containers = {c["name"]: c for c in spec["podTemplate"]["spec"]["containers"]}
+    host, gate = containers["host"], containers["gate"]
     args = host["args"]
     assert args[0] == "toolbox-k8s-boot"
     assert "--epoch" not in args, "the boot program's default is --epoch next"
@@ -146,21 +152,28 @@ def test_the_host_pod_runs_the_boot_program_toward_toolbox_serve():
     env = {e["name"]: e.get("value") for e in host["env"]}
     assert env["TOOLBOX_STATE_STORE"].startswith("s3://")
     assert "--wipe-workspace" in args
+    # No file for the host token: it goes down a pipe (issue 37).
+    assert "--run-dir" not in args and "--token-file" not in args
     listen_port = int(_flag(args, "--listen").rsplit(":", 1)[1])
     assert [p["containerPort"] for p in host["ports"]] == [listen_port]
     assert host["readinessProbe"]["tcpSocket"]["port"] == listen_port
-    # The network policy lets in exactly the router and the adapter, on the host's port.
-    (rule,) = spec["networkPolicy"]["ingress"]
-    (peer,) = rule["from"]
+    gate_port = int(_flag(gate["args"], "--listen").rsplit(":", 1)[1])
+    assert [p["containerPort"] for p in gate["ports"]] == [gate_port]
+    assert gate["readinessProbe"]["tcpSocket"]["port"] == gate_port
+    # The network policy lets the router and the adapter reach the host's port, and the
+    # adapter alone the gate's.
+    host_rule, gate_rule = spec["networkPolicy"]["ingress"]
+    (peer,) = host_rule["from"]
     (expr,) = peer["podSelector"]["matchExpressions"]
     assert sorted(expr["values"]) == ["toolbox-placement", "toolbox-router"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": listen_port}]
+    assert host_rule["ports"] == [{"protocol": "TCP", "port": listen_port}]
+    (peer,) = gate_rule["from"]
+    assert peer == {"podSelector": {"matchLabels": {"app.kubernetes.io/name":
+                                                    "toolbox-placement"}}}
+    assert gate_rule["ports"] == [{"protocol": "TCP", "port": gate_port}]
     mounts = {m["mountPath"]: m["name"] for m in host["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["podTemplate"]["spec"]["volumes"]}
-    assert volumes[mounts[_flag(args, "--run-dir")]]["emptyDir"]["medium"] == "Memory"
-    assert mounts[_flag(args, "--workspace")] == "workspace"
-    pool_dir = os.path.dirname(_flag(args, "--pool-token-file"))
-    assert volumes[mounts[pool_dir]]["secret"]["secretName"] == "toolbox-pool-token"
+    assert "emptyDir" in volumes[mounts[_flag(args, "--workspace")]], "the workspace is scratch"
 
 
 def test_the_pieces_name_each_other_consistently():
@@ -175,6 +188,16 @@ def test_the_pieces_name_each_other_consistently():
     assert a_args[0] == "toolbox-k8s-adapter"
     assert _flag(a_args, "--warm-pool") == pool["metadata"]["name"]
     assert _flag(a_args, "--host-port") == host_port
+    gate_args = next(c for c in template["spec"]["podTemplate"]["spec"]["containers"]
+                     if c["name"] == "gate")["args"]
+    assert _flag(a_args, "--assign-port") == _flag(gate_args, "--listen").rsplit(":", 1)[1]
+    a_mounts = {m["mountPath"]: m["name"] for m in adapter["containers"][0]["volumeMounts"]}
+    a_volumes = {v["name"]: v for v in adapter["volumes"]}
+    for flag, secret in (("--pool-token-file", "toolbox-pool-token"),
+                         ("--host-key-file", "toolbox-host-key"),
+                         ("--token-file", "toolbox-placement-token")):
+        folder = os.path.dirname(_flag(a_args, flag))
+        assert a_volumes[a_mounts[folder]]["secret"]["secretName"] == secret, flag
     assert adapter["serviceAccountName"] == "toolbox-placement"
 
     svc = _one("Service", "toolbox-placement")
@@ -254,9 +277,9 @@ def test_model_code_cannot_reach_the_pool_token():
     assign any waiting warm pod (to a session and a token of its choosing). An environment
     variable dropped at the exec would not do: PID 1 (tini) keeps the container's
     environment, and /proc/1/environ is readable by the same user. So the token lives in a
-    second container of the pod, the gate (its own mount and PID namespaces, another user),
-    which checks assignments and hands them to the boot program over a socket in a volume
-    the two share; the gate outlives restarts of the host container."""
+    second container of the pod, the gate (its own mount and PID namespaces, another user,
+    no volume in common), which checks assignments and hands them to the boot program over
+    an abstract socket; the gate outlives restarts of the host container."""
     spec = _one("SandboxTemplate", "toolbox-host")["spec"]["podTemplate"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     containers = {c["name"]: c for c in spec["containers"]}
@@ -265,21 +288,53 @@ def test_model_code_cannot_reach_the_pool_token():
     host, gate = containers["host"], containers["gate"]
     assert "toolbox-pool-token" not in _secret_names_of(host, volumes)
     assert "--pool-token-file" not in host["args"]
-    assert _secret_names_of(gate, volumes) == {"toolbox-pool-token"}
+    assert _secret_names_of(gate, volumes) == {"toolbox-pool-token", "toolbox-store"}
     assert gate["args"][0] == "toolbox-k8s-gate"
     pool_dir = os.path.dirname(_flag(gate["args"], "--pool-token-file"))
     gate_mounts = {m["mountPath"]: m["name"] for m in gate["volumeMounts"]}
     assert volumes[gate_mounts[pool_dir]]["secret"]["secretName"] == "toolbox-pool-token"
-    # The gate shares only the hand-off folder with the host container.
+    # The gate shares no volume with the host container: the hand-off is an abstract
+    # socket (the pod's network namespace; no file model code could read or replace).
     host_mounts = {m["mountPath"]: m["name"] for m in host["volumeMounts"]}
-    shared = set(gate_mounts.values()) & set(host_mounts.values())
-    assert shared == {"handoff"}, shared
-    assert volumes["handoff"]["emptyDir"]["medium"] == "Memory"
-    socket = _flag(host["args"], "--handoff-socket")
-    assert socket == _flag(gate["args"], "--handoff-socket")
-    assert host_mounts[os.path.dirname(socket)] == "handoff"
-    assert gate_mounts[os.path.dirname(socket)] == "handoff"
+    assert not set(gate_mounts.values()) & set(host_mounts.values())
+    handoff = _flag(host["args"], "--handoff-socket")
+    assert handoff.startswith("@") and handoff == _flag(gate["args"], "--handoff-socket")
+    # The gate hands over only while a waiting boot program holds the host's port.
+    assert _flag(gate["args"], "--host-port") == _flag(host["args"], "--listen").rsplit(":", 1)[1]
     # Another user than model code's, so nothing of the gate is model code's to touch.
     assert gate["securityContext"]["runAsUser"] != spec["securityContext"]["runAsUser"]
     assert host["securityContext"].get("runAsUser", spec["securityContext"]["runAsUser"]) \
         == spec["securityContext"]["runAsUser"]
+
+
+def test_no_secret_reaches_the_host_container():
+    """The general rule behind the pool token's move: the host container, where model code
+    runs, mounts and is given no Secret at all. The store's credentials were in its
+    environment (envFrom toolbox-store), so PID 1 (tini) kept them in /proc/1/environ for
+    model code to read: every session's state in the bucket. The gate passes them with the
+    assignment, and the boot program puts them in toolbox serve's environment only, which
+    toolbox takes out of its environment block at start and keeps non-dumpable."""
+    spec = _one("SandboxTemplate", "toolbox-host")["spec"]["podTemplate"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for c in spec["containers"] + spec.get("initContainers", []):
+        if c["name"] != "gate":
+            assert _secret_names_of(c, volumes) == set(), c["name"]
+    assert spec["automountServiceAccountToken"] is False
+    gate = next(c for c in spec["containers"] if c["name"] == "gate")
+    (store,) = [e for e in gate["envFrom"] if "secretRef" in e]
+    assert store["secretRef"]["name"] == "toolbox-store"
+    # The gate passes its AWS_* variables: the Secret's keys must be those.
+    assert all(k.startswith("AWS_") for k in _store_keys_in_the_readme())
+
+
+def _store_keys_in_the_readme() -> list[str]:
+    """The keys README.md's set-up step puts in toolbox-store."""
+    import re
+
+    with open(os.path.join(K8S_DIR, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    step = text[text.index("create secret generic toolbox-store"):]
+    step = step[:step.index("```")]
+    keys = re.findall(r"--from-literal=([A-Z_]+)=", step)
+    assert keys, "the README's toolbox-store step names no keys"
+    return keys

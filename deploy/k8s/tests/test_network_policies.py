@@ -18,6 +18,7 @@ from netpol import Peer, allowed, from_sandbox_template
 MANIFESTS = sorted(glob.glob(os.path.join(K8S_DIR, "manifests", "*.yaml")))
 NS = "toolbox"
 
+
 def _part(name: str) -> dict:
     """The labels the manifests give a part's pods."""
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "toolbox"}
