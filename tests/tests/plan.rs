@@ -334,3 +334,82 @@ async fn require_confirmed_names_tools_by_any_name_and_refuses_unknown_ones() {
     assert!(e.contains("\"bsh\", \"write_fil\""), "{e}");
     assert!(e.contains("neither a risk class"), "{e}");
 }
+
+/// Point 1's last part: under `[python] sandbox` (the isolated worker, as `--sandbox` gives)
+/// code cannot write `.toolbox/` either, however it names it, while the workspace and the
+/// session's own folders stay writable.
+#[tokio::test]
+async fn sandboxed_python_cannot_write_toolboxs_own_folder() {
+    let (dir, exec) = toolbox_tests::executor_with(
+        PermissionMode::Full,
+        &[("python", json!({"sandbox": "workspace-write"}))],
+    );
+    call(&exec, "plan__set", json!({"steps": ["Look around"]})).await;
+    let before = std::fs::read(plan_file(&dir, "s1")).unwrap();
+    std::fs::write(dir.path().join("toolbox.toml"), "").unwrap();
+    let root = dir.path().display().to_string();
+    let code = format!(
+        r#"
+import os
+results = []
+for path in ["../plan.json", "{root}/.toolbox/sessions/s1/plan.json", "{root}/.toolbox/x",
+             "../../s2/new.txt", "{root}/toolbox.toml"]:
+    try:
+        open(path, "w").write("forged")
+        results.append("wrote " + path)
+    except OSError as e:
+        results.append("refused " + path + ": " + type(e).__name__)
+for path in ["here.txt", "../output/out.txt", "{root}/in-the-workspace.txt"]:
+    open(path, "w").write("ok")
+    results.append("wrote " + path)
+print("\n".join(results))
+"#
+    );
+    let ran = call(&exec, "run_python_code", json!({"code": code})).await;
+    assert_eq!(ran.status, CallStatus::Done, "{}", ran.result);
+    assert!(!ran.result.contains("wrote ../plan.json"), "{}", ran.result);
+    assert!(!ran.result.contains("wrote ../../s2"), "{}", ran.result);
+    assert_eq!(ran.result.matches("refused ").count(), 5, "{}", ran.result);
+    assert_eq!(std::fs::read(plan_file(&dir, "s1")).unwrap(), before);
+    assert!(!dir.path().join(".toolbox/x").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("toolbox.toml")).unwrap(),
+        ""
+    );
+    assert!(dir.path().join("in-the-workspace.txt").exists());
+    assert!(dir
+        .path()
+        .join(".toolbox/sessions/s1/output/out.txt")
+        .exists());
+    assert!(dir
+        .path()
+        .join(".toolbox/sessions/s1/scratchpad/here.txt")
+        .exists());
+    // A second run goes to the same worker, and still works in the scratchpad by name.
+    let again = call(
+        &exec,
+        "run_python_code",
+        json!({"code": "import os; print(os.getcwd())"}),
+    )
+    .await;
+    assert!(
+        again.result.contains(".toolbox/sessions/s1/scratchpad"),
+        "{}",
+        again.result
+    );
+    // The embedded interpreter cannot be confined: asking for both is an error that says so.
+    let (_dir, exec) = toolbox_tests::executor_with(
+        PermissionMode::Full,
+        &[(
+            "python",
+            json!({"sandbox": "workspace-write", "backend": "embedded"}),
+        )],
+    );
+    let refused = call(&exec, "run_python_code", json!({"code": "1"})).await;
+    assert_eq!(refused.status, CallStatus::Error);
+    assert!(
+        refused.result.contains("needs backend = \"isolated\""),
+        "{}",
+        refused.result
+    );
+}

@@ -42,7 +42,8 @@ struct Common {
     /// Permission mode: read_only, auto or full [default: from toolbox.toml / TOOLBOX_MODE, else auto].
     #[arg(long, value_parser = parse_mode)]
     mode: Option<PermissionMode>,
-    /// OS sandbox for shell commands: off, read-only or workspace-write [default: from config, else off].
+    /// OS sandbox for shell commands and Python (which then runs on the isolated backend):
+    /// off, read-only or workspace-write [default: from config, else off].
     #[arg(long, value_parser = ["off", "read-only", "workspace-write"])]
     sandbox: Option<String>,
     /// Trust the workspace's own toolbox.toml like an operator's file. Without this it may
@@ -447,6 +448,9 @@ fn load_config(common: &Common) -> Result<ExecutorConfig, UsageError> {
     if let Some(sandbox) = &common.sandbox {
         config
             .set_provider_value("shell", "sandbox", sandbox.as_str())
+            .map_err(usage)?;
+        config
+            .set_provider_value("python", "sandbox", sandbox.as_str())
             .map_err(usage)?;
     }
     // Last: the workspace's own toolbox.toml, which may only tighten all of the above.

@@ -65,6 +65,8 @@ pub(crate) struct Call<'a> {
     /// Whether this call looks for sessions to reap (at most once a second; see
     /// [`Backend::reap`]).
     pub look: bool,
+    /// `[python] sandbox`, prepared for this session (isolated backend only).
+    pub sandbox: Option<Arc<toolbox_host::sandbox::PreparedSandbox>>,
 }
 
 /// What to run.

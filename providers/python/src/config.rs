@@ -47,6 +47,8 @@ const KEYS: &[&str] = &[
     "kernel_timeout_ms",
     "session_idle_ms",
     "max_live_sessions",
+    "sandbox",
+    "sandbox_network",
 ];
 
 // What an untrusted workspace's toolbox.toml may set in [python]: a stricter backend and
@@ -66,6 +68,20 @@ toolbox_core::workspace_config_rules!(
         ),
         ("timeout_ms", Tighten::AtMost(300_000)),
         ("install_timeout_ms", Tighten::AtMost(600_000)),
+        (
+            "sandbox",
+            Tighten::Ranked {
+                order: &["off", "workspace-write", "read-only"],
+                default: "off"
+            }
+        ),
+        (
+            "sandbox_network",
+            Tighten::Ranked {
+                order: &["true", "false"],
+                default: "false"
+            }
+        ),
     ]
 );
 
@@ -100,6 +116,12 @@ pub struct PythonConfig {
     pub kernel_timeout: Duration,
     /// When idle sessions give their state back (see [`crate::reap`]).
     pub session_limits: SessionLimits,
+    /// The OS sandbox of the isolated worker (`[python] sandbox`, also set by `--sandbox`):
+    /// the shell's, with toolbox's own files kept read-only. Only the isolated backend can
+    /// run under it; with it on, that backend is the default.
+    pub sandbox: toolbox_host::sandbox::SandboxMode,
+    /// Whether sandboxed code may open network sockets (`[python] sandbox_network`).
+    pub sandbox_network: bool,
 }
 
 impl PythonConfig {
@@ -114,11 +136,37 @@ impl PythonConfig {
     /// `workspace_root`.
     pub fn from_value(table: Option<&Value>, workspace_root: &Path) -> Result<Self> {
         let t = ConfigTable::new("python", table, KEYS)?;
+        use toolbox_host::sandbox::SandboxMode;
+        let sandbox = match t.string("sandbox")? {
+            None => SandboxMode::Off,
+            Some(text) => SandboxMode::parse(text)
+                .ok_or_else(|| t.invalid("sandbox", SandboxMode::EXPECTED))?,
+        };
         let backend = match t.one_of("backend", &["embedded", "isolated", "jupyter"])? {
             Some("isolated") => Backend::Isolated,
             Some("jupyter") => Backend::Jupyter,
-            _ => Backend::Embedded,
+            Some(_) => Backend::Embedded,
+            // Sandboxed code needs a process of its own to confine.
+            None if sandbox != SandboxMode::Off => Backend::Isolated,
+            None => Backend::Embedded,
         };
+        if sandbox != SandboxMode::Off && backend != Backend::Isolated {
+            bail!(
+                "[python] sandbox = \"{}\" needs backend = \"isolated\" (the default when a \
+                 sandbox is set): the {} cannot be confined by toolbox's sandbox{}",
+                sandbox.as_str(),
+                if backend == Backend::Embedded {
+                    "embedded interpreter runs inside toolbox's own process, which"
+                } else {
+                    "jupyter backend runs code in a kernel the operator chose, which"
+                },
+                if backend == Backend::Embedded {
+                    "; remove backend = \"embedded\" or set it to \"isolated\""
+                } else {
+                    ""
+                }
+            );
+        }
         let connection_file = match t.string("connection_file")? {
             Some(text) if text.trim().is_empty() => {
                 return Err(t.invalid("connection_file", "a file path"))
@@ -179,6 +227,8 @@ impl PythonConfig {
                     .u64_in("max_live_sessions", 1, 100_000)?
                     .map_or(crate::reap::DEFAULT_MAX_LIVE_SESSIONS, |n| n as usize),
             },
+            sandbox,
+            sandbox_network: t.bool("sandbox_network")?.unwrap_or(false),
         })
     }
 

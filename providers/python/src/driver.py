@@ -73,6 +73,7 @@ _STATE = {
     "host_cwd_fd": None,
     # A worker: the socket toolbox sends each run's folder over (a descriptor), or None.
     "folder_socket": None,
+    "folder_by_name": False,
 }
 # filename "<cell-N>" -> (session id, execution count, source characters), oldest first, to
 # show tracebacks of earlier cells. Each cell's source also sits in linecache. Both are bounded
@@ -676,6 +677,9 @@ def _run(req):
         if cwd_fd is not None and _STATE["host_cwd_fd"] is not None:
             os.fchdir(cwd_fd)
             back_to_host = True
+        elif isinstance(passed_fd, str):
+            # A sandboxed worker: entered by name, through its own read-only mounts.
+            os.chdir(passed_fd)
         elif passed_fd is not None:
             # The folder toolbox holds, not whatever its name points at now; a worker stays
             # there between runs.
@@ -753,7 +757,7 @@ def _run(req):
                 os.chdir(old_cwd)
         except OSError:
             pass
-        if passed_fd is not None:
+        if passed_fd is not None and not isinstance(passed_fd, str):
             os.close(passed_fd)
         if capture is not None:
             stdout, stderr = capture.stop()
@@ -835,16 +839,30 @@ def _set_scratchpad_env(path):
 
 
 def _receive_folder():
-    """The descriptor of this run's folder, sent by toolbox over the folder socket."""
+    """The descriptor of this run's folder, sent by toolbox over the folder socket; in a
+    sandboxed worker, its name instead (a 4-byte length, then the bytes)."""
     import socket
 
     sock = _STATE["folder_socket"]
+    if _STATE["folder_by_name"]:
+        head = _recv_exactly(sock, 4)
+        return os.fsdecode(_recv_exactly(sock, int.from_bytes(head, "big")))
     _, fds, _, _ = socket.recv_fds(sock, 1, 1)
     if not fds:
         raise RuntimeError("toolbox sent no folder for this run")
     for extra in fds[1:]:
         os.close(extra)
     return fds[0]
+
+
+def _recv_exactly(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise RuntimeError("toolbox closed the folder socket")
+        data += chunk
+    return data
 
 
 def _run_script(req, session, run):
@@ -1212,6 +1230,7 @@ def serve():
     # Each run's folder arrives as a descriptor on fd 3; nothing the code starts inherits it.
     import socket
 
+    _STATE["folder_by_name"] = os.environ.pop("TOOLBOX_FOLDER_BY_NAME", "") == "1"
     try:
         os.set_inheritable(3, False)
         _STATE["folder_socket"] = socket.socket(fileno=3)

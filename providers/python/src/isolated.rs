@@ -82,6 +82,10 @@ pub struct Worker {
     prepared: Option<Arc<PreparedLimits>>,
     /// Toolbox's end of the socket the worker gets folders over (its fd 3).
     folders: UnixStream,
+    /// The sandbox it runs in (its summary), if any. A sandboxed worker is told each run's
+    /// folder by name, never handed a descriptor: one opened out here would lead around the
+    /// read-only mounts of its namespace.
+    sandbox: Option<String>,
 }
 
 /// The worker's descriptor for the socket its folders come over.
@@ -127,6 +131,7 @@ impl Worker {
         cwd: &OwnedFd,
         limits: Limits,
         renewable: bool,
+        sandbox: Option<Arc<toolbox_host::sandbox::PreparedSandbox>>,
     ) -> Result<Worker> {
         let (folders, theirs) =
             UnixStream::pair().context("cannot make the Python worker's folder socket")?;
@@ -174,6 +179,15 @@ impl Worker {
                 Ok(())
             });
         }
+        let summary = sandbox.as_ref().map(|s| s.summary().to_string());
+        if let Some(sandbox) = sandbox {
+            command.env("TOOLBOX_FOLDER_BY_NAME", "1");
+            // Last: the mounts, then Landlock and seccomp; nothing after may mount or widen.
+            // SAFETY: apply_in_child only makes system calls on data built before the fork.
+            unsafe {
+                command.pre_exec(move || sandbox.apply_in_child());
+            }
+        }
         let mut child = command
             .spawn()
             .with_context(|| format!("cannot start the Python worker {}", interpreter.display()))?;
@@ -206,12 +220,24 @@ impl Worker {
             limits,
             prepared,
             folders,
+            sandbox: summary,
         })
     }
 
-    /// Hands the worker the folder its next run works in.
+    /// Hands the worker the folder its next run works in: the descriptor, or for a sandboxed
+    /// worker its name (a 4-byte length, then the bytes), which the worker enters by name
+    /// inside its own mounts.
     fn send_folder(&self, folder: &OwnedFd) -> std::io::Result<()> {
-        send_fd(&self.folders, folder.as_raw_fd())
+        if self.sandbox.is_none() {
+            return send_fd(&self.folders, folder.as_raw_fd());
+        }
+        use std::io::Write;
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", folder.as_raw_fd()))?;
+        let bytes = path.as_os_str().as_bytes();
+        let mut message = (bytes.len() as u32).to_be_bytes().to_vec();
+        message.extend_from_slice(bytes);
+        (&self.folders).write_all(&message)
     }
 
     /// Before a call: the CPU limit applies per call (see `renew_cpu_budget`), and the limit
@@ -392,6 +418,7 @@ async fn run(workers: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Res
         ..
     } = *call;
     let (cwd, limits) = (&*call.cwd, call.limits);
+    let sandbox = call.sandbox.clone();
     let interpreter = config.interpreter();
     let interpreter = interpreter.as_path();
     let sessions = config.session_limits;
@@ -415,13 +442,19 @@ async fn run(workers: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Res
     let note = call.slot.restarted.take();
     if let Some(worker) = call.slot.worker.as_mut() {
         let exited = matches!(worker.child.try_wait(), Ok(Some(_)));
-        if exited || worker.interpreter != interpreter || worker.limits != limits {
+        let summary = sandbox.as_ref().map(|s| s.summary().to_string());
+        if exited
+            || worker.interpreter != interpreter
+            || worker.limits != limits
+            || worker.sandbox != summary
+        {
             worker.kill();
             call.slot.worker = None;
         }
     }
     if call.slot.worker.is_none() {
-        call.slot.worker = Some(Worker::spawn(interpreter, cwd, limits, true).await?);
+        call.slot.worker =
+            Some(Worker::spawn(interpreter, cwd, limits, true, sandbox.clone()).await?);
     }
     let Some(worker) = call.slot.worker.as_mut() else {
         bail!("{tool}: no Python worker");

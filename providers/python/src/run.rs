@@ -271,6 +271,7 @@ pub(crate) async fn execute(
     ctx.workspace
         .hold_folder(SessionFolder::Output)
         .map_err(|e| anyhow!("{tool}: cannot create the session output folder: {e}"))?;
+    let sandbox = sandbox_for(ctx, config, tool)?;
     let call = Call {
         ctx,
         config,
@@ -279,6 +280,7 @@ pub(crate) async fn execute(
         cwd,
         limits,
         look: sessions.on_call(config.session_limits),
+        sandbox,
     };
     let outcome = match config.backend {
         Backend::Embedded => run_on(&sessions.embedded(), source, &call).await,
@@ -335,6 +337,56 @@ async fn run_on(
         site_dirs: Vec::new(),
     };
     backend.run(request, call).await
+}
+
+/// `[python] sandbox` for this session's worker: the shell's sandbox (writes only in the
+/// workspace and the temp dir), with `toolbox.toml`, `.git/` and `.toolbox/` read-only but
+/// for this session's own folders, so code cannot rewrite toolbox's records or a review.
+fn sandbox_for(
+    ctx: &ToolContext,
+    config: &PythonConfig,
+    tool: &str,
+) -> Result<Option<std::sync::Arc<toolbox_host::sandbox::PreparedSandbox>>> {
+    use toolbox_host::sandbox::{PreparedSandbox, ProtectSpec, SandboxMode};
+    if config.sandbox == SandboxMode::Off {
+        return Ok(None);
+    }
+    // Every session folder exists before the worker starts: inside, the rest of .toolbox/
+    // is read-only and they could not be made there.
+    for kind in [
+        SessionFolder::Scratchpad,
+        SessionFolder::Output,
+        SessionFolder::Input,
+    ] {
+        ctx.workspace
+            .hold_folder(kind)
+            .map_err(|e| anyhow!("{tool}: cannot create the session folders: {e}"))?;
+    }
+    let root = ctx.workspace.root().to_path_buf();
+    let temp = std::env::temp_dir();
+    let temp = std::fs::canonicalize(&temp).unwrap_or(temp);
+    let protect = ProtectSpec {
+        root: root.clone(),
+        keep_writable: ["scratchpad", "output", "input"]
+            .iter()
+            .map(|kind| ctx.workspace.session_dir(kind))
+            .collect(),
+        cwd: ctx.workspace.session_dir("scratchpad"),
+    };
+    PreparedSandbox::prepare(
+        config.sandbox,
+        config.sandbox_network,
+        &[root, temp],
+        Some(&protect),
+    )
+    .map(|s| Some(std::sync::Arc::new(s)))
+    .map_err(|e| {
+        anyhow!(
+            "{tool}: the OS sandbox ([python] sandbox = \"{}\") cannot be enforced here, so \
+             the code was not run: {e:#}",
+            config.sandbox.as_str()
+        )
+    })
 }
 
 #[cfg(test)]
