@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -96,6 +97,12 @@ def test_host_tokens_come_from_the_adapters_key_and_the_hosts_nonce():
     with pytest.raises(ValueError, match="not a host nonce"):
         keys.token("s1", "../x")
     assert TOKEN not in repr(keys) and "HostKeys(..)" == repr(keys)
+    # Nothing can carry the key out of the process by serialising it (Ray pickles answers).
+    import ray.cloudpickle
+
+    for dump in (pickle.dumps, ray.cloudpickle.dumps):
+        with pytest.raises(TypeError, match="never leaves its process"):
+            dump(keys)
     with pytest.raises(ConfigError, match="16 bytes or more"):
         HostKeys(b"short")
 

@@ -91,6 +91,10 @@ class HostKeys:
     def __repr__(self) -> str:
         return "HostKeys(..)"
 
+    def __reduce__(self) -> Any:
+        # Never serialised: not into a Ray call's answer, not anywhere.
+        raise TypeError("HostKeys holds the adapter's key, which never leaves its process")
+
     def token(self, sid: str, nonce: str) -> str:
         """The bearer token of session `sid`'s host with `nonce`."""
         if not NONCE.fullmatch(nonce):
@@ -165,6 +169,9 @@ class Placement:
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
         ).remote()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Placement holds the adapter's key and token, which never leave its process")
 
     def unavailable(self, why: str) -> JSONResponse:
         return _json(503, {"error": why}, retry_after=self.cfg.retry_after_s)

@@ -121,10 +121,16 @@ class Isolation:
         stderr, which the actor reports: a host is never started unisolated by accident."""
         libc = _c()
 
-        def fail(what: str) -> None:
-            err = ctypes.get_errno()
-            os.write(2, f"toolbox_ray: cannot isolate the host: {what}: {os.strerror(err)}\n".encode())
+        def fail(what: str, err: int | None = None) -> None:
+            why = os.strerror(ctypes.get_errno() if err is None else err)
+            os.write(2, f"toolbox_ray: cannot isolate the host: {what}: {why}\n".encode())
             os._exit(126)
+
+        def folder(make: bool, path: bytes) -> None:
+            try:
+                os.mkdir(path, 0o700) if make else os.rmdir(path)
+            except OSError as e:
+                fail(f"{'making' if make else 'removing'} {path.decode()}", e.errno or 0)
 
         def mount(src: bytes | None, dst: bytes, fstype: bytes | None, flags: int, data: bytes | None, what: str) -> None:
             if libc.mount(src, dst, fstype, ctypes.c_ulong(flags), data) != 0:
@@ -146,8 +152,7 @@ class Isolation:
                     os.write(fd, text)
                     os.close(fd)
                 except OSError as e:
-                    os.write(2, f"toolbox_ray: cannot isolate the host: /proc/self/{name}: {e}\n".encode())
-                    os._exit(126)
+                    fail(f"/proc/self/{name}", e.errno or 0)
         # Nothing done here reaches the node's namespace, nor comes in from it later.
         mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None, "making / private")
         # The session's own folder is set aside on a scratch tmpfs (over the first cover,
@@ -156,14 +161,14 @@ class Isolation:
         stage = self.covers[0]
         mount(b"toolbox-isolated", stage, b"tmpfs", _SEALED, b"size=64k,mode=0700", "a tmpfs over " + stage.decode())
         aside = stage + b"/session"
-        os.mkdir(aside, 0o700)
+        folder(True, aside)
         mount(self.keep, aside, None, _MS_BIND | _MS_REC, None, "setting the session's folder aside")
         mount(b"toolbox-isolated", self.work_root, b"tmpfs", _SEALED, b"size=64k,mode=0755", "a tmpfs over work_root")
         back = self.work_root + b"/" + self.name
-        os.mkdir(back, 0o700)
+        folder(True, back)
         mount(aside, back, None, _MS_MOVE, None, "moving the session's folder back")
         mount(None, self.work_root, None, _MS_REMOUNT | _MS_RDONLY | _SEALED, None, "sealing work_root")
-        os.rmdir(aside)
+        folder(False, aside)
         mount(None, stage, None, _MS_REMOUNT | _MS_RDONLY | _SEALED, None, "sealing " + stage.decode())
         for cover in self.covers[1:]:
             mount(b"toolbox-isolated", cover, b"tmpfs", _SEALED | _MS_RDONLY, b"size=4k,mode=0555", "a tmpfs over " + cover.decode())

@@ -23,7 +23,7 @@ from ray import serve  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from .adapter import deploy  # noqa: E402
-from .config import Config  # noqa: E402
+from .config import Config, read_token_file  # noqa: E402
 
 TIGHT = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
 """Health checks tightened to 500 ms x 3 (Ray's defaults: 3 s x 5)."""
@@ -229,6 +229,8 @@ class SimCluster:
         )
         defaults.update(cfg)
         self.config = Config.from_dict(defaults)
+        # The placement token, when the configuration names its file: what a router sends.
+        self.token = read_token_file(self.config.placement_token_file) if self.config.placement_token_file else None
         self.url = deploy(
             self.config,
             port=free_port(),
@@ -254,7 +256,7 @@ class SimCluster:
 
     def ensure(self, sid: str, stale_epoch: int | None = None, timeout: float = LIMIT) -> Response:
         body = {} if stale_epoch is None else {"stale_epoch": stale_epoch}
-        return request("POST", f"{self.url}/v1/sessions/{sid}:ensure", body, timeout=timeout)
+        return request("POST", f"{self.url}/v1/sessions/{sid}:ensure", body, token=self.token, timeout=timeout)
 
     def ensured(self, sid: str, stale_epoch: int | None = None) -> dict[str, Any]:
         r = self.ensure(sid, stale_epoch)
