@@ -216,6 +216,11 @@ pub struct ToolCallInfo {
     /// How long the call waited for a person to approve it (0 when it did not ask).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waited_ms: u64,
+    /// Who approved the call, as the front end that carried the answer named them
+    /// (`http 127.0.0.1:50112 with the token`, `terminal`, `mcp`); `None` when nobody was
+    /// asked, or for an answer no front end signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -550,6 +555,7 @@ impl ToolExecutor {
             started_at,
             elapsed_ms,
             waited_ms,
+            approved_by: waited.approved_by(),
         };
         tracing::debug!(
             target: "toolbox",
@@ -749,7 +755,7 @@ impl ToolExecutor {
                     .await_approval(tool, request, &arguments, &ctx, &cancel, ticket.as_deref())
                     .await;
                 waited.set(asked.elapsed());
-                answer?
+                waited.answered_by(answer?);
             }
         }
         // Past the gate: the calls queued behind this one may ask now, while it runs.
@@ -812,7 +818,7 @@ impl ToolExecutor {
         ctx: &ToolContext,
         cancel: &CancellationToken,
         ticket: Option<&crate::ApprovalTicket>,
-    ) -> Result<(), (ErrorKind, String)> {
+    ) -> Result<Option<String>, (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
         let shown = tool.info.name_in(self.vocabulary_of(request));
@@ -828,7 +834,7 @@ impl ToolExecutor {
         // Checked after the queue: the question before this one may have approved the tool
         // for the whole session.
         if inner.approvals.approved_for_session(session_id, name) {
-            return Ok(());
+            return Ok(None);
         }
         let preview = describe(tool, arguments, ctx);
         let Some(rx) = inner
@@ -865,14 +871,16 @@ impl ToolExecutor {
         match answer {
             Ok(Ok(Answer::Decision {
                 decision: ApprovalDecision::Approve,
+                by,
                 ..
-            })) => Ok(()),
+            })) => Ok(by),
             Ok(Ok(Answer::Decision {
                 decision: ApprovalDecision::ApproveForSession,
+                by,
                 ..
             })) => {
                 inner.approvals.remember_session(session_id, name);
-                Ok(())
+                Ok(by)
             }
             Ok(Ok(Answer::Decision {
                 decision: ApprovalDecision::Deny,
@@ -998,9 +1006,9 @@ impl Drop for ReviewWait<'_> {
     }
 }
 
-/// How long a call waited for a person, set once the gate has an answer.
+/// How long a call waited for a person, and who answered, set once the gate has an answer.
 #[derive(Default)]
-struct WaitClock(std::sync::Mutex<Duration>);
+struct WaitClock(std::sync::Mutex<Duration>, std::sync::Mutex<Option<String>>);
 
 impl WaitClock {
     fn set(&self, waited: Duration) {
@@ -1009,6 +1017,14 @@ impl WaitClock {
 
     fn get(&self) -> Duration {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn answered_by(&self, by: Option<String>) {
+        *self.1.lock().unwrap_or_else(|e| e.into_inner()) = by;
+    }
+
+    fn approved_by(&self) -> Option<String> {
+        self.1.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -1052,6 +1068,7 @@ fn refused_session(
         started_at,
         elapsed_ms: started.elapsed().as_millis() as u64,
         waited_ms: 0,
+        approved_by: None,
     }
 }
 

@@ -247,6 +247,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00.000Z".into(),
             elapsed_ms: 1,
             waited_ms: 0,
+            approved_by: None,
         }
     }
 

@@ -35,6 +35,7 @@ mod extract;
 pub mod handoff;
 pub mod limits;
 mod paths;
+pub mod peer;
 mod provider;
 mod question;
 mod runner;

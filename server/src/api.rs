@@ -519,6 +519,7 @@ const MAX_FEEDBACK_CHARS: usize = 16_000;
 async fn approval(
     State(state): Shared,
     Path((sid, call_id)): Path<(String, String)>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     JsonBody(body): JsonBody<ApprovalBody>,
 ) -> AppResult<Json<Value>> {
     let sid = session(&state, &sid)?;
@@ -531,14 +532,23 @@ async fn approval(
             "feedback is longer than {MAX_FEEDBACK_CHARS} characters"
         )));
     }
-    // An answer over this API is a person's (the console, a program acting for one).
-    match state.runtime.respond_as_person(
-        sid.as_str(),
-        &call_id,
-        body.decision,
-        body.feedback,
-        "http",
-    ) {
+    // An answer over this API is a person's (the console, a program acting for one); who
+    // gave it is recorded with the call: the address it came from, and whether it carried
+    // the token (model-run code cannot connect at all: the front door refuses it).
+    let by = format!(
+        "http{}{}",
+        peer.map(|p| format!(" from {}", (p.0).0))
+            .unwrap_or_default(),
+        if state.options.token.is_some() {
+            " with the token"
+        } else {
+            " (loopback, no token)"
+        }
+    );
+    match state
+        .runtime
+        .respond_as_person(sid.as_str(), &call_id, body.decision, body.feedback, &by)
+    {
         ApprovalAnswer::Delivered => {
             APPROVAL_ANSWERED.notify_waiters();
             Ok(Json(json!({"ok": true})))

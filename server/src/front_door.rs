@@ -14,7 +14,12 @@
 //!   feed (SSE, MCP) keeps its place;
 //! - body limits and timeouts are the [`crate::security`] layer's (a `Content-Length` over
 //!   the limit is refused before anything is read, and a body must arrive within
-//!   [`BODY_READ_TIMEOUT`]).
+//!   [`BODY_READ_TIMEOUT`]);
+//! - a connection from toolbox's own code (the process itself, where the embedded
+//!   interpreter runs, or anything it started: shell commands, workers, their detached
+//!   helpers) is refused with 403 before a byte of it is read, on loopback too, token or
+//!   not ([`toolbox_host::peer`]): model-run code cannot answer its own approvals. So is a
+//!   local connection whose client is already gone (nobody can be told apart then).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,6 +55,8 @@ impl ConnectionAuth {
 pub struct FrontDoor {
     /// The most connections open at once.
     pub max_connections: usize,
+    /// Refuse connections from toolbox's own process and its descendants (see the module).
+    pub refuse_own_code: bool,
 }
 
 impl FrontDoor {
@@ -62,6 +69,7 @@ impl FrontDoor {
         }
         FrontDoor {
             max_connections: (limit / 4).clamp(16, 1024) as usize,
+            refuse_own_code: true,
         }
     }
 }
@@ -140,12 +148,69 @@ pub async fn serve(
         let open = open.clone();
         let stop = stop.clone();
         tasks.spawn(async move {
+            if door.refuse_own_code {
+                if let Some(refusal) = own_code(&stream, addr).await {
+                    refuse(stream, &refusal).await;
+                    open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                    return;
+                }
+            }
             serve_one(stream, addr, app, auth, close, stop).await;
             open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         });
     }
     tasks.close();
     let _ = tokio::time::timeout(grace, tasks.wait()).await;
+}
+
+/// Why a connection is refused as coming from toolbox's own code, if it is.
+async fn own_code(stream: &tokio::net::TcpStream, peer: SocketAddr) -> Option<String> {
+    let local = stream.local_addr().ok()?;
+    let found = tokio::task::spawn_blocking(move || toolbox_host::peer::tcp_peer(local, peer))
+        .await
+        .unwrap_or(toolbox_host::peer::Peer::Unknown);
+    match found {
+        toolbox_host::peer::Peer::Remote | toolbox_host::peer::Peer::Elsewhere => None,
+        toolbox_host::peer::Peer::OwnCode(pid) => {
+            tracing::warn!(target: "toolbox", "refused a connection from {peer}: process {pid} is toolbox's own code");
+            Some(format!(
+                "this connection comes from a process toolbox started (pid {pid}): code a \
+                 tool runs may not use this server (it could answer its own approvals)"
+            ))
+        }
+        toolbox_host::peer::Peer::Unknown => Some(
+            "this connection comes from this machine, but its client could not be found \
+             (it closed before the server looked): refused, as it could be code a tool runs"
+                .to_string(),
+        ),
+    }
+}
+
+/// Answers 403 with `message` and closes, without reading the request.
+async fn refuse(mut stream: tokio::net::TcpStream, message: &str) {
+    use tokio::io::AsyncWriteExt;
+    let body = serde_json::json!({"error": message}).to_string();
+    let response = format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        use tokio::io::AsyncReadExt;
+        let _ = stream.write_all(response.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        // Take what the client is still sending (at most 64 KiB): closing with unread bytes
+        // would reset the connection, and the client might never read the 403.
+        let mut sink = [0u8; 8192];
+        let mut taken = 0;
+        while taken < 64 * 1024 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => taken += n,
+            }
+        }
+    })
+    .await;
 }
 
 async fn serve_one(
