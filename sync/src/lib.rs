@@ -123,6 +123,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
 }
 
+/// Lowercase hex of `bytes` (a finished digest).
+pub(crate) fn hex_of(bytes: &[u8]) -> String {
+    hex(bytes)
+}
+
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(bytes.len() * 2);

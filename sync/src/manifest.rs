@@ -70,15 +70,23 @@ impl Manifest {
     }
 }
 
-/// Checks a stored path before anything is written for it: relative, `/`-separated, no
-/// empty, `.` or `..` component, no NUL. The manifest comes from the store, which anyone
-/// with its credentials can write: it is parsed like any other input.
+/// The one rule for stored paths, for sync (a name that breaks it is skipped, and said so)
+/// and restore (a manifest that lists one is refused): relative, `/`-separated, no empty,
+/// `.` or `..` component, no NUL, at most 4096 bytes, each name at most 255. Any other byte
+/// of a UTF-8 name is the file's own (a `\` is a plain character on Linux: `notes\draft.md`
+/// is one name). The manifest comes from the store, which anyone with its credentials can
+/// write: it is parsed like any other input.
 pub(crate) fn check_path(path: &str) -> Result<(), String> {
     if path.is_empty() || path.len() > 4096 {
         return Err(format!("the stored path {path:?} is empty or too long"));
     }
-    if path.starts_with('/') || path.contains('\0') || path.contains('\\') {
+    if path.starts_with('/') || path.contains('\0') {
         return Err(format!("the stored path {path:?} is not a relative path"));
+    }
+    if path.split('/').any(|part| part.len() > 255) {
+        return Err(format!(
+            "the stored path {path:?} has a name over 255 bytes"
+        ));
     }
     for part in path.split('/') {
         if part.is_empty() || part == "." || part == ".." {
@@ -101,19 +109,15 @@ mod tests {
 
     #[test]
     fn stored_paths_are_checked() {
-        for good in ["a", "a/b.txt", ".toolbox/sessions/s/messages.jsonl"] {
+        for good in [
+            "a",
+            "a/b.txt",
+            ".toolbox/sessions/s/messages.jsonl",
+            "notes\\draft.md",
+        ] {
             assert!(check_path(good).is_ok(), "{good}");
         }
-        for bad in [
-            "",
-            "/etc/passwd",
-            "../x",
-            "a/../b",
-            "a//b",
-            "./a",
-            "a\\b",
-            "a/",
-        ] {
+        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a/"] {
             assert!(check_path(bad).is_err(), "{bad}");
         }
     }

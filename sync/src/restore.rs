@@ -10,8 +10,6 @@ use anyhow::{anyhow, Context};
 use futures_util::StreamExt;
 use toolbox_host::Dir;
 
-use bytes::Bytes;
-
 use crate::manifest::{check_path, is_sha256, FileEntry, CHUNK};
 use crate::store::{SessionStore, StateStore, PARALLEL};
 use crate::{sha256_hex, snapshot, SyncError};
@@ -69,9 +67,16 @@ impl SessionStore {
                     file.path
                 )));
             }
-            let pieces = (file.size as usize).div_ceil(CHUNK);
+            if file.chunks.is_empty() && file.size > CHUNK as u64 {
+                return Err(corrupt(format!(
+                    "{}: {} bytes listed as one blob, but a file over {CHUNK} bytes is stored \
+                     in pieces",
+                    file.path, file.size
+                )));
+            }
+            let pieces = file.size.div_ceil(CHUNK as u64);
             if !file.chunks.is_empty()
-                && (file.size as usize <= CHUNK || file.chunks.len() != pieces)
+                && (file.size <= CHUNK as u64 || file.chunks.len() as u64 != pieces)
             {
                 return Err(corrupt(format!(
                     "{}: {} pieces listed for {} bytes",
@@ -81,13 +86,33 @@ impl SessionStore {
                 )));
             }
         }
+        // The disk must hold it all, and the claim is checked before a byte is fetched (a
+        // manifest may say anything: 64 GiB in one file).
+        let needed: u64 = manifest
+            .files
+            .iter()
+            .fold(0u64, |sum, f| sum.saturating_add(f.size));
+        if let Some(free) = free_bytes(root) {
+            if needed > free {
+                return Err(anyhow!(
+                    "refusing to restore session {}: its files need {needed} bytes and {} has \
+                     {free} free",
+                    self.session,
+                    root.display()
+                )
+                .into());
+            }
+        }
         let store = self.store.clone();
         let session = self.session.to_string();
-        let mut fetched = futures_util::stream::iter(manifest.files.iter())
-            .map(|file| {
+        // At most this many files at once, each one piece (at most CHUNK bytes) in memory at
+        // a time: the bytes in flight stay under PARALLEL * 2 * CHUNK.
+        let mut fetched = futures_util::stream::iter(manifest.files.iter().enumerate())
+            .map(|(n, file)| {
                 let store = store.clone();
                 let session = session.clone();
-                async move { (file, fetch(&store, &session, file).await) }
+                let root = root.to_path_buf();
+                async move { (file, fetch_into(&store, &session, file, &root, n).await) }
             })
             .buffer_unordered(PARALLEL * 2);
         let mut report = RestoreReport {
@@ -97,20 +122,14 @@ impl SessionStore {
         };
         let mut failure: Option<SyncError> = None;
         while let Some((file, got)) = fetched.next().await {
-            let bytes = match got {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            if let Err(e) = write_new(root, &file.path, &bytes, file.executable) {
-                failure = Some(corrupt(format!("{}: cannot write it: {e}", file.path)));
+            if let Err(e) = got {
+                failure = Some(e);
                 break;
             }
             report.files += 1;
             report.bytes += file.size;
         }
+        // Dropping the stream drops every fetch in flight, and with each its temporary file.
         drop(fetched);
         if let Some(failure) = failure {
             empty_folder(root);
@@ -140,34 +159,55 @@ impl SessionStore {
     }
 }
 
-/// The content of `file`: its blob, or its pieces in order, each checked against its size
-/// and SHA-256, then the whole.
-async fn fetch(store: &StateStore, session: &str, file: &FileEntry) -> Result<Bytes, SyncError> {
+/// Fetches `file` into its place beneath `root`: each blob (the whole file, or its pieces
+/// in order) is read with its size checked first, hashed and appended to a temporary file
+/// beside the final name; the whole is checked, then renamed into place (never over
+/// anything). A failure removes the temporary file.
+async fn fetch_into(
+    store: &StateStore,
+    session: &str,
+    file: &FileEntry,
+    root: &Path,
+    n: usize,
+) -> Result<(), SyncError> {
     let corrupt = |why: String| SyncError::Corrupt {
         session: session.to_string(),
         why,
     };
+    let path = root.join(&file.path);
+    let parent = path
+        .parent()
+        .ok_or_else(|| corrupt(format!("{}: no folder to put it in", file.path)))?;
+    std::fs::create_dir_all(parent)
+        .map_err(|e| corrupt(format!("{}: cannot make its folder: {e}", file.path)))?;
+    let part = parent.join(format!(".toolbox-restore-{}-{n}.part", std::process::id()));
+    let mut temp = TempFile::create(&part)
+        .map_err(|e| corrupt(format!("{}: cannot write it: {e}", file.path)))?;
     let blobs = file.blobs();
-    let mut whole = Vec::with_capacity(if blobs.len() > 1 {
-        file.size as usize
-    } else {
-        0
-    });
-    let mut single = None;
-    for (n, sha) in blobs.iter().enumerate() {
-        let bytes = store.get(&store.blob_key(sha)).await?.ok_or_else(|| {
-            corrupt(format!(
-                "{}: its blob {sha} is missing from the store",
-                file.path
-            ))
-        })?;
+    let mut whole = ring::digest::Context::new(&ring::digest::SHA256);
+    for (i, sha) in blobs.iter().enumerate() {
         let expected = if blobs.len() == 1 {
             file.size
-        } else if n + 1 < blobs.len() {
+        } else if i + 1 < blobs.len() {
             CHUNK as u64
         } else {
-            file.size - (CHUNK * (blobs.len() - 1)) as u64
+            file.size - CHUNK as u64 * (blobs.len() as u64 - 1)
         };
+        let bytes = store
+            .get(&store.blob_key(sha), expected)
+            .await
+            .map_err(|e| {
+                corrupt(format!(
+                    "{}: its blob {sha} is not the {expected} bytes the manifest says ({e})",
+                    file.path
+                ))
+            })?
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "{}: its blob {sha} is missing from the store",
+                    file.path
+                ))
+            })?;
         if bytes.len() as u64 != expected {
             return Err(corrupt(format!(
                 "{}: its blob {sha} has {} bytes, the manifest says {expected}",
@@ -182,39 +222,77 @@ async fn fetch(store: &StateStore, session: &str, file: &FileEntry) -> Result<By
                 file.path
             )));
         }
-        if blobs.len() == 1 {
-            single = Some(bytes);
-        } else {
-            whole.extend_from_slice(&bytes);
-        }
+        whole.update(&bytes);
+        temp.file
+            .write_all(&bytes)
+            .map_err(|e| corrupt(format!("{}: cannot write it: {e}", file.path)))?;
     }
-    let bytes = single.unwrap_or_else(|| Bytes::from(whole));
-    if blobs.len() > 1 && sha256_hex(&bytes) != file.sha256 {
+    let sum = crate::hex_of(whole.finish().as_ref());
+    if blobs.len() > 1 && sum != file.sha256 {
         return Err(corrupt(format!(
             "{}: its pieces do not add up to its checksum {}: the stored content is damaged",
             file.path, file.sha256
         )));
     }
-    Ok(bytes)
+    if file.executable {
+        temp.file
+            .set_permissions(std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| corrupt(format!("{}: cannot write it: {e}", file.path)))?;
+    }
+    temp.keep_as(&path)
+        .map_err(|e| corrupt(format!("{}: cannot write it: {e}", file.path)))
 }
 
-/// Writes a new file at `rel` beneath `root` (a folder this restore made and nobody else
-/// writes), its folders made as needed.
-fn write_new(root: &Path, rel: &str, bytes: &[u8], executable: bool) -> std::io::Result<()> {
-    let path = root.join(rel);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+/// A temporary file that is removed unless [`TempFile::keep_as`] renames it into place.
+struct TempFile {
+    path: Option<std::path::PathBuf>,
+    file: std::fs::File,
+}
+
+impl TempFile {
+    fn create(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(path)?;
+        Ok(TempFile {
+            path: Some(path.to_path_buf()),
+            file,
+        })
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&path)?;
-    file.write_all(bytes)?;
-    if executable {
-        file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+
+    /// Renames the file to `to`, which must not exist.
+    fn keep_as(mut self, to: &Path) -> std::io::Result<()> {
+        let from = self.path.take().expect("kept once");
+        let renamed = rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &from,
+            rustix::fs::CWD,
+            to,
+            rustix::fs::RenameFlags::NOREPLACE,
+        );
+        if let Err(e) = renamed {
+            let _ = std::fs::remove_file(&from);
+            return Err(e.into());
+        }
+        Ok(())
     }
-    Ok(())
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The bytes free for this user on the file system of `dir` (or its nearest existing
+/// parent), if it can be asked.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Removes everything in `root` (a failed restore's partial files).

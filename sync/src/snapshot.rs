@@ -153,6 +153,11 @@ pub(crate) fn walk(root: &Dir, rules: &StoreRules) -> Result<Walked> {
                 continue;
             };
             let rel = format!("{prefix}{name}");
+            // The rule restore applies: what it would refuse is not stored.
+            if let Err(why) = crate::manifest::check_path(&rel) {
+                out.skipped.push(format!("{} ({why})", display(&rel)));
+                continue;
+            }
             match entry.kind {
                 EntryKind::Dir => {
                     let excluded = under_excluded || rules.excluded(&rel);

@@ -21,6 +21,10 @@ use crate::{sha256_hex, SyncError};
 
 /// How many files a sync reads and uploads at once, and a restore fetches at once.
 pub(crate) const PARALLEL: usize = 8;
+/// The most a head may hold (a few numbers and a key).
+const MAX_HEAD_BYTES: u64 = 64 * 1024;
+/// The most a manifest may hold (about a million files).
+const MAX_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
 
 /// A state store: a local folder or an S3 bucket and prefix.
 #[derive(Clone)]
@@ -143,12 +147,34 @@ impl StateStore {
         }
     }
 
-    pub(crate) async fn get(&self, key: &Path) -> Result<Option<Bytes>, SyncError> {
-        match self.inner.get(key).await {
-            Ok(got) => Ok(Some(got.bytes().await?)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
+    /// The object at `key`, at most `max` bytes: its size is checked before its body is
+    /// read, and the body is read only up to the limit (an object that grows meanwhile is
+    /// refused too). `Ok(None)` when there is none.
+    pub(crate) async fn get(&self, key: &Path, max: u64) -> Result<Option<Bytes>, SyncError> {
+        let got = match self.inner.get(key).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if got.meta.size > max {
+            return Err(anyhow!(
+                "{key} in the store has {} bytes, more than the {max} it may have",
+                got.meta.size
+            )
+            .into());
         }
+        let mut body = got.into_stream();
+        let mut out = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            if out.len() as u64 + chunk.len() as u64 > max {
+                return Err(
+                    anyhow!("{key} in the store grew past the {max} bytes it may have").into(),
+                );
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some(Bytes::from(out)))
     }
 }
 
@@ -280,7 +306,12 @@ impl SessionStore {
                 }
             }
             let fence = Head {
-                index: latest.as_ref().map_or(1, |h| h.index + 1),
+                index: match &latest {
+                    None => 1,
+                    Some(h) => h.index.checked_add(1).ok_or_else(|| {
+                        anyhow!("session {}: its HEAD chain is at its end", me.session)
+                    })?,
+                },
                 epoch,
                 manifest: latest.as_ref().and_then(|h| h.manifest.clone()),
                 manifest_sha256: latest.as_ref().and_then(|h| h.manifest_sha256.clone()),
@@ -325,7 +356,15 @@ impl SessionStore {
         }
         let prefix = format!("sessions/{session}/epochs/");
         for _ in 0..64 {
-            let next = store.numbers(&prefix).await?.into_iter().max().unwrap_or(0) + 1;
+            let newest = store.numbers(&prefix).await?.into_iter().max().unwrap_or(0);
+            // A planted `epochs/18446744073709551615` must not wrap the next one to 0.
+            let next = newest.checked_add(1).ok_or_else(|| {
+                anyhow!(
+                    "session {session}: epoch {newest} is claimed in the store, the highest \
+                     there is, so no next epoch exists; the store is damaged or was written \
+                     by someone else (remove that epoch's file if it is not yours)"
+                )
+            })?;
             match SessionStore::claim(store.clone(), session.clone(), next, rules.clone()).await {
                 // Another host took it, or a newer one, between the listing and the claim.
                 Err(SyncError::EpochTaken { .. }) | Err(SyncError::Superseded { .. }) => continue,
@@ -392,7 +431,7 @@ impl SessionStore {
         let key = self.store.key(&self.rel(&format!("heads/{index:020}")));
         let bytes = self
             .store
-            .get(&key)
+            .get(&key, MAX_HEAD_BYTES)
             .await?
             .ok_or_else(|| anyhow!("head {index} of session {} vanished", self.session))?;
         let head: Head = serde_json::from_slice(&bytes).map_err(|e| SyncError::Corrupt {
@@ -425,7 +464,7 @@ impl SessionStore {
         };
         let bytes = self
             .store
-            .get(&self.store.key(key))
+            .get(&self.store.key(key), MAX_MANIFEST_BYTES)
             .await?
             .ok_or_else(|| corrupt(format!("the manifest {key} is missing")))?;
         let got = sha256_hex(&bytes);

@@ -348,3 +348,121 @@ async fn a_growing_large_file_uploads_only_its_last_piece() {
     assert!(e.to_string().contains("damaged"), "{e}");
     assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
 }
+
+/// Rewrites the manifest HEAD names with `change`, and HEAD's checksum of it, as someone
+/// with the store's credentials could.
+fn forge_manifest(store_dir: &Path, change: impl FnOnce(&mut serde_json::Value)) {
+    let heads = store_dir.join("sessions/s1/heads");
+    let mut names: Vec<_> = std::fs::read_dir(&heads)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    let head_path = names.last().unwrap().clone();
+    let mut head: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&head_path).unwrap()).unwrap();
+    let key = head["manifest"].as_str().unwrap().to_string();
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store_dir.join(&key)).unwrap()).unwrap();
+    change(&mut manifest);
+    let bytes = serde_json::to_vec(&manifest).unwrap();
+    std::fs::write(store_dir.join(&key), &bytes).unwrap();
+    head["manifest_sha256"] = crate::sha256_hex(&bytes).into();
+    std::fs::write(&head_path, serde_json::to_vec(&head).unwrap()).unwrap();
+}
+
+/// Issue 37, point 4: a name a model wrote (`notes\draft.md`) syncs, and every later
+/// restore takes it too: sync and restore share one rule for stored paths.
+#[tokio::test]
+async fn a_name_that_syncs_is_a_name_that_restores() {
+    let (store_dir, ws, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    write(ws.path(), "notes\\draft.md", "draft");
+    write(ws.path(), "a b/c:d?.txt", "odd");
+    let long = format!("{}/x", "d".repeat(250));
+    write(ws.path(), &long, "deep");
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    let report = host.sync(ws.path(), None).await.unwrap();
+    assert_eq!(report.files, 3, "{report:?}");
+    let mut next = claim(store_dir.path(), 2).await.unwrap();
+    next.restore_into(elsewhere.path()).await.unwrap();
+    assert_eq!(tree(elsewhere.path()), tree(ws.path()));
+}
+
+/// Issue 37, point 4: restore streams each piece to a file while hashing, checks sizes
+/// before reading, and leaves nothing behind on any failure: a whole-file blob over the
+/// piece size, a file claiming more than the disk holds (64 GiB), a piece larger than the
+/// manifest says.
+#[tokio::test]
+async fn hostile_sizes_in_a_manifest_are_refused_before_anything_is_read() {
+    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(ws.path(), "a.txt", "alpha");
+    let big = vec![7u8; crate::manifest::CHUNK * 2 + 10];
+    std::fs::write(ws.path().join("big.bin"), &big).unwrap();
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    host.sync(ws.path(), None).await.unwrap();
+    // A 2 MiB file claimed as one blob: refused (a file over a piece is stored in pieces).
+    let big_sha = crate::sha256_hex(&big);
+    let whole = store_dir
+        .path()
+        .join(format!("blobs/{}/{big_sha}", &big_sha[..2]));
+    std::fs::create_dir_all(whole.parent().unwrap()).unwrap();
+    std::fs::write(&whole, &big).unwrap();
+    forge_manifest(store_dir.path(), |m| {
+        for f in m["files"].as_array_mut().unwrap() {
+            if f["path"] == "big.bin" {
+                f.as_object_mut().unwrap().remove("chunks");
+            }
+        }
+    });
+    let target = tempfile::tempdir().unwrap();
+    let e = claim(store_dir.path(), 2)
+        .await
+        .unwrap()
+        .restore_into(target.path())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("big.bin"), "{e}");
+    assert!(e.to_string().contains("pieces"), "{e}");
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    // 64 GiB claimed: refused for the disk, before a byte is fetched.
+    forge_manifest(store_dir.path(), |m| {
+        let files = m["files"].as_array_mut().unwrap();
+        files.retain(|f| f["path"] != "big.bin");
+        let pieces = 64 * 1024;
+        let sha = crate::sha256_hex(b"alpha");
+        files.push(serde_json::json!({
+            "path": "huge.bin", "size": 64u64 << 30, "sha256": sha,
+            "chunks": vec![sha.clone(); pieces]
+        }));
+    });
+    let e = claim(store_dir.path(), 3)
+        .await
+        .unwrap()
+        .restore_into(target.path())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("free"), "{e}");
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+}
+
+/// Issue 37, point 4: a planted `epochs/18446744073709551615` must not make `--epoch next`
+/// wrap around to 0 (or panic): it is refused, naming the epoch.
+#[tokio::test]
+async fn the_highest_epoch_does_not_wrap() {
+    use crate::Epoch;
+    let dir = tempfile::tempdir().unwrap();
+    claim(dir.path(), 1).await.unwrap();
+    let planted = dir.path().join("sessions/s1/epochs/18446744073709551615");
+    std::fs::write(&planted, "{}").unwrap();
+    let got =
+        SessionStore::claim_epoch(store(dir.path()), sid(), Epoch::Next, StoreRules::default())
+            .await;
+    let Err(e) = got else {
+        panic!("the wrapped epoch was claimed")
+    };
+    assert!(e.to_string().contains("18446744073709551615"), "{e}");
+}

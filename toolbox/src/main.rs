@@ -823,6 +823,13 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         }
         _ => None,
     };
+    // The restore may have brought the workspace's own toolbox.toml (which may only
+    // tighten): read the configuration again now, so it holds from the first call.
+    let config = if hosted.is_some() {
+        load_config(&args.common)?
+    } else {
+        config
+    };
     let llm = chat::llm_client(&config);
     if let Err(why) = &llm {
         eprintln!("toolbox serve: no model, so turns are refused until one is configured: {why}");

@@ -815,3 +815,41 @@ fn a_call_over_mcp_is_synced_without_waiting_for_the_timer() {
             .is_some_and(|f| f.iter().any(|f| f["path"] == "via-mcp.txt"))
     });
 }
+
+/// Issue 37, point 4: the workspace's own `toolbox.toml` arrives with the restore; it may
+/// only tighten, and it does so from the first call after the resume, not from the next
+/// start.
+#[test]
+fn a_restored_workspace_config_holds_from_the_first_call() {
+    let (_top, store, node_a, node_b) = dirs();
+    std::fs::create_dir_all(&node_a).unwrap();
+    std::fs::write(node_a.join("toolbox.toml"), "mode = \"read_only\"\n").unwrap();
+    let mut old = host(&node_a, &store, 1, None);
+    let r = old.post(
+        &format!("/api/sessions/{SID}/tools/shell"),
+        &json!({"command": "echo before > ran-a.txt"}),
+    );
+    assert_eq!(
+        r.json()["status"],
+        "error",
+        "read_only on the first host too: {}",
+        r.text()
+    );
+    let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+
+    let new = host(&node_b, &store, 2, None);
+    assert!(node_b.join("toolbox.toml").exists(), "restored");
+    let r = new.post(
+        &format!("/api/sessions/{SID}/tools/shell"),
+        &json!({"command": "echo after > ran-b.txt"}),
+    );
+    let body = r.json();
+    assert_eq!(body["status"], "error", "{body}");
+    assert!(
+        body["result"].as_str().unwrap().contains("read_only"),
+        "{body}"
+    );
+    assert!(!node_b.join("ran-b.txt").exists());
+}
