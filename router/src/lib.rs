@@ -34,7 +34,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolbox_core::SessionId;
@@ -46,11 +46,9 @@ use placement::Placer;
 /// The largest request body the router takes: the same as `toolbox serve`'s.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// How long a client may take to send a request body (as `toolbox serve`).
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long a client may take to send a request's headers, or sit idle between requests.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request body, and its headers (as `toolbox serve`:
+/// the front door they share).
+pub use toolbox_front_door::{BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT};
 
 /// How `toolbox router` was started.
 #[derive(Clone)]
@@ -301,6 +299,12 @@ async fn handle(State(state): State<Shared>, request: Request) -> Response {
     if let Err(e) = auth::check(request.headers(), state.token.as_deref()) {
         return e.into_response();
     }
+    if let Some(auth) = request
+        .extensions()
+        .get::<toolbox_front_door::ConnectionAuth>()
+    {
+        auth.passed();
+    }
     let method = request.method().clone();
     let route = match route(&method, request.uri().path(), request.uri().query()) {
         Ok(r) => r,
@@ -382,46 +386,23 @@ pub async fn serve(
             stopping.cancel();
         });
     }
-    let tasks = tokio_util::task::TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = stopping.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, _) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::debug!(target: "toolbox", "accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    // serve's front door: header timeouts, a connection cap, and strangers evicted first
+    // (a request that passed `auth::check` marks its connection).
+    let make = move |connection: toolbox_front_door::Connection| {
         let app = app.clone();
-        let stopping = stopping.clone();
-        tasks.spawn(async move {
-            let service = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
-                    app.clone().oneshot(request.map(Body::new))
-                },
-            );
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = stopping.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(grace, connection).await;
-                }
-            }
-        });
-    }
-    tasks.close();
-    let _ = tokio::time::timeout(grace, tasks.wait()).await;
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(connection.auth.clone());
+            app.clone().oneshot(request.map(Body::new))
+        })
+    };
+    toolbox_front_door::serve(
+        listener,
+        make,
+        toolbox_front_door::FrontDoor::from_descriptor_limit(),
+        stopping,
+        grace,
+    )
+    .await;
     Ok(())
 }
 

@@ -290,7 +290,7 @@ pub async fn serve(
     front_door::serve(
         listener,
         app,
-        front_door::FrontDoor::from_descriptor_limit(),
+        front_door::door(),
         stop_accepting,
         grace + Duration::from_secs(1),
     )

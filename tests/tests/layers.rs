@@ -7,7 +7,10 @@
 //!   executor, never a provider;
 //! - the state store (sync) on core and host only: it reads the workspace through host's
 //!   descriptors, and knows nothing of turns or tools;
-//! - the router on core only: it passes requests to hosts, and runs no tool itself.
+//! - the router on core and the front door only: it passes requests to hosts, and runs no
+//!   tool itself;
+//! - the front door (the accept loop `toolbox serve` and `toolbox router` share) on no crate
+//!   of ours.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -104,8 +107,13 @@ fn crates_depend_only_on_the_layers_below_them() {
     );
     assert_eq!(
         ours(&packages["toolbox-router"].0),
-        set(&["toolbox-core"]),
-        "the router depends on core only: never on the executor, the runtime or a provider"
+        set(&["toolbox-core", "toolbox-front-door"]),
+        "the router depends on core and the front door only: never on the executor, the \
+         runtime or a provider"
+    );
+    assert!(
+        ours(&packages["toolbox-front-door"].0).is_empty(),
+        "the front door (the accept loop serve and the router share) depends on no crate of ours"
     );
     let providers: Vec<&String> = packages
         .iter()
