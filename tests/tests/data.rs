@@ -757,3 +757,81 @@ async fn each_data_tool_returns_the_object_its_text_shows_as_its_structured_resu
         assert_eq!(parsed(&info.result), structured, "{tool}");
     }
 }
+
+/// Issue 37, point 6: xlsx bombs in a read tool. A small xlsx whose shared-strings table
+/// expands to hundreds of MiB (20 million one-letter strings), and one whose single cell is
+/// 400 MB, are refused by `data__inspect` with an error naming the `[data]` limit, before
+/// the workbook is parsed (what it was: a 4 GB peak for a 409 KB file, a 400 MB cell
+/// accepted).
+#[tokio::test]
+async fn xlsx_bombs_are_refused_naming_the_limit() {
+    const BOMB: &str = r#"
+import sys, zipfile
+path, kind = sys.argv[1], sys.argv[2]
+ns = 'xmlns="http://schemas.openxmlformats.org/package/2006/relationships"'
+main = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+    z.writestr("[Content_Types].xml", '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/><Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/></Types>')
+    z.writestr("_rels/.rels", f'<?xml version="1.0" encoding="UTF-8"?><Relationships {ns}><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>')
+    z.writestr("xl/workbook.xml", f'<?xml version="1.0" encoding="UTF-8"?><workbook {main} xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="S" sheetId="1" r:id="rId1"/></sheets></workbook>')
+    z.writestr("xl/_rels/workbook.xml.rels", f'<?xml version="1.0" encoding="UTF-8"?><Relationships {ns}><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/><Relationship Id="rId2" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings" Target="sharedStrings.xml"/></Relationships>')
+    with z.open("xl/sharedStrings.xml", "w", force_zip64=True) as f:
+        f.write(f'<?xml version="1.0" encoding="UTF-8"?><sst {main}>'.encode())
+        if kind == "strings":
+            chunk = b"<si><t>a</t></si>" * 100000
+            for _ in range(200):
+                f.write(chunk)
+        else:
+            f.write(b"<si><t>a</t></si>")
+        f.write(b"</sst>")
+    with z.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as f:
+        f.write(f'<?xml version="1.0" encoding="UTF-8"?><worksheet {main}><sheetData><row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="2"><c r="A2" t="inlineStr"><is><t>'.encode())
+        if kind == "cell":
+            block = b"A" * (1 << 20)
+            for _ in range(400):
+                f.write(block)
+        else:
+            f.write(b"x")
+        f.write(b"</t></is></c></row></sheetData></worksheet>")
+"#;
+    let python = std::env::var("TOOLBOX_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let (dir, exec) = executor(PermissionMode::Full);
+    for (kind, key) in [
+        ("strings", "[data] max_xlsx_strings"),
+        ("cell", "[data] max_cell_bytes"),
+    ] {
+        let path = input(dir.path()).join(format!("{kind}.xlsx"));
+        let out = std::process::Command::new(&python)
+            .args(["-c", BOMB])
+            .arg(&path)
+            .arg(kind)
+            .output()
+            .expect("cannot run python (set TOOLBOX_TEST_PYTHON)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            size < 2 * 1024 * 1024,
+            "{kind}: a small file ({size} bytes)"
+        );
+        let e = fails(
+            &exec,
+            "data__inspect",
+            json!({"path": format!("input/{kind}.xlsx")}),
+            key,
+        )
+        .await;
+        assert!(e.contains(&format!("{kind}.xlsx")), "{e}");
+        let e = fails(
+            &exec,
+            "data__convert",
+            json!({"path": format!("input/{kind}.xlsx"), "output": "output/x.csv"}),
+            key,
+        )
+        .await;
+        assert!(!output(dir.path()).join("x.csv").exists(), "{e}");
+    }
+}

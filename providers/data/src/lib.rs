@@ -50,6 +50,8 @@ const KEYS: &[&str] = &[
     "max_cell_bytes",
     "max_decompressed_bytes",
     "max_xlsx_cells",
+    "max_xlsx_strings",
+    "max_xlsx_strings_bytes",
     "max_unique_keys",
     "parse_threads",
 ];
@@ -67,6 +69,10 @@ pub struct Limits {
     pub max_decompressed_bytes: u64,
     /// The most cells read from one xlsx sheet.
     pub max_xlsx_cells: u64,
+    /// The most strings an xlsx's shared-strings table may hold (it is read whole).
+    pub max_xlsx_strings: u64,
+    /// The most bytes an xlsx's shared-strings table may expand to (it is read whole).
+    pub max_xlsx_strings_bytes: u64,
     /// The most distinct keys `unique` / `dedupe_by` remember (about 40 bytes each).
     pub max_unique_keys: u64,
     /// Threads that parse JSONL for Parquet output; 0 is as many as the machine has cores,
@@ -91,6 +97,8 @@ const DEFAULTS: Limits = Limits {
     max_cell_bytes: 16 * 1024 * 1024,
     max_decompressed_bytes: 16 * 1024 * 1024 * 1024,
     max_xlsx_cells: 50_000_000,
+    max_xlsx_strings: 5_000_000,
+    max_xlsx_strings_bytes: 256 * 1024 * 1024,
     max_unique_keys: 20_000_000,
     parse_threads: 0,
 };
@@ -106,6 +114,14 @@ toolbox_core::workspace_config_rules!(
             Tighten::AtMost(DEFAULTS.max_decompressed_bytes)
         ),
         ("max_xlsx_cells", Tighten::AtMost(DEFAULTS.max_xlsx_cells)),
+        (
+            "max_xlsx_strings",
+            Tighten::AtMost(DEFAULTS.max_xlsx_strings)
+        ),
+        (
+            "max_xlsx_strings_bytes",
+            Tighten::AtMost(DEFAULTS.max_xlsx_strings_bytes)
+        ),
         ("max_unique_keys", Tighten::AtMost(DEFAULTS.max_unique_keys)),
         ("parse_threads", Tighten::Limit),
     ]
@@ -130,6 +146,12 @@ impl Limits {
                 max_xlsx_cells: t
                     .u64_in("max_xlsx_cells", 1, u64::MAX)?
                     .unwrap_or(d.max_xlsx_cells),
+                max_xlsx_strings: t
+                    .u64_in("max_xlsx_strings", 1, u64::MAX)?
+                    .unwrap_or(d.max_xlsx_strings),
+                max_xlsx_strings_bytes: t
+                    .u64_in("max_xlsx_strings_bytes", 1, u64::MAX)?
+                    .unwrap_or(d.max_xlsx_strings_bytes),
                 max_unique_keys: t
                     .u64_in("max_unique_keys", 1, u64::MAX)?
                     .unwrap_or(d.max_unique_keys),
