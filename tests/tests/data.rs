@@ -835,3 +835,45 @@ with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         assert!(!output(dir.path()).join("x.csv").exists(), "{e}");
     }
 }
+
+/// Issue 37, point 8: one 5.4 MB JSONL record with 300,000 keys took over 120 s (a repeated
+/// key was looked for in every key before it) and kept working after its call timed out.
+/// Now it is a bad row naming `[data] max_record_keys`; and with the limit raised by the
+/// operator, the work on it is linear (converting it finishes at once).
+#[tokio::test]
+async fn a_record_with_300k_keys_is_a_bad_row_or_linear_work() {
+    let mut wide = String::from("{");
+    for i in 0..300_000 {
+        if i > 0 {
+            wide.push(',');
+        }
+        wide.push_str(&format!("\"k{i}\":{i}"));
+    }
+    wide.push('}');
+    assert!(wide.len() > 4_000_000, "{}", wide.len());
+    let (dir, exec) = executor(PermissionMode::Full);
+    let path = input(dir.path()).join("wide.jsonl");
+    std::fs::write(&path, format!("{{\"a\": 1}}\n{wide}\n{{\"a\": 2}}\n")).unwrap();
+    let r = run(&exec, "data__inspect", json!({"path": "input/wide.jsonl"})).await;
+    assert_eq!(r["bad_rows"]["too_large"], 1, "{r}");
+    assert_eq!(
+        r["bad_rows"]["first"][0],
+        "line 2: the record has more than 16384 keys, the limit ([data] max_record_keys)"
+    );
+    assert_eq!(r["rows"], 2);
+    let (dir, exec) = executor_with(
+        PermissionMode::Full,
+        &[("data", json!({"max_record_keys": 400_000}))],
+    );
+    let path = input(dir.path()).join("wide.jsonl");
+    std::fs::write(&path, format!("{wide}\n{wide}\n")).unwrap();
+    let out = ok(
+        &exec,
+        "data__convert",
+        json!({"path": "input/wide.jsonl", "output": "output/wide.csv"}),
+    )
+    .await;
+    assert!(out.contains("\"rows_out\": 2"), "{out}");
+    let csv = std::fs::read_to_string(output(dir.path()).join("wide.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+}

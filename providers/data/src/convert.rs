@@ -428,7 +428,7 @@ impl Plan {
         let mut chunk = parallel::Chunk::default();
         records::read_jsonl_raw(src, &self.limits, cancelled, &mut |line| {
             let Some(workers) = &mut pool else {
-                let flow = self.jsonl_line(line, run, sink)?;
+                let flow = self.jsonl_line(line, run, sink, cancelled)?;
                 if let Sink::Parquet(p) = &*sink {
                     if let Some(batcher) = p.batcher(self.limits.max_cell_bytes) {
                         pool = Some(parallel::Pool::start(&batcher, self.limits.parse_threads)?);
@@ -496,7 +496,9 @@ impl Plan {
         let (Some(batch), Sink::Parquet(p)) = (parsed.batch, &mut *sink) else {
             return parsed
                 .chunk
-                .replay(&mut |line| self.jsonl_line(line, run, sink));
+                // Lines a worker gave back: the reading thread looks at the cancellation
+                // between chunks, and each record's work is linear and capped in keys.
+                .replay(&mut |line| self.jsonl_line(line, run, sink, &|| false));
         };
         let room = self.limit.map(|l| l.saturating_sub(run.rows_out));
         let n = p.write_batch(batch, room)?;
@@ -512,7 +514,13 @@ impl Plan {
 
     /// One JSONL line to Parquet on the reading thread: straight into the column builders
     /// when it can, else through every step of the general path.
-    fn jsonl_line(&self, line: JsonlLine<'_>, run: &mut Run, sink: &mut Sink<'_>) -> Result<Flow> {
+    fn jsonl_line(
+        &self,
+        line: JsonlLine<'_>,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Flow> {
         match line {
             JsonlLine::Bad(item) => self.bad(item, run),
             JsonlLine::Line { at, bytes } => {
@@ -522,7 +530,7 @@ impl Plan {
                         return self.written(Ok(()), at, run);
                     }
                 }
-                let item = records::jsonl_item(at, bytes, &self.limits);
+                let item = records::jsonl_item(at, bytes, &self.limits, cancelled);
                 self.handle(item, run, sink)
             }
         }

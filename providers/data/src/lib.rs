@@ -52,6 +52,7 @@ const KEYS: &[&str] = &[
     "max_xlsx_cells",
     "max_xlsx_strings",
     "max_xlsx_strings_bytes",
+    "max_record_keys",
     "max_unique_keys",
     "parse_threads",
 ];
@@ -73,6 +74,8 @@ pub struct Limits {
     pub max_xlsx_strings: u64,
     /// The most bytes an xlsx's shared-strings table may expand to (it is read whole).
     pub max_xlsx_strings_bytes: u64,
+    /// The most keys one JSON record may have (more is a bad row).
+    pub max_record_keys: u64,
     /// The most distinct keys `unique` / `dedupe_by` remember (about 40 bytes each).
     pub max_unique_keys: u64,
     /// Threads that parse JSONL for Parquet output; 0 is as many as the machine has cores,
@@ -99,6 +102,7 @@ const DEFAULTS: Limits = Limits {
     max_xlsx_cells: 50_000_000,
     max_xlsx_strings: 5_000_000,
     max_xlsx_strings_bytes: 256 * 1024 * 1024,
+    max_record_keys: 16_384,
     max_unique_keys: 20_000_000,
     parse_threads: 0,
 };
@@ -122,6 +126,7 @@ toolbox_core::workspace_config_rules!(
             "max_xlsx_strings_bytes",
             Tighten::AtMost(DEFAULTS.max_xlsx_strings_bytes)
         ),
+        ("max_record_keys", Tighten::AtMost(DEFAULTS.max_record_keys)),
         ("max_unique_keys", Tighten::AtMost(DEFAULTS.max_unique_keys)),
         ("parse_threads", Tighten::Limit),
     ]
@@ -152,6 +157,9 @@ impl Limits {
                 max_xlsx_strings_bytes: t
                     .u64_in("max_xlsx_strings_bytes", 1, u64::MAX)?
                     .unwrap_or(d.max_xlsx_strings_bytes),
+                max_record_keys: t
+                    .u64_in("max_record_keys", 1, u64::MAX)?
+                    .unwrap_or(d.max_record_keys),
                 max_unique_keys: t
                     .u64_in("max_unique_keys", 1, u64::MAX)?
                     .unwrap_or(d.max_unique_keys),

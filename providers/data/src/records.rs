@@ -380,15 +380,15 @@ fn read_jsonl(
 ) -> Result<End> {
     read_jsonl_lines(r, limits, cancelled, &mut |line| {
         f(match line {
-            JsonlLine::Line { at, bytes } => jsonl_item(at, bytes, limits),
+            JsonlLine::Line { at, bytes } => jsonl_item(at, bytes, limits, cancelled),
             JsonlLine::Bad(bad) => bad,
         })
     })
 }
 
 /// The record (or bad row) of JSONL line `at`, as [`read`] gives it.
-pub fn jsonl_item(at: u64, bytes: &[u8], limits: &Limits) -> Item {
-    match parse_record(bytes, limits) {
+pub fn jsonl_item(at: u64, bytes: &[u8], limits: &Limits, cancelled: Cancelled<'_>) -> Item {
+    match parse_record(bytes, limits, cancelled) {
         Ok(fields) => Item::Record(Record { at, fields }),
         Err((kind, why)) => Item::Bad {
             at,
@@ -472,16 +472,29 @@ fn read_jsonl_lines(
 }
 
 /// Parses one JSON object, keeping its keys in order.
-fn parse_record(bytes: &[u8], limits: &Limits) -> RowResult {
-    match serde_json::from_slice::<Element>(bytes) {
+fn parse_record(bytes: &[u8], limits: &Limits, cancelled: Cancelled<'_>) -> RowResult {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed = ElementSeed::new(limits, cancelled)
+        .deserialize(&mut de)
+        .and_then(|el| de.end().map(|()| el));
+    match parsed {
         Ok(Element::Object(fields)) => check_cells(fields, limits),
         Ok(Element::Other(v)) => Err((
             BadKind::Malformed,
             format!("{}, not a JSON object", toolbox_core::json_kind(&v)),
         )),
+        Err(e) if e.to_string().starts_with(TOO_MANY_KEYS) => {
+            // serde_json's own "at line 1 column N" says nothing more for a one-line record.
+            let text = e.to_string();
+            let why = text.split(" at line ").next().unwrap_or(&text).to_string();
+            Err((BadKind::TooLarge, why))
+        }
         Err(e) => Err((BadKind::Malformed, format!("invalid JSON: {e}"))),
     }
 }
+
+/// How an error for a record with too many keys begins (a bad row, counted as too large).
+const TOO_MANY_KEYS: &str = "the record has more than";
 
 fn check_cells(fields: Vec<(Arc<str>, Value)>, limits: &Limits) -> RowResult {
     for (k, v) in &fields {
@@ -508,15 +521,37 @@ enum Element {
     Other(Value),
 }
 
-impl<'de> Deserialize<'de> for Element {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        d.deserialize_any(ElementVisitor)
+/// Reads one [`Element`]: at most `[data] max_record_keys` keys, a repeated key found by
+/// hash (the work is linear in the record's size), and the call's cancellation looked at
+/// every few thousand keys, so even one huge record stops when its call does.
+#[derive(Clone, Copy)]
+struct ElementSeed<'a> {
+    max_keys: u64,
+    cancelled: Cancelled<'a>,
+}
+
+impl<'a> ElementSeed<'a> {
+    fn new(limits: &Limits, cancelled: Cancelled<'a>) -> Self {
+        ElementSeed {
+            max_keys: limits.max_record_keys,
+            cancelled,
+        }
     }
 }
 
-struct ElementVisitor;
+impl<'de> DeserializeSeed<'de> for ElementSeed<'_> {
+    type Value = Element;
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Element, D::Error> {
+        d.deserialize_any(ElementVisitor(self))
+    }
+}
 
-impl<'de> Visitor<'de> for ElementVisitor {
+struct ElementVisitor<'a>(ElementSeed<'a>);
+
+impl<'de> Visitor<'de> for ElementVisitor<'_> {
     type Value = Element;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -524,14 +559,44 @@ impl<'de> Visitor<'de> for ElementVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Element, A::Error> {
+        let ElementSeed {
+            max_keys,
+            cancelled,
+        } = self.0;
         let mut fields: Vec<(Arc<str>, Value)> = Vec::new();
+        // Past a few keys, where each key sits: a repeated key is found by hash.
+        let mut index: Option<std::collections::HashMap<Arc<str>, usize>> = None;
         while let Some((k, v)) = map.next_entry::<String, Value>()? {
-            // A repeated key: the last one wins, as in serde_json.
-            if let Some(slot) = fields.iter_mut().find(|(name, _)| **name == *k) {
-                slot.1 = v;
-            } else {
-                fields.push((Arc::from(k.as_str()), v));
+            if fields.len() % 4096 == 4095 && cancelled() {
+                return Err(serde::de::Error::custom("cancelled"));
             }
+            // A repeated key: the last one wins, as in serde_json.
+            let slot = match &index {
+                Some(index) => index.get(k.as_str()).copied(),
+                None => fields.iter().position(|(name, _)| **name == *k),
+            };
+            if let Some(i) = slot {
+                fields[i].1 = v;
+                continue;
+            }
+            if fields.len() as u64 >= max_keys {
+                return Err(serde::de::Error::custom(format!(
+                    "{TOO_MANY_KEYS} {max_keys} keys, the limit ([data] max_record_keys)"
+                )));
+            }
+            let name: Arc<str> = Arc::from(k.as_str());
+            if let Some(index) = &mut index {
+                index.insert(name.clone(), fields.len());
+            } else if fields.len() == 32 {
+                let mut built: std::collections::HashMap<Arc<str>, usize> = fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, _))| (n.clone(), i))
+                    .collect();
+                built.insert(name.clone(), fields.len());
+                index = Some(built);
+            }
+            fields.push((name, v));
         }
         Ok(Element::Object(fields))
     }
@@ -598,7 +663,9 @@ fn read_json(
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
             let mut at = 0u64;
-            while let Some(el) = seq.next_element::<Element>()? {
+            while let Some(el) =
+                seq.next_element_seed(ElementSeed::new(self.limits, self.cancelled))?
+            {
                 self.meter.mark();
                 at += 1;
                 if at.is_multiple_of(4096) && (self.cancelled)() {
@@ -639,7 +706,8 @@ fn read_json(
         }
         fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<(), A::Error> {
             // One object on its own is one record.
-            let el = ElementVisitor.visit_map(map)?;
+            let el =
+                ElementVisitor(ElementSeed::new(self.limits, self.cancelled)).visit_map(map)?;
             if let Element::Object(fields) = el {
                 let item = Item::Record(Record { at: 1, fields });
                 if let Err(e) = (self.f)(item) {
@@ -743,5 +811,57 @@ mod tests {
         let h = header_names(["a", "", "a"].into_iter().map(String::from));
         let h: Vec<&str> = h.iter().map(|s| &**s).collect();
         assert_eq!(h, ["a", "column_2", "a_2"]);
+    }
+}
+
+#[cfg(test)]
+mod wide_record_tests {
+    use super::*;
+
+    fn wide(keys: usize) -> Vec<u8> {
+        let mut text = String::from("{");
+        for i in 0..keys {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&format!("\"k{i}\":{i}"));
+        }
+        text.push('}');
+        text.into_bytes()
+    }
+
+    #[test]
+    fn keys_past_the_limit_are_a_bad_row_and_repeats_still_take_the_last_value() {
+        let limits = Limits {
+            max_record_keys: 1000,
+            ..Limits::default()
+        };
+        let (kind, why) = parse_record(&wide(1001), &limits, &|| false).unwrap_err();
+        assert_eq!(kind, BadKind::TooLarge);
+        assert_eq!(
+            why,
+            "the record has more than 1000 keys, the limit ([data] max_record_keys)"
+        );
+        let fields = parse_record(&wide(1000), &limits, &|| false).unwrap();
+        assert_eq!(fields.len(), 1000);
+        // A repeated key past the hashed threshold replaces the first, in its place.
+        let mut text = wide(100);
+        text.pop();
+        text.extend_from_slice(b",\"k50\":\"again\"}");
+        let fields = parse_record(&text, &limits, &|| false).unwrap();
+        assert_eq!(fields.len(), 100);
+        assert_eq!(&*fields[50].0, "k50");
+        assert_eq!(fields[50].1, Value::String("again".into()));
+    }
+
+    #[test]
+    fn a_cancelled_call_stops_inside_one_wide_record() {
+        let limits = Limits {
+            max_record_keys: 1_000_000,
+            ..Limits::default()
+        };
+        let (kind, why) = parse_record(&wide(20_000), &limits, &|| true).unwrap_err();
+        assert_eq!(kind, BadKind::Malformed);
+        assert!(why.contains("cancelled"), "{why}");
     }
 }

@@ -43,8 +43,10 @@ pub struct Column {
 pub struct Table {
     columns: Vec<Column>,
     index: HashMap<Arc<str>, usize>,
-    /// Columns past [`MAX_COLUMNS`], by name only.
+    /// Columns past [`MAX_COLUMNS`], by name only, in order.
     extra: Vec<Arc<str>>,
+    /// The same names, to tell a new one in constant time.
+    extra_seen: std::collections::HashSet<Arc<str>>,
     /// Rows seen.
     pub rows: u64,
 }
@@ -91,7 +93,9 @@ impl Table {
                 Some(&i) => i,
                 None => {
                     if self.columns.len() >= MAX_COLUMNS {
-                        if self.extra.len() < 10 * MAX_COLUMNS && !self.extra.contains(name) {
+                        if self.extra.len() < 10 * MAX_COLUMNS
+                            && self.extra_seen.insert(name.clone())
+                        {
                             self.extra.push(name.clone());
                         }
                         continue;

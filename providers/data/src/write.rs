@@ -1,6 +1,7 @@
 //! Output writers of `data__convert`: CSV, TSV, JSON (one array), JSONL and Parquet, each
 //! streaming into the temporary file the workspace renames into place at the end.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub enum Sink<'f> {
         started: bool,
         /// Scratch row.
         row: Vec<String>,
+        /// The columns' names hashed, for a wide record (filled once the columns are set).
+        col_set: HashSet<Arc<str>>,
     },
     /// JSON array.
     Json {
@@ -87,6 +90,7 @@ impl<'f> Sink<'f> {
                 columns,
                 started: false,
                 row: Vec::new(),
+                col_set: HashSet::new(),
             },
             Format::Json => Sink::Json {
                 w: BufWriter::with_capacity(256 * 1024, file),
@@ -103,6 +107,7 @@ impl<'f> Sink<'f> {
                 writer: None,
                 schema: None,
                 places: Vec::new(),
+                column_set: HashSet::new(),
             })),
         }
     }
@@ -136,6 +141,7 @@ impl<'f> Sink<'f> {
                     columns,
                     started,
                     row,
+                    col_set,
                 },
                 Out::Fields(fields),
             ) => {
@@ -145,15 +151,19 @@ impl<'f> Sink<'f> {
                     w.write_record(cols.iter().map(|c| c.as_bytes()))?;
                     *started = true;
                 }
-                if let Some((k, _)) = fields.iter().find(|(k, _)| !cols.contains(k)) {
+                if col_set.len() != cols.len() {
+                    *col_set = cols.iter().cloned().collect();
+                }
+                if let Some(k) = stray(fields, cols, col_set) {
                     return Ok(Err(Reject(format!(
                         "it has a key {k:?} that is not among the output's columns (set by the \
                          first record); use `select` to choose columns"
                     ))));
                 }
                 row.clear();
+                let look = Lookup::new(fields);
                 for c in cols.iter() {
-                    row.push(match fields.iter().find(|(k, _)| k == c).map(|(_, v)| v) {
+                    row.push(match look.get(c) {
                         None | Some(Value::Null) => String::new(),
                         Some(Value::String(s)) => s.clone(),
                         Some(other) => other.to_string(),
@@ -238,6 +248,8 @@ pub struct ParquetSink<'f> {
     schema: Option<Arc<Schema>>,
     /// For each column, its place in the row being appended (scratch).
     places: Vec<Option<usize>>,
+    /// The columns' names hashed, for a wide record (filled once the columns are set).
+    column_set: HashSet<Arc<str>>,
 }
 
 /// One column's Arrow builder.
@@ -392,7 +404,10 @@ impl Drop for BatchWriter {
 impl<'f> ParquetSink<'f> {
     fn write(&mut self, m: &[(Arc<str>, Value)]) -> Result<std::result::Result<(), Reject>> {
         if let Some(cols) = &self.columns {
-            if let Some((k, _)) = m.iter().find(|(k, _)| !cols.contains(k)) {
+            if self.column_set.len() != cols.len() {
+                self.column_set = cols.iter().cloned().collect();
+            }
+            if let Some(k) = stray(m, cols, &self.column_set) {
                 return Ok(Err(Reject(format!(
                     "it has a key {k:?} that is not among the output's columns (set by the \
                      first records); use `select` to choose columns"
@@ -407,8 +422,9 @@ impl<'f> ParquetSink<'f> {
             return Ok(Ok(()));
         }
         let cols = self.columns.as_deref().unwrap_or(&[]);
+        let look = Lookup::new(m);
         for (i, c) in cols.iter().enumerate() {
-            if let Some(v) = get(m, c) {
+            if let Some(v) = look.get(c) {
                 if !fits(self.kinds[i], v) {
                     return Ok(Err(Reject(format!(
                         "column {c:?} is {} here, but {} in the first records, which \
@@ -420,7 +436,7 @@ impl<'f> ParquetSink<'f> {
             }
         }
         for (c, b) in cols.iter().zip(self.builders.iter_mut()) {
-            b.push(get(m, c));
+            b.push(look.get(c));
         }
         self.rows += 1;
         if self.rows >= PARQUET_SAMPLE {
@@ -495,9 +511,10 @@ impl<'f> ParquetSink<'f> {
                 Some(c) => c,
                 None => {
                     let mut cols: Vec<Arc<str>> = Vec::new();
+                    let mut seen: HashSet<Arc<str>> = HashSet::new();
                     for m in &self.pending {
                         for (k, _) in m {
-                            if !cols.contains(k) {
+                            if seen.insert(k.clone()) {
                                 cols.push(k.clone());
                             }
                         }
@@ -505,10 +522,20 @@ impl<'f> ParquetSink<'f> {
                     cols
                 }
             };
-            self.kinds = cols
+            let looks: Vec<Lookup<'_>> = self.pending.iter().map(|m| Lookup::new(m)).collect();
+            let kinds: Vec<_> = cols
                 .iter()
-                .map(|c| choose_kind(self.pending.iter().filter_map(|m| get(m, c))))
+                .map(|c| choose_kind(looks.iter().filter_map(|l| l.get(c))))
                 .collect();
+            // A column whose sample is mostly distinct values (ids, free text, measures)
+            // gains nothing from a dictionary but the cost of building one.
+            let plain: Vec<Arc<str>> = cols
+                .iter()
+                .filter(|c| mostly_distinct(looks.iter().filter_map(|l| l.get(c))))
+                .cloned()
+                .collect();
+            drop(looks);
+            self.kinds = kinds;
             // A sampled record that does not fit the chosen type cannot happen: the type
             // was chosen from them.
             let schema = Arc::new(Schema::new(
@@ -522,13 +549,6 @@ impl<'f> ParquetSink<'f> {
                 .take()
                 .ok_or_else(|| anyhow!("the output is gone"))?;
             // The writing thread owns a second handle on the same open file.
-            // A column whose sample is mostly distinct values (ids, free text, measures)
-            // gains nothing from a dictionary but the cost of building one.
-            let plain: Vec<Arc<str>> = cols
-                .iter()
-                .filter(|c| mostly_distinct(self.pending.iter().filter_map(|m| get(m, c))))
-                .cloned()
-                .collect();
             self.writer = Some(BatchWriter::start(
                 out.try_clone()?,
                 schema.clone(),
@@ -537,8 +557,9 @@ impl<'f> ParquetSink<'f> {
             self.schema = Some(schema);
             self.builders = self.kinds.iter().map(|k| Builder::new(*k)).collect();
             for m in std::mem::take(&mut self.pending) {
+                let look = Lookup::new(&m);
                 for (c, b) in cols.iter().zip(self.builders.iter_mut()) {
-                    b.push(get(&m, c));
+                    b.push(look.get(c));
                 }
                 self.rows += 1;
             }
@@ -654,8 +675,46 @@ impl LineBatcher {
     }
 }
 
-fn get<'a>(fields: &'a [(Arc<str>, Value)], name: &str) -> Option<&'a Value> {
-    fields.iter().find(|(k, _)| &**k == name).map(|(_, v)| v)
+/// A record's fields by name: a scan for a few, a hash map past [`LOOKUP_SCAN`], so the work
+/// on a wide record (thousands of keys, each column looked up) stays linear in its size.
+struct Lookup<'a> {
+    fields: &'a [(Arc<str>, Value)],
+    map: Option<HashMap<&'a str, &'a Value>>,
+}
+
+/// Up to this many fields a scan is faster than hashing.
+const LOOKUP_SCAN: usize = 32;
+
+impl<'a> Lookup<'a> {
+    fn new(fields: &'a [(Arc<str>, Value)]) -> Self {
+        let map =
+            (fields.len() > LOOKUP_SCAN).then(|| fields.iter().map(|(k, v)| (&**k, v)).collect());
+        Lookup { fields, map }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        match &self.map {
+            Some(map) => map.get(name).copied(),
+            None => self
+                .fields
+                .iter()
+                .find(|(k, _)| &**k == name)
+                .map(|(_, v)| v),
+        }
+    }
+}
+
+/// The first key of `fields` not in `cols` (with `set`, the same names hashed).
+fn stray<'a>(
+    fields: &'a [(Arc<str>, Value)],
+    cols: &[Arc<str>],
+    set: &HashSet<Arc<str>>,
+) -> Option<&'a Arc<str>> {
+    if cols.len() <= LOOKUP_SCAN {
+        fields.iter().map(|(k, _)| k).find(|k| !cols.contains(k))
+    } else {
+        fields.iter().map(|(k, _)| k).find(|k| !set.contains(*k))
+    }
 }
 
 /// Whether more than half of the values (nulls aside) are distinct, among at least 64.
