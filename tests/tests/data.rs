@@ -877,3 +877,67 @@ async fn a_record_with_300k_keys_is_a_bad_row_or_linear_work() {
     let csv = std::fs::read_to_string(output(dir.path()).join("wide.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3);
 }
+
+/// Issue 37, point 8: CSV/TSV output guards cells a spreadsheet would run (`=`, `+`, `-`,
+/// `@`, tab, CR) with a leading `'`, header names too; numbers stay numbers; the result
+/// says how many; `guard_formulas: false` writes them as they are.
+#[tokio::test]
+async fn csv_output_guards_formula_cells_unless_told_not_to() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    let rows = [
+        json!({"name": "=HYPERLINK(\"http://evil.example\",\"x\")", "n": -5, "note": "+1 555"}),
+        json!({"name": "@SUM(A1)", "n": 3, "note": "-minus"}),
+        json!({"name": "\tTAB", "n": 0, "note": "plain"}),
+        json!({"name": "\rCR", "n": 1, "note": "a=b"}),
+    ];
+    let jsonl: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(input(dir.path()).join("cells.jsonl"), jsonl).unwrap();
+    std::fs::write(input(dir.path()).join("head.csv"), "=cmd,b\n1,2\n").unwrap();
+    let out = run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/cells.jsonl", "output": "output/cells.csv"}),
+    )
+    .await;
+    assert!(
+        out["formula_cells_guarded"]
+            .as_str()
+            .unwrap()
+            .starts_with("6 text cells"),
+        "{out}"
+    );
+    let csv = std::fs::read_to_string(output(dir.path()).join("cells.csv")).unwrap();
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let got: Vec<Vec<String>> = reader
+        .records()
+        .map(|r| r.unwrap().iter().map(str::to_string).collect())
+        .collect();
+    // Columns in the records' key order: n, name, note.
+    assert_eq!(got[0][1], "'=HYPERLINK(\"http://evil.example\",\"x\")");
+    assert_eq!(got[0][0], "-5", "a number is not text");
+    assert_eq!(got[0][2], "'+1 555");
+    assert_eq!(got[1][1], "'@SUM(A1)");
+    assert_eq!(got[1][2], "'-minus");
+    assert_eq!(got[2][1], "'\tTAB");
+    assert_eq!(got[3][1], "'\rCR");
+    assert_eq!(got[3][2], "a=b", "only the first character counts");
+    // Header names too, and TSV the same.
+    run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/head.csv", "output": "output/head.tsv"}),
+    )
+    .await;
+    let tsv = std::fs::read_to_string(output(dir.path()).join("head.tsv")).unwrap();
+    assert!(tsv.starts_with("'=cmd\tb\n"), "{tsv:?}");
+    // Off on request: the text as it was.
+    let out = run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/cells.jsonl", "output": "output/raw.csv", "guard_formulas": false}),
+    )
+    .await;
+    assert!(out.get("formula_cells_guarded").is_none(), "{out}");
+    let raw = std::fs::read_to_string(output(dir.path()).join("raw.csv")).unwrap();
+    assert!(raw.contains("@SUM(A1)") && !raw.contains("'@SUM"), "{raw}");
+}

@@ -91,6 +91,16 @@ pub(crate) fn info() -> ToolInfo {
                     ),
                 ),
                 ("on_error", on_error_prop()),
+                (
+                    "guard_formulas",
+                    prop(
+                        "boolean",
+                        "For CSV/TSV output: text cells starting with =, +, -, @, a tab or a \
+                         carriage return get a leading ' so a spreadsheet shows them instead \
+                         of running them as formulas (default true; false writes them as \
+                         they are, for a program rather than a spreadsheet).",
+                    ),
+                ),
             ],
             &["path", "output"],
         ),
@@ -111,6 +121,7 @@ struct Plan {
     template: Option<Template>,
     on_error: OnError,
     limits: Limits,
+    guard_formulas: bool,
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -133,6 +144,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let limit = args.opt_u64("limit", &["max_rows"])?;
     let template = args.opt_value("template", &[]).cloned();
     let on_error = on_error_arg(&args)?;
+    let guard_formulas = args.bool_or("guard_formulas", &[], true)?;
     args.finish()?;
     let template = match template {
         None => None,
@@ -189,6 +201,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         template,
         on_error,
         limits: Limits::from_ctx(ctx)?,
+        guard_formulas,
     };
     let in_p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let cancel = ctx.cancel.clone();
@@ -316,6 +329,7 @@ impl Plan {
         let in_shown = src.shown.clone();
         let in_format = src.format;
         let note = src.note.clone();
+        let mut guarded = 0u64;
         let mut run = Run {
             in_format,
             fixed_columns: matches!(
@@ -377,6 +391,7 @@ impl Plan {
             }
         } else {
             let mut sink = Sink::new(self.to, file, None);
+            sink.set_formula_guard(self.guard_formulas);
             if fast_jsonl {
                 self.jsonl_to_parquet(src, cancelled, &mut run, &mut sink)?;
             } else {
@@ -384,6 +399,7 @@ impl Plan {
                     self.handle(item, &mut run, &mut sink)
                 })?;
             }
+            guarded = sink.guarded();
             sink.finish()?;
         }
         let (rows_in, rows_out, dropped) = (run.rows_in, run.rows_out, run.dropped);
@@ -409,6 +425,13 @@ impl Plan {
         }
         if let Some(note) = note {
             out["note"] = json!(note);
+        }
+        if guarded > 0 {
+            out["formula_cells_guarded"] = json!(format!(
+                "{guarded} text cells began like a spreadsheet formula (=, +, -, @, tab, CR) \
+                 and were written with a leading ' so a spreadsheet shows them (set \
+                 guard_formulas: false to write them as they are)"
+            ));
         }
         Ok(out)
     }

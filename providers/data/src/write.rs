@@ -63,6 +63,10 @@ pub enum Sink<'f> {
         row: Vec<String>,
         /// The columns' names hashed, for a wide record (filled once the columns are set).
         col_set: HashSet<Arc<str>>,
+        /// Whether text that a spreadsheet would run as a formula gets a leading `'`.
+        guard: bool,
+        /// How many cells (and header names) were guarded so.
+        guarded: u64,
     },
     /// JSON array.
     Json {
@@ -91,6 +95,8 @@ impl<'f> Sink<'f> {
                 started: false,
                 row: Vec::new(),
                 col_set: HashSet::new(),
+                guard: true,
+                guarded: 0,
             },
             Format::Json => Sink::Json {
                 w: BufWriter::with_capacity(256 * 1024, file),
@@ -142,13 +148,19 @@ impl<'f> Sink<'f> {
                     started,
                     row,
                     col_set,
+                    guard,
+                    guarded,
                 },
                 Out::Fields(fields),
             ) => {
                 let cols =
                     columns.get_or_insert_with(|| fields.iter().map(|(k, _)| k.clone()).collect());
                 if !*started {
-                    w.write_record(cols.iter().map(|c| c.as_bytes()))?;
+                    let header: Vec<String> = cols
+                        .iter()
+                        .map(|c| formula_guarded(c, *guard, guarded))
+                        .collect();
+                    w.write_record(header.iter())?;
                     *started = true;
                 }
                 if col_set.len() != cols.len() {
@@ -165,7 +177,7 @@ impl<'f> Sink<'f> {
                 for c in cols.iter() {
                     row.push(match look.get(c) {
                         None | Some(Value::Null) => String::new(),
-                        Some(Value::String(s)) => s.clone(),
+                        Some(Value::String(s)) => formula_guarded(s, *guard, guarded),
                         Some(other) => other.to_string(),
                     });
                 }
@@ -174,6 +186,23 @@ impl<'f> Sink<'f> {
             (Sink::Parquet(p), Out::Fields(fields)) => return p.write(fields),
         }
         Ok(Ok(()))
+    }
+
+    /// For CSV and TSV: whether text a spreadsheet would run as a formula (starting with `=`,
+    /// `+`, `-`, `@`, a tab or a carriage return) is written with a leading `'` (the
+    /// default), so the sheet shows it instead of running it. Other formats ignore it.
+    pub fn set_formula_guard(&mut self, on: bool) {
+        if let Sink::Delimited { guard, .. } = self {
+            *guard = on;
+        }
+    }
+
+    /// How many CSV/TSV cells and header names were guarded so far.
+    pub fn guarded(&self) -> u64 {
+        match self {
+            Sink::Delimited { guarded, .. } => *guarded,
+            _ => 0,
+        }
     }
 
     /// Writes what is pending and the format's end.
@@ -188,11 +217,17 @@ impl<'f> Sink<'f> {
                 mut w,
                 columns,
                 started,
+                guard,
+                mut guarded,
                 ..
             } => {
                 if !started {
                     if let Some(cols) = &columns {
-                        w.write_record(cols.iter().map(|c| c.as_bytes()))?;
+                        let header: Vec<String> = cols
+                            .iter()
+                            .map(|c| formula_guarded(c, guard, &mut guarded))
+                            .collect();
+                        w.write_record(header.iter())?;
                     }
                 }
                 w.flush()?;
@@ -200,6 +235,18 @@ impl<'f> Sink<'f> {
             Sink::Parquet(p) => p.finish()?,
         }
         Ok(())
+    }
+}
+
+/// `text` as a CSV cell: with `guard`, text a spreadsheet would take for a formula gets a
+/// leading `'` (OWASP's advice for CSV injection), counted in `guarded`. Numbers are
+/// never text here, so `-5` as a number is written as it is.
+fn formula_guarded(text: &str, guard: bool, guarded: &mut u64) -> String {
+    if guard && text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        *guarded += 1;
+        format!("'{text}")
+    } else {
+        text.to_string()
     }
 }
 
