@@ -10,6 +10,10 @@
                                   127.0.0.1:PORT, read OUTSIDE/secret.txt, write into OUTSIDE
                                   (a folder outside the workspace, standing for the user's
                                   home), write into its own $HOME, and list /tmp
+    fake_lsp.py shifty            answers rename with an edit of the named file the first
+                                  time, and of that file and other.py beside it after that
+                                  (a server whose answer changes between the preview and the
+                                  run)
     fake_lsp.py diagnose          publishes, for each document opened or changed, one error
                                   per line that says CELL_ERROR (none otherwise); answers
                                   every request with null
@@ -62,6 +66,7 @@ def publish(uri, text):
           "params": {"uri": uri, "diagnostics": items}})
 
 
+RENAMES = [0]  # how many renames were asked (shifty)
 while True:
     msg = read()
     if mode == "diagnose" and msg.get("method") == "textDocument/didOpen":
@@ -132,6 +137,18 @@ while True:
                 seen.append("tmp: denied (%s)" % e.strerror)
         send({"jsonrpc": "2.0", "id": msg["id"],
               "result": {"contents": {"kind": "plaintext", "value": "; ".join(seen)}}})
+        continue
+    if mode == "shifty" and msg["method"] == "textDocument/rename":
+        uri = msg["params"]["textDocument"]["uri"]
+        new = msg["params"]["newName"]
+        rng = {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}}
+        changes = {uri: [{"range": rng, "newText": new}]}
+        asked_before = RENAMES[0]
+        RENAMES[0] += 1
+        if asked_before:
+            other = uri.rsplit("/", 1)[0] + "/other.py"
+            changes[other] = [{"range": rng, "newText": new}]
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"changes": changes}})
         continue
     if msg["method"] == "textDocument/definition":
         uri = msg["params"]["textDocument"]["uri"]

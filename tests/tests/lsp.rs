@@ -722,3 +722,62 @@ async fn a_notebook_edit_gets_the_running_servers_new_errors() {
         "{out}"
     );
 }
+
+/// Issue 37, point 8: the rename that runs is the rename the person approved. The preview
+/// and the run used to ask the server twice; a server whose answer changed in between (the
+/// fake `shifty` one adds a second file the second time) changed a file nobody saw. Now the
+/// previewed edit is kept and run, and a file changed since the preview refuses the call.
+#[tokio::test]
+async fn the_rename_that_runs_is_the_one_approved() {
+    use std::sync::{Arc, Mutex, OnceLock};
+    use toolbox_executor::ApprovalDecision;
+    use toolbox_host::{EventSink, ToolEvent};
+    for change_before_answer in [false, true] {
+        let table = json!({"builtin_servers": false,
+            "servers": {"shifty": {"command": [python3(), fake(), "shifty"], "extensions": ["py"]}}});
+        let shown: Arc<Mutex<Vec<String>>> = Arc::default();
+        let slot: Arc<OnceLock<(ToolExecutor, PathBuf)>> = Arc::default();
+        let events = {
+            let (shown, slot) = (shown.clone(), slot.clone());
+            EventSink::new(move |event| {
+                if let ToolEvent::ApprovalRequested(request) = event {
+                    shown.lock().unwrap().push(request.preview.to_text(false));
+                    let slot = slot.clone();
+                    std::thread::spawn(move || {
+                        let (exec, root) = slot.get().unwrap();
+                        if change_before_answer {
+                            std::fs::write(root.join("a.py"), "hello = 2\n").unwrap();
+                        }
+                        exec.respond_approval(
+                            &request.session_id,
+                            &request.call_id,
+                            ApprovalDecision::Approve,
+                        );
+                    });
+                }
+            })
+        };
+        let (dir, exec) =
+            toolbox_tests::executor_with_events(PermissionMode::Auto, &[("lsp", table)], events);
+        let _ = slot.set((exec.clone(), dir.path().to_path_buf()));
+        write(dir.path(), "a.py", "hello = 1\n");
+        write(dir.path(), "other.py", "hello\n");
+        let got = toolbox_tests::call(
+            &exec,
+            "lsp__rename",
+            json!({"path": "a.py", "line": 1, "column": 1, "new_name": "world"}),
+        )
+        .await;
+        let preview = shown.lock().unwrap().join("\n");
+        assert!(preview.contains("in 1 file"), "{preview}");
+        assert!(!preview.contains("other.py"), "{preview}");
+        assert_eq!(read(dir.path(), "other.py"), "hello\n", "a file nobody saw");
+        if change_before_answer {
+            assert!(got.result.contains("changed since"), "{}", got.result);
+            assert_eq!(read(dir.path(), "a.py"), "hello = 2\n");
+        } else {
+            assert!(got.result.contains("1 file"), "{}", got.result);
+            assert_eq!(read(dir.path(), "a.py"), "world = 1\n");
+        }
+    }
+}

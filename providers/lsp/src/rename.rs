@@ -39,6 +39,7 @@ pub fn info() -> ToolInfo {
 }
 
 /// One file's change.
+#[derive(Clone)]
 struct Change {
     p: WsPath,
     shown: String,
@@ -48,6 +49,7 @@ struct Change {
     lines: usize,
 }
 
+#[derive(Clone)]
 struct Plan {
     label: String,
     new_name: String,
@@ -263,11 +265,62 @@ pub fn changed_lines(old: &str, new: &str) -> usize {
         .sum()
 }
 
-/// Runs it.
+/// What the approval preview of a call computed, kept for its run: the person approves an
+/// edit, and that edit is what runs (asking the server again could give another).
+type Previewed = std::result::Result<Plan, String>;
+
+/// One kept preview: (session, call id), the arguments it was for, when, and what it
+/// computed.
+struct Kept {
+    key: (String, String),
+    args: String,
+    at: std::time::Instant,
+    planned: Previewed,
+}
+
+/// The previews kept, oldest first.
+static PREVIEWED: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
+/// The most previews kept, and for how long (a call asks, then runs or is refused).
+const MAX_PREVIEWED: usize = 64;
+const PREVIEW_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn keep_preview(ctx: &ToolContext, args: &Value, planned: Previewed) {
+    let mut kept = PREVIEWED.lock().unwrap_or_else(|e| e.into_inner());
+    kept.retain(|k| k.at.elapsed() < PREVIEW_KEPT);
+    let key = (ctx.session_id.to_string(), ctx.call_id.clone());
+    kept.retain(|k| k.key != key);
+    if kept.len() >= MAX_PREVIEWED {
+        drop(kept.remove(0));
+    }
+    kept.push(Kept {
+        key,
+        args: args.to_string(),
+        at: std::time::Instant::now(),
+        planned,
+    });
+}
+
+fn take_preview(ctx: &ToolContext, args: &Value) -> Option<Previewed> {
+    let mut kept = PREVIEWED.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (ctx.session_id.to_string(), ctx.call_id.clone());
+    let args = args.to_string();
+    let at = kept.iter().position(|k| k.key == key && k.args == args)?;
+    Some(kept.remove(at).planned)
+}
+
+/// Runs it: the edit the approval preview showed, when there was one (only refused if a
+/// file changed since); else (mode full, nobody asked) the server's edit now.
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let req = read_args(&args)?;
     let env = Env::new(NAME, ctx)?;
-    let plan = plan(&env, &req).await?;
+    let plan = match take_preview(ctx, &args) {
+        Some(Ok(plan)) => plan,
+        Some(Err(why)) => bail!(
+            "{NAME}: the preview the person approved could not compute the edit ({why}), so \
+             nothing they saw can run; nothing was changed. Call again to ask the server anew"
+        ),
+        None => plan(&env, &req).await?,
+    };
     write_all(&env, &plan).await?;
     // The server's copies of open files get the new text.
     let spec = env.spec_for(&env.doc(&req.path).await?)?;
@@ -325,7 +378,11 @@ async fn write_all(env: &Env, plan: &Plan) -> Result<()> {
                 .read_to_string(&mut now)
                 .map_err(|e| anyhow!("{NAME}: cannot read {shown}: {e}; nothing was changed"))?;
             if &now != old {
-                bail!("{NAME}: {shown} changed while the rename was computed; nothing was changed");
+                bail!(
+                    "{NAME}: {shown} changed since the rename was computed (and shown), so it \
+                     would not be the edit approved; nothing was changed. Call again for an \
+                     edit of the files as they are now"
+                );
             }
         }
         for (i, (p, shown, _, new)) in files.iter().enumerate() {
@@ -354,6 +411,7 @@ pub fn preview(args: &Value, ctx: &ToolContext) -> Option<Preview> {
         Ok(r) => r,
         Err(e) => return Some(Preview::new(format!("Rename (invalid arguments: {e})"))),
     };
+    let (kept_ctx, kept_args) = (ctx.clone(), args.clone());
     let ctx = ctx.clone();
     let summary_target = req.target.symbol.clone().unwrap_or_else(|| {
         format!(
@@ -376,6 +434,12 @@ pub fn preview(args: &Value, ctx: &ToolContext) -> Option<Preview> {
         })
     })
     .join();
+    let kept: Previewed = match &planned {
+        Ok(Ok(plan)) => Ok(plan.clone()),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(_) => Err("the computation stopped".to_string()),
+    };
+    keep_preview(&kept_ctx, &kept_args, kept);
     match planned {
         Ok(Ok(plan)) => {
             let mut p = Preview::new(format!(
