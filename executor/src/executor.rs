@@ -645,8 +645,9 @@ impl ToolExecutor {
     ) -> Result<(String, Option<Value>), (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
-        // The name the model knows the tool by, for the messages it reads.
-        let shown = tool.info.name_in(self.vocabulary_of(request));
+        // The name the model called the tool by (an alias, a word of its vocabulary), for
+        // the messages it reads: a refusal of `bash` says `bash`.
+        let shown = request.name.as_str();
         let arguments = normalize_arguments(name, &request.arguments)
             .map_err(|e| (ErrorKind::InvalidRequest, e.to_string()))?;
         let workspace = inner.workspace.with_session_id(session_id.clone());
@@ -821,7 +822,7 @@ impl ToolExecutor {
     ) -> Result<Option<String>, (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
-        let shown = tool.info.name_in(self.vocabulary_of(request));
+        let shown = request.name.as_str();
         let session_id = &ctx.session_id;
         if let Some(ticket) = ticket {
             tokio::select! {
@@ -924,7 +925,8 @@ impl ToolExecutor {
         let inner = &*self.inner;
         if !events.is_active() {
             return PersonAnswer::NotAsked {
-                reason: "nobody listens for questions on this call (no terminal, HTTP listener                          or MCP client was attached)"
+                reason: "nobody listens for questions on this call (no terminal, HTTP listener \
+                         or MCP client was attached)"
                     .into(),
             };
         }

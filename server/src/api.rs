@@ -617,6 +617,23 @@ struct RunToolQuery {
 
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
+/// 503 for a call on a host whose session `newer` took over; `ran` when the call ran here
+/// first (its effects are lost with this host).
+fn superseded(sid: &toolbox_core::SessionId, newer: u64, ran: bool) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        if ran {
+            format!(
+                "this host no longer serves session {sid}: epoch {newer} took it over while the \
+                 call ran, so what it did here will not be kept; run it again on the session's \
+                 new host"
+            )
+        } else {
+            format!("this host no longer serves session {sid}: epoch {newer} took it over")
+        },
+    )
+}
+
 async fn run_tool(
     State(state): Shared,
     Path((sid, name)): Path<(String, String)>,
@@ -625,15 +642,15 @@ async fn run_tool(
 ) -> AppResult<Json<Value>> {
     let sid = session(&state, &sid)?;
     if let Some(host) = &state.options.host {
+        // A host another has taken over runs nothing more: asked of the store, not only of
+        // what the last sync saw.
+        if let Some(newer) = host.newer_epoch(&state.runtime).await {
+            return Err(superseded(&sid, newer, false));
+        }
         if host.stopping().is_cancelled() {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                match host.superseded() {
-                    Some(newer) => format!(
-                        "this host no longer serves session {sid}: epoch {newer} took it over"
-                    ),
-                    None => format!("session {sid} is being parked on this host"),
-                },
+                format!("session {sid} is being parked on this host"),
             ));
         }
     }
@@ -692,6 +709,11 @@ async fn run_tool(
         .await
         .map_err(turn_error)?;
     if let Some(host) = &state.options.host {
+        // Taken over while the call ran: what it did here will never be synced, so the
+        // caller must not read `done` (the router then asks the session's new host).
+        if let Some(newer) = host.newer_epoch(&state.runtime).await {
+            return Err(superseded(&sid, newer, true));
+        }
         host.wake();
     }
     let mut out = json!({

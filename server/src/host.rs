@@ -201,6 +201,41 @@ impl Host {
         }
     }
 
+    /// Whether a newer epoch has claimed the session, asking the store now (one listing of
+    /// its epochs): a call answered `done` by a host that is already superseded would have
+    /// its effects lost, since it can never sync. A newer epoch stops the host as a sync
+    /// that meets it does. A store that cannot be asked is not taken for a newer epoch.
+    pub async fn newer_epoch(&self, runtime: &Runtime) -> Option<u64> {
+        if let Some(newer) = self.superseded() {
+            return Some(newer);
+        }
+        let checked = self.store.lock().await.check_fence().await;
+        match checked {
+            Err(SyncError::Superseded { newer, .. }) => {
+                self.supersede(runtime, newer);
+                Some(newer)
+            }
+            Err(e) => {
+                tracing::warn!(target: "toolbox", error = %e, "the epoch fence could not be checked");
+                None
+            }
+            Ok(()) => None,
+        }
+    }
+
+    fn supersede(&self, runtime: &Runtime, newer: u64) {
+        if self.superseded.swap(newer, Ordering::SeqCst) != 0 {
+            return;
+        }
+        eprintln!(
+            "toolbox serve: epoch {newer} has claimed session {}: this host (epoch {}) stops",
+            self.session, self.epoch
+        );
+        runtime.supersede(newer);
+        self.stop.cancel();
+        *lock(&self.last) = Some(Err(format!("superseded by epoch {newer}")));
+    }
+
     /// One sync now. A newer epoch stops the host: its turns end `superseded`.
     pub async fn sync_now(&self, runtime: &Runtime) -> Result<SyncReport, SyncError> {
         if self.superseded().is_some() {
@@ -213,18 +248,7 @@ impl Host {
                 tracing::debug!(target: "toolbox", ?report, "synced");
                 *lock(&self.last) = Some(Ok(report.clone()));
             }
-            Err(SyncError::Superseded { newer, .. }) => {
-                let newer = *newer;
-                eprintln!(
-                    "toolbox serve: epoch {newer} has claimed session {}: this host (epoch {}) \
-                     stops",
-                    self.session, self.epoch
-                );
-                self.superseded.store(newer, Ordering::SeqCst);
-                runtime.supersede(newer);
-                self.stop.cancel();
-                *lock(&self.last) = Some(Err(format!("superseded by epoch {newer}")));
-            }
+            Err(SyncError::Superseded { newer, .. }) => self.supersede(runtime, *newer),
             Err(e) => {
                 tracing::warn!(target: "toolbox", error = %e, "sync failed");
                 eprintln!("toolbox serve: sync failed: {e}");

@@ -42,7 +42,9 @@ pub(crate) fn available() -> bool {
 /// answer tool approvals, never a review, which only a person answers.
 pub(crate) fn review_needs_a_person(command: &str) -> String {
     format!(
-        "a review needs a person's answer, and toolbox {command} was started with --approve          yes or no, which answers tool approvals only; to be asked, run it on a terminal with          --approve ask (the default), or answer over HTTP (toolbox serve)"
+        "a review needs a person's answer, and toolbox {command} was started with --approve \
+         yes or no, which answers tool approvals only; to be asked, run it on a terminal with \
+         --approve ask (the default), or answer over HTTP (toolbox serve)"
     )
 }
 

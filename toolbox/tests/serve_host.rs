@@ -853,3 +853,32 @@ fn a_restored_workspace_config_holds_from_the_first_call() {
     );
     assert!(!node_b.join("ran-b.txt").exists());
 }
+
+/// Issue 37, point 8: a host whose session a newer epoch took over answered `done` to writes
+/// that were then lost (it learned of the new epoch only at its next sync). Now a call asks
+/// the store first, and the answer is 503 once the newer epoch is known.
+#[test]
+fn a_stale_host_answers_503_once_a_newer_epoch_is_known() {
+    let (_top, store, node_a, node_b) = dirs();
+    // The old host syncs rarely: only the calls themselves can learn of the new epoch.
+    let old = host_every(&node_a, &store, 1, None, "1h");
+    call(
+        &old,
+        "file_manager__write",
+        json!({"path": "before.txt", "content": "kept"}),
+    );
+    let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let mut old = old;
+    old.wait_exit(EVENT_LIMIT).expect("parked");
+    let stale = host_every(&node_a.with_extension("again"), &store, 2, None, "1h");
+    // A newer host claims the session while the stale one still serves.
+    let _new = host_every(&node_b, &store, 3, None, "1h");
+    let r = stale.post(
+        &format!("/api/sessions/{SID}/tools/file_manager__write"),
+        &json!({"path": "lost.txt", "content": "never synced"}),
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("epoch 3 took it over"), "{}", r.text());
+    assert!(!node_a.with_extension("again").join("lost.txt").exists());
+}
