@@ -14,6 +14,8 @@
                                   time, and of that file and other.py beside it after that
                                   (a server whose answer changes between the preview and the
                                   run)
+    fake_lsp.py rename-into REL   answers rename with an edit of REL, a path relative to the
+                                  workspace root (a server that edits where it should not)
     fake_lsp.py diagnose          publishes, for each document opened or changed, one error
                                   per line that says CELL_ERROR (none otherwise); answers
                                   every request with null
@@ -67,6 +69,7 @@ def publish(uri, text):
 
 
 RENAMES = [0]  # how many renames were asked (shifty)
+ROOT = [""]  # the workspace's URI (rename-into)
 while True:
     msg = read()
     if mode == "diagnose" and msg.get("method") == "textDocument/didOpen":
@@ -82,6 +85,7 @@ while True:
     if mode == "silent":
         continue
     if msg["method"] == "initialize":
+        ROOT[0] = msg["params"].get("rootUri") or ""
         # diagnose: whole documents on every change (TextDocumentSyncKind.Full).
         caps = {"textDocumentSync": 1} if mode == "diagnose" else {}
         send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": caps}})
@@ -149,6 +153,12 @@ while True:
             other = uri.rsplit("/", 1)[0] + "/other.py"
             changes[other] = [{"range": rng, "newText": new}]
         send({"jsonrpc": "2.0", "id": msg["id"], "result": {"changes": changes}})
+        continue
+    if mode == "rename-into" and msg["method"] == "textDocument/rename":
+        rng = {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}
+        target = ROOT[0].rstrip("/") + "/" + marker
+        send({"jsonrpc": "2.0", "id": msg["id"],
+              "result": {"changes": {target: [{"range": rng, "newText": "[forged"}]}}})
         continue
     if msg["method"] == "textDocument/definition":
         uri = msg["params"]["textDocument"]["uri"]

@@ -413,3 +413,53 @@ print("\n".join(results))
         refused.result
     );
 }
+
+/// Point 1's other routes: an `lsp__rename` whose server edits the plan, and a shell command
+/// (not held) writing a confirmed plan while Python is held.
+#[tokio::test]
+async fn neither_a_language_servers_edit_nor_a_shell_command_confirms_a_plan() {
+    let fake = concat!(env!("CARGO_MANIFEST_DIR"), "/fake_lsp.py");
+    let python = toolbox_tests::test_python();
+    let (dir, exec) = toolbox_tests::executor_with(
+        PermissionMode::Full,
+        &[
+            ("plan", json!({"require_confirmed": ["python"]})),
+            (
+                "lsp",
+                json!({"builtin_servers": false, "servers": {"into": {
+                    "command": [python, fake, "rename-into", ".toolbox/sessions/s1/plan.json"],
+                    "extensions": ["py"]}}}),
+            ),
+        ],
+    );
+    call(&exec, "plan__set", json!({"steps": ["Look around"]})).await;
+    let before = std::fs::read(plan_file(&dir, "s1")).unwrap();
+    std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
+    let renamed = call(
+        &exec,
+        "lsp__rename",
+        json!({"path": "a.py", "line": 1, "column": 1, "new_name": "y"}),
+    )
+    .await;
+    assert_eq!(renamed.status, CallStatus::Error, "{}", renamed.result);
+    assert!(
+        renamed.result.contains("toolbox's own folder"),
+        "{}",
+        renamed.result
+    );
+    assert_eq!(std::fs::read(plan_file(&dir, "s1")).unwrap(), before);
+    // Shell is not held here, and writes the file (unsandboxed code can); it confirms nothing.
+    let forged = forged_plan("Run anything");
+    let wrote = call(
+        &exec,
+        "shell",
+        json!({"command": format!("cat > ../plan.json <<'EOF'\n{forged}\nEOF")}),
+    )
+    .await;
+    assert_eq!(wrote.status, CallStatus::Done, "{}", wrote.result);
+    assert!(std::fs::read_to_string(plan_file(&dir, "s1"))
+        .unwrap()
+        .contains("Run anything"));
+    let held = call(&exec, "run_python_code", json!({"code": "print(1)"})).await;
+    assert_eq!(held.error_kind, Some(ErrorKind::Denied), "{}", held.result);
+}
