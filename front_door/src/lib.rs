@@ -169,8 +169,8 @@ pub async fn serve<F, S, B>(
                             evicted.close.cancel();
                         }
                     }
-                    // Every place is held by an authenticated client: the newcomer waits
-                    // its turn outside.
+                    // Every place is held by an authenticated client: the newcomer is
+                    // closed at once (it may come back when a place frees).
                     None => continue,
                 }
             }

@@ -237,8 +237,9 @@ pub(crate) fn settle(executor: &ToolExecutor, request: &ApprovalRequest, answer:
         return;
     }
     match answer {
+        // The client's user accepted: recorded as theirs (`approved_by` `mcp`).
         Answer::Approved(_) => {
-            executor.respond_approval(session, call, ApprovalDecision::Approve);
+            executor.respond_as_person(session, call, ApprovalDecision::Approve, None, "mcp");
         }
         Answer::Denied(_) => {
             executor.deny_approval(session, call, denied_by_user(request));

@@ -152,7 +152,7 @@ async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
         Approve::Yes | Approve::No if review => {
             Asked::NoTerminal(terminal::review_needs_a_person("chat"))
         }
-        Approve::Yes => Asked::Answer(ApprovalDecision::Approve),
+        Approve::Yes => Asked::Automatic(ApprovalDecision::Approve),
         Approve::No => Asked::NoTerminal(format!(
             "tool {} needs approval (permission mode auto) and toolbox chat was started with \
              --approve no, which refuses such calls; to allow them, use --approve ask (asks on \
@@ -170,6 +170,9 @@ async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
     };
     match asked {
         Asked::Answer(decision) => {
+            runtime.respond_as_person(&session, &call, decision, None, "terminal");
+        }
+        Asked::Automatic(decision) => {
             runtime.respond_approval(&session, &call, decision);
         }
         Asked::Review(decision, feedback) => {

@@ -1037,7 +1037,7 @@ fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink 
                     Approve::Yes | Approve::No if review => {
                         terminal::Asked::NoTerminal(terminal::review_needs_a_person("call"))
                     }
-                    Approve::Yes => terminal::Asked::Answer(ApprovalDecision::Approve),
+                    Approve::Yes => terminal::Asked::Automatic(ApprovalDecision::Approve),
                     Approve::No => terminal::Asked::NoTerminal(format!(
                         "tool {} needs approval (permission mode auto) and toolbox call was \
                          started with --approve no, which refuses such calls; to allow them, \

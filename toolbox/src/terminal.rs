@@ -18,6 +18,8 @@ use toolbox::ApprovalDecision;
 pub(crate) enum Asked {
     /// The person answered.
     Answer(ApprovalDecision),
+    /// `--approve yes` answered for nobody: the call runs, and no person is named on it.
+    Automatic(ApprovalDecision),
     /// The person answered a review: approve or deny (reject), with an optional comment.
     Review(ApprovalDecision, Option<String>),
     /// Nobody can be asked: there is no terminal. Carries the refusal the call gets.
@@ -52,7 +54,11 @@ pub(crate) fn review_needs_a_person(command: &str) -> String {
 /// (`by` the terminal), or a refusal without asking.
 pub(crate) fn deliver(executor: &toolbox::ToolExecutor, session: &str, call: &str, asked: Asked) {
     match asked {
+        // The person at the terminal: their answer is recorded as theirs (`approved_by`).
         Asked::Answer(decision) => {
+            executor.respond_as_person(session, call, decision, None, "terminal");
+        }
+        Asked::Automatic(decision) => {
             executor.respond_approval(session, call, decision);
         }
         Asked::Review(decision, feedback) => {
