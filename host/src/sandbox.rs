@@ -82,6 +82,19 @@ impl SandboxMode {
     }
 }
 
+/// How a workspace's `toolbox.toml` may change a sandbox setting (`[shell] sandbox`,
+/// `[python] sandbox`): only towards a stricter mode.
+pub const MODE_RULE: toolbox_core::trust::Tighten = toolbox_core::trust::Tighten::Ranked {
+    order: &["off", "workspace-write", "read-only"],
+    default: "off",
+};
+
+/// How a workspace may change a sandbox's network setting: only turn it off.
+pub const NETWORK_RULE: toolbox_core::trust::Tighten = toolbox_core::trust::Tighten::Ranked {
+    order: &["true", "false"],
+    default: "false",
+};
+
 /// Device files every sandbox may write, because ordinary code writes to them
 /// (`>/dev/null`, `2>&1 >/dev/null`, `head -c 10 /dev/zero`, seeding `/dev/urandom`).
 /// None of them stores anything.

@@ -11,7 +11,6 @@ mod serve_common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 
 use serve_common::Server;
 
@@ -29,19 +28,7 @@ fn router_with_fd_limit(limit: u64) -> (tempfile::TempDir, Server) {
         "http://127.0.0.1:9",
     ])
     .env("TOOLBOX_ROUTER_TOKEN", TOKEN);
-    // SAFETY: setrlimit is async-signal-safe; it limits only the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            let rl = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::with_fd_limit(&mut cmd, limit);
     let server = Server::spawn(cmd, ws.path()).with_token(TOKEN);
     (ws, server)
 }

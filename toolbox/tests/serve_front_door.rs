@@ -8,7 +8,6 @@ mod serve_common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use serve_common::{serve_command, Server, TOKEN};
@@ -16,19 +15,7 @@ use serve_common::{serve_command, Server, TOKEN};
 /// `toolbox serve --token` whose descriptor limit is `limit`.
 fn server_with_fd_limit(ws: &std::path::Path, limit: u64) -> Server {
     let mut cmd = serve_command(ws, None, &["--token", TOKEN]);
-    // SAFETY: setrlimit is async-signal-safe; it limits only the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            let rl = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::with_fd_limit(&mut cmd, limit);
     Server::spawn(cmd, ws).with_token(TOKEN)
 }
 

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{serve_command, Event, Server};
+use serve_common::{finished, serve_command, Event, Server};
 use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 
 /// The helper the model's code leaves behind: reads the event stream, then approves each
@@ -88,14 +88,6 @@ while time.time() < deadline and len(tried) < len(ids):
         note(f"approve {cid}: {status} {reply[:200]}")
     time.sleep(0.2)
 "#;
-
-fn finished<'a>(events: &'a [Event], id: &str) -> &'a Value {
-    &events
-        .iter()
-        .find(|e| e.kind() == "tool_call_finished" && e.data["id"] == id)
-        .unwrap_or_else(|| panic!("no tool_call_finished for {id}"))
-        .data
-}
 
 fn wait_for_line(log: &Path, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -11,7 +11,7 @@ mod serve_common;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use serve_common::{request_messages, serve_command, Event, Server};
+use serve_common::{finished, request_messages, serve_command, Event, Server};
 use toolbox_tests::scripted_llm::{RecordedRequest, Scripted, ScriptedLlm};
 
 const FEEDBACK: &str = "Write \"hello\" in lower case, please.\nAnd keep it short.";
@@ -21,14 +21,6 @@ fn operator_config(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("operator.toml");
     std::fs::write(&path, "[plan]\nrequire_confirmed = [\"file_write\"]\n").unwrap();
     path
-}
-
-fn finished<'a>(events: &'a [Event], id: &str) -> &'a Value {
-    &events
-        .iter()
-        .find(|e| e.kind() == "tool_call_finished" && e.data["id"] == id)
-        .unwrap_or_else(|| panic!("no tool_call_finished for {id}"))
-        .data
 }
 
 /// The tool result the model got for call `id`, in either wire format: the `result` of the

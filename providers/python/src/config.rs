@@ -68,20 +68,8 @@ toolbox_core::workspace_config_rules!(
         ),
         ("timeout_ms", Tighten::AtMost(300_000)),
         ("install_timeout_ms", Tighten::AtMost(600_000)),
-        (
-            "sandbox",
-            Tighten::Ranked {
-                order: &["off", "workspace-write", "read-only"],
-                default: "off"
-            }
-        ),
-        (
-            "sandbox_network",
-            Tighten::Ranked {
-                order: &["true", "false"],
-                default: "false"
-            }
-        ),
+        ("sandbox", toolbox_host::sandbox::MODE_RULE),
+        ("sandbox_network", toolbox_host::sandbox::NETWORK_RULE),
     ]
 );
 

@@ -76,20 +76,8 @@ toolbox_core::workspace_config_rules!(
         ("max_capture_bytes", Tighten::AtMost(1024 * 1024)),
         ("deny_env", Tighten::AddToList(DEFAULT_DENY_ENV)),
         ("max_sleep_seconds", Tighten::AtMost(300)),
-        (
-            "sandbox",
-            Tighten::Ranked {
-                order: &["off", "workspace-write", "read-only"],
-                default: "off"
-            }
-        ),
-        (
-            "sandbox_network",
-            Tighten::Ranked {
-                order: &["true", "false"],
-                default: "false"
-            }
-        ),
+        ("sandbox", toolbox_host::sandbox::MODE_RULE),
+        ("sandbox_network", toolbox_host::sandbox::NETWORK_RULE),
         ("job_buffer_bytes", Tighten::AtMost(1024 * 1024)),
         ("max_jobs", Tighten::AtMost(16)),
     ]

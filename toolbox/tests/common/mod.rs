@@ -22,6 +22,26 @@ pub fn toolbox(ws: &Path) -> Command {
     cmd
 }
 
+/// Limits `cmd`'s child to `limit` open descriptors (soft and hard), for the tests that
+/// flood a listener.
+#[allow(dead_code)]
+pub fn with_fd_limit(cmd: &mut Command, limit: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; it limits only the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rl = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Reads `stdout` line by line on a thread of its own, so a test can wait for a reply with a
 /// timeout (`recv_timeout`) instead of blocking forever on a broken server.
 pub fn line_reader(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {

@@ -492,6 +492,16 @@ pub struct Event {
     pub data: Value,
 }
 
+/// The `tool_call_finished` of call `id` among `events` (panics naming the call when none).
+#[allow(dead_code)]
+pub fn finished<'a>(events: &'a [Event], id: &str) -> &'a Value {
+    &events
+        .iter()
+        .find(|e| e.kind() == "tool_call_finished" && e.data["id"] == id)
+        .unwrap_or_else(|| panic!("no tool_call_finished for {id}"))
+        .data
+}
+
 impl Event {
     /// The event's `type`.
     pub fn kind(&self) -> &str {
