@@ -539,6 +539,8 @@ impl ToolExecutor {
                 SpoolOutcome::Spooled { preview, path } => (preview, Some(path)),
             },
         };
+        // The structured result mirrors the text: it obeys the same limits, on every way out.
+        let structured = structured.map(|v| spool::bound_structured(v, spool_path.as_deref()));
         let waited_ms = waited.get().as_millis() as u64;
         let elapsed_ms = (started.elapsed().as_millis() as u64).saturating_sub(waited_ms);
         let info = ToolCallInfo {

@@ -803,3 +803,67 @@ fn a_data_agent_client_calls_every_tool_by_the_name_it_was_listed_under() {
         .expect("a line for bash");
     assert_eq!(bash_line["tool"], "shell");
 }
+
+/// Issue 38, point 1: a structured result obeys the limits of the text it mirrors. Every tool
+/// with an outputSchema is called with an input that makes its output about 3 MB, through the
+/// MCP SDK 2.x over HTTP (which refuses SSE events over 1 MiB) and through Pydantic AI (which
+/// gives the model the structured value): every call succeeds in the client, and neither the
+/// structured value nor what reaches the model passes the documented cap.
+#[test]
+fn three_megabyte_outputs_stay_within_the_structured_cap() {
+    const CAP: usize = 32 * 1024;
+    let (ws, server) = serve("full");
+    let python = python(Env::Mcp2);
+    // A PDF whose title is 3 MB, and a CSV whose one column's name is.
+    let made = Command::new(&python)
+        .current_dir(ws.path())
+        .args([
+            "-c",
+            "from fpdf import FPDF\n\
+             p = FPDF(); p.set_title('t' * 3_000_000); p.add_page(); p.output('big-title.pdf')\n\
+             open('wide-name.csv', 'w').write('c' * 3_000_000 + ',b\\n1,2\\n')",
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let out = python_client(
+        Env::Mcp2,
+        &server,
+        &[repo_root()
+            .join("toolbox/tests/clients/large_outputs.py")
+            .to_str()
+            .unwrap()],
+        "large_outputs.py",
+    );
+    let got = last_json(&out, "large_outputs.py");
+    for tool in [
+        "shell",
+        "run_python_code",
+        "pdf__info",
+        "data__inspect",
+        "data__validate",
+        "data__convert",
+    ] {
+        let sdk = &got["sdk"][tool];
+        assert!(sdk.get("failed").is_none(), "{tool} over the SDK: {sdk}");
+        let structured = sdk["structured"].as_u64().unwrap_or(0) as usize;
+        assert!(structured > 0 && structured <= CAP, "{tool}: {sdk}");
+        let model = &got["pydantic_ai"][tool];
+        assert!(
+            model.get("failed").is_none(),
+            "{tool} in Pydantic AI: {model}"
+        );
+        assert!(
+            model["to_model"].as_u64().unwrap() as usize <= CAP,
+            "{tool} in Pydantic AI: {model}"
+        );
+    }
+    // The big ones name where the whole output is.
+    for tool in ["shell", "run_python_code"] {
+        let keys = got["sdk"][tool]["keys"].to_string();
+        assert!(
+            keys.contains("spool_path") && keys.contains("omitted_bytes"),
+            "{tool}: {keys}"
+        );
+    }
+}
