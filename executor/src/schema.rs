@@ -48,9 +48,10 @@ impl SchemaFormat {
 impl SchemaFormat {
     /// Whether the format is rendered strict unless asked otherwise: the Responses API,
     /// which treats a function without `strict: false` as strict, and MCP, whose clients
-    /// (openai-agents) convert every schema to strict mode themselves: published strict,
-    /// with optional fields nullable, a schema survives that conversion unchanged, and a
-    /// strict model sends `null` (read as "not given") instead of `0` or `""`.
+    /// (openai-agents) convert every schema to strict mode themselves: published closed and
+    /// with optional fields nullable ([`nullable_schema`]), a schema changes only in
+    /// `required` in that conversion, a strict model sends `null` (read as "not given")
+    /// instead of `0` or `""`, and a model not in strict mode may leave the field out.
     pub fn strict_by_default(self) -> bool {
         matches!(self, SchemaFormat::OpenAiResponses | SchemaFormat::Mcp)
     }
@@ -138,10 +139,14 @@ pub fn render_tool(info: &ToolInfo, rendering: impl Into<SchemaRendering>) -> Va
         vocabulary,
     } = rendering.into();
     let name = info.name_in(vocabulary.unwrap_or_default());
-    let parameters = if strict {
-        strict_schema(&info.input_schema)
-    } else {
-        info.input_schema.clone()
+    let parameters = match (strict, format) {
+        // MCP clients apply `required` themselves (openai-agents refuses a call that leaves
+        // out a required argument, which a model not in strict mode does with every
+        // optional one), and a strict client converts the schema itself: closed and with
+        // nullable optional properties, but only the arguments a tool needs required.
+        (true, SchemaFormat::Mcp) => nullable_schema(&info.input_schema),
+        (true, _) => strict_schema(&info.input_schema),
+        (false, _) => info.input_schema.clone(),
     };
     match format {
         SchemaFormat::OpenAi => {
@@ -280,23 +285,35 @@ fn rename_in_text(text: &str, renames: &[&(String, String)]) -> String {
 /// `null`; a schema without a `type` is wrapped as `anyOf: [schema, {"type": "null"}]`.
 pub fn strict_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
-    make_strict(&mut schema);
+    make_strict(&mut schema, true);
     schema
 }
 
-fn make_strict(schema: &mut Value) {
+/// [`strict_schema`] with each object's `required` left as the tool declared it: closed
+/// (`additionalProperties: false`) and with optional properties nullable, so a model may
+/// leave an optional argument out or send `null`, and a client's own strict conversion
+/// (which lists every property as required) changes nothing else. The MCP form.
+pub fn nullable_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    make_strict(&mut schema, false);
+    schema
+}
+
+fn make_strict(schema: &mut Value, require_all: bool) {
     let Value::Object(map) = schema else {
         return;
     };
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(branches)) = map.get_mut(key) {
-            branches.iter_mut().for_each(make_strict);
+            branches
+                .iter_mut()
+                .for_each(|b| make_strict(b, require_all));
         }
     }
     if let Some(items) = map.get_mut("items") {
         match items {
-            Value::Array(each) => each.iter_mut().for_each(make_strict),
-            one => make_strict(one),
+            Value::Array(each) => each.iter_mut().for_each(|i| make_strict(i, require_all)),
+            one => make_strict(one, require_all),
         }
     }
     let is_object = match map.get("type") {
@@ -320,16 +337,22 @@ fn make_strict(schema: &mut Value) {
     let mut all = Vec::new();
     if let Value::Object(properties) = properties {
         for (name, property) in properties.iter_mut() {
-            make_strict(property);
+            make_strict(property, require_all);
             if !required.contains(name) {
                 make_nullable(property);
             }
-            all.push(Value::String(name.clone()));
+            if require_all || required.contains(name) {
+                all.push(Value::String(name.clone()));
+            }
         }
     }
     // Sorted, so the output does not depend on how serde_json orders a map.
     all.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
-    map.insert("required".into(), Value::Array(all));
+    if all.is_empty() && !require_all {
+        map.remove("required");
+    } else {
+        map.insert("required".into(), Value::Array(all));
+    }
     map.insert("additionalProperties".into(), Value::Bool(false));
 }
 
@@ -370,6 +393,35 @@ fn make_nullable(schema: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mcp_form_is_closed_and_nullable_but_requires_only_what_is_required() {
+        let loose = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "limit": {"type": "integer"},
+                "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}}
+            },
+            "required": ["path"]
+        });
+        let got = nullable_schema(&loose);
+        assert_eq!(got["required"], json!(["path"]));
+        assert_eq!(got["additionalProperties"], false);
+        assert_eq!(got["properties"]["path"]["type"], "string");
+        assert_eq!(
+            got["properties"]["limit"]["type"],
+            json!(["integer", "null"])
+        );
+        assert_eq!(got["properties"]["opts"]["additionalProperties"], false);
+        assert!(got["properties"]["opts"].get("required").is_none());
+        // What a strict client's own conversion makes of it is exactly the strict form.
+        let mut converted = got.clone();
+        converted["required"] = json!(["limit", "opts", "path"]);
+        converted["properties"]["opts"]["required"] = json!(["deep"]);
+        converted["properties"]["opts"]["properties"]["deep"]["type"] = json!(["boolean", "null"]);
+        assert_eq!(converted, strict_schema(&loose));
+    }
 
     #[test]
     fn strict_makes_every_property_required_and_optional_ones_nullable() {

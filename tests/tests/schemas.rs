@@ -175,24 +175,42 @@ fn risks_modes_and_toolsets() {
 }
 
 /// In a strict schema every object lists all its properties as required and allows no
-/// others; `loose` is the same schema as the tool declares it.
-fn assert_strict(name: &str, strict: &Value, loose: &Value) {
+/// others; `loose` is the same schema as the tool declares it. The MCP form (`require_all`
+/// false) is the same but for `required`, which lists only what the tool requires: MCP
+/// clients check it themselves, and a model not in strict mode leaves optional ones out.
+fn assert_strict(name: &str, strict: &Value, loose: &Value, require_all: bool) {
     if let Some(items) = strict.get("items") {
-        assert_strict(name, items, &loose["items"]);
+        assert_strict(name, items, &loose["items"], require_all);
     }
     let Some(properties) = strict.get("properties").and_then(Value::as_object) else {
         return;
     };
-    let mut required: Vec<&str> = strict["required"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{name}: no required list"))
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let mut required: Vec<&str> = match strict.get("required") {
+        Some(list) => list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect(),
+        None if !require_all => Vec::new(),
+        None => panic!("{name}: no required list"),
+    };
     required.sort();
-    let mut all: Vec<&str> = properties.keys().map(String::as_str).collect();
+    let mut all: Vec<&str> = if require_all {
+        properties.keys().map(String::as_str).collect()
+    } else {
+        loose["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v.as_str().unwrap())
+            .collect()
+    };
     all.sort();
-    assert_eq!(required, all, "{name}: every property is required");
+    assert_eq!(
+        required, all,
+        "{name}: every property is required (or, for MCP, the tool's own)"
+    );
     assert_eq!(strict["additionalProperties"], false, "{name}");
     let loose_required = loose["required"].as_array().cloned().unwrap_or_default();
     for (key, property) in properties {
@@ -213,6 +231,7 @@ fn assert_strict(name: &str, strict: &Value, loose: &Value) {
             &format!("{name}.{key}"),
             property,
             &loose["properties"][key],
+            require_all,
         );
     }
 }
@@ -246,7 +265,7 @@ fn strict_schemas_require_every_property_and_accept_null_for_optional_ones() {
                 panic!("strict {format} schema of {name} is not valid JSON Schema: {e}");
             }
             let loose = &exec.registry().get(name).unwrap().info.input_schema;
-            assert_strict(name, schema, loose);
+            assert_strict(name, schema, loose, format != SchemaFormat::Mcp);
             // All null but the required ones: what a strict client sends for "defaults".
             let mut call = serde_json::Map::new();
             for key in schema["properties"].as_object().unwrap().keys() {

@@ -7,9 +7,11 @@ Usage: python strict_schemas.py http|stdio
 For every tool of tools/list it converts the input schema as an agent with
 `convert_schemas_to_strict` does (agents.mcp.util.MCPUtil.to_function_tool, which calls
 agents.strict_schema.ensure_strict_json_schema) and compares the result with the schema the
-server sent. Then it calls the tool as a strict model would: every optional (nullable)
-argument null, every required one a harmless value of its type. Prints one JSON line, which
-toolbox/tests/mcp_clients.rs asserts on.
+server sent, every object's `required` listing all its properties (the one thing the
+conversion may add). Then it calls the tool twice, through the client's own check of
+`required`: as a strict model would (every optional, nullable argument null) and as a model
+not in strict mode would (optional arguments left out), every required one a harmless value
+of its type. Prints one JSON line, which toolbox/tests/mcp_clients.rs asserts on.
 """
 
 import asyncio
@@ -65,6 +67,19 @@ def nullable(schema):
     return None in schema.get("enum", [])
 
 
+def require_all(schema):
+    """`schema` with every object's `required` listing all its properties."""
+    if isinstance(schema, list):
+        return [require_all(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: require_all(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: require_all(v) for k, v in schema["properties"].items()}
+        out["required"] = list(schema["properties"].keys())
+    return out
+
+
 def value_for(name, schema):
     if name in SAFE_VALUES:
         return SAFE_VALUES[name]
@@ -91,19 +106,32 @@ async def main(transport):
             entry = {
                 "name": tool.name,
                 "strict": converted.strict_json_schema,
-                "unchanged": converted.params_json_schema == sent,
+                "only_required_added": converted.params_json_schema == require_all(sent),
             }
-            if not entry["unchanged"]:
+            if not entry["only_required_added"]:
                 entry["sent"] = sent
                 entry["converted"] = converted.params_json_schema
+            properties = sent.get("properties", {})
+            # A strict model: every optional argument null.
             arguments = {
                 name: None if nullable(prop) else value_for(name, prop)
-                for name, prop in sent.get("properties", {}).items()
+                for name, prop in properties.items()
             }
             entry["arguments"] = arguments
             result = wire(await server.call_tool(tool.name, arguments))
             entry["is_error"] = bool(result.get("isError"))
             entry["text"] = text_of(result)[:2000]
+            # A model not in strict mode: the optional (nullable) arguments left out.
+            loose = {
+                name: value_for(name, prop)
+                for name, prop in properties.items()
+                if not nullable(prop)
+            }
+            try:
+                result = wire(await server.call_tool(tool.name, loose))
+                entry["loose_text"] = text_of(result)[:2000]
+            except Exception as e:  # the client refusing it before the call
+                entry["loose_text"] = f"raised {type(e).__name__}: {e}"
             report.append(entry)
     print(json.dumps({"tools": report}), flush=True)
 
