@@ -47,6 +47,7 @@ pub fn layers(app: Router, state: Arc<AppState>) -> Router {
                     header::HeaderName::from_static("last-event-id"),
                     header::HeaderName::from_static("mcp-session-id"),
                     header::HeaderName::from_static("mcp-protocol-version"),
+                    header::HeaderName::from_static("toolbox-session"),
                 ])
                 .expose_headers([header::HeaderName::from_static("mcp-session-id")]),
         )

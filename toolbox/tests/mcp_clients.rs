@@ -904,3 +904,41 @@ fn a_model_of_each_kind_calls_a_tool_through_every_framework() {
         }
     }
 }
+
+/// Issue 38, point 3: LangChain's default mode opens an MCP session per call, and each MCP
+/// session over HTTP is a toolbox session of its own, so work was lost between calls. With
+/// `?session=NAME` on the URL (or a `Toolbox-Session` header) every call runs in that toolbox
+/// session: a file written by one call is there for the next, and Python keeps its
+/// variables; the folders are the named session's.
+#[test]
+fn langchain_per_call_sessions_share_one_toolbox_session_when_named() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/langchain_session.py");
+    let (ws, server) = serve("full");
+    let out = python_client(
+        Env::Mcp1,
+        &server,
+        &[script.to_str().unwrap()],
+        "langchain_session.py",
+    );
+    let report = last_json(&out, "langchain_session.py");
+    let named = &report["named"];
+    assert!(
+        named["read"].as_str().unwrap().contains("kept"),
+        "{report:#}"
+    );
+    assert!(named["use"].as_str().unwrap().contains("42"), "{report:#}");
+    assert!(ws
+        .path()
+        .join(".toolbox/sessions/langchain-work/output/kept.txt")
+        .is_file());
+    // Unnamed, each call is a session of its own: the file and the variable are gone.
+    let unnamed = &report["unnamed"];
+    assert!(
+        !unnamed["read"].as_str().unwrap().contains("kept\n"),
+        "{report:#}"
+    );
+    assert!(
+        unnamed["use"].as_str().unwrap().contains("NameError"),
+        "{report:#}"
+    );
+}

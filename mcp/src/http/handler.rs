@@ -83,6 +83,9 @@ fn unguessable_call_id(n: u64) -> String {
     format!("mcp-http-{n}-{:016x}", hasher.finish())
 }
 
+/// The header a client may name its toolbox session with (as `?session=` on the URL).
+pub const SESSION_HEADER: &str = "toolbox-session";
+
 /// MCP sessions started by this process, for naming their toolbox sessions.
 static MCP_SESSIONS: AtomicU64 = AtomicU64::new(1);
 
@@ -127,6 +130,46 @@ impl McpHandler {
             session,
             log_level: Arc::default(),
             approvals: ApprovalQueue::new(),
+        }
+    }
+
+    /// The toolbox session a call runs in: the one its HTTP request names (`?session=NAME` on
+    /// the `/mcp` URL, or a `Toolbox-Session` header), else this MCP session's own. A client
+    /// that opens an MCP session per call (LangChain's default) keeps its files and its
+    /// Python state by naming one. When the server runs every call in one session
+    /// (`--mcp-session`, host mode), naming another is refused.
+    fn session_of(&self, context: &RequestContext<RoleServer>) -> Result<SessionId, String> {
+        let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+            return Ok(self.session.clone());
+        };
+        let from_query = parts.uri.query().and_then(|q| {
+            q.split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .find(|(key, _)| *key == "session")
+                .map(|(_, value)| value.to_string())
+        });
+        let from_header = parts.headers.get(SESSION_HEADER).map(|v| {
+            v.to_str()
+                .map(str::to_string)
+                .unwrap_or_else(|_| "\u{fffd}".into())
+        });
+        let (named, how) = match (from_query, from_header) {
+            (Some(q), Some(h)) if q != h => {
+                return Err(format!(
+                    "the request names two sessions: ?session={q:?} and {SESSION_HEADER}: {h:?}"
+                ))
+            }
+            (Some(q), _) => (q, "?session="),
+            (None, Some(h)) => (h, SESSION_HEADER),
+            (None, None) => return Ok(self.session.clone()),
+        };
+        let named = SessionId::parse(&named).map_err(|e| format!("{how} {named:?}: {e}"))?;
+        match &self.shared.session {
+            Some(fixed) if *fixed != named => Err(format!(
+                "this server runs every /mcp call in session {fixed} (toolbox serve \
+                 --mcp-session, or a host's own session); {how} names {named}"
+            )),
+            _ => Ok(named),
         }
     }
 
@@ -200,6 +243,9 @@ impl ServerHandler for McpHandler {
         if let Err(message) = crate::check_tool(executor, &name) {
             return Err(ErrorData::invalid_params(message, None));
         }
+        let session = self
+            .session_of(&context)
+            .map_err(|message| ErrorData::invalid_params(message, None))?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call_id = unguessable_call_id(CALLS.fetch_add(1, Ordering::Relaxed));
         let peer = context.peer.clone();
@@ -234,7 +280,7 @@ impl ServerHandler for McpHandler {
             ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}
         });
         let call = ToolRequest::new(call_id, name, arguments)
-            .session(self.session.to_string())
+            .session(session.to_string())
             .events(sink)
             .approval_ticket(self.approvals.ticket());
         let run = executor.run_cancellable(call, call_cancellation(&context));
