@@ -347,6 +347,22 @@ impl Workspace {
         self.internal_dir(parts, true)
     }
 
+    /// Creates the folder of a new session, `.toolbox/sessions/<sid>`, only if it does not
+    /// exist yet: `Ok(true)` when this call made it, `Ok(false)` when it was there. One
+    /// `mkdir`, so of two processes choosing the same id at once exactly one gets it.
+    pub fn claim_session(&self, sid: &SessionId) -> io::Result<bool> {
+        let sessions = self.toolbox_subdir(&[OsStr::new("sessions")])?;
+        match rustix::fs::mkdirat(
+            sessions.as_fd(),
+            sid.as_str(),
+            rustix::fs::Mode::from_raw_mode(0o755),
+        ) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Opens the existing `.toolbox/<parts...>` without following any link and without
     /// creating anything: for readers (a missing folder is `NotFound`).
     pub fn existing_toolbox_subdir(&self, parts: &[&OsStr]) -> io::Result<Dir> {

@@ -32,8 +32,12 @@ pub(crate) struct ChatOptions {
 }
 
 /// A new session id for `toolbox chat`: `chat-YYYYMMDD-HHMMSS` (UTC), with `-2`, `-3`, …
-/// when the workspace already has that one.
-pub(crate) fn new_session_id(workspace: &toolbox::host::Workspace) -> SessionId {
+/// when that one is taken. Taken means its folder exists: each candidate is claimed by
+/// creating `.toolbox/sessions/<id>` (one `mkdir`), so chats started in the same second by
+/// parallel processes each get an id of their own.
+pub(crate) fn new_session_id(
+    workspace: &toolbox::host::Workspace,
+) -> Result<SessionId, UsageError> {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     // 2026-12-01T20:30:00Z -> 20261201-203000
     let stamp: String = now
@@ -47,13 +51,31 @@ pub(crate) fn new_session_id(workspace: &toolbox::host::Workspace) -> SessionId 
             .map(|s| s.to_string())
             .collect();
     let base = format!("chat-{stamp}");
-    let mut id = base.clone();
-    let mut n = 2;
-    while taken.contains(&id) {
-        id = format!("{base}-{n}");
-        n += 1;
+    for n in 1..=10_000u32 {
+        let id = if n == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        };
+        let sid = SessionId::parse(&id).expect("a valid session id");
+        // A session listed without a folder (a trajectory alone) is taken too.
+        if taken.contains(&id) {
+            continue;
+        }
+        match workspace.claim_session(&sid) {
+            Ok(true) => return Ok(sid),
+            Ok(false) => continue,
+            Err(e) => {
+                return Err(UsageError(format!(
+                    "cannot make the new session's folder in {}: {e}",
+                    workspace.toolbox_dir().display()
+                )))
+            }
+        }
     }
-    SessionId::parse(&id).expect("a valid session id")
+    Err(UsageError(format!(
+        "no free session id after {base}-10000; pass --session NAME"
+    )))
 }
 
 /// The model client `[llm]` and `TOOLBOX_LLM_*` describe, or why there is none.

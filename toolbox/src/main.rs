@@ -920,7 +920,7 @@ async fn chat_command(args: ChatArgs) -> Result<ExitCode, UsageError> {
             latest.id
         }
         (None, false) => {
-            let session = chat::new_session_id(&workspace);
+            let session = chat::new_session_id(&workspace)?;
             eprintln!(
                 "toolbox: new session {session}; continue it with toolbox chat --session \
                  {session} \"…\" (or toolbox chat --continue)"

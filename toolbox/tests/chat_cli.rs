@@ -790,3 +790,63 @@ fn the_model_key_reaches_the_model_and_not_its_commands() {
         "the command read the key: {results:?}"
     );
 }
+
+/// Issue 38, point 4: chats started in the same second got the same session id, and their
+/// conversations merged (8 of 9 parallel chats collided; the model read other chats'
+/// messages). Each new session is now claimed by creating its folder: 20 chats started at
+/// once get 20 sessions, each holding its own message only.
+#[test]
+fn twenty_parallel_chats_get_twenty_sessions() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start_with(|_| Scripted::text("ok"));
+    let children: Vec<_> = (0..20)
+        .map(|i| {
+            chat_command(
+                ws.path(),
+                &llm,
+                Wire::OpenAi,
+                &[&format!("message number {i}")],
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut sessions = std::collections::BTreeSet::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let session = stderr
+            .split("toolbox: new session ")
+            .nth(1)
+            .and_then(|rest| rest.split([';', ' ', '\n']).next())
+            .unwrap_or_else(|| panic!("no new session named: {stderr}"))
+            .to_string();
+        sessions.insert(session);
+    }
+    assert_eq!(sessions.len(), 20, "{sessions:?}");
+    for session in &sessions {
+        let messages = std::fs::read_to_string(
+            ws.path()
+                .join(format!(".toolbox/sessions/{session}/messages.jsonl")),
+        )
+        .unwrap();
+        assert_eq!(
+            messages.matches("message number").count(),
+            1,
+            "{session} holds another chat's message: {messages}"
+        );
+    }
+    // Every request the model got carried one user message.
+    for request in llm.requests() {
+        let users = request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .count();
+        assert_eq!(users, 1, "{}", request.body);
+    }
+}
