@@ -839,6 +839,20 @@ impl ToolExecutor {
         if inner.approvals.approved_for_session(session_id, name) {
             return Ok(None);
         }
+        // A front end that knows nobody could answer (no one follows the session) says so,
+        // and the call is refused now rather than after the approval timeout. A sink without
+        // that knowledge waits: a library may answer from pending_approvals().
+        if ctx.events.is_active() {
+            if let Err(why) = ctx.events.can_ask() {
+                return Err((
+                    ErrorKind::Denied,
+                    format!(
+                        "tool {shown} needs approval in permission mode auto, and nobody can be \
+                         asked: {why}"
+                    ),
+                ));
+            }
+        }
         let preview = describe(tool, arguments, ctx);
         let Some(rx) = inner
             .approvals
@@ -925,12 +939,8 @@ impl ToolExecutor {
         preview: toolbox_core::Preview,
     ) -> PersonAnswer {
         let inner = &*self.inner;
-        if !events.is_active() {
-            return PersonAnswer::NotAsked {
-                reason: "nobody listens for questions on this call (no terminal, HTTP listener \
-                         or MCP client was attached)"
-                    .into(),
-            };
+        if let Err(reason) = events.can_ask() {
+            return PersonAnswer::NotAsked { reason };
         }
         let Some(rx) = inner
             .approvals

@@ -90,27 +90,61 @@ pub enum ToolEvent {
 
 /// Where streamed events go. Cloning is cheap; the default sink drops everything.
 #[derive(Clone, Default)]
-pub struct EventSink(Option<Arc<dyn Fn(ToolEvent) + Send + Sync>>);
+pub struct EventSink {
+    deliver: Option<Arc<dyn Fn(ToolEvent) + Send + Sync>>,
+    /// Asked before a question is put to a person: `Err(why)` when no one could answer it
+    /// now (see [`EventSink::with_askers`]).
+    askers: Option<Arc<dyn Fn() -> Result<(), String> + Send + Sync>>,
+}
 
 impl EventSink {
     /// A sink that hands every event to `f`.
     pub fn new(f: impl Fn(ToolEvent) + Send + Sync + 'static) -> Self {
-        EventSink(Some(Arc::new(f)))
+        EventSink {
+            deliver: Some(Arc::new(f)),
+            askers: None,
+        }
     }
 
     /// A sink that drops everything.
     pub fn none() -> Self {
-        EventSink(None)
+        EventSink::default()
+    }
+
+    /// The same sink, with a check made each time a call would ask a person (an approval
+    /// or a review): `Err(why)` when nobody could answer now, and the question is then
+    /// refused at once with `why` instead of waiting the approval timeout for no one. A
+    /// front end that knows who is listening (`toolbox serve` counts its open event
+    /// streams) sets it; without it, a question always waits.
+    pub fn with_askers(
+        mut self,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.askers = Some(Arc::new(check));
+        self
     }
 
     /// Whether anyone listens (so a tool may skip building events nobody reads).
     pub fn is_active(&self) -> bool {
-        self.0.is_some()
+        self.deliver.is_some()
+    }
+
+    /// Whether a question put now could reach a person: `Err(why)` when it could not.
+    pub fn can_ask(&self) -> Result<(), String> {
+        match (&self.deliver, &self.askers) {
+            (None, _) => Err(
+                "nobody listens for questions on this call (no terminal, HTTP \
+                              listener or MCP client was attached)"
+                    .into(),
+            ),
+            (Some(_), Some(check)) => check(),
+            (Some(_), None) => Ok(()),
+        }
     }
 
     /// Delivers `event` to the listener, if any.
     pub fn emit(&self, event: ToolEvent) {
-        if let Some(f) = &self.0 {
+        if let Some(f) = &self.deliver {
             f(event)
         }
     }
@@ -118,7 +152,7 @@ impl EventSink {
 
 impl fmt::Debug for EventSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
+        f.write_str(if self.deliver.is_some() {
             "EventSink(active)"
         } else {
             "EventSink(none)"

@@ -355,7 +355,9 @@ impl Runtime {
     /// the same gate: `permissions` narrowed by the process's, approval requests and streamed
     /// output on the session's event stream (agent `""`, depth 0), answered with
     /// [`respond_approval`](Self::respond_approval). `call_agent` is refused here: it needs a
-    /// turn.
+    /// turn. `askers`, when given, is asked before a question is put to a person: `Err(why)`
+    /// refuses the question at once (see [`EventSink::with_askers`](toolbox_host::EventSink::with_askers)).
+    #[allow(clippy::too_many_arguments)]
     pub async fn run_tool(
         &self,
         session: &str,
@@ -364,10 +366,14 @@ impl Runtime {
         arguments: Value,
         permissions: Permissions,
         cancel: CancellationToken,
+        askers: Option<std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>>,
     ) -> Result<toolbox_executor::ToolCallInfo, TurnError> {
         let sid =
             SessionId::parse(session).map_err(|e| TurnError::InvalidSession(e.to_string()))?;
-        let sink = crate::turn::session_events(self, &sid, "", 0);
+        let mut sink = crate::turn::session_events(self, &sid, "", 0);
+        if let Some(check) = askers {
+            sink = sink.with_askers(move || check());
+        }
         let request = toolbox_executor::ToolRequest::new(call_id, tool, arguments)
             .session(sid.as_str())
             .permissions(permissions)

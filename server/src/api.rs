@@ -340,6 +340,7 @@ async fn sessions_feed(
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + FEED_TICK, FEED_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let feed = SessionFeed {
+        _listening: state.askers.everywhere(),
         state: state.clone(),
         rows,
         live,
@@ -359,6 +360,8 @@ async fn sessions_feed(
 }
 
 struct SessionFeed {
+    /// Counts this stream as one that shows questions, while it is open.
+    _listening: crate::askers::Listening,
     state: Arc<AppState>,
     rows: std::collections::BTreeMap<String, SessionRow>,
     live: tokio::sync::broadcast::Receiver<Arc<SessionEvent>>,
@@ -705,6 +708,10 @@ async fn run_tool(
             arguments,
             permissions,
             cancel,
+            Some(std::sync::Arc::new({
+                let (askers, sid) = (state.askers.clone(), sid.clone());
+                move || askers.check(&sid)
+            })),
         )
         .await
         .map_err(turn_error)?;
@@ -789,6 +796,7 @@ async fn events(
     };
     let subscription = state.runtime.events().subscribe(&sid, after);
     let stream = EventStream {
+        _listening: state.askers.session(&sid),
         state: state.clone(),
         epoch,
         earlier,
@@ -815,6 +823,8 @@ fn parse_event_id(text: &str) -> Option<(Option<u64>, u64)> {
 }
 
 struct EventStream {
+    /// Counts this stream as one that shows the session's questions, while it is open.
+    _listening: crate::askers::Listening,
     state: Arc<AppState>,
     /// Host mode: the host's epoch, the first half of every event's `id:` (`epoch:seq`).
     epoch: Option<u64>,

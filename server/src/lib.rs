@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod askers;
 pub mod console;
 mod error;
 pub mod front_door;
@@ -145,6 +146,8 @@ pub struct AppState {
     /// host mode, where a park or SIGTERM lets the calls in flight finish (at most the
     /// grace), so their effects are in the last sync and their callers get their answers.
     pub calls: CancellationToken,
+    /// The open event streams, to tell whether anyone could answer a question now.
+    pub askers: Arc<askers::Askers>,
 }
 
 /// Checks `options` before binding: listening beyond loopback needs a token.
@@ -222,6 +225,7 @@ pub async fn serve(
         options: options.clone(),
         shutdown: shutdown.clone(),
         calls: calls.clone(),
+        askers: Default::default(),
     });
     let app = router(state);
     eprintln!(

@@ -621,14 +621,14 @@ fn one_tool_call_over_http_passes_the_same_gate() {
         &json!({"command": "echo second"}),
     );
     assert_eq!(second.json()["status"], "done", "{}", second.text());
-    // Another session still asks.
+    // Another session still asks (someone follows it: a call nobody could see is refused).
+    let other_events = server.events("o2", None);
     let elsewhere = {
         let req = server
             .req("POST", "/api/sessions/o2/tools/shell?call_id=other-1")
             .json(&json!({"command": "echo other"}));
         std::thread::spawn(move || req.send())
     };
-    let other_events = server.events("o2", None);
     let asked = other_events.until("tool_approval_request");
     assert_eq!(asked.last().unwrap().data["call_id"], "other-1");
     server.post(
@@ -737,4 +737,70 @@ fn the_data_agent_vocabulary_and_structured_results_over_http() {
         .json();
     assert_eq!(plain["status"], "done", "{plain}");
     assert!(plain.get("structured").is_none(), "{plain}");
+}
+
+/// Issue 38, point 5: a single call in mode `auto` that needs an approval waited the whole
+/// approval timeout (five minutes) when no one could see its question. With no console open
+/// and nothing following the session's events, it is now refused at once, and the refusal
+/// says how to get it answered. With the console's feed open, the same call asks.
+#[test]
+fn a_single_call_nobody_could_answer_is_refused_at_once() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = serve_common::serve_command(ws.path(), None, &["--mode", "auto"]);
+    // Far longer than the request's own read limit (30 s): an answer at all means no wait.
+    cmd.env("TOOLBOX_APPROVAL_TIMEOUT_MS", "600000");
+    let server = Server::spawn(cmd, ws.path());
+
+    let refused = server.post(
+        "/api/sessions/n1/tools/shell?call_id=lonely",
+        &json!({"command": "echo ran > made.txt"}),
+    );
+    assert_eq!(refused.status, 200, "{}", refused.text());
+    let envelope = refused.json();
+    assert_eq!(envelope["status"], "error", "{envelope}");
+    assert_eq!(envelope["error_kind"], "denied", "{envelope}");
+    let why = envelope["result"].as_str().unwrap();
+    for hint in [
+        "nobody can be asked",
+        "GET /api/sessions/n1/events",
+        "POST /api/tool-approval/n1/<call_id>",
+        "--mode full",
+    ] {
+        assert!(why.contains(hint), "{hint:?} missing from: {why}");
+    }
+    // The shell's folder is the session's scratchpad.
+    let made = ws.path().join(".toolbox/sessions/n1/scratchpad/made.txt");
+    assert!(!made.exists(), "the call ran");
+    // A Read tool still runs: only questions need someone.
+    std::fs::write(ws.path().join("a.txt"), "alpha").unwrap();
+    let read = server.post(
+        "/api/sessions/n1/tools/file_manager__read",
+        &json!({"path": "a.txt"}),
+    );
+    assert_eq!(read.json()["status"], "done", "{}", read.text());
+
+    // The console follows the session list: a question is seen there, so it is asked.
+    let mut req = server.req("GET", "/api/sessions/events");
+    req.headers
+        .push(("Accept".into(), "text/event-stream".into()));
+    let console = serve_common::Sse::open(req);
+    assert_eq!(console.status, 200);
+    let call = {
+        let req = server
+            .req("POST", "/api/sessions/n1/tools/shell?call_id=seen")
+            .json(&json!({"command": "echo ran > made.txt"}));
+        std::thread::spawn(move || req.send())
+    };
+    let events = server.events("n1", None);
+    let asked = events.until("tool_approval_request");
+    assert_eq!(asked.last().unwrap().data["call_id"], "seen");
+    let answer = server.post(
+        "/api/tool-approval/n1/seen",
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let envelope = call.join().unwrap().json();
+    assert_eq!(envelope["status"], "done", "{envelope}");
+    assert!(made.exists(), "{envelope}");
+    console.disconnect();
 }
