@@ -96,6 +96,31 @@ pub(crate) fn check_tool(executor: &ToolExecutor, name: &str) -> Result<(), Stri
     }
 }
 
+/// A call's text as an MCP client gets it: when the call named the tool otherwise than
+/// `tools/list` does (an alias such as `bash` for `shell`), a last line names the listed
+/// one. An MCP client looks a result's tool up by the name it called: the Python SDK, not
+/// finding an alias, lists the tools again and logs "Tool … not listed by server" on every
+/// such call, and cannot check the structured result. The note lets the model switch to
+/// the listed name; the call itself ran as asked.
+pub(crate) fn reply_text<'a>(
+    executor: &ToolExecutor,
+    called: &str,
+    text: &'a str,
+) -> std::borrow::Cow<'a, str> {
+    let Some(tool) = executor.registry().get(called) else {
+        return text.into();
+    };
+    let listed = tool.info.name_in(executor.config().vocabulary);
+    if listed == called {
+        return text.into();
+    }
+    format!(
+        "{text}\n\n(note: this server lists the tool {called} as {listed}; call it {listed} next \
+         time)"
+    )
+    .into()
+}
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

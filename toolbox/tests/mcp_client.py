@@ -5,6 +5,7 @@ Exits non-zero with a message on the first failed check.
 """
 
 import asyncio
+import logging
 import os
 import sys
 
@@ -57,6 +58,34 @@ async def full_mode(session):
     ok = dump(await session.call_tool("file_manager__read", {"path": "notes.txt"}))
     check(not ok.get("isError"), f"read failed: {ok}")
     check("hello from the workspace" in texts(ok), f"read text: {ok}")
+
+    # Issue 38, point 8: a call by an alias runs, and its text names the listed tool, so the
+    # model can switch to it. The SDK finds a result's schema by the name called: each alias
+    # call makes it list the tools again and warn "not listed by server"; the listed name
+    # does not.
+    warnings = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            if "not listed by server" in record.getMessage():
+                warnings.append(record.getMessage())
+
+    catch = Catch()
+    logging.getLogger().addHandler(catch)
+    try:
+        alias = dump(await session.call_tool("read_file", {"path": "notes.txt"}))
+        check(not alias.get("isError"), f"alias read failed: {alias}")
+        check("hello from the workspace" in texts(alias), f"alias read text: {alias}")
+        check(
+            "lists the tool read_file as file_manager__read" in texts(alias),
+            f"the alias call does not name the listed tool: {texts(alias)!r}",
+        )
+        check(len(warnings) == 1, f"one warning for the alias call: {warnings}")
+        listed = dump(await session.call_tool("file_manager__read", {"path": "notes.txt"}))
+        check("note:" not in texts(listed), f"a call by the listed name has no note: {listed}")
+        check(len(warnings) == 1, f"no warning for the listed name: {warnings}")
+    finally:
+        logging.getLogger().removeHandler(catch)
 
     bad = dump(await session.call_tool("file_manager__read", {"path": "missing.txt"}))
     check(bad.get("isError") is True, f"missing file should be isError: {bad}")

@@ -784,7 +784,20 @@ fn a_data_agent_client_calls_every_tool_by_the_name_it_was_listed_under() {
             !call["text"].as_str().unwrap().starts_with("unknown tool"),
             "{name}: {call}"
         );
+        assert_eq!(
+            call["noted"], false,
+            "a listed name gets no note: {name}: {call}"
+        );
     }
+    // Issue 38, point 8: a name the list does not use still runs, and the text says which
+    // name is listed.
+    let canonical = report["by_canonical_name"].as_str().unwrap();
+    assert!(canonical.starts_with("exit code 0"), "{canonical}");
+    assert!(
+        canonical
+            .ends_with("(note: this server lists the tool shell as bash; call it bash next time)"),
+        "{canonical}"
+    );
     for name in ["python_exec", "bash", "pdf__info"] {
         assert!(report["output_schemas"].get(name).is_some(), "{name}");
     }
@@ -941,4 +954,31 @@ fn langchain_per_call_sessions_share_one_toolbox_session_when_named() {
         unnamed["use"].as_str().unwrap().contains("NameError"),
         "{report:#}"
     );
+}
+
+/// Issue 38, point 8, over HTTP: a call by an alias (`bash`) runs, and its text ends with the
+/// name `tools/list` gives the tool, so the model can switch to it (the SDK looks a result's
+/// schema up by the name called, and lists the tools again for every unlisted one).
+#[test]
+fn an_alias_call_over_http_names_the_listed_tool() {
+    let (_ws, server) = serve("full");
+    let session = initialize(&server);
+    for (name, noted) in [("bash", true), ("shell", false)] {
+        let r = session_req(&server, "POST", &session)
+            .json(&json!({
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": {"command": "echo via-alias"}},
+            }))
+            .send();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body = r.text();
+        assert!(body.contains("via-alias"), "{body}");
+        assert_eq!(
+            body.contains(
+                "(note: this server lists the tool bash as shell; call it shell next time)"
+            ),
+            noted,
+            "{name}: {body}"
+        );
+    }
 }

@@ -279,7 +279,7 @@ impl ServerHandler for McpHandler {
             }
             ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}
         });
-        let call = ToolRequest::new(call_id, name, arguments)
+        let call = ToolRequest::new(call_id, name.clone(), arguments)
             .session(session.to_string())
             .events(sink)
             .approval_ticket(self.approvals.ticket());
@@ -305,7 +305,11 @@ impl ServerHandler for McpHandler {
                 tracing::error!("mcp: the output forwarder failed: {e}");
             }
         }
-        let content = vec![ContentBlock::text(info.result)];
+        let content = vec![ContentBlock::text(crate::reply_text(
+            executor,
+            &name,
+            &info.result,
+        ))];
         let mut result = if info.status == CallStatus::Done {
             CallToolResult::success(content)
         } else {

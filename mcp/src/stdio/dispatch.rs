@@ -159,7 +159,7 @@ impl Dispatcher {
         );
         let call_id = format!("mcp-{serial}");
         self.server.events.open_route(&call_id, progress_token);
-        let request = ToolRequest::new(call_id.clone(), name, arguments)
+        let request = ToolRequest::new(call_id.clone(), name.clone(), arguments)
             .session(self.server.session.to_string())
             .approval_ticket(self.approvals.ticket());
         let executor = self.server.executor.clone();
@@ -190,7 +190,7 @@ impl Dispatcher {
             }
             outbox.tool_result(
                 &id,
-                &info.result,
+                &crate::reply_text(&executor, &name, &info.result),
                 info.structured.as_ref(),
                 info.status != CallStatus::Done,
             );

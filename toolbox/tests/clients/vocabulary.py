@@ -81,12 +81,18 @@ async def main():
                 try:
                     result = dump(await session.call_tool(tool.name, arguments))
                     entry["is_error"] = bool(result.get("isError"))
-                    entry["text"] = "".join(b.get("text", "") for b in result.get("content", []))[:500]
+                    text = "".join(b.get("text", "") for b in result.get("content", []))
+                    entry["text"] = text[:500]
+                    entry["noted"] = "(note: this server lists" in text
                     if "structuredContent" in result:
                         entry["structured"] = result["structuredContent"]
                 except Exception as e:  # noqa: BLE001 - the report says what failed
                     entry["exception"] = f"{type(e).__name__}: {e}"
                 report["calls"][tool.name] = entry
+            # By its canonical name, which this vocabulary does not list: it runs, and the
+            # text names the listed word.
+            result = dump(await session.call_tool("shell", {"command": "true"}))
+            report["by_canonical_name"] = "".join(b.get("text", "") for b in result.get("content", []))
     print(json.dumps(report), flush=True)
 
 
