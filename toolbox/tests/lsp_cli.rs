@@ -286,6 +286,60 @@ fn c_project_over_mcp() {
     assert!(out.contains("3 files"), "{out}");
 }
 
+/// Issue 38, point 8: `lsp__symbols` with a query and no path searched nothing ("requires
+/// path") when more than one language could answer. Now every language the workspace holds
+/// is searched by its own server: a project of Python (pylsp, which has no workspace symbol
+/// search: a note says so) and C (clangd, which finds `add`).
+#[test]
+fn a_symbol_query_without_path_searches_every_language() {
+    let clangd = which("clangd").expect("clangd on PATH (scripts/test.sh installs it)");
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path();
+    py_project(root);
+    write(
+        root,
+        "csrc/util.h",
+        "#pragma once\nint add(int a, int b);\n",
+    );
+    write(
+        root,
+        "csrc/util.c",
+        "#include \"util.h\"\n\nint add(int a, int b) { return a + b; }\n",
+    );
+    let dir = root.join("csrc").display().to_string();
+    let db = json!([{"directory": dir, "file": format!("{dir}/util.c"), "arguments": ["cc", "-c", "util.c"]}]);
+    write(root, "csrc/compile_commands.json", &db.to_string());
+    let cfg = format!(
+        "{}[lsp.servers.clangd]\ncommand = [{:?}]\nextensions = [\"c\", \"h\"]\n",
+        config(""),
+        clangd.display().to_string()
+    );
+    let mut mcp = Mcp::start(root, &cfg);
+    let out = mcp.ok("lsp__symbols", json!({"query": "add"}));
+    assert!(out.contains("(searched with clangd)"), "{out}");
+    assert!(out.contains("csrc/util.c:3: function add"), "{out}");
+    assert!(
+        out.contains(
+            "note: lsp__symbols: the language server `pylsp` does not search workspace symbols"
+        ),
+        "{out}"
+    );
+    // With path, only that file's language is asked, as before.
+    let (err, out) = mcp.call("lsp__symbols", json!({"query": "add", "path": "main.py"}));
+    assert!(err, "{out}");
+    assert!(
+        out.contains("`pylsp` does not search workspace symbols"),
+        "{out}"
+    );
+    // Neither argument: the error names both.
+    let (err, out) = mcp.call("lsp__symbols", json!({}));
+    assert!(err, "{out}");
+    assert!(
+        out.contains("requires path") && out.contains("or query"),
+        "{out}"
+    );
+}
+
 #[test]
 fn broken_servers_over_mcp() {
     let ws = tempfile::tempdir().unwrap();

@@ -23,6 +23,7 @@ mod after_edit;
 mod call;
 mod config;
 mod diagnostics;
+mod languages;
 mod nav;
 mod pool;
 mod position;

@@ -1,14 +1,17 @@
 //! `lsp__symbols`: a file's outline, or the workspace's symbols matching a query.
 
-use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail, Result};
 use lsp_types::{OneOf, SymbolInformation, WorkspaceSymbol, WorkspaceSymbolResponse};
 use serde_json::{json, Value};
 use toolbox_core::schema::{integer_in, object_schema, prop};
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::ToolContext;
 
-use crate::call::Env;
+use crate::call::{Env, Fail};
 use crate::position::{kind_name, outline};
+use crate::server::Server;
 
 /// The tool's name.
 pub const NAME: &str = "lsp__symbols";
@@ -19,8 +22,9 @@ pub fn info() -> ToolInfo {
     ToolInfo::new(
         NAME,
         "Symbols from a real language server. With path: the file's outline (kind, name, line \
-         range, nested under their class). With query (and path to pick the language): the \
-         workspace's symbols whose names match.",
+         range, nested under their class). With query: the workspace's symbols whose names \
+         match, from the server of path's language, or without path from every language the \
+         workspace holds.",
         object_schema(
             &[
                 ("path", prop("string", "Source file in the workspace.")),
@@ -29,7 +33,8 @@ pub fn info() -> ToolInfo {
                     prop(
                         "string",
                         "Search the whole workspace for symbols matching this name instead of \
-                         listing the file's outline (path still picks the language server).",
+                         listing a file's outline. With path, only path's language is \
+                         searched; without it, every language the workspace holds.",
                     ),
                 ),
                 (
@@ -37,7 +42,7 @@ pub fn info() -> ToolInfo {
                     integer_in("Symbols to show (default 200).", 1, Some(5000)),
                 ),
             ],
-            &["path"],
+            &[],
         ),
     )
     .toolsets(&[crate::TOOLSET])
@@ -52,10 +57,16 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let query = args.opt_nonempty_str("query", &[])?.map(str::to_string);
     let max = args.u64_in("max_results", &[], DEFAULT_MAX, 1, 5000)? as usize;
     args.finish()?;
-    let Some(path) = path else {
-        bail!("{NAME} requires path (the file to outline, or one in the language to search with query)");
-    };
     let env = Env::new(NAME, ctx)?;
+    let Some(path) = path else {
+        let Some(query) = query else {
+            bail!(
+                "{NAME} requires path (the file to outline) or query (the symbol name to search \
+                 the workspace for)"
+            );
+        };
+        return search_every_language(&env, &query, max).await;
+    };
     let doc = env.doc(&path).await?;
     let spec = env.spec_for(&doc)?;
     let text = env
@@ -66,10 +77,8 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
             async move {
                 env.prepare(&server, Some(&doc), fresh).await?;
                 if let Some(q) = query {
-                    let v = env
-                        .req(&server, "workspace/symbol", json!({"query": q}))
-                        .await?;
-                    return Ok(workspace_symbols(&env, &q, v, max));
+                    let rows = search(&env, &server, &q).await?;
+                    return Ok(show_rows(&q, rows, max, &[]));
                 }
                 let syms = outline(&env, &server, &doc).await?;
                 if syms.is_empty() {
@@ -96,8 +105,112 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     Ok(Value::String(format!("{text}{}", env.notes_text())))
 }
 
-fn workspace_symbols(env: &Env, query: &str, v: Value, max: usize) -> String {
-    let mut rows: Vec<(String, u32, String, String)> = Vec::new();
+/// One symbol found: shown file, line, kind, name (with its container).
+type Row = (String, u32, String, String);
+
+/// `workspace/symbol` on `server`; a server that does not offer it says so.
+async fn search(env: &Env, server: &Server, query: &str) -> Result<Vec<Row>, Fail> {
+    let offered = {
+        let caps = server
+            .capabilities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match caps.get("workspaceSymbolProvider") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(_) => true,
+        }
+    };
+    if !offered {
+        return Err(Fail::Other(anyhow!(
+            "{NAME}: the language server `{}` does not search workspace symbols",
+            server.spec.name
+        )));
+    }
+    let v = env
+        .req(server, "workspace/symbol", json!({"query": query}))
+        .await?;
+    Ok(workspace_rows(env, v))
+}
+
+/// Without path: each language the workspace holds is searched by its server (each server
+/// once, with one of its files open so it knows the project), and the symbols are listed
+/// together. A server that cannot search is named in a note; only when none could is it an
+/// error.
+async fn search_every_language(env: &Env, query: &str, max: usize) -> Result<Value> {
+    let samples = crate::languages::sample_files(&env.ctx.workspace);
+    // server name -> (spec, a file of its language)
+    let mut servers: BTreeMap<String, (crate::config::ServerSpec, String)> = BTreeMap::new();
+    for (ext, file) in &samples {
+        if let Ok(spec) = env.cfg.server_for(ext, file) {
+            servers
+                .entry(spec.name.clone())
+                .or_insert_with(|| (spec, file.clone()));
+        }
+    }
+    if servers.is_empty() {
+        bail!(
+            "{NAME}: no file in the workspace is in a language a configured language server \
+             serves{}, so there is nothing to search; pass path to pick a file's language",
+            if samples.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (looked at .{})",
+                    samples
+                        .keys()
+                        .take(12)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", .")
+                )
+            }
+        );
+    }
+    let mut rows = Vec::new();
+    let mut searched = Vec::new();
+    let mut failed = Vec::new();
+    for (name, (spec, file)) in servers {
+        let doc = match env.doc(&file).await {
+            Ok(doc) => doc,
+            Err(e) => {
+                failed.push(format!("`{name}`: {e}"));
+                continue;
+            }
+        };
+        let found = env
+            .with_server(&spec, |server, fresh| {
+                let env = env.clone();
+                let doc = doc.clone();
+                let query = query.to_string();
+                async move {
+                    env.prepare(&server, Some(&doc), fresh).await?;
+                    search(&env, &server, &query).await
+                }
+            })
+            .await;
+        match found {
+            Ok(mut more) => {
+                rows.append(&mut more);
+                searched.push(name);
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    if searched.is_empty() {
+        bail!(
+            "{NAME}: no language server could search the workspace for `{query}`: {}",
+            failed.join("; ")
+        );
+    }
+    let mut text = show_rows(query, rows, max, &searched);
+    for why in failed {
+        text.push_str(&format!("\nnote: {why}"));
+    }
+    Ok(Value::String(format!("{text}{}", env.notes_text())))
+}
+
+fn workspace_rows(env: &Env, v: Value) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
     let push_info = |rows: &mut Vec<_>, s: SymbolInformation| {
         rows.push((
             env.show_uri(s.location.uri.as_str()),
@@ -141,12 +254,24 @@ fn workspace_symbols(env: &Env, query: &str, v: Value, max: usize) -> String {
         }
         Err(_) => {}
     }
+    rows
+}
+
+/// The rows as the model reads them; `searched` names the servers when more than one
+/// language may have answered.
+fn show_rows(query: &str, mut rows: Vec<Row>, max: usize, searched: &[String]) -> String {
     // Symbols outside the workspace (libraries) last.
     rows.sort_by(|a, b| (a.0.starts_with('/'), &a.0, a.1).cmp(&(b.0.starts_with('/'), &b.0, b.1)));
+    rows.dedup();
+    let by = if searched.is_empty() {
+        String::new()
+    } else {
+        format!(" (searched with {})", searched.join(", "))
+    };
     if rows.is_empty() {
-        return format!("workspace symbols matching `{query}`: none found");
+        return format!("workspace symbols matching `{query}`: none found{by}");
     }
-    let mut out = format!("workspace symbols matching `{query}`: {}\n", rows.len());
+    let mut out = format!("workspace symbols matching `{query}`: {}{by}\n", rows.len());
     for (file, line, kind, name) in rows.iter().take(max) {
         out.push_str(&format!("{file}:{line}: {kind} {name}\n"));
     }
