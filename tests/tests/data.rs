@@ -573,6 +573,50 @@ async fn a_failed_conversion_leaves_the_old_output_untouched() {
     assert_eq!(names, ["keep.jsonl"], "no temporary file is left behind");
 }
 
+/// Issue 38, point 8: `format` is the input's format. A model that meant the output's
+/// (`"format": "jsonl"` to turn a CSV file into JSON Lines) got only "line 1: invalid JSON";
+/// the error now says that the output's format is `to`. A `format` that matches the input
+/// gets no such note.
+#[tokio::test]
+async fn format_meant_as_the_output_says_the_output_is_to() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    std::fs::write(input(dir.path()).join("t.csv"), "a,b\n1,2\n").unwrap();
+    let text = fails(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/t.jsonl", "format": "jsonl"}),
+        "line 1: invalid JSON",
+    )
+    .await;
+    assert!(
+        text.contains(
+            "Note: `format` is the format of the input (input/t.csv was read as jsonl); the \
+             output's format is `to` (or the output's extension)"
+        ),
+        "{text}"
+    );
+    assert!(!output(dir.path()).join("t.jsonl").exists());
+    // Meant as the input's: no note on an error that has nothing to do with it.
+    std::fs::write(input(dir.path()).join("bad.jsonl"), "{broken\n").unwrap();
+    let text = fails(
+        &exec,
+        "data__convert",
+        json!({"path": "input/bad.jsonl", "output": "output/t.csv", "format": "jsonl"}),
+        "line 1: invalid JSON",
+    )
+    .await;
+    assert!(!text.contains("Note: `format`"), "{text}");
+    // And `to` does what was meant.
+    let out = run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/t.jsonl", "to": "jsonl"}),
+    )
+    .await;
+    assert_eq!(out["rows_out"], 1, "{out}");
+    assert_eq!(out["output_format"], "jsonl", "{out}");
+}
+
 #[tokio::test]
 async fn limits_refuse_a_bomb_an_oversize_cell_and_an_endless_line() {
     let (dir, exec) = executor_with(

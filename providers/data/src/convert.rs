@@ -204,6 +204,19 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         guard_formulas,
     };
     let in_p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
+    // `format` is the input's; a model that meant the output's (`"format": "jsonl"` for a
+    // CSV file) gets a parse error about the input, so a failure then says which is which.
+    let format_hint = opts.format.and_then(|f| {
+        let in_shown = ws.show(&in_p);
+        let (by_name, _) = Format::from_name(&in_shown);
+        (by_name != Some(f) && (by_name.is_some() || f == plan.to)).then(|| {
+            format!(
+                ". Note: `format` is the format of the input ({in_shown} was read as {}); the \
+                 output's format is `to` (or the output's extension)",
+                f.name()
+            )
+        })
+    });
     let cancel = ctx.cancel.clone();
     let out = toolbox_host::blocking(format!("{NAME}: the conversion"), move || {
         let cancelled = || cancel.is_cancelled();
@@ -241,7 +254,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         }
     })
     .await?
-    .map_err(|e| anyhow!("{NAME}: {e:#}"))?;
+    .map_err(|e| anyhow!("{NAME}: {e:#}{}", format_hint.unwrap_or_default()))?;
     reply(&out)
 }
 
