@@ -3,6 +3,9 @@
 //! LLM: a turn whose write asks for approval, answered by clicking Approve on the page; two
 //! sessions, one waiting, and what the page says of that (the sidebar, the title, one
 //! question at a time, Markdown, an error once, the time a call waited, a 420 px window);
+//! a plan reviewed, measured at 1280x900 and at 420x800 (issue 38, point 6: room for the
+//! log, the open question's buttons in sight, a call waiting its turn to be asked, the
+//! answered card read-only, the plan's review state in words, a Markdown table);
 //! and a server with a token, which the page asks for.
 //!
 //! Needs `chromium`, `chromium-driver` (Debian) and the Python `selenium` package in
@@ -734,7 +737,7 @@ fn the_console_shows_the_plan_and_approves_its_review() {
         "{report:#}"
     );
     assert!(
-        text(&report, "review_answer").contains("approved"),
+        text(&report, "review_answer").starts_with("Approved"),
         "{report:#}"
     );
     assert!(
@@ -742,7 +745,9 @@ fn the_console_shows_the_plan_and_approves_its_review() {
         "{report:#}"
     );
     assert!(
-        text(&report, "plan_panel_after").contains("confirmed by http"),
+        text(&report, "plan_panel_after").contains("Checklist\napproved")
+            && text(&report, "plan_panel_after").contains("via http")
+            && text(&report, "plan_panel_after").contains("[ ] 1. Write hello.txt"),
         "{report:#}"
     );
     assert_eq!(
@@ -753,4 +758,357 @@ fn the_console_shows_the_plan_and_approves_its_review() {
     let requests = llm.requests();
     let body = requests[2].body.to_string();
     assert!(body.contains("Looks right."), "{body}");
+}
+
+const LAYOUT_GOAL: &str = "Ship the release notes for 0.2, with every change since 0.1 \
+    grouped by area, so users know what to try first";
+/// A plan of a realistic length: the panel the user saw was this tall.
+const LAYOUT_STEPS: [&str; 6] = [
+    "Collect the merged pull requests since the last release",
+    "Group them by area (server, console, providers)",
+    "Write the notes",
+    "Draft the highlights paragraph",
+    "Check every link in the notes",
+    "Read them back",
+];
+const LAYOUT_TABLE: &str = "Here is where things stand:\n\n\
+    | Step | Status | Notes |\n\
+    |:-----|:------:|------:|\n\
+    | Write `first.txt` | **done** | <script>window.__pwned = 3</script> |\n\
+    | Read it back | pending | a \\| pipe |\n\n\
+    That is all.";
+
+/// The model of the layout test: a plan with a goal, a review of its checklist, then two
+/// writes in one reply (both ask in `auto`, one question at a time), then a table.
+fn layout_model(request: &toolbox_tests::scripted_llm::RecordedRequest) -> Scripted {
+    let messages = request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    if last["role"] != "tool" {
+        return Scripted::call(
+            "p1",
+            "plan__set",
+            json!({"goal": LAYOUT_GOAL, "steps": LAYOUT_STEPS}),
+        );
+    }
+    match last["tool_call_id"].as_str().unwrap_or_default() {
+        "p1" => Scripted::call("r1", "plan__request_review", json!({"part": "plan"})),
+        "r1" => Scripted::calls(vec![
+            (
+                "w1",
+                "file_manager__write",
+                json!({"path": "output/first.txt", "content": "first\n"}),
+            ),
+            (
+                "w2",
+                "file_manager__write",
+                json!({"path": "output/second.txt", "content": "second\n"}),
+            ),
+        ]),
+        _ => Scripted::text(LAYOUT_TABLE),
+    }
+}
+
+/// A box of the layout probe: (left, top, right, bottom, width, height).
+fn rect(value: &Value) -> (f64, f64, f64, f64, f64, f64) {
+    let n = |k: &str| {
+        value[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {k} in {value}"))
+    };
+    (
+        n("left"),
+        n("top"),
+        n("right"),
+        n("bottom"),
+        n("width"),
+        n("height"),
+    )
+}
+
+/// The open question at this moment: its whole card and its live buttons lie inside the
+/// live log's box and inside the window, with nothing scrolled by hand (the page itself not
+/// at all, and not sideways).
+fn question_in_sight(probe: &Value, decisions: &[&str], what: &str) {
+    let (vw, vh) = (
+        probe["viewport"][0].as_f64().unwrap(),
+        probe["viewport"][1].as_f64().unwrap(),
+    );
+    let scroll = &probe["scroll"];
+    assert!(
+        scroll[0].as_f64() <= scroll[1].as_f64(),
+        "{what}: the page scrolls sideways: {probe:#}"
+    );
+    assert_eq!(
+        scroll[2].as_f64(),
+        Some(0.0),
+        "{what}: the page was scrolled: {probe:#}"
+    );
+    let (_, log_top, _, log_bottom, _, _) = rect(&probe["log"]);
+    let (card_left, card_top, card_right, card_bottom, _, _) = rect(&probe["card"]);
+    assert!(
+        card_top >= log_top - 1.0 && card_bottom <= log_bottom + 1.0,
+        "{what}: the question's card is not all in the log's box: {probe:#}"
+    );
+    assert!(
+        card_left >= 0.0 && card_right <= vw && card_top >= 0.0 && card_bottom <= vh,
+        "{what}: the question's card is not all in the window: {probe:#}"
+    );
+    let buttons = probe["buttons"].as_array().unwrap();
+    let shown: Vec<&str> = buttons
+        .iter()
+        .map(|b| b["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, decisions, "{what}: {probe:#}");
+    for button in buttons {
+        assert_eq!(button["enabled"], json!(true), "{what}: {probe:#}");
+        let (left, top, right, bottom, _, _) = rect(&button["rect"]);
+        assert!(
+            top >= log_top
+                && bottom <= log_bottom
+                && left >= 0.0
+                && right <= vw
+                && top >= 0.0
+                && bottom <= vh,
+            "{what}: button {} is out of sight: {probe:#}",
+            button["decision"]
+        );
+    }
+}
+
+/// Issue 38, point 6: the console as a user at 1280x900 and at 420x800 saw it.
+#[test]
+fn the_console_gives_the_log_and_the_question_room_at_both_widths() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start_with(layout_model);
+    let server = serve(ws.path(), Some(&llm), &["--mode", "auto"]);
+    let shots = tempfile::tempdir().unwrap();
+    let (code, report) = browser("layout", &server.url, shots.path(), &[]);
+    let log = server.stderr.lock().unwrap().clone();
+    // TOOLBOX_CONSOLE_LAYOUT_SHOTS=DIR keeps the screenshots of both widths, to look at,
+    // and the measurements (report.json).
+    if let Ok(dir) = std::env::var("TOOLBOX_CONSOLE_LAYOUT_SHOTS") {
+        for entry in std::fs::read_dir(shots.path()).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), Path::new(&dir).join(entry.file_name())).unwrap();
+        }
+        std::fs::write(Path::new(&dir).join("report.json"), format!("{report:#}")).unwrap();
+    }
+    assert_eq!(
+        code,
+        0,
+        "the browser script failed (screenshots are in {}):\n{report:#}\nserver:\n{log}",
+        shots.keep().display()
+    );
+
+    for (width, height) in [("wide", (1280.0, 900.0)), ("narrow", (420.0, 800.0))] {
+        let r = &report[width];
+        let fail = |what: &str| format!("{width}: {what}\n{r:#}");
+        let open = &r["review_open"];
+        assert_eq!(
+            open["viewport"],
+            json!([height.0 as u64, height.1 as u64]),
+            "{}",
+            fail("size")
+        );
+
+        // 1 and 2: the log has room, the plan panel has room, the question is in sight.
+        let (_, _, log_right, _, log_width, log_height) = rect(&open["log"]);
+        let (plan_left, plan_top, _, plan_bottom, plan_width, plan_height) = rect(&open["plan"]);
+        let (_, _, _, _, main_width, _) = rect(&open["main"]);
+        let (_, log_top, _, _, _, _) = rect(&open["log"]);
+        if width == "wide" {
+            assert!(
+                log_height >= 0.65 * height.1,
+                "{}",
+                fail("the log is a strip")
+            );
+            assert!(log_width >= 550.0, "{}", fail("the log is narrow"));
+            // The plan beside the log, as a column of its own.
+            assert!(
+                plan_left >= log_right && plan_top < log_top + log_height,
+                "{}",
+                fail("the plan panel is not beside the log")
+            );
+            assert!(
+                (220.0..=420.0).contains(&plan_width) && plan_height >= 300.0,
+                "{}",
+                fail("the plan panel's size")
+            );
+        } else {
+            // The plan across the page's width, above the log, folded to its summary.
+            assert!(
+                plan_width >= main_width - 30.0,
+                "{}",
+                fail("the plan panel is not full width")
+            );
+            assert!(
+                plan_height <= 110.0 && plan_bottom <= log_top,
+                "{}",
+                fail("the plan panel pushes the log down")
+            );
+            assert!(
+                log_height >= 0.45 * height.1,
+                "{}",
+                fail("the log is a strip")
+            );
+        }
+        question_in_sight(open, &["approve", "reject"], &format!("{width} review"));
+        question_in_sight(
+            &r["first_open"],
+            &["approve", "deny", "approve_for_session"],
+            &format!("{width} first write"),
+        );
+        question_in_sight(
+            &r["second_open"],
+            &["approve", "deny", "approve_for_session"],
+            &format!("{width} second write"),
+        );
+
+        // 3: the second call of the reply waits to be asked; it is not running.
+        assert_eq!(
+            r["w1_status"][0],
+            json!("waiting for approval"),
+            "{}",
+            fail("w1")
+        );
+        assert_eq!(
+            r["w2_status"][0],
+            json!("waiting to be asked"),
+            "{}",
+            fail("w2 queued")
+        );
+        let class = r["w2_status"][1].as_str().unwrap_or_default();
+        assert!(
+            class.contains("queued") && !class.contains("running"),
+            "{}",
+            fail("w2's badge")
+        );
+        assert_eq!(
+            r["w2_status_asked"][0],
+            json!("waiting for approval"),
+            "{}",
+            fail("w2 asked")
+        );
+        assert_eq!(
+            r["statuses_after"][0][0],
+            json!("done"),
+            "{}",
+            fail("w1 done")
+        );
+        assert_eq!(
+            r["statuses_after"][1][0],
+            json!("done"),
+            "{}",
+            fail("w2 done")
+        );
+
+        // 4: the answered review: the decision and the feedback, read-only, no empty box.
+        assert_eq!(
+            r["review_textareas"],
+            json!(0),
+            "{}",
+            fail("a feedback box")
+        );
+        assert!(
+            text(r, "review_answer").starts_with("Approved"),
+            "{}",
+            fail("the decision")
+        );
+        assert!(
+            text(r, "review_card").contains("Looks right, ship it."),
+            "{}",
+            fail("the feedback")
+        );
+
+        // 5: the plan's review state in words, part by part.
+        assert_eq!(
+            open["plan_labels"],
+            json!(["not yet reviewed", "waiting for your review"]),
+            "{}",
+            fail("the labels while asked")
+        );
+        let summary = text(open, "plan_summary");
+        assert!(
+            summary.contains("Goal: not yet reviewed")
+                && summary.contains("Checklist: waiting for your review"),
+            "{}",
+            fail("the summary while asked")
+        );
+        let after = &r["first_open"];
+        assert_eq!(
+            after["plan_labels"],
+            json!(["not yet reviewed", "approved"]),
+            "{}",
+            fail("the labels once approved")
+        );
+        let summary = text(after, "plan_summary");
+        assert!(
+            summary.contains("Goal: not yet reviewed") && summary.contains("Checklist: approved"),
+            "{}",
+            fail("the summary once approved")
+        );
+        assert!(
+            !text(after, "plan_text").contains("[draft]"),
+            "{}",
+            fail("the plan's raw review state")
+        );
+        assert!(
+            text(after, "plan_text").contains(LAYOUT_GOAL),
+            "{}",
+            fail("the goal")
+        );
+
+        // 6: a Markdown table is a table, its text as text.
+        let t = &r["table"];
+        assert_eq!(t["tables"], json!(1), "{}", fail("no table"));
+        assert_eq!(t["head"], json!([["Step", "Status", "Notes"]]));
+        assert_eq!(
+            t["body"],
+            json!([
+                [
+                    "Write first.txt",
+                    "done",
+                    "<script>window.__pwned = 3</script>"
+                ],
+                ["Read it back", "pending", "a | pipe"]
+            ]),
+            "{}",
+            fail("the cells")
+        );
+        assert_eq!(
+            t["align"],
+            json!(["align-left", "align-center", "align-right"])
+        );
+        assert_eq!(t["code"], json!(["first.txt"]));
+        assert_eq!(t["strong"], json!(["done"]));
+        assert_eq!(t["scripts"], json!(0), "{}", fail("a script element"));
+        assert_eq!(t["pwned"], Value::Null, "{}", fail("the cell's script ran"));
+        assert_eq!(t["pipes"], json!(false), "{}", fail("raw pipes"));
+        assert!(
+            t["scroll"][0].as_f64() <= t["scroll"][1].as_f64(),
+            "{}",
+            fail("the table scrolls the page sideways")
+        );
+    }
+    // What the clicks did: each session wrote its two files.
+    for sid in ["layout-wide", "layout-narrow"] {
+        for (name, content) in [("first.txt", "first\n"), ("second.txt", "second\n")] {
+            let path = ws
+                .path()
+                .join(".toolbox/sessions")
+                .join(sid)
+                .join("output")
+                .join(name);
+            assert_eq!(
+                std::fs::read_to_string(&path).ok().as_deref(),
+                Some(content),
+                "{}",
+                path.display()
+            );
+        }
+    }
+    assert_eq!(report["console"], json!([]), "browser console errors");
 }

@@ -37,7 +37,13 @@ const state = {
   lastText: null, // {key, node}: where the next text_delta of the same agent goes
   replay: { index: 0, total: 0, pages: new Map() },
   view: 'live',
+  turnModes: new Map(), // turn id -> its permission mode (from turn_started)
+  readTools: null, // the names of the tools that never ask (GET /api/tools?mode=read_only)
+  liveQuestion: null, // the approval or review card whose buttons are live
+  planSeen: {}, // part -> its review as last drawn, to say what changed
 };
+// Below this width the page is one column (the same width as console.css's @media).
+const NARROW = window.matchMedia('(max-width: 700px)');
 
 /** An element with a class and text (as text, never HTML). */
 function el(tag, cls, text) {
@@ -294,6 +300,87 @@ const HEADING = /^ {0,3}(#{1,6})(?:\s+(.*?))?(?:\s+#+)?\s*$/;
 const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
 const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 const QUOTE = /^ {0,3}>\s?(.*)$/;
+const TABLE_DELIMITER = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$/;
+const MAX_COLUMNS = 64;
+
+/**
+ * A table row's cells, as GitHub splits them: on every pipe not escaped as `\|` (which
+ * stays in the cell as a pipe), without the outer pipes; each cell trimmed.
+ */
+function tableCells(line) {
+  let text = line.trim();
+  if (text.startsWith('|')) text = text.slice(1);
+  if (text.endsWith('|') && !text.endsWith('\\|')) text = text.slice(0, -1);
+  const cells = [];
+  let cell = '';
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === '\\' && text[i + 1] === '|') {
+      cell += '|';
+      i++;
+    } else if (text[i] === '|') {
+      cells.push(cell.trim());
+      cell = '';
+    } else {
+      cell += text[i];
+    }
+  }
+  cells.push(cell.trim());
+  return cells;
+}
+
+/** Whether `lines[i]` starts a pipe table: a header row, then a delimiter row as wide. */
+function tableAt(lines, i) {
+  const head = lines[i];
+  const delimiter = lines[i + 1];
+  if (delimiter === undefined || !head.includes('|') || !delimiter.includes('|')
+    || !TABLE_DELIMITER.test(delimiter)) return false;
+  const width = tableCells(head).length;
+  return width <= MAX_COLUMNS && width === tableCells(delimiter).length;
+}
+
+/** A cell's alignment class from its delimiter: `:--` left, `:-:` center, `--:` right. */
+function alignment(delimiter) {
+  const left = delimiter.startsWith(':');
+  const right = delimiter.endsWith(':');
+  if (left && right) return 'align-center';
+  if (right) return 'align-right';
+  return left ? 'align-left' : '';
+}
+
+/**
+ * A pipe table starting at `lines[start]` (see tableAt), in a box of its own that scrolls
+ * sideways when it is wider than the log; returns the index after it. It ends at a blank
+ * line or a line without a pipe. Every cell is inline Markdown, put in as text.
+ */
+function table(lines, start, parent) {
+  const head = tableCells(lines[start]);
+  const aligns = tableCells(lines[start + 1]).map(alignment);
+  const row = (cells, tag) => {
+    const tr = document.createElement('tr');
+    aligns.forEach((align, n) => {
+      const cell = document.createElement(tag);
+      if (align) cell.className = align;
+      inline(cells[n] || '', cell, 0);
+      tr.append(cell);
+    });
+    return tr;
+  };
+  const node = document.createElement('table');
+  const thead = document.createElement('thead');
+  thead.append(row(head, 'th'));
+  node.append(thead);
+  const tbody = document.createElement('tbody');
+  let i = start + 2;
+  while (i < lines.length && lines[i].trim() !== '' && lines[i].includes('|')) {
+    tbody.append(row(tableCells(lines[i]), 'td'));
+    i++;
+  }
+  if (tbody.children.length) node.append(tbody);
+  const box = el('div', 'md-table');
+  box.append(node);
+  parent.append(box);
+  return i;
+}
 
 /** A list starting at `lines[start]`; returns the index after it. */
 function list(lines, start, parent, depth) {
@@ -423,6 +510,11 @@ function blocks(lines, parent, depth) {
       parent.append(node);
       continue;
     }
+    if (tableAt(lines, i)) {
+      flush();
+      i = table(lines, i, parent);
+      continue;
+    }
     para.push(line);
     i++;
   }
@@ -431,7 +523,8 @@ function blocks(lines, parent, depth) {
 
 /**
  * The model's Markdown as DOM nodes: headings, paragraphs, emphasis, inline code, fenced
- * code, lists, quotes, rules, and links to http(s) addresses only (rel=noopener). Built with
+ * code, lists, quotes, rules, pipe tables, and links to http(s) addresses only
+ * (rel=noopener). Built with
  * createElement and text nodes only: HTML in the text (a <script>, an <img onerror>) is
  * shown as the text it is.
  */
@@ -641,6 +734,27 @@ function waitingTotal() {
 function updateTitle() {
   const total = waitingTotal();
   document.title = total ? '(' + total + ') waiting · ' + TITLE : TITLE;
+  show($('#sessions-waiting'), total ? 'waiting ' + total : '');
+}
+
+/** The session list, folded away on a narrow page once a session is open (a toggle shows it). */
+function setSessionsOpen(open) {
+  $('#sidebar').classList.toggle('collapsed', !open);
+  const toggle = $('#sessions-toggle');
+  toggle.textContent = open ? 'Hide' : 'Show';
+  toggle.setAttribute('aria-expanded', String(open));
+}
+
+/** The tools that never ask (those a read_only session keeps), to tell a queued call. */
+async function loadReadTools() {
+  try {
+    const tools = await api('GET', '/api/tools?mode=read_only');
+    state.readTools = new Set((Array.isArray(tools) ? tools : []).map(
+      (t) => (t && t.function && t.function.name) || (t && t.name)).filter(Boolean));
+    updateCalls();
+  } catch (_) {
+    // Unknown: a call that has not asked counts as one that may.
+  }
 }
 
 /** Fills a session's button in the list with its row (the button itself stays). */
@@ -752,6 +866,7 @@ function selectSession(sid) {
   Object.assign(state, {
     sid, calls: new Map(), approvals: new Map(), errors: new Map(), finished: new Set(), lastText: null,
     replay: { index: 0, total: 0, pages: new Map() },
+    turnModes: new Map(), liveQuestion: null, planSeen: {},
   });
   history.replaceState(null, '', '#' + enc(sid));
   $('#no-session').hidden = true;
@@ -759,6 +874,9 @@ function selectSession(sid) {
   $('#session-title').textContent = sid;
   $('#events').replaceChildren();
   $('#plan-panel').hidden = true;
+  $('#plan-body').replaceChildren();
+  fitPlanPanel();
+  setSessionsOpen(false);
   $('#replay-call').replaceChildren();
   $('#messages').replaceChildren();
   show($('#turn-error'), '');
@@ -838,7 +956,10 @@ function drawText(entry) {
   entry.scheduled = false;
   if (entry.drawn === entry.raw) return;
   entry.drawn = entry.raw;
+  const log = $('#events');
+  const atEnd = log.scrollHeight - log.scrollTop - log.clientHeight < 60;
   entry.body.replaceChildren(markdown(entry.raw));
+  if (atEnd) follow(log);
 }
 
 /** Ends the current text block (drawn in full) before anything else goes in the log. */
@@ -868,7 +989,7 @@ function callCard(ev) {
   card.dataset.callId = ev.id;
   const head = el('div', 'row call-head');
   const name = el('span', 'tool-name', ev.name);
-  const status = el('span', 'badge status', 'running');
+  const status = el('span', 'badge status running', 'running');
   const elapsed = el('span', 'muted elapsed');
   head.append(name, status, elapsed, el('span', 'spacer'), el('span', 'muted', agentLabel(ev)));
   const args = el('pre', 'args', keyValueText(ev.arguments));
@@ -879,7 +1000,10 @@ function callCard(ev) {
   const approval = el('div', 'approval-slot');
   const result = el('div', 'result-slot');
   card.append(head, args, approval, output, result);
-  const parts = { card, status, elapsed, args, approval, output, outputText, result };
+  const parts = {
+    card, status, elapsed, args, approval, output, outputText, result,
+    turnId: ev.turn_id, tool: ev.name, asked: false, finished: false,
+  };
   state.calls.set(ev.id, parts);
   return parts;
 }
@@ -949,31 +1073,119 @@ function approvalBody(ev) {
 }
 
 /**
+ * Whether a call that has not asked yet may still have to ask: a call of a turn in `auto`
+ * (or of a turn the page did not see start) to a tool that is not known to run unasked.
+ */
+function mayAsk(call) {
+  const mode = state.turnModes.get(call.turnId);
+  if (mode && mode !== 'auto') return false;
+  if (call.tool === 'call_agent') return false; // it asks nothing itself
+  return !(state.readTools && state.readTools.has(call.tool));
+}
+
+/**
+ * The status of the calls that have neither asked nor finished. The server asks one
+ * question at a time, in the order the model made the calls: while a question is open, a
+ * later call that needs an answer too waits its turn to be asked; it is not running.
+ */
+function updateCalls() {
+  const open = state.liveQuestion !== null;
+  for (const call of state.calls.values()) {
+    if (call.asked || call.finished) continue;
+    const queued = open && mayAsk(call);
+    const text = queued ? 'waiting to be asked' : 'running';
+    if (call.status.textContent === text) continue;
+    call.status.textContent = text;
+    call.status.className = 'badge status ' + (queued ? 'queued' : 'running');
+    call.status.title = queued ? 'queued: one question is asked at a time, and this call is '
+      + 'asked once the open question is answered' : '';
+  }
+}
+
+/**
  * One question at a time: of the open session's approvals still unanswered, only the
  * oldest has live buttons; the others say they are queued behind it.
  */
 function updateQueue() {
-  let first = true;
+  let live = null;
   for (const card of state.approvals.values()) {
     if (card.classList.contains('answered')) continue;
-    const queued = !first;
-    first = false;
+    const queued = live !== null;
+    if (!queued) live = card;
     card.classList.toggle('queued', queued);
     card.querySelector('.queue-note').hidden = !queued;
     for (const button of card.querySelectorAll('button.decide')) {
       button.disabled = queued || card.dataset.sending === 'yes';
     }
   }
+  const changed = live !== state.liveQuestion;
+  state.liveQuestion = live;
+  if (changed && live && live.isConnected) reveal($('#events'), live);
+  updateCalls();
 }
 
-function settleApproval(card, decision, text) {
+/**
+ * The scroll positions of the log at which `card` is in sight: all of it when it fits,
+ * else its buttons at the bottom edge. [lowest, highest] scrollTop.
+ */
+function sightRange(log, card) {
+  const base = log.getBoundingClientRect().top - log.scrollTop;
+  const box = card.getBoundingClientRect();
+  const buttons = (card.querySelector('.buttons') || card).getBoundingClientRect();
+  const pad = 8;
+  const height = log.clientHeight;
+  const top = box.top - base;
+  const bottom = box.bottom - base;
+  if (bottom - top + 2 * pad <= height) return [bottom + pad - height, top - pad];
+  const end = buttons.bottom - base + pad - height;
+  return [end, end];
+}
+
+/** Scrolls the log as little as needed to bring the open question in sight. */
+function reveal(log, card) {
+  const [low, high] = sightRange(log, card);
+  if (log.scrollTop < low) log.scrollTop = low;
+  else if (log.scrollTop > high) log.scrollTop = high;
+}
+
+/** Follows the log to its end, but never past the open question: it stays in sight. */
+function follow(log) {
+  let top = log.scrollHeight;
+  const card = state.liveQuestion;
+  if (card && card.isConnected) {
+    const [low, high] = sightRange(log, card);
+    top = Math.max(low, Math.min(top, high));
+  }
+  log.scrollTop = top;
+}
+
+/**
+ * A card answered (by this page, another client, or the call's end): its buttons and its
+ * feedback box go; the answer, and the feedback given with it, stay as text.
+ */
+function settleApproval(card, decision, text, feedback) {
   card.classList.add('answered');
   card.classList.remove('queued');
   card.dataset.answer = decision;
   for (const button of card.querySelectorAll('.buttons button')) button.remove();
+  const box = card.querySelector('textarea.feedback');
+  if (box) box.remove();
   card.querySelector('.queue-note').hidden = true;
   card.querySelector('.answer').textContent = text;
+  const given = card.querySelector('.answer-feedback');
+  if (given && feedback && String(feedback).trim()) {
+    given.replaceChildren(el('span', 'meta', 'Feedback'), el('div', 'feedback-text', feedback));
+    given.hidden = false;
+  }
   updateQueue();
+}
+
+/** What a review card says once answered: the decision first, in a word. */
+const REVIEW_WORDS = { approve: 'Approved', approved: 'Approved', reject: 'Rejected', rejected: 'Rejected' };
+
+/** Who answered, for people: "http" of "http from 127.0.0.1:5 (loopback, no token)". */
+function byWhom(by) {
+  return String(by || '').split(' from ')[0];
 }
 
 async function answerApproval(sid, callId, decision, label, card) {
@@ -982,14 +1194,19 @@ async function answerApproval(sid, callId, decision, label, card) {
   updateQueue();
   const answer = card.querySelector('.answer');
   answer.textContent = 'sending…';
+  const review = card.classList.contains('review');
   try {
     const body = { decision };
     const box = card.querySelector('textarea.feedback');
-    if (box && box.value.trim()) body.feedback = box.value;
-    await api('POST', '/api/tool-approval/' + enc(sid) + '/' + enc(callId), body);
+    const feedback = box ? box.value.trim() : '';
+    if (feedback) body.feedback = box.value;
     if (box) box.disabled = true;
-    settleApproval(card, decision, 'Answered: ' + label);
+    await api('POST', '/api/tool-approval/' + enc(sid) + '/' + enc(callId), body);
+    settleApproval(card, decision, review ? REVIEW_WORDS[decision] : 'Answered: ' + label,
+      feedback && box.value);
   } catch (e) {
+    const box = card.querySelector('textarea.feedback');
+    if (box) box.disabled = false;
     if (e.status === 409) settleApproval(card, 'conflict', 'already answered');
     else if (e.status === 404) settleApproval(card, 'unknown', 'no call is waiting for this answer');
     else answer.textContent = 'Could not answer: ' + e.message;
@@ -1030,7 +1247,9 @@ function approvalCard(ev, review) {
     box.placeholder = 'Feedback for the model (optional): what to change, what to keep';
     parts.push(box);
   }
-  card.append(...parts, buttons, note, el('div', 'answer'));
+  const given = el('div', 'answer-feedback');
+  given.hidden = true;
+  card.append(...parts, buttons, note, el('div', 'answer'), given);
   state.approvals.set(ev.call_id, card);
   return card;
 }
@@ -1057,6 +1276,102 @@ function spoolBox(path) {
   return box;
 }
 
+// ---- the plan panel ----
+
+const STEP_MARKS = { pending: '[ ]', in_progress: '[>]', completed: '[x]', blocked: '[!]' };
+
+/**
+ * Where a part of the plan stands with the person, in words. A review is `draft` (never
+ * asked, rejected, or changed since it was answered), `pending` (asked, no answer yet) or
+ * `confirmed`; `previous` is the part as last drawn, which tells a rejection (a new answer)
+ * from a change of a part that had been answered.
+ */
+function reviewWords(review, previous) {
+  const r = review && typeof review === 'object' ? review : {};
+  if (r.state === 'confirmed') return { words: 'approved', tone: 'ok' };
+  if (r.state === 'pending') return { words: 'waiting for your review', tone: 'wait' };
+  if (!r.by) return { words: 'not yet reviewed', tone: 'todo' };
+  const again = (words, title) => ({ words: words + ': needs another review', tone: 'todo', title });
+  if (previous) {
+    if (previous.state === 'pending' && previous.at !== r.at) return again('rejected');
+    if (previous.state === 'confirmed') return again('changed since approved');
+    if (previous.at === r.at && previous.revision === r.revision) return previous.said;
+    if (previous.said.words.startsWith('rejected')) return again('revised since rejected');
+  }
+  return again('not approved', 'rejected, or changed since its last review');
+}
+
+function stepLine(step) {
+  const status = String(step.status || 'pending');
+  let line = (STEP_MARKS[status] || '[ ]') + ' ' + (step.id ?? '') + '. ' + (step.title ?? '');
+  if (status === 'in_progress') line += ' (in progress)';
+  if (status === 'blocked') line += ' (blocked)';
+  if (step.note) line += ' — ' + step.note;
+  return el('li', 'step st-' + status.replace(/[^a-z_]/g, ''), line);
+}
+
+/** Keeps the plan panel open beside the log on a wide page; folded to its summary on a narrow one. */
+function fitPlanPanel() {
+  $('#plan-panel').open = !NARROW.matches;
+  $('#plan-panel > summary').tabIndex = NARROW.matches ? 0 : -1;
+}
+
+/**
+ * The session's plan from a plan_updated event: its goal and its checklist, each with where
+ * its review stands in words (what still needs a person), and the steps' progress. A plan
+ * the page cannot read is shown as the server's checklist text.
+ */
+function renderPlan(ev) {
+  const panel = $('#plan-panel');
+  const body = $('#plan-body');
+  panel.hidden = false;
+  const plan = ev.plan;
+  if (!plan || typeof plan !== 'object' || (plan.steps !== undefined && !Array.isArray(plan.steps))) {
+    body.replaceChildren(el('pre', 'plan-text', ev.checklist || ''));
+    $('#plan-summary').textContent = '';
+    $('#plan-progress').textContent = '';
+    return;
+  }
+  const steps = (plan.steps || []).filter((step) => step && typeof step === 'object');
+  const parts = [];
+  if (plan.goal) parts.push({ key: 'goal', label: 'Goal', review: plan.goal_review });
+  parts.push({ key: 'plan', label: 'Checklist', review: plan.plan_review });
+  const sections = [];
+  const summary = [];
+  for (const part of parts) {
+    const r = part.review && typeof part.review === 'object' ? part.review : {};
+    const empty = part.key === 'plan' && !steps.length;
+    const said = empty ? { words: 'no steps yet', tone: 'none' } : reviewWords(r, state.planSeen[part.key]);
+    state.planSeen[part.key] = { state: r.state, at: r.at, revision: r.revision, said };
+    const section = el('section', 'plan-part part-' + part.key);
+    const head = el('div', 'plan-part-head');
+    const words = el('span', 'plan-part-state tone-' + said.tone, said.words);
+    if (said.title) words.title = said.title;
+    head.append(el('strong', '', part.label), words);
+    if (r.by && r.at && r.state !== 'pending') {
+      const who = el('span', 'plan-part-by meta', when(r.at) + ' via ' + byWhom(r.by));
+      who.title = r.by + ', ' + r.at;
+      head.append(who);
+    }
+    section.append(head);
+    if (part.key === 'goal') {
+      section.append(el('div', 'plan-goal', plan.goal));
+    } else if (!empty) {
+      const list = el('ol', 'plan-steps');
+      list.id = 'plan-checklist';
+      list.append(...steps.map(stepLine));
+      section.append(list);
+    }
+    if (r.feedback) section.append(el('div', 'plan-feedback', 'Feedback: ' + r.feedback));
+    sections.push(section);
+    summary.push(part.label + ': ' + said.words);
+  }
+  body.replaceChildren(...sections);
+  $('#plan-summary').textContent = summary.join(' · ');
+  const done = steps.filter((step) => step.status === 'completed').length;
+  $('#plan-progress').textContent = steps.length ? done + ' of ' + steps.length + ' done' : '';
+}
+
 /** The error texts already on the page for a turn (each is shown once). */
 function shownErrors(turnId) {
   const key = turnId || '';
@@ -1070,6 +1385,7 @@ const handlers = {
     node.append(el('div', 'who', 'you'), el('div', 'user-message', ev.message),
       meta(['agent ' + ev.agent, 'mode ' + ev.permission_mode, ev.turn_id]));
     append(node, 0);
+    state.turnModes.set(ev.turn_id, ev.permission_mode);
     setRunning(true);
   },
   text_delta(ev) {
@@ -1092,13 +1408,16 @@ const handlers = {
   },
   tool_call_started(ev) {
     append(callCard(ev).card, ev.depth);
+    updateCalls();
   },
   tool_approval_request(ev) {
     const card = approvalCard(ev);
     const call = state.calls.get(ev.call_id);
     if (call) {
+      call.asked = true;
       call.approval.append(card);
       call.args.hidden = true; // the card shows what the call will do
+      call.status.title = '';
       call.status.textContent = 'waiting for approval';
       call.status.className = 'badge status waiting';
     } else {
@@ -1110,7 +1429,9 @@ const handlers = {
     const card = approvalCard(ev, true);
     const call = state.calls.get(ev.call_id);
     if (call) {
+      call.asked = true;
       call.approval.append(card);
+      call.status.title = '';
       call.status.textContent = 'waiting for review';
       call.status.className = 'badge status waiting';
     } else {
@@ -1121,14 +1442,15 @@ const handlers = {
   review_answered(ev) {
     const card = state.approvals.get(ev.call_id);
     if (!card || card.classList.contains('answered')) return;
-    const said = ev.answer === 'not_asked' ? 'no answer: ' + (ev.feedback || '') : ev.answer + (ev.by ? ' (' + ev.by + ')' : '');
-    settleApproval(card, ev.answer, 'Answered: ' + said);
+    if (ev.answer === 'not_asked') {
+      settleApproval(card, ev.answer, 'No answer: ' + (ev.feedback || 'no one could be asked'));
+      return;
+    }
+    const said = (REVIEW_WORDS[ev.answer] || String(ev.answer)) + (ev.by ? ' · via ' + byWhom(ev.by) : '');
+    settleApproval(card, ev.answer, said, ev.feedback);
   },
   plan_updated(ev) {
-    const panel = document.getElementById('plan-panel');
-    if (!panel) return;
-    panel.hidden = false;
-    show(document.getElementById('plan-checklist'), ev.checklist || '');
+    renderPlan(ev);
   },
   tool_call_output(ev) {
     const call = state.calls.get(ev.call_id);
@@ -1145,6 +1467,8 @@ const handlers = {
       call.args.hidden = true;
       append(call.card, ev.depth);
     }
+    call.finished = true;
+    call.status.title = '';
     call.status.textContent = ev.status + (ev.error_kind ? ' (' + ev.error_kind + ')' : '');
     call.status.className = 'badge status st-' + ev.status;
     call.elapsed.textContent = timing(ev);
@@ -1154,10 +1478,12 @@ const handlers = {
     const approval = state.approvals.get(ev.id);
     if (approval && !approval.classList.contains('answered')) {
       let what = 'no longer waiting (' + (ev.error_kind || ev.status) + ')';
-      if (ev.status === 'done') what = 'approved (the call ran)';
+      if (approval.classList.contains('review')) what = 'no answer recorded (the call ended)';
+      else if (ev.status === 'done') what = 'approved (the call ran)';
       else if (ev.error_kind === 'denied') what = 'denied (the call did not run)';
       settleApproval(approval, 'finished', what);
     }
+    updateCalls();
   },
   agent_started(ev) {
     const node = el('div', 'agent-start');
@@ -1199,10 +1525,14 @@ function renderEvent(ev) {
   if (!ev || ev.session_id !== state.sid) return;
   const log = $('#events');
   const atEnd = log.scrollHeight - log.scrollTop - log.clientHeight < 60;
+  const asked = state.liveQuestion;
   const handler = handlers[ev.type];
   if (handler) handler(ev);
   else append(el('div', 'meta', 'event ' + ev.type), 0);
-  if (atEnd) log.scrollTop = log.scrollHeight;
+  // A question that just opened is brought in sight, wherever the log was; else the log
+  // follows new events when it was at its end (never past the open question).
+  if (state.liveQuestion && state.liveQuestion !== asked) reveal(log, state.liveQuestion);
+  else if (atEnd) follow(log);
 }
 
 // ---- trajectory replay ----
@@ -1321,6 +1651,7 @@ function start() {
     await askToken('Enter the token toolbox serve was started with:');
     loadHealth();
     loadAgents();
+    loadReadTools();
     followSessions();
   });
   $('#new-session').addEventListener('submit', (event) => {
@@ -1340,8 +1671,23 @@ function start() {
   $('#replay-next').addEventListener('click', () => showReplay(state.replay.index + 1));
   $('#replay-load').addEventListener('click', reloadReplay);
   $('#messages-load').addEventListener('click', loadMessages);
+  $('#sessions-toggle').addEventListener('click', () => {
+    setSessionsOpen($('#sidebar').classList.contains('collapsed'));
+  });
+  // On a wide page the plan is a column of its own, always open; on a narrow one its
+  // summary line opens and folds it.
+  $('#plan-panel > summary').addEventListener('click', (event) => {
+    if (!NARROW.matches) event.preventDefault();
+  });
+  NARROW.addEventListener('change', fitPlanPanel);
+  // When the log's box changes (the window, the plan panel above it, a taller composer),
+  // the open question stays in sight.
+  new ResizeObserver(() => {
+    if (state.liveQuestion && state.liveQuestion.isConnected) reveal($('#events'), state.liveQuestion);
+  }).observe($('#events'));
   loadHealth();
   loadAgents();
+  loadReadTools();
   followSessions();
   let fromHash = '';
   try {

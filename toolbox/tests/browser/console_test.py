@@ -8,6 +8,10 @@
     console_test.py token URL SCREENSHOT_DIR TOKEN
         Against a server with a token: the console asks for it, and lists the sessions once
         it has it.
+    console_test.py layout URL SCREENSHOT_DIR
+        Issue 38 point 6, at 1280x900 and again at 420x800: a plan reviewed (the plan panel,
+        the question's buttons in sight, the answered card read-only), two calls of one reply
+        (the second waiting to be asked, not running), a Markdown table; boxes measured.
     console_test.py attention URL SCREENSHOT_DIR
         Two sessions, one waiting: session `alpha`'s call waits for approval while session
         `beta` is open; the sidebar and the tab's title say so, live. In `beta`: the model's
@@ -187,13 +191,136 @@ def review(driver, url, shots, report):
     driver.save_screenshot(os.path.join(shots, "review.png"))
     card.find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
     answered = f'.approval[data-call-id="{call_id}"] .answer'
-    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, answered).text.strip().startswith("Answered"))
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, answered).text.strip() not in ("", "sending…"))
     report["review_answer"] = driver.find_element(By.CSS_SELECTOR, answered).text
     report["stage"] = "wait for the write and the end of the turn"
     report["write_status"], report["write_result"] = finished_call(driver, "w1")
     visible(driver, ".turn-end")
-    until(driver, lambda d: "confirmed" in d.find_element(By.CSS_SELECTOR, "#plan-checklist").text)
-    report["plan_panel_after"] = text_of(driver, "#plan-checklist")
+    state = "#plan-panel .part-plan .plan-part-state"
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, state).text == "approved")
+    report["plan_panel_after"] = driver.find_element(By.CSS_SELECTOR, "#plan-panel").text
+    report["stage"] = "done"
+
+
+# What issue 38 point 6 measures, read in one step: the live view's boxes
+# (getBoundingClientRect), the open question's buttons, the plan panel's labels.
+LAYOUT_PROBE = r"""
+const rect = (node) => {
+  if (!node) return null;
+  const r = node.getBoundingClientRect();
+  return {left: r.left, top: r.top, right: r.right, bottom: r.bottom, width: r.width, height: r.height};
+};
+const q = (sel) => document.querySelector(sel);
+const card = arguments[0] ? q(`.approval[data-call-id="${arguments[0]}"]`) : null;
+const panel = q('#plan-panel');
+const doc = document.documentElement;
+return {
+  viewport: [window.innerWidth, window.innerHeight],
+  scroll: [doc.scrollWidth, doc.clientWidth, window.scrollY],
+  main: rect(q('#main')),
+  log: rect(q('#events')),
+  composer: rect(q('#composer')),
+  plan: panel && !panel.hidden ? rect(panel) : null,
+  card: rect(card),
+  buttons: card ? [...card.querySelectorAll('button.decide')].map((b) => ({
+    decision: b.dataset.decision, enabled: !b.disabled, rect: rect(b)})) : [],
+  plan_labels: [...document.querySelectorAll('#plan-panel .plan-part-state')].map((e) => e.textContent),
+  plan_summary: (q('#plan-summary') || {textContent: ''}).textContent,
+  plan_text: panel ? panel.textContent : '',
+};
+"""
+
+TABLE_PROBE = r"""
+const tables = [...document.querySelectorAll('#events .text .md table')];
+const table = tables.pop();
+const doc = document.documentElement;
+if (!table) return {tables: 0, scroll: [doc.scrollWidth, doc.clientWidth],
+  text: [...document.querySelectorAll('#events .text')].map((e) => e.textContent)};
+const cells = (row) => [...row.children].map((c) => c.textContent);
+return {
+  tables: tables.length + 1,
+  head: [...table.querySelectorAll('thead tr')].map(cells),
+  body: [...table.querySelectorAll('tbody tr')].map(cells),
+  align: [...table.querySelectorAll('thead th')].map((c) => c.className),
+  code: [...table.querySelectorAll('td code')].map((c) => c.textContent),
+  strong: [...table.querySelectorAll('td strong')].map((c) => c.textContent),
+  scripts: document.querySelectorAll('#events script').length,
+  pwned: window.__pwned === undefined ? null : String(window.__pwned),
+  pipes: [...document.querySelectorAll('#events .text')].pop().textContent.includes('|---'),
+  scroll: [doc.scrollWidth, doc.clientWidth],
+};
+"""
+
+
+def resize(driver, width, height):
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    until(driver, lambda d: d.execute_script("return [window.innerWidth, window.innerHeight]") == [width, height])
+
+
+def status_of(driver, call_id):
+    """A call's status badge: its text and its classes, read in one step."""
+    return driver.execute_script(
+        "const s = document.querySelector(`.call[data-call-id=\"${arguments[0]}\"] .status`);"
+        " return s ? [s.textContent, s.className] : null;", call_id)
+
+
+def layout(driver, url, shots, report):
+    """Issue 38 point 6, at 1280x900 and at 420x800: a plan with a review, two calls of one
+    reply that both need approval (the second waits its turn to be asked), a Markdown table;
+    the boxes measured while each question is open, nothing scrolled by the test."""
+    for label, width, height in (("wide", 1280, 900), ("narrow", 420, 800)):
+        out = report[label] = {}
+        sid = f"layout-{label}"
+        report["stage"] = f"{label}: open {sid}"
+        resize(driver, width, height)
+        driver.get("about:blank")  # a new page load: a change of the hash alone is not one
+        driver.get(url + "#" + sid)
+        until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#stream-state").text == "live")
+        send(driver, "[layout] plan the release notes, then write them")
+
+        report["stage"] = f"{label}: the plan review is asked"
+        until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.approval.review[data-call-id="r1"] button.decide'))
+        until(driver, lambda d: "Write the notes" in d.find_element(By.CSS_SELECTOR, "#plan-panel").get_attribute("textContent"))
+        time.sleep(0.4)  # the page settles (the log scrolls to the question)
+        out["review_open"] = driver.execute_script(LAYOUT_PROBE, "r1")
+        driver.save_screenshot(os.path.join(shots, f"layout-{label}-review.png"))
+
+        report["stage"] = f"{label}: feedback and Approve"
+        review_card = card(driver, "r1")
+        review_card.find_element(By.CSS_SELECTOR, "textarea.feedback").send_keys("Looks right, ship it.")
+        review_card.find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
+        until(driver, lambda d: "answered" in card(d, "r1").get_attribute("class"))
+
+        report["stage"] = f"{label}: two calls of one reply, the second waits its turn"
+        until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.approval[data-call-id="w1"] button.decide'))
+        until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.call[data-call-id="w2"]'))
+        asked = out["review_open"]["plan_text"]
+        until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#plan-panel").get_attribute("textContent") != asked)
+        time.sleep(0.4)
+        out["w1_status"] = status_of(driver, "w1")
+        out["w2_status"] = status_of(driver, "w2")
+        out["first_open"] = driver.execute_script(LAYOUT_PROBE, "w1")
+        review_card = card(driver, "r1")
+        out["review_textareas"] = len(review_card.find_elements(By.CSS_SELECTOR, "textarea"))
+        out["review_answer"] = review_card.find_element(By.CSS_SELECTOR, ".answer").text
+        out["review_card"] = review_card.text
+        driver.save_screenshot(os.path.join(shots, f"layout-{label}-queued.png"))
+
+        report["stage"] = f"{label}: approve the first; the second is asked"
+        card(driver, "w1").find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
+        until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.approval[data-call-id="w2"] button.decide:enabled'))
+        time.sleep(0.3)
+        out["w2_status_asked"] = status_of(driver, "w2")
+        out["second_open"] = driver.execute_script(LAYOUT_PROBE, "w2")
+        card(driver, "w2").find_element(By.CSS_SELECTOR, 'button[data-decision="approve"]').click()
+
+        report["stage"] = f"{label}: the table at the end"
+        until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".turn-end"))
+        out["statuses_after"] = [status_of(driver, "w1"), status_of(driver, "w2")]
+        out["table"] = driver.execute_script(TABLE_PROBE)
+        out["end"] = driver.execute_script(LAYOUT_PROBE, None)
+        driver.save_screenshot(os.path.join(shots, f"layout-{label}-end.png"))
     report["stage"] = "done"
 
 
@@ -451,6 +578,8 @@ def main():
             approval(driver, url, shots, report)
         elif mode == "review":
             review(driver, url, shots, report)
+        elif mode == "layout":
+            layout(driver, url, shots, report)
         elif mode == "attention":
             attention(driver, url, shots, report)
         elif mode == "token":
