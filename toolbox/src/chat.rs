@@ -2,9 +2,11 @@
 //! their short results, sub-agents and notices go to stderr; approval requests are asked on
 //! the terminal (or answered by `--approve`).
 
-use std::io::Write;
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
@@ -17,11 +19,16 @@ use toolbox::runtime::{
 
 use toolbox::{ApprovalDecision, ExecutorConfig, ToolExecutor};
 
+use crate::markdown::Markdown;
 use crate::terminal::{self, Asked};
 use crate::{usage, Approve, UsageError};
 
 /// How many characters of arguments and results a line shows.
 const SHOWN: usize = 200;
+
+/// The longest a call that may be asked about waits for its approval question before its `→`
+/// line is shown with its arguments (the question's preview says better what it will do).
+const HOLD_CALL_LINE: Duration = Duration::from_secs(2);
 
 /// What the command line asked for.
 pub(crate) struct ChatOptions {
@@ -78,6 +85,18 @@ pub(crate) fn new_session_id(
     )))
 }
 
+/// Whether a log event is printed by `toolbox chat` at the default log level (no `RUST_LOG`
+/// or `TOOLBOX_LOG`): not the warnings that chat says in its own words from the turn's
+/// events, which are a failed model request's retries (the request's end is one sentence,
+/// see [`readable_error`]) and a repaired conversation (an `error` event `warning: …`).
+pub(crate) fn logged(event: &tracing::Metadata<'_>) -> bool {
+    !(*event.level() == tracing::Level::WARN
+        && matches!(
+            event.module_path(),
+            Some("toolbox_runtime::llm::retry" | "toolbox_runtime::turn")
+        ))
+}
+
 /// The model client `[llm]` and `TOOLBOX_LLM_*` describe, or why there is none.
 pub(crate) fn llm_client(config: &ExecutorConfig) -> Result<Arc<dyn llm::LlmClient>, String> {
     // Secrets were taken out of the environment at start-up; they are read from there.
@@ -122,7 +141,7 @@ pub(crate) async fn chat(
             runtime.cancel(&session);
         }
     });
-    let mut view = View::default();
+    let mut view = View::new(runtime.executor().clone());
     let mut last_seq = 0;
     let mut finished = None;
     let mut batch: Vec<Arc<SessionEvent>> = std::mem::take(&mut events.missed);
@@ -143,7 +162,20 @@ pub(crate) async fn chat(
         if finished.is_some() {
             break;
         }
-        batch = match events.live.recv().await {
+        let next = if view.holds_call_lines() {
+            match tokio::time::timeout(HOLD_CALL_LINE, events.live.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    // No question came for them: show them with their arguments.
+                    view.show_call_lines(None);
+                    batch = Vec::new();
+                    continue;
+                }
+            }
+        } else {
+            events.live.recv().await
+        };
+        batch = match next {
             Ok(event) => vec![event],
             // Fell behind (a flood of output, or a long question): catch up from the kept
             // history.
@@ -200,6 +232,10 @@ async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
         Asked::Review(decision, feedback) => {
             runtime.respond_as_person(&session, &call, decision, feedback, "terminal");
         }
+        // Not a rejection: the review ends unanswered, as one nobody could be asked.
+        Asked::Declined(reason) => {
+            runtime.executor().deny_approval(&session, &call, reason);
+        }
         Asked::NoTerminal(reason) => {
             eprintln!("toolbox: {reason}");
             runtime.executor().deny_approval(&session, &call, reason);
@@ -216,42 +252,174 @@ enum Shown {
     Ask(ApprovalRequest),
 }
 
-/// Renders events; remembers whether the text on stdout needs a final newline.
-#[derive(Default)]
+/// Renders events. Remembers whether the text on stdout needs a final newline, the calls whose
+/// `→` line waits for their approval question, and the plan's checklist until it is shown.
 struct View {
+    /// Says which calls may be asked about.
+    executor: ToolExecutor,
+    /// The model's text as it goes to stdout.
+    text: TextOut,
     text_open: bool,
+    /// Calls started and not shown yet, in the model's order: one that may be asked about
+    /// (see [`HOLD_CALL_LINE`]) and the ones after it.
+    held_calls: Vec<HeldCall>,
+    /// The plan's newest checklist, not shown yet.
+    plan: Option<String>,
+    /// The goal and steps of the plan last shown or about to be (printed, or in a review
+    /// question): a change of review state alone is said by the review's own lines.
+    plan_shown: Option<Value>,
+    /// The last checklist each call that changed the plan emitted: its result line leaves
+    /// that out.
+    plan_calls: HashMap<String, String>,
+}
+
+/// How the model's text reaches stdout.
+enum TextOut {
+    /// As it is (made safe): stdout is no terminal, a program or a file reads it.
+    Verbatim,
+    /// Rendered Markdown, styled unless `NO_COLOR` is set.
+    Rendered(Markdown),
+}
+
+/// A call's `→` line, waiting for its approval question.
+struct HeldCall {
+    id: String,
+    name: String,
+    arguments: Value,
+    depth: u32,
 }
 
 impl View {
+    fn new(executor: ToolExecutor) -> Self {
+        let text = if std::io::stdout().is_terminal() {
+            TextOut::Rendered(Markdown::new(std::env::var_os("NO_COLOR").is_none()))
+        } else {
+            TextOut::Verbatim
+        };
+        View {
+            executor,
+            text,
+            text_open: false,
+            held_calls: Vec::new(),
+            plan: None,
+            plan_shown: None,
+            plan_calls: HashMap::new(),
+        }
+    }
+
+    /// Whether some call's `→` line is waiting.
+    fn holds_call_lines(&self) -> bool {
+        !self.held_calls.is_empty()
+    }
+
+    /// Whether a call of `tool` may wait for an approval question (its risk asks first in
+    /// this process's permissions).
+    fn may_ask(&self, tool: &str) -> bool {
+        self.executor.registry().get(tool).is_some_and(|t| {
+            self.executor.permissions().decide(t.info.risk) == toolbox::executor::Decision::Ask
+        })
+    }
+
+    /// Prints the waiting `→` lines: the one of the call `asked` about (its approval
+    /// request's preview) with what the call will do, the others with their arguments.
+    fn show_call_lines(&mut self, asked: Option<(&str, &toolbox::core::Preview)>) {
+        for call in std::mem::take(&mut self.held_calls) {
+            let what = match asked {
+                Some((id, preview)) if id == call.id => format!(": {}", preview.summary),
+                _ => {
+                    let args = readable_arguments(&call.arguments);
+                    if args.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {args}")
+                    }
+                }
+            };
+            eprintln!(
+                "{}",
+                shorten(&format!("{}→ {}{what}", pad(call.depth), call.name))
+            );
+        }
+    }
+
+    /// Prints the plan's checklist if it changed since it was last shown.
+    fn show_plan(&mut self) {
+        if let Some(checklist) = self.plan.take() {
+            self.end_text();
+            eprintln!("{}", safe(&checklist));
+        }
+    }
+
     /// Shows one event, and says what it asks of the loop.
     fn show(&mut self, event: &SessionEvent) -> Shown {
-        match &event.event {
+        let event = &event.event;
+        // The plan waits for something else to be shown, so a review question that shows the
+        // plan anyway comes without it printed right before.
+        let shows_plan = !matches!(
+            event,
+            RuntimeEvent::ToolCallStarted { .. }
+                | RuntimeEvent::ToolCallFinished { .. }
+                | RuntimeEvent::PlanUpdated { .. }
+                | RuntimeEvent::ReviewRequest { .. }
+                | RuntimeEvent::ReviewAnswered { .. }
+                | RuntimeEvent::TurnStarted { .. }
+                | RuntimeEvent::SessionResumed { .. }
+        );
+        if shows_plan {
+            self.show_plan();
+        }
+        match event {
+            RuntimeEvent::ToolCallStarted { .. } => {}
+            RuntimeEvent::ToolApprovalRequest {
+                call_id, preview, ..
+            } => self.show_call_lines(Some((call_id, preview))),
+            _ => self.show_call_lines(None),
+        }
+        match event {
             RuntimeEvent::TextDelta {
                 text, depth, agent, ..
             } => {
                 // Model text can carry escape sequences: shown, never obeyed.
                 let text = safe(text);
                 if *depth == 0 {
+                    let shown = match &mut self.text {
+                        TextOut::Verbatim => {
+                            self.text_open = !text.ends_with('\n');
+                            text
+                        }
+                        TextOut::Rendered(markdown) => {
+                            // The renderer may hold the end of it: finished by end_text.
+                            self.text_open = true;
+                            markdown.push(&text)
+                        }
+                    };
                     let mut out = std::io::stdout().lock();
-                    let _ = out.write_all(text.as_bytes());
+                    let _ = out.write_all(shown.as_bytes());
                     let _ = out.flush();
-                    self.text_open = !text.ends_with('\n');
                 } else {
                     eprint!("{}", indent_text(agent, *depth, &text));
                 }
             }
             RuntimeEvent::ToolCallStarted {
+                id,
                 name,
                 arguments,
                 depth,
                 ..
             } => {
                 self.end_text();
-                let args = match arguments {
-                    Value::String(raw) => raw.clone(),
-                    other => other.to_string(),
-                };
-                eprintln!("{}→ {} {}", pad(*depth), safe(name), shorten(&args));
+                // Held until its question (or anything else) comes, so that the line says
+                // what the question's preview says; the calls after it keep their order.
+                let hold = self.holds_call_lines() || self.may_ask(name);
+                self.held_calls.push(HeldCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    depth: *depth,
+                });
+                if !hold {
+                    self.show_call_lines(None);
+                }
             }
             RuntimeEvent::ToolCallOutput { text, .. } => {
                 let _ = std::io::stderr().lock().write_all(safe(text).as_bytes());
@@ -287,6 +455,14 @@ impl View {
                 ..
             } => {
                 self.end_text();
+                if let Some(checklist) = &self.plan {
+                    // The question shows the plan: it is not printed right before it too.
+                    if shows_checklist(preview, checklist) {
+                        self.plan = None;
+                    } else {
+                        self.show_plan();
+                    }
+                }
                 let Ok(session) = SessionId::parse(session_id) else {
                     return Shown::Nothing;
                 };
@@ -300,11 +476,24 @@ impl View {
                     kind: toolbox::host::QuestionKind::Review,
                 });
             }
-            RuntimeEvent::PlanUpdated { checklist, .. } => {
-                self.end_text();
-                eprintln!("{}", safe(checklist));
+            RuntimeEvent::PlanUpdated {
+                call_id,
+                plan,
+                checklist,
+            } => {
+                self.plan_calls.insert(call_id.clone(), checklist.clone());
+                let content = plan_content(plan);
+                if self.plan_shown.as_ref() != Some(&content) {
+                    self.plan_shown = Some(content);
+                    self.plan = Some(checklist.clone());
+                } else if self.plan.is_some() {
+                    // Not shown yet: the newest is.
+                    self.plan = Some(checklist.clone());
+                }
+                // Otherwise only a review state changed: the review's own lines say so.
             }
             RuntimeEvent::ToolCallFinished {
+                id,
                 tool,
                 status,
                 result_preview,
@@ -314,20 +503,29 @@ impl View {
                 spool_path,
                 ..
             } => {
+                self.end_text();
                 let spooled = spool_path
                     .as_deref()
                     .map(|p| format!(" [full result: {}]", safe(p)))
                     .unwrap_or_default();
                 let waited = match waited_ms {
                     0 => String::new(),
-                    ms => format!(", after {} waiting for approval", seconds(*ms)),
+                    ms => format!(", after {} waiting for an answer", seconds(*ms)),
+                };
+                // A call that changed the plan returns the checklist, shown on its own.
+                let result = match self.plan_calls.get(id) {
+                    Some(checklist) => without_checklist(result_preview, checklist),
+                    None => result_preview.as_str(),
+                };
+                let result = match shorten(result) {
+                    shown if shown.trim().is_empty() => String::new(),
+                    shown => format!(": {shown}"),
                 };
                 eprintln!(
-                    "{}← {} {} ({elapsed_ms} ms{waited}): {}{spooled}",
+                    "{}← {} {} ({elapsed_ms} ms{waited}){result}{spooled}",
                     pad(*depth),
                     safe(tool),
                     status.as_str(),
-                    shorten(result_preview)
                 );
             }
             RuntimeEvent::AgentStarted {
@@ -356,7 +554,7 @@ impl View {
             }
             RuntimeEvent::Error { message, .. } => {
                 self.end_text();
-                eprintln!("toolbox: {}", safe(message));
+                eprintln!("toolbox: {}", safe(&readable_error(message)));
             }
             RuntimeEvent::TurnFinished {
                 stop_reason,
@@ -377,12 +575,129 @@ impl View {
         Shown::Nothing
     }
 
+    /// The model's text is over for now: shows what the renderer still holds (the end of a
+    /// line, a table) and ends the line.
     fn end_text(&mut self) {
-        if self.text_open {
-            crate::out("\n");
-            self.text_open = false;
+        if !self.text_open {
+            return;
         }
+        self.text_open = false;
+        let rest = match &mut self.text {
+            TextOut::Verbatim => {
+                crate::out("\n");
+                return;
+            }
+            TextOut::Rendered(markdown) => markdown.finish(),
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(rest.as_bytes());
+        let _ = out.flush();
     }
+}
+
+/// The part of a plan a person reads in its checklist: its goal and steps.
+fn plan_content(plan: &Value) -> Value {
+    serde_json::json!({"goal": plan.get("goal"), "steps": plan.get("steps")})
+}
+
+/// Whether a review question's preview shows `checklist`: every line of it but the first
+/// (the goal, which the question words differently).
+fn shows_checklist(preview: &toolbox::core::Preview, checklist: &str) -> bool {
+    let shown = preview.to_text(false);
+    checklist
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .all(|line| shown.contains(&safe(line)))
+}
+
+/// A plan tool's result without the checklist it ends with (shown on its own).
+fn without_checklist<'a>(result: &'a str, checklist: &str) -> &'a str {
+    match checklist
+        .lines()
+        .next()
+        .and_then(|first| result.find(first))
+    {
+        Some(at) => result[..at].trim_end(),
+        None => result,
+    }
+}
+
+/// A call's arguments as people read them: `key: value` pairs on one line, strings as they
+/// are (a multi-line one by its first line and how many lines it has), never escaped JSON.
+fn readable_arguments(arguments: &Value) -> String {
+    match arguments {
+        // Not JSON: the text the model sent.
+        Value::String(raw) => raw.clone(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, value)| format!("{key}: {}", readable_value(value)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => readable_value(other),
+    }
+}
+
+fn readable_value(value: &Value) -> String {
+    match value {
+        Value::String(text) => {
+            let first: String = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(SHOWN)
+                .collect();
+            match text.lines().count() {
+                0 | 1 => first,
+                lines => format!("{first} … ({lines} lines)"),
+            }
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().take(20).map(readable_value).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(map) => {
+            let fields: Vec<String> = map
+                .iter()
+                .take(20)
+                .map(|(key, value)| format!("{key}: {}", readable_value(value)))
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A failed model request in one sentence a person can act on. A connection that could not
+/// be made (the runtime's `could not connect to URL: …; gave up after N attempts`) says which
+/// address, what failed and what to check; any other message is already such a sentence.
+fn readable_error(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("the model request failed: could not connect to ") else {
+        return message.to_string();
+    };
+    let (url, rest) = rest.split_once(": ").unwrap_or((rest, ""));
+    let (cause, attempts) = match rest.rsplit_once("; gave up after ") {
+        Some((cause, tail)) => (cause, tail.split(" (").next().unwrap_or(tail)),
+        None => (rest, ""),
+    };
+    // The innermost cause, without the OS's error number: "connection refused".
+    let cause = cause.rsplit(": ").next().unwrap_or(cause);
+    let cause = match cause.find(" (os error") {
+        Some(at) => &cause[..at],
+        None => cause,
+    };
+    let cause = cause.trim().to_lowercase();
+    let tried = if attempts.is_empty() {
+        String::new()
+    } else {
+        format!(", after {attempts}")
+    };
+    format!(
+        "cannot reach the model at {url} ({cause}{tried}); check that the model server is \
+         running there, and that [llm] base_url or TOOLBOX_LLM_BASE_URL names it"
+    )
 }
 
 fn pad(depth: u32) -> String {

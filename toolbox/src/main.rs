@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use toolbox::core::{SessionId, Vocabulary};
 use toolbox::host::{EventSink, ToolEvent};
 mod chat;
+mod markdown;
 
 use toolbox::{
     ApprovalDecision, ExecutorConfig, LoadOptions, PermissionMode, SchemaFormat, ToolExecutor,
@@ -347,7 +348,7 @@ fn main() -> ExitCode {
             None
         }
     };
-    init_tracing(stderr_is_terminal);
+    init_tracing(stderr_is_terminal, matches!(cli.command, Command::Chat(_)));
     let code = run_to_exit(cli);
     if let Some(pump) = pump {
         // Bounded: a reader that went away must not keep toolbox alive.
@@ -400,17 +401,28 @@ fn run_to_exit(cli: Cli) -> ExitCode {
     }
 }
 
-/// Logs go to stderr, coloured only on a terminal.
-fn init_tracing(ansi: bool) {
+/// Logs go to stderr, coloured only on a terminal. At the default level, `toolbox chat`
+/// leaves out the warnings it says in its own words (see [`chat::logged`]).
+fn init_tracing(ansi: bool, chat: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
-    let filter = std::env::var("RUST_LOG")
+    let asked = std::env::var("RUST_LOG")
         .or_else(|_| std::env::var("TOOLBOX_LOG"))
-        .unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(filter))
+        .ok();
+    let quiet_chat = chat && asked.is_none();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(asked.unwrap_or_else(|| "warn".into())))
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
-        .try_init();
+        .finish();
+    let _ = if quiet_chat {
+        subscriber
+            .with(tracing_subscriber::filter::filter_fn(chat::logged))
+            .try_init()
+    } else {
+        subscriber.try_init()
+    };
 }
 
 /// A tool error is an ordinary result here, not a bug: with `RUST_BACKTRACE=1` in the

@@ -22,6 +22,10 @@ pub(crate) enum Asked {
     Automatic(ApprovalDecision),
     /// The person answered a review: approve or deny (reject), with an optional comment.
     Review(ApprovalDecision, Option<String>),
+    /// The person declined to review (Enter, `d`, or Ctrl-D at the question): neither
+    /// approved nor rejected, so the review ends unanswered (not reviewed), and what it asked
+    /// about stays pending. Carries why, for the model.
+    Declined(String),
     /// Nobody can be asked: there is no terminal. Carries the refusal the call gets.
     NoTerminal(String),
     /// The call stopped waiting before an answer came (it timed out or was cancelled).
@@ -64,6 +68,10 @@ pub(crate) fn deliver(executor: &toolbox::ToolExecutor, session: &str, call: &st
         Asked::Review(decision, feedback) => {
             executor.respond_as_person(session, call, decision, feedback, "terminal");
         }
+        // Not a rejection: the review ends the way one nobody answered does.
+        Asked::Declined(reason) => {
+            executor.deny_approval(session, call, reason);
+        }
         Asked::NoTerminal(reason) => {
             eprintln!("toolbox: {reason}");
             executor.deny_approval(session, call, reason);
@@ -71,6 +79,10 @@ pub(crate) fn deliver(executor: &toolbox::ToolExecutor, session: &str, call: &st
         Asked::Gone => {}
     }
 }
+
+/// Why a review the person declined has no answer, for the model.
+const DECLINED: &str =
+    "the person at the terminal declined to review it (neither approved nor rejected)";
 
 /// What a question gets when there is no terminal: a call's refusal, or for a review, why no
 /// one answered.
@@ -113,6 +125,7 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
     let question = question_text(request, colour);
     let _ = tty.write_all(question.as_bytes());
     let _ = tty.flush();
+    let review = request.kind == QuestionKind::Review;
     loop {
         let answer = match read_line(&mut tty, &still_waiting) {
             Line::Read(line) => line.trim().to_ascii_lowercase(),
@@ -120,20 +133,31 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
                 let _ = tty.write_all(b"\n(no answer needed any more: the call stopped waiting)\n");
                 return Asked::Gone;
             }
+            // Ctrl-D at a review: no answer given (and the cursor is still on the prompt).
+            Line::EndOfInput if review => {
+                let _ = tty.write_all(b"\n");
+                "d".into()
+            }
             // The terminal went away (hang-up): nobody can answer.
-            Line::HungUp => return Asked::NoTerminal(no_one_to_ask(request)),
+            Line::HungUp | Line::EndOfInput => return Asked::NoTerminal(no_one_to_ask(request)),
         };
         if !still_waiting() {
             let _ = tty.write_all(b"(too late: the call stopped waiting)\n");
             return Asked::Gone;
         }
-        let review = request.kind == QuestionKind::Review;
         let decision = match answer.as_str() {
             "y" | "yes" => ApprovalDecision::Approve,
             "s" | "session" if !review => ApprovalDecision::ApproveForSession,
+            "n" | "no" | "r" | "reject" if review => ApprovalDecision::Deny,
+            "" | "d" | "decline" | "skip" if review => {
+                let _ = writeln!(tty, "→ declined: not reviewed, it stays pending");
+                return Asked::Declined(DECLINED.into());
+            }
             "n" | "no" | "" => ApprovalDecision::Deny,
             _ if review => {
-                let _ = tty.write_all(b"Please answer y (approve) or n (reject): ");
+                let _ = tty.write_all(
+                    b"Please answer y (approve), n (reject) or d / Enter (decline, not reviewed): ",
+                );
                 continue;
             }
             _ => {
@@ -147,6 +171,8 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
             let _ = tty.flush();
             let comment = match read_line(&mut tty, &still_waiting) {
                 Line::Read(line) => line,
+                // Ctrl-D: no comment.
+                Line::EndOfInput => String::new(),
                 Line::StoppedWaiting | Line::HungUp => return Asked::Gone,
             };
             let said = if decision == ApprovalDecision::Approve {
@@ -174,6 +200,8 @@ enum Line {
     Read(String),
     /// The call stopped waiting first.
     StoppedWaiting,
+    /// The person ended the input (Ctrl-D on an empty line); the terminal is still there.
+    EndOfInput,
     /// The terminal went away.
     HungUp,
 }
@@ -210,6 +238,13 @@ fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Line
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
+            // Nothing to read, yet no hang-up: Ctrl-D was typed.
+            if n == 0 && poll.revents & libc::POLLHUP == 0 {
+                if line.is_empty() {
+                    return Line::EndOfInput;
+                }
+                return Line::Read(String::from_utf8_lossy(&line).into_owned());
+            }
             return Line::HungUp;
         }
         line.extend_from_slice(&buf[..n as usize]);
@@ -232,7 +267,7 @@ fn question_text(request: &ApprovalRequest, colour: bool) -> String {
     if request.kind == QuestionKind::Review {
         return format!(
             "\x1b[0m\x1b[?25h\n{bold}toolbox asks you to review:{reset}\n{}\n\
-             [y]es, approve / [N]o, reject: ",
+             [y]es, approve / [n]o, reject / [D]ecline, not reviewed now: ",
             request.preview.to_text(colour),
         );
     }

@@ -1,6 +1,8 @@
 //! `toolbox chat` through the real binary against the scripted LLM server (both wire
 //! formats, real streaming): tools, parallel calls, bad arguments, the gate in every mode,
-//! call_agent, max_steps, retries, a refused key, and a session resumed by a new process.
+//! call_agent, max_steps, retries, a refused key, a model that cannot be reached, a session
+//! resumed by a new process, and what a person sees on a real terminal (tmux or script):
+//! calls in readable form, the model's Markdown rendered.
 
 mod common;
 
@@ -305,7 +307,7 @@ fn auto_mode_asks_on_the_terminal_and_a_yes_runs_the_call() {
     );
     // The call's own line (stderr) is on the screen before the question (/dev/tty).
     let call_line = screen
-        .find("→ file_manager__write {")
+        .find("→ file_manager__write: Write 1 byte to yes.txt")
         .expect("the call's line");
     let prompt = screen.find(PROMPT).expect("the prompt");
     assert!(call_line < prompt, "{screen}");
@@ -569,6 +571,8 @@ fn a_429_is_retried_after_retry_after_and_then_succeeds() {
     let out = chat(ws.path(), &llm, Wire::OpenAi, &["hello"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    // The retry is no log line at the default level.
+    assert!(!text(&out.stderr).contains("WARN"), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("after the wait"));
     assert_eq!(llm.requests().len(), 2);
 }
@@ -849,4 +853,330 @@ fn twenty_parallel_chats_get_twenty_sessions() {
             .count();
         assert_eq!(users, 1, "{}", request.body);
     }
+}
+
+/// A real terminal run by tmux: what a person sees is what `capture-pane` shows, escape
+/// sequences interpreted (or kept, with `-e`). Each has a server of its own (`-L`), killed
+/// when it is dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// `toolbox ARGS` in `ws` on a 100×60 tmux window, with `env` and a clean environment
+    /// (as `common::toolbox`); when it exits, `__EXIT=<code>` is shown.
+    fn start(ws: &Path, args: &str, env: &[(&str, &str)]) -> Tmux {
+        assert!(
+            Path::new("/usr/bin/tmux").exists(),
+            "this test needs tmux (apt-get install tmux); run scripts/test.sh"
+        );
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let socket = format!(
+            "toolbox-chat-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let command = format!(
+            "{} {args}; echo __EXIT=$?; sleep 60",
+            env!("CARGO_BIN_EXE_toolbox")
+        );
+        let mut tmux = Command::new("/usr/bin/tmux");
+        for (key, _) in std::env::vars() {
+            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" || key == "NO_COLOR" {
+                tmux.env_remove(key);
+            }
+        }
+        tmux.args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-x", "100", "-y", "60", "-c"])
+            .arg(ws)
+            .env("XDG_CONFIG_HOME", ws.join(".no-user-config"))
+            .env("TERM", "xterm-256color")
+            .envs(env.iter().copied());
+        let out = tmux.arg(command).output().expect("start tmux");
+        assert!(out.status.success(), "tmux: {}", text(&out.stderr));
+        Tmux { socket }
+    }
+
+    /// The screen as a person sees it (`escapes`: with its styles as escape sequences).
+    fn screen(&self, escapes: bool) -> String {
+        let mut args = vec!["-L", &self.socket, "capture-pane", "-p", "-J"];
+        if escapes {
+            args.push("-e");
+        }
+        let out = Command::new("/usr/bin/tmux").args(&args).output().unwrap();
+        text(&out.stdout)
+    }
+
+    /// Waits (at most `limit`) for toolbox to exit; its exit code and the screen.
+    fn finish(&self, limit: Duration) -> (i32, String) {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let screen = self.screen(false);
+            if let Some(code) = screen.split("__EXIT=").nth(1) {
+                let code = code
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .parse()
+                    .unwrap();
+                return (code, screen);
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("toolbox did not exit within {limit:?}; the screen:\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("/usr/bin/tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// The scripted model's environment for a terminal.
+fn model_env(llm: &ScriptedLlm) -> Vec<(&'static str, String)> {
+    vec![
+        ("TOOLBOX_LLM_BASE_URL", llm.openai_base_url()),
+        ("TOOLBOX_LLM_MODEL", "scripted-model".into()),
+        ("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_KEY".into()),
+        ("SCRIPTED_KEY", KEY.into()),
+    ]
+}
+
+const MARKDOWN: &str = "# Report\n\nI wrote **notes.md** with `two` lines and *some* care:\n\n\
+- first item\n- second item\n\n\
+| name | size |\n|---|---:|\n| notes.md | 19 |\n| a-much-longer-name.txt | 3 |\n\n\
+```rust\nfn main() {}\n```\nThat is all.\n";
+
+/// Issue 38, point 7: the model's Markdown was printed raw. On a terminal it is rendered:
+/// the heading and emphasis without their marks (styled), lists with bullets, code without
+/// fences, and a pipe table as aligned columns; as tmux shows it to a person.
+#[test]
+fn the_model_s_markdown_is_rendered_on_a_terminal() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![Scripted::text(MARKDOWN)]);
+    let env = model_env(&llm);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let tmux = Tmux::start(ws.path(), "chat report", &env);
+    let (code, screen) = tmux.finish(LIMIT);
+    assert_eq!(code, 0, "{screen}");
+    let lines: Vec<&str> = screen.lines().collect();
+    for raw in [
+        "**", "# Report", "```", "| name", "|---", "`two`", "*some*", "- first",
+    ] {
+        assert!(!screen.contains(raw), "{raw:?} shown raw:\n{screen}");
+    }
+    for shown in [
+        "Report",
+        "I wrote notes.md with two lines and some care:",
+        "• first item",
+        "• second item",
+        "fn main() {}",
+        "That is all.",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains(shown)),
+            "{shown:?}:\n{screen}"
+        );
+    }
+    // The table's columns line up: every row has its bar at the same column, and the sizes
+    // are right-aligned.
+    let rows: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains('│') || l.contains('┼'))
+        .filter(|l| !l.contains("fn main"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{screen}");
+    let bar = |l: &str| l.chars().position(|c| c == '│' || c == '┼');
+    assert!(rows.iter().all(|r| bar(r) == bar(rows[0])), "{screen}");
+    assert_eq!(
+        rows[0].trim_end(),
+        "name                   │ size",
+        "{screen}"
+    );
+    assert_eq!(
+        rows[2].trim_end(),
+        "notes.md               │   19",
+        "{screen}"
+    );
+    assert_eq!(
+        rows[3].trim_end(),
+        "a-much-longer-name.txt │    3",
+        "{screen}"
+    );
+    // Styled: bold for **notes.md**, the heading bold too.
+    let styled = tmux.screen(true);
+    assert!(styled.contains("\x1b[1mnotes.md"), "{styled:?}");
+}
+
+/// With NO_COLOR the same layout comes without a single escape sequence; with stdout not a
+/// terminal (a pipe, a file) the model's text is passed on as it is, Markdown and all.
+#[test]
+fn markdown_is_plain_with_no_color_and_verbatim_when_piped() {
+    let ws = tempfile::tempdir().unwrap();
+    let llm = ScriptedLlm::start(vec![Scripted::text(MARKDOWN), Scripted::text(MARKDOWN)]);
+    let term = chat_on_terminal(ws.path(), &llm, "report", &[("NO_COLOR", "1")]);
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(!screen.contains('\x1b'), "{screen:?}");
+    assert!(screen.contains("notes.md               │   19"), "{screen}");
+    assert!(screen.contains("• first item"), "{screen}");
+    assert!(!screen.contains("**"), "{screen}");
+
+    let out = chat(ws.path(), &llm, Wire::OpenAi, &["report"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), MARKDOWN);
+}
+
+/// Markdown does not open a way around the escaping: escape sequences in a heading, in bold,
+/// in a code block and in a table cell are shown escaped, and the only escape sequences on
+/// the terminal are styles (SGR).
+#[test]
+fn markdown_from_a_hostile_model_cannot_drive_the_terminal() {
+    let ws = tempfile::tempdir().unwrap();
+    let hostile =
+        "# T\x1b[2J\n**b\x1b]0;owned\x07**\n```\nx\x1b[8m\n```\n|a|b|\n|-|-|\n|\x1b[H|\u{202e}|\n";
+    let llm = ScriptedLlm::start(vec![Scripted::text(hostile)]);
+    let term = chat_on_terminal(ws.path(), &llm, "hi", &[]);
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    for raw in [
+        "\x1b[2J", "\x1b]0;", "\x07", "\x1b[8m", "\x1b[H", "\u{202e}",
+    ] {
+        assert!(
+            !screen.contains(raw),
+            "{raw:?} reached the terminal: {screen:?}"
+        );
+    }
+    assert!(screen.contains("\\x1b[2J"), "shown escaped: {screen:?}");
+    assert!(screen.contains("\\x1b[H"), "shown escaped: {screen:?}");
+    for (at, _) in screen.match_indices('\x1b') {
+        let sequence: String = screen[at + 1..].chars().take_while(|c| *c != 'm').collect();
+        assert!(
+            sequence.starts_with('[')
+                && sequence.len() < 12
+                && sequence[1..]
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c == ';'),
+            "not a style: {:?} in {screen:?}",
+            &screen[at..]
+        );
+    }
+}
+
+/// Issue 38, point 7: the line above an approval question was the call's arguments as escaped
+/// JSON (`{"content":"line1\nline2\n\"quoted\""}`). It now says what the call will do (the
+/// approval's preview), and a call that asks nothing shows its arguments as `key: value`,
+/// on one line of bounded length.
+#[test]
+fn a_call_is_shown_as_what_it_does_not_as_json() {
+    let ws = tempfile::tempdir().unwrap();
+    let long = "x".repeat(3000);
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call(
+            "g1",
+            "file_manager__grep",
+            json!({"path": ".", "pattern": format!("first {long}\nsecond")}),
+        ),
+        Scripted::call(
+            "w1",
+            "file_manager__write",
+            json!({"path": "notes.md", "content": "line1\nline2\n\"quoted\"\n"}),
+        ),
+        Scripted::text("written"),
+    ]);
+    let mut term = chat_on_terminal(ws.path(), &llm, "--mode auto write", &[]);
+    let screen = term.wait_for(PROMPT, 1, LIMIT);
+    let before = &screen[..screen.find(PROMPT).unwrap()];
+    for json in ["\\n", "\\\"", "{\"", "\":"] {
+        assert!(!before.contains(json), "{json:?} (JSON) shown:\n{screen}");
+    }
+    assert!(
+        before.contains("→ file_manager__write: Write 21 bytes to notes.md, a new file"),
+        "{screen}"
+    );
+    let grep = before
+        .lines()
+        .find(|l| l.contains("→ file_manager__grep"))
+        .expect("grep's line");
+    assert!(
+        grep.starts_with("→ file_manager__grep path: ., pattern: first xxx"),
+        "{grep}"
+    );
+    assert!(grep.ends_with('…') && grep.chars().count() <= 210, "{grep}");
+    term.type_keys("y\n");
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(ws.path().join("notes.md").exists(), "{screen}");
+}
+
+/// Issue 38, point 7: a model that could not be reached printed a raw tracing `WARN` line
+/// for every retry and then the error's whole chain. Now it is one sentence: which address,
+/// what failed, what to check; the retries are logged only when asked for (RUST_LOG /
+/// TOOLBOX_LOG).
+#[test]
+fn a_model_that_cannot_be_reached_is_one_clear_sentence() {
+    let ws = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let env = [
+        ("TOOLBOX_LLM_BASE_URL", base.as_str()),
+        ("TOOLBOX_LLM_MODEL", "scripted-model"),
+        ("TOOLBOX_LLM_API_KEY_ENV", "SCRIPTED_KEY"),
+        ("SCRIPTED_KEY", KEY),
+        ("TOOLBOX_LLM_MAX_RETRIES", "2"),
+    ];
+    let term = Terminal::start(ws.path(), "chat hello", &env);
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(1), "{screen}");
+    for noise in [
+        "WARN",
+        "retrying",
+        "os error",
+        "tcp connect error",
+        "client error",
+    ] {
+        assert!(!screen.contains(noise), "{noise:?}:\n{screen}");
+    }
+    let said: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains(&format!("127.0.0.1:{port}")))
+        .collect();
+    assert_eq!(said.len(), 1, "{screen}");
+    let said = said[0];
+    assert!(
+        said.contains(&format!(
+            "cannot reach the model at {base}/chat/completions"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("connection refused, after 3 attempts"),
+        "{said}"
+    );
+    assert!(said.contains("TOOLBOX_LLM_BASE_URL"), "{said}");
+
+    // Asked for, the retries are logged.
+    let mut cmd = common::toolbox(ws.path());
+    let out = cmd
+        .envs(env)
+        .env("TOOLBOX_LOG", "warn")
+        .args(["chat", "hello"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("retrying"),
+        "{}",
+        text(&out.stderr)
+    );
 }
