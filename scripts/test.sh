@@ -40,6 +40,16 @@ if ! command -v clangd >/dev/null; then
   fi
 fi
 clangd --version | sed -n 1p
+# tmux: toolbox/tests/chat_cli.rs reads what `toolbox chat` draws on a real terminal
+# (capture-pane), Markdown tables' columns included.
+if ! command -v tmux >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q tmux >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q tmux >/dev/null
+  fi
+fi
+tmux -V
 
 step "python test environment (target/test-venv)"
 PY=${PYTHON:-python3}
