@@ -189,7 +189,7 @@ fn a_declined_review_is_not_reported_as_rejected() {
         let envelope: Value = serde_json::from_str(&tool_result(&llm, declined)).unwrap();
         let result = envelope["result"].as_str().unwrap();
         assert!(
-            result.contains("No person answered") && result.contains("declined"),
+            result.contains("Not reviewed: ") && result.contains("declined"),
             "{declined}: {result}"
         );
         assert!(

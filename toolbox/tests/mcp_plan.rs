@@ -163,7 +163,7 @@ fn a_client_that_cannot_elicit_leaves_the_review_pending_even_with_approve_yes()
     let id = mcp.call("plan__request_review", json!({"part": "plan"}));
     let (text, _) = mcp.result(id);
     assert!(
-        text.contains("No person answered") && text.contains("stays pending"),
+        text.contains("Not reviewed: ") && text.contains("stays pending"),
         "{text}"
     );
     let id = mcp.call(

@@ -258,7 +258,7 @@ fn the_plan_survives_a_restart_and_sessions_keep_their_own() {
     let b = call_tool(&server, "b", "plan__show", json!({}));
     let b = b["result"].as_str().unwrap();
     assert!(
-        b.contains("beta goal") && b.contains("Goal [draft]") && !b.contains("alpha"),
+        b.contains("beta goal") && b.contains("Goal (not yet reviewed)") && !b.contains("alpha"),
         "{b}"
     );
     // The gate, after the restart, over the single-call endpoint: the plan is still a draft.
@@ -371,7 +371,7 @@ fn a_workspace_may_tighten_the_gate_never_loosen_it_and_toolbox_call_obeys() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("No person answered") && stdout.contains("stays pending"),
+        stdout.contains("Not reviewed: ") && stdout.contains("stays pending"),
         "{stdout}"
     );
 }
@@ -447,7 +447,7 @@ fn over_slash_mcp_the_gate_holds_and_a_review_with_no_one_to_ask_stays_pending()
     assert!(held.contains("plan__request_review"), "{held}");
     let review = call(3, "plan__request_review", json!({"part": "plan"}));
     assert!(
-        review.contains("No person answered") && review.contains("stays pending"),
+        review.contains("Not reviewed: ") && review.contains("stays pending"),
         "{review}"
     );
     assert!(!ws.path().join("m.txt").exists());

@@ -128,7 +128,7 @@ pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Res
                 }
             }
             PersonAnswer::NotAsked { reason } => format!(
-                "No person answered: {reason}. The {part} stays pending (not confirmed); only \
+                "Not reviewed: {reason}. The {part} stays pending (not confirmed); only \
                  a person can confirm it (over HTTP, on the terminal of toolbox chat or call, \
                  or an MCP client that supports elicitation)."
             ),

@@ -166,23 +166,26 @@ impl Review {
 
     fn describe(&self) -> String {
         if self.unsealed {
-            return "draft (the file claimed more than toolbox recorded: a confirmation is \
-                    made by a person through plan__request_review, and any edit of the part \
-                    undoes it)"
+            return "not confirmed: the file claimed more than toolbox recorded; a \
+                    confirmation is made by a person through plan__request_review, and any \
+                    edit of the part undoes it"
                 .to_string();
         }
-        let mut out = self.state.as_str().to_string();
-        if self.state != ReviewState::Pending {
-            if let (Some(by), Some(at)) = (&self.by, &self.at) {
-                let verb = if self.state == ReviewState::Confirmed {
-                    "confirmed"
-                } else {
-                    "answered"
-                };
-                out.push_str(&format!(", {verb} by {by} at {at}"));
+        // In words a person reads at a glance: "draft" beside a confirmed checklist read as
+        // "not approved" (issue 38).
+        let answered = match (&self.by, &self.at) {
+            (Some(by), Some(at)) => Some(format!("{by} at {at}")),
+            _ => None,
+        };
+        match (self.state, answered) {
+            (ReviewState::Draft, None) => "not yet reviewed".to_string(),
+            (ReviewState::Draft, Some(last)) => {
+                format!("needs another review; last answered by {last}")
             }
+            (ReviewState::Pending, _) => "waiting for a person's review".to_string(),
+            (ReviewState::Confirmed, Some(last)) => format!("confirmed by {last}"),
+            (ReviewState::Confirmed, None) => "confirmed".to_string(),
         }
-        out
     }
 }
 
@@ -379,7 +382,7 @@ impl Plan {
     /// The goal as a person reads it.
     pub fn render_goal(&self) -> String {
         format!(
-            "Goal [{}]: {}",
+            "Goal ({}): {}",
             self.goal_review.describe(),
             self.goal.as_deref().unwrap_or("(none set)")
         )
@@ -387,7 +390,7 @@ impl Plan {
 
     /// The steps as a checklist.
     pub fn render_steps(&self) -> String {
-        let mut out = format!("Plan [{}]:", self.plan_review.describe());
+        let mut out = format!("Plan ({}):", self.plan_review.describe());
         if self.steps.is_empty() {
             out.push_str("\n  (no steps)");
         }

@@ -46,7 +46,10 @@ async fn set_show_and_one_step_in_progress_at_a_time() {
     )
     .await
     .unwrap();
-    assert!(out.contains("Goal [draft]: Ship the report"), "{out}");
+    assert!(
+        out.contains("Goal (not yet reviewed): Ship the report"),
+        "{out}"
+    );
     assert!(out.contains("[ ] 1. Read data"), "{out}");
     assert!(out.contains("[ ] 2. Write report — in output/"), "{out}");
     // Stored where the issue says, as JSON.
@@ -91,7 +94,7 @@ async fn set_show_and_one_step_in_progress_at_a_time() {
         "{out}"
     );
     let shown = call(&p, &c, "plan__show", json!({})).await.unwrap();
-    assert!(shown.contains("Plan [draft]:"), "{shown}");
+    assert!(shown.contains("Plan (not yet reviewed):"), "{shown}");
     // Bad arguments name themselves.
     let err = call(
         &p,
@@ -134,7 +137,7 @@ async fn review_approve_reject_and_unconfirm_on_change() {
         .await
         .unwrap();
     assert!(
-        out.contains("No person answered") && out.contains("stays pending"),
+        out.contains("Not reviewed: ") && out.contains("stays pending"),
         "{out}"
     );
     assert_eq!(
