@@ -1066,9 +1066,8 @@ fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink 
                 terminal::deliver(executor, session, call, asked);
             });
         }
-        ToolEvent::PlanUpdated { checklist, .. } => {
-            eprintln!("{}", toolbox::core::preview::terminal_safe(&checklist))
-        }
-        ToolEvent::ReviewAnswered { .. } => {}
+        // A plan tool's result (printed when the call ends) and a review's question both
+        // show the plan already: printing each update too showed it three times.
+        ToolEvent::PlanUpdated { .. } | ToolEvent::ReviewAnswered { .. } => {}
     })
 }

@@ -228,3 +228,48 @@ fn a_declined_review_leaves_the_plan_pending() {
     assert_eq!(plan["plan_review"]["state"], "pending", "{plan}");
     assert!(plan["plan_review"].get("by").is_none(), "{plan}");
 }
+
+/// `toolbox call` on a terminal (the same sink as chat had): a review shows the checklist
+/// once, in its question; plan updates are not printed again on stderr, since the question
+/// and the call's result both show the plan.
+#[test]
+fn toolbox_call_shows_the_checklist_once_before_a_review() {
+    let ws = tempfile::tempdir().unwrap();
+    let set = common::toolbox(ws.path())
+        .args([
+            "call",
+            "plan__set",
+            r#"{"goal": "Ship it", "steps": ["Step alpha", "Step beta"]}"#,
+            "--session",
+            "s1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let mut term = Terminal::start(
+        ws.path(),
+        r#"call plan__request_review '{"part": "plan"}' --session s1"#,
+        &[],
+    );
+    let screen = term.wait_for(REVIEW, 1, LIMIT);
+    assert_eq!(screen.matches("Step alpha").count(), 1, "{screen}");
+    assert!(
+        screen.contains("Plan (waiting for a person's review):"),
+        "{screen}"
+    );
+    term.type_keys("y\n");
+    term.wait_for(COMMENT, 1, LIMIT);
+    term.type_keys("\n");
+    let (code, screen) = term.finish(LIMIT);
+    assert_eq!(code, Some(0), "{screen}");
+    // Once more in the call's result, and nowhere else.
+    assert_eq!(screen.matches("Step alpha").count(), 2, "{screen}");
+    assert!(
+        screen.contains("Plan (confirmed by terminal at "),
+        "{screen}"
+    );
+}
