@@ -43,7 +43,6 @@ fn compare_py(python: &Path, args: &[&Path]) -> (bool, String) {
 
 // Enabled once CSV typing lands: toolbox still writes CSV decimals (1.50), dates and
 // timestamps as text, so today most CSV columns differ from DuckDB's.
-#[ignore = "enabled once CSV typing lands"]
 #[tokio::test]
 async fn parquet_from_real_data_matches_duckdb() {
     let start = Instant::now();

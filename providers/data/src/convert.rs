@@ -15,7 +15,8 @@ use toolbox_host::{PathError, ToolContext};
 use crate::format::{Compression, Format, OUTPUT_NAMES};
 use crate::records::{self, BadKind, CsvRow, Flow, Item, JsonlLine};
 use crate::template::Template;
-use crate::write::{Out, Sink};
+use crate::csvtypes::{ColType, Typing};
+use crate::write::{Out, RejectKind, Sink};
 use crate::{fast, parallel, source};
 use crate::{
     format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, Limits, OnError,
@@ -91,6 +92,8 @@ pub(crate) fn info() -> ToolInfo {
                     ),
                 ),
                 ("on_error", on_error_prop()),
+                ("types", crate::types_prop()),
+                ("infer_types", crate::infer_types_prop()),
                 (
                     "guard_formulas",
                     prop(
@@ -122,6 +125,8 @@ struct Plan {
     on_error: OnError,
     limits: Limits,
     guard_formulas: bool,
+    /// How CSV and TSV cells are typed (no template).
+    typing: Typing,
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -145,6 +150,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let template = args.opt_value("template", &[]).cloned();
     let on_error = on_error_arg(&args)?;
     let guard_formulas = args.bool_or("guard_formulas", &[], true)?;
+    let typing = Typing::from_args(&args)?;
     args.finish()?;
     let template = match template {
         None => None,
@@ -202,6 +208,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         on_error,
         limits: Limits::from_ctx(ctx)?,
         guard_formulas,
+        typing,
     };
     let in_p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
     // `format` is the input's; a model that meant the output's (`"format": "jsonl"` for a
@@ -293,26 +300,26 @@ fn rename_arg(v: Option<&Value>) -> Result<Vec<(String, String)>> {
 struct Run {
     in_format: Format,
     fixed_columns: bool,
-    typing: bool,
     hasher: (RandomState, RandomState),
     seen: HashSet<u128>,
     rows_in: u64,
     rows_out: u64,
     /// By reason, in the order of [`DROPPED`].
-    dropped: [u64; 6],
+    dropped: [u64; 7],
     first_checked: bool,
     stopped: bool,
     json_buf: Vec<u8>,
 }
 
 /// The reasons a row is dropped, as the result names them.
-const DROPPED: [&str; 6] = [
+const DROPPED: [&str; 7] = [
     "malformed",
     "ragged",
     "too_large",
     "duplicate",
     "missing_field",
     "not_in_columns",
+    "type_mismatch",
 ];
 
 fn bad_slot(kind: BadKind) -> usize {
@@ -320,6 +327,7 @@ fn bad_slot(kind: BadKind) -> usize {
         BadKind::Malformed => 0,
         BadKind::Ragged => 1,
         BadKind::TooLarge => 2,
+        BadKind::TypeMismatch => 6,
     }
 }
 
@@ -349,12 +357,11 @@ impl Plan {
                 in_format,
                 Format::Csv | Format::Tsv | Format::Parquet | Format::Xlsx
             ),
-            typing: records::text_cells(in_format) && self.template.is_none(),
             hasher: (RandomState::new(), RandomState::new()),
             seen: HashSet::new(),
             rows_in: 0,
             rows_out: 0,
-            dropped: [0; 6],
+            dropped: [0; 7],
             first_checked: false,
             stopped: false,
             json_buf: Vec::new(),
@@ -368,31 +375,32 @@ impl Plan {
             // them as JSON text: no JSON values are built.
             let array = self.to == Format::Json;
             let mut rows: Option<fast::JsonRows> = None;
-            records::read_csv_raw(src, cancelled, &mut |row| match row {
+            records::read_csv_raw(src, Some(&self.typing), cancelled, &mut |row| match row {
                 CsvRow::Bad(item) => self.bad(item, &mut run),
-                CsvRow::Row { at, header, rec } => {
+                CsvRow::Row {
+                    at,
+                    header,
+                    types,
+                    rec,
+                } => {
                     let rows = match &mut rows {
                         Some(r) => r,
                         None => rows.insert(fast::JsonRows::start(
                             file.try_clone()?,
                             fast::json_keys(header),
+                            types.to_vec(),
                             array,
                         )?),
                     };
                     if !rows.try_push(rec, self.limits.max_cell_bytes)? {
                         // Cell by cell, to name the first that is wrong as the general
                         // path does.
-                        let mut cells = Vec::with_capacity(header.len());
-                        for (name, raw) in header.iter().zip(rec) {
-                            match records::check_csv_cell(name, raw, &self.limits) {
-                                Ok(text) => cells.push(text),
-                                Err((kind, why)) => {
-                                    let message = format!("line {at}: {why}");
-                                    return self.bad(Item::Bad { at, kind, message }, &mut run);
-                                }
+                        return match records::csv_item(at, rec, header, types, &self.limits) {
+                            bad @ Item::Bad { .. } => self.bad(bad, &mut run),
+                            Item::Record(_) => {
+                                bail!("line {at}: the fast path refused a row the general path takes")
                             }
-                        }
-                        rows.push_cells(cells.into_iter())?;
+                        };
                     }
                     run.rows_in += 1;
                     self.written(Ok(()), at, &mut run)
@@ -400,13 +408,37 @@ impl Plan {
             })?;
             match rows {
                 Some(r) => r.finish()?,
-                None => fast::JsonRows::start(file.try_clone()?, Vec::new(), array)?.finish()?,
+                None => {
+                    fast::JsonRows::start(file.try_clone()?, Vec::new(), Vec::new(), array)?
+                        .finish()?
+                }
             }
         } else {
             let mut sink = Sink::new(self.to, file, None);
             sink.set_formula_guard(self.guard_formulas);
             if fast_jsonl {
                 self.jsonl_to_parquet(src, cancelled, &mut run, &mut sink)?;
+            } else if records::text_cells(in_format) && self.template.is_none() {
+                // CSV cells typed by their columns, whose types the output keeps.
+                let mut typed = false;
+                records::read_csv_raw(src, Some(&self.typing), cancelled, &mut |row| {
+                    let item = match row {
+                        CsvRow::Bad(item) => item,
+                        CsvRow::Row {
+                            at,
+                            header,
+                            types,
+                            rec,
+                        } => {
+                            if !typed {
+                                typed = true;
+                                sink.set_column_types(self.output_types(header, types));
+                            }
+                            records::csv_item(at, rec, header, types, &self.limits)
+                        }
+                    };
+                    self.handle(item, &mut run, &mut sink)
+                })?;
             } else {
                 records::read(src, &self.limits, sheet, cancelled, &mut |item| {
                     self.handle(item, &mut run, &mut sink)
@@ -592,7 +624,10 @@ impl Plan {
         if let Err(reject) = written {
             self.fail_or_count(
                 run,
-                5,
+                match reject.1 {
+                    RejectKind::NotInColumns => 5,
+                    RejectKind::TypeMismatch => 6,
+                },
                 format!(
                     "{} {}: {}",
                     records::place_word(run.in_format),
@@ -635,14 +670,7 @@ impl Plan {
             run.first_checked = true;
             self.check_columns(&rec)?;
         }
-        if run.typing {
-            for (_, v) in rec.fields.iter_mut() {
-                if let Value::String(s) = v {
-                    *v = records::typed_cell(s);
-                }
-            }
-        }
-        // With a template, CSV cells stay text: "007" is not 7.
+        // With a template, CSV cells stay text.
         if let Some(sel) = &self.select {
             let mut fields = Vec::with_capacity(sel.len());
             for name in sel {
@@ -714,6 +742,27 @@ impl Plan {
             }
         };
         self.written(written, rec.at, run)
+    }
+
+    /// The CSV columns' types under their output names (after `select` and `rename`).
+    fn output_types<'a>(
+        &'a self,
+        header: &'a [Arc<str>],
+        types: &'a [ColType],
+    ) -> impl Iterator<Item = (Arc<str>, ColType)> + 'a {
+        header.iter().zip(types).filter_map(move |(name, ty)| {
+            if let Some(sel) = &self.select {
+                if !sel.iter().any(|c| **c == **name) {
+                    return None;
+                }
+            }
+            let out = self
+                .rename
+                .iter()
+                .find(|(old, _)| **old == **name)
+                .map_or_else(|| name.clone(), |(_, new)| Arc::from(new.as_str()));
+            Some((out, *ty))
+        })
     }
 
     /// For inputs with a header: every name `select`, `rename`, `dedupe_by` and the template

@@ -15,60 +15,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Number, Value};
 
-/// What a CSV cell is as JSON (see [`crate::records::typed_cell`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CellKind {
-    /// Empty: `null`.
-    Null,
-    /// Written as its own text: `true`, `false`, or a number whose text is JSON's.
-    Verbatim,
-    /// A string.
-    Text,
-}
-
-/// The kind [`crate::records::typed_cell`] gives `s`, without building the value.
-pub fn cell_kind(s: &str) -> CellKind {
-    let b = s.as_bytes();
-    let Some(&first) = b.first() else {
-        return CellKind::Null;
-    };
-    if s == "true" || s == "false" {
-        return CellKind::Verbatim;
-    }
-    if !(first == b'-' || first.is_ascii_digit()) {
-        return CellKind::Text;
-    }
-    if s.parse::<i64>().is_ok() {
-        // The integer's own text: no leading zeros, no "-0".
-        let (neg, digits) = match b.split_first() {
-            Some((b'-', rest)) => (true, rest),
-            _ => (false, b),
-        };
-        let canonical = if digits == b"0" {
-            !neg
-        } else {
-            digits.first().is_some_and(|d| *d != b'0')
-        };
-        return if canonical {
-            CellKind::Verbatim
-        } else {
-            CellKind::Text
-        };
-    }
-    if let Ok(x) = s.parse::<f64>() {
-        if let Some(n) = Number::from_f64(x).filter(|_| x.is_finite()) {
-            let mut buf = [0u8; 40];
-            let mut w = &mut buf[..];
-            if write!(w, "{n}").is_ok() {
-                let len = 40 - w.len();
-                if &buf[..len] == b {
-                    return CellKind::Verbatim;
-                }
-            }
-        }
-    }
-    CellKind::Text
-}
+use crate::csvtypes::{self, ColType, JsonCell, Typed};
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it.
 #[cfg(test)]
@@ -108,14 +55,50 @@ fn push_json_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.push(b'"');
 }
 
-/// Appends a CSV cell as the JSON value [`crate::records::typed_cell`] makes of it (what
-/// the writing thread of [`JsonRows`] does with a cell and its kind).
+/// Appends a CSV cell of a column of `ty` as the JSON value the general path makes of it
+/// ([`csvtypes::to_value`]), as the writing thread of [`JsonRows`] does.
 #[cfg(test)]
-pub fn push_typed_cell(out: &mut Vec<u8>, s: &str) {
-    match cell_kind(s) {
-        CellKind::Null => out.extend_from_slice(b"null"),
-        CellKind::Verbatim => out.extend_from_slice(s.as_bytes()),
-        CellKind::Text => push_json_str(out, s),
+pub fn push_typed_cell(out: &mut Vec<u8>, ty: ColType, s: &str) -> bool {
+    match csvtypes::json_cell(ty, s) {
+        Some(kind) => {
+            push_cell(out, kind, s.as_bytes());
+            true
+        }
+        None => false,
+    }
+}
+
+/// Appends a checked cell as JSON.
+fn push_cell(out: &mut Vec<u8>, kind: JsonCell, cell: &[u8]) {
+    match kind {
+        JsonCell::Null => out.extend_from_slice(b"null"),
+        JsonCell::Verbatim => out.extend_from_slice(cell),
+        JsonCell::True => out.extend_from_slice(b"true"),
+        JsonCell::False => out.extend_from_slice(b"false"),
+        JsonCell::Text => push_json_bytes(out, cell),
+        JsonCell::Number => {
+            let x = std::str::from_utf8(cell).ok().and_then(csvtypes::number);
+            match x {
+                // As serde_json writes an f64: its shortest form.
+                Some(x) if x.is_finite() => {
+                    let _ = serde_json::to_writer(&mut *out, &x);
+                }
+                // `inf`, `nan`: JSON has no such number, so the text stays.
+                Some(_) => push_json_bytes(out, cell),
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        JsonCell::Int => match std::str::from_utf8(cell).ok().and_then(|t| {
+            csvtypes::typed(ColType::Integer, t).and_then(|v| match v {
+                Typed::Int(i) => Some(i),
+                _ => None,
+            })
+        }) {
+            Some(i) => {
+                let _ = write!(out, "{i}");
+            }
+            None => out.extend_from_slice(b"null"),
+        },
     }
 }
 
@@ -300,6 +283,7 @@ pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usiz
 /// those to the file: the reading thread parses CSV while this one writes JSON.
 pub struct JsonRows {
     columns: usize,
+    types: Vec<ColType>,
     batch: CellBatch,
     jobs: Option<SyncSender<Job>>,
     spare: Receiver<CellBatch>,
@@ -311,8 +295,8 @@ pub struct JsonRows {
 struct CellBatch {
     bytes: Vec<u8>,
     ends: Vec<usize>,
-    /// Each cell's [`CellKind`], typed by the reading thread.
-    kinds: Vec<CellKind>,
+    /// How each cell is written, checked by the reading thread.
+    kinds: Vec<JsonCell>,
     rows: usize,
 }
 
@@ -326,8 +310,13 @@ const BATCH_ROWS: usize = 4096;
 
 impl JsonRows {
     /// Starts the writing thread on `file` (a handle of the output), for rows of `keys`
-    /// (see [`json_keys`]); `array` for JSON, else JSONL.
-    pub fn start(file: File, keys: Vec<Vec<u8>>, array: bool) -> io::Result<JsonRows> {
+    /// (see [`json_keys`]) whose columns are of `types`; `array` for JSON, else JSONL.
+    pub fn start(
+        file: File,
+        keys: Vec<Vec<u8>>,
+        types: Vec<ColType>,
+        array: bool,
+    ) -> io::Result<JsonRows> {
         let columns = keys.len();
         // Two batches queued, two more being filled or written: memory stays a few MiB.
         let (jobs, todo) = std::sync::mpsc::sync_channel::<Job>(2);
@@ -359,18 +348,14 @@ impl JsonRows {
                         for (i, key) in keys.iter().enumerate() {
                             let (end, kind) = cells
                                 .next()
-                                .map_or((start, CellKind::Null), |(e, k)| (*e, *k));
+                                .map_or((start, JsonCell::Null), |(e, k)| (*e, *k));
                             let cell = &batch.bytes[start..end];
                             start = end;
                             if i > 0 {
                                 out.push(b',');
                             }
                             out.extend_from_slice(key);
-                            match kind {
-                                CellKind::Null => out.extend_from_slice(b"null"),
-                                CellKind::Verbatim => out.extend_from_slice(cell),
-                                CellKind::Text => push_json_bytes(&mut out, cell),
-                            }
+                            push_cell(&mut out, kind, cell);
                         }
                         out.push(b'}');
                         if !array {
@@ -392,6 +377,7 @@ impl JsonRows {
             })?;
         Ok(JsonRows {
             columns,
+            types,
             batch: CellBatch::default(),
             jobs: Some(jobs),
             spare,
@@ -400,9 +386,9 @@ impl JsonRows {
     }
 
     /// Types and queues one row (as many cells as the keys) when every cell is within
-    /// `max_cell_bytes` and valid UTF-8 (checked as one text, then that no cell splits a
-    /// character); `false`, queuing nothing, otherwise: the caller checks cell by cell, then
-    /// queues with [`JsonRows::push_cells`].
+    /// `max_cell_bytes`, valid UTF-8 (checked as one text, then that no cell splits a
+    /// character) and fits its column's type; `false`, queuing nothing, otherwise: the
+    /// caller checks cell by cell, and says which is wrong.
     pub fn try_push(&mut self, rec: &csv::ByteRecord, max_cell_bytes: u64) -> io::Result<bool> {
         let Ok(all) = std::str::from_utf8(rec.as_slice()) else {
             return Ok(false);
@@ -410,33 +396,24 @@ impl JsonRows {
         let mark = (self.batch.ends.len(), self.batch.kinds.len());
         let base = self.batch.bytes.len();
         let mut start = 0;
-        for cell in rec.iter().take(self.columns) {
+        for (cell, ty) in rec.iter().take(self.columns).zip(&self.types) {
             let end = start + cell.len();
-            let text = all
+            let kind = all
                 .get(start..end)
-                .filter(|_| cell.len() as u64 <= max_cell_bytes);
-            let Some(text) = text else {
+                .filter(|_| cell.len() as u64 <= max_cell_bytes)
+                .and_then(|text| csvtypes::json_cell(*ty, text));
+            let Some(kind) = kind else {
                 self.batch.ends.truncate(mark.0);
                 self.batch.kinds.truncate(mark.1);
                 return Ok(false);
             };
             self.batch.ends.push(base + end);
-            self.batch.kinds.push(cell_kind(text));
+            self.batch.kinds.push(kind);
             start = end;
         }
         self.batch.bytes.extend_from_slice(&rec.as_slice()[..start]);
         self.row_done()?;
         Ok(true)
-    }
-
-    /// Queues a row whose cells are the given texts.
-    pub fn push_cells<'a>(&mut self, cells: impl Iterator<Item = &'a str>) -> io::Result<()> {
-        for text in cells.take(self.columns) {
-            self.batch.bytes.extend_from_slice(text.as_bytes());
-            self.batch.ends.push(self.batch.bytes.len());
-            self.batch.kinds.push(cell_kind(text));
-        }
-        self.row_done()
     }
 
     fn row_done(&mut self) -> io::Result<()> {
@@ -559,7 +536,6 @@ impl Drop for FileWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::typed_cell;
 
     /// Strings that test the edges of typing and escaping.
     fn awkward() -> Vec<String> {
@@ -637,15 +613,30 @@ mod tests {
 
     #[test]
     fn cells_type_and_escape_as_the_general_path_does() {
+        let types = [
+            ColType::Integer,
+            ColType::Number,
+            ColType::Boolean,
+            ColType::Date,
+            ColType::Timestamp,
+            ColType::TimestampTz,
+            ColType::String,
+        ];
         for s in awkward() {
-            let mut fast = Vec::new();
-            push_typed_cell(&mut fast, &s);
-            let general = serde_json::to_vec(&typed_cell(&s)).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&fast),
-                String::from_utf8_lossy(&general),
-                "cell {s:?}"
-            );
+            for ty in types {
+                let mut fast = Vec::new();
+                let fits = push_typed_cell(&mut fast, ty, &s);
+                let general = csvtypes::to_value(ty, &s);
+                assert_eq!(fits, general.is_some(), "cell {s:?} as {ty:?}");
+                let general = serde_json::to_vec(&general.unwrap_or(Value::Null)).unwrap();
+                if fits {
+                    assert_eq!(
+                        String::from_utf8_lossy(&fast),
+                        String::from_utf8_lossy(&general),
+                        "cell {s:?} as {ty:?}"
+                    );
+                }
+            }
             let mut text = Vec::new();
             push_json_str(&mut text, &s);
             assert_eq!(text, serde_json::to_vec(&s).unwrap(), "string {s:?}");

@@ -6,6 +6,7 @@ use toolbox_core::schema::{integer_in, object_schema, prop};
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::{Dir, EntryKind, ToolContext, Workspace, WsPath};
 
+use crate::csvtypes::Typing;
 use crate::format::Format;
 use crate::records::{self, BadKind, Flow, Item};
 use crate::source::{self, Body, ReadOptions};
@@ -68,6 +69,8 @@ pub(crate) fn info() -> ToolInfo {
                         Some(2000),
                     ),
                 ),
+                ("types", crate::types_prop()),
+                ("infer_types", crate::infer_types_prop()),
             ],
             &["path"],
         ),
@@ -87,6 +90,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         .opt_u64("max_columns", &[])?
         .unwrap_or(50)
         .clamp(1, 2000) as usize;
+    let typing = Typing::from_args(&args)?;
     args.finish()?;
     let limits = Limits::from_ctx(ctx)?;
     let ws = ctx.workspace.clone();
@@ -106,6 +110,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
                 sample,
                 max_rows,
                 max_columns,
+                &typing,
                 &cancelled,
             )
         }
@@ -125,6 +130,7 @@ fn file(
     sample: usize,
     max_rows: Option<u64>,
     max_columns: usize,
+    typing: &Typing,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Value> {
     let src = source::open(ws, p, opts, limits)?;
@@ -148,20 +154,15 @@ fn file(
     let mut table = Table::default();
     let mut schema = Inferred::default();
     let mut samples: Vec<Value> = Vec::new();
-    let mut bad: [u64; 3] = [0; 3];
+    let mut bad: [u64; 4] = [0; 4];
     let mut bad_shown: Vec<String> = Vec::new();
     let mut read_rows: u64 = 0;
-    let end = records::read(src, limits, opts.sheet.as_deref(), cancelled, &mut |item| {
+    let sheet = opts.sheet.as_deref();
+    let typing = text.then_some(typing);
+    let end = records::read_typed(src, limits, sheet, typing, cancelled, &mut |item| {
         match item {
-            Item::Record(mut rec) => {
+            Item::Record(rec) => {
                 read_rows += 1;
-                if text {
-                    for (_, v) in rec.fields.iter_mut() {
-                        if let Value::String(s) = v {
-                            *v = records::typed_cell(s);
-                        }
-                    }
-                }
                 table.add(&rec.fields);
                 if json_records {
                     schema.add_record(&rec.fields);
@@ -182,6 +183,7 @@ fn file(
                     BadKind::Ragged => 0,
                     BadKind::Malformed => 1,
                     BadKind::TooLarge => 2,
+                    BadKind::TypeMismatch => 3,
                 }] += 1;
                 if bad_shown.len() < BAD_SHOWN {
                     bad_shown.push(message);
@@ -208,6 +210,7 @@ fn file(
             "ragged": bad[0],
             "malformed": bad[1],
             "too_large": bad[2],
+            "type_mismatch": bad[3],
             "first": bad_shown,
         });
     }
@@ -218,7 +221,16 @@ fn file(
     }
     let width = table.width();
     if table.rows > 0 {
-        let (cols, left) = table.report(max_columns);
+        let (mut cols, left) = table.report(max_columns);
+        // CSV and TSV: the type each column is read and written as.
+        if let (Some(types), Some(header)) = (&end.types, &end.header) {
+            for c in cols.iter_mut() {
+                let at = header.iter().position(|h| Some(&**h) == c["name"].as_str());
+                if let Some(t) = at.and_then(|i| types.get(i)) {
+                    c["type"] = json!(t.name());
+                }
+            }
+        }
         out["column_count"] = json!(width);
         out["columns"] = json!(cols);
         if !left.is_empty() {

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod convert;
+pub mod csvtypes;
 mod fast;
 pub mod format;
 mod inspect;
@@ -231,6 +232,25 @@ fn on_error_prop() -> Value {
 }
 
 /// The `max_rows` property.
+/// The `types` property: a CSV column's type chosen by the caller.
+fn types_prop() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "additionalProperties": {"type": "string", "enum": csvtypes::TYPE_NAMES},
+        "description": "CSV/TSV only: a column's type instead of the one inferred from the \
+            first 20480 rows, e.g. {\"zip\": \"string\", \"price\": \"number\"}."
+    })
+}
+
+/// The `infer_types` property.
+fn infer_types_prop() -> Value {
+    prop(
+        "boolean",
+        "CSV/TSV only: type each column (integer, number, boolean, date, timestamp, string) \
+         from its first 20480 rows (default true); false keeps every cell as text.",
+    )
+}
+
 fn max_rows_prop(what: &str) -> Value {
     integer_in(what, 1, None)
 }

@@ -15,6 +15,7 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
+use crate::csvtypes::{self, ColType, Sniffer, Typing, SAMPLE_BYTES, SAMPLE_ROWS};
 use crate::format::Format;
 use crate::source::{Body, Source};
 use crate::Limits;
@@ -60,6 +61,8 @@ pub enum BadKind {
     Malformed,
     /// Over `max_line_bytes` or `max_cell_bytes`.
     TooLarge,
+    /// A CSV cell that does not fit its column's type (see [`crate::csvtypes`]).
+    TypeMismatch,
 }
 
 impl BadKind {
@@ -69,6 +72,7 @@ impl BadKind {
             BadKind::Ragged => "ragged",
             BadKind::Malformed => "malformed",
             BadKind::TooLarge => "too_large",
+            BadKind::TypeMismatch => "type_mismatch",
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct End {
     pub complete: bool,
     /// The header, for formats that have one.
     pub header: Option<Vec<Arc<str>>>,
+    /// For CSV and TSV read typed, each column's type.
+    pub types: Option<Vec<ColType>>,
 }
 
 /// The word for a record's place in this format: "line", "record" or "row".
@@ -124,7 +130,8 @@ pub fn text_cells(format: Format) -> bool {
 /// A cheap stop check, called every few thousand rows.
 pub type Cancelled<'a> = &'a dyn Fn() -> bool;
 
-/// Reads every record of `src`, pushing each to `f` until it says [`Flow::Stop`].
+/// Reads every record of `src`, pushing each to `f` until it says [`Flow::Stop`]. CSV and
+/// TSV cells arrive as text.
 pub fn read(
     src: Source,
     limits: &Limits,
@@ -132,11 +139,25 @@ pub fn read(
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
+    read_typed(src, limits, sheet, None, cancelled, f)
+}
+
+/// [`read`], with CSV and TSV cells typed by their columns (see [`crate::csvtypes`]) when
+/// `typing` is given: a cell that does not fit is a bad row ([`BadKind::TypeMismatch`]), and
+/// [`End::types`] holds the columns' types.
+pub fn read_typed(
+    src: Source,
+    limits: &Limits,
+    sheet: Option<&str>,
+    typing: Option<&Typing>,
+    cancelled: Cancelled<'_>,
+    f: &mut dyn FnMut(Item) -> Result<Flow>,
+) -> Result<End> {
     let shown = src.shown.clone();
     let d = src.csv_dialect();
     let result = match (src.format, src.body) {
         (Format::Csv | Format::Tsv, Body::Text(r)) => {
-            read_csv(r, d, &src.meter, limits, cancelled, f)
+            read_csv(r, d, &src.meter, limits, typing, cancelled, f)
         }
         (Format::Jsonl, Body::Text(r)) => {
             src.meter.stop_measuring();
@@ -178,23 +199,41 @@ fn read_csv(
     d: crate::source::Dialect,
     meter: &crate::source::Meter,
     limits: &Limits,
+    typing: Option<&Typing>,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
-    read_csv_rows(r, d, meter, cancelled, &mut |row| {
+    read_csv_rows(r, d, meter, typing, cancelled, &mut |row| {
         let item = match row {
             CsvRow::Bad(bad) => bad,
-            CsvRow::Row { at, header, rec } => match csv_fields(rec, header, limits) {
-                Ok(fields) => Item::Record(Record { at, fields }),
-                Err((kind, why)) => Item::Bad {
-                    at,
-                    kind,
-                    message: format!("line {at}: {why}"),
-                },
-            },
+            CsvRow::Row {
+                at,
+                header,
+                types,
+                rec,
+            } => csv_item(at, rec, header, types, limits),
         };
         f(item)
     })
+}
+
+/// A raw CSV row as [`read_typed`] gives it: each cell checked ([`check_csv_cell`]) and, when
+/// `types` are given, typed by its column; a cell that is wrong makes it a bad row.
+pub fn csv_item(
+    at: u64,
+    rec: &csv::ByteRecord,
+    header: &[Arc<str>],
+    types: &[ColType],
+    limits: &Limits,
+) -> Item {
+    match csv_fields(rec, header, types, limits) {
+        Ok(fields) => Item::Record(Record { at, fields }),
+        Err((kind, why)) => Item::Bad {
+            at,
+            kind,
+            message: format!("line {at}: {why}"),
+        },
+    }
 }
 
 /// A CSV or TSV row as read, before its cells are checked and turned into values.
@@ -205,6 +244,8 @@ pub enum CsvRow<'a> {
         at: u64,
         /// The header's names.
         header: &'a [Arc<str>],
+        /// The columns' types (empty when the cells are not typed).
+        types: &'a [ColType],
         /// The raw fields, unchecked (see [`check_csv_cell`]).
         rec: &'a csv::ByteRecord,
     },
@@ -213,16 +254,20 @@ pub enum CsvRow<'a> {
 }
 
 /// Reads the CSV or TSV of `src` (which must be one), pushing each row raw: the header
-/// is read, blank lines skipped and ragged rows reported, as [`read`] does.
+/// is read, blank lines skipped and ragged rows reported, as [`read`] does; with `typing`,
+/// the columns' types are chosen from the first rows and given with each row.
 pub fn read_csv_raw(
     src: Source,
+    typing: Option<&Typing>,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(CsvRow<'_>) -> Result<Flow>,
 ) -> Result<End> {
     let shown = src.shown.clone();
     let d = src.csv_dialect();
     let result = match src.body {
-        Body::Text(r) if text_cells(src.format) => read_csv_rows(r, d, &src.meter, cancelled, f),
+        Body::Text(r) if text_cells(src.format) => {
+            read_csv_rows(r, d, &src.meter, typing, cancelled, f)
+        }
         _ => Err(anyhow!("cannot read {} as CSV", src.format.name())),
     };
     result.map_err(|e| anyhow!("{shown}: {e:#}"))
@@ -232,6 +277,7 @@ fn read_csv_rows(
     r: Box<dyn BufRead>,
     d: crate::source::Dialect,
     meter: &crate::source::Meter,
+    typing: Option<&Typing>,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(CsvRow<'_>) -> Result<Flow>,
 ) -> Result<End> {
@@ -248,28 +294,67 @@ fn read_csv_rows(
         return Ok(End {
             complete: true,
             header: Some(Vec::new()),
+            types: typing.map(|_| Vec::new()),
         });
     }
     meter.mark();
+    if std::str::from_utf8(rec.as_slice()).is_err() {
+        bail!(
+            "its first line (the header) is not UTF-8 text: this is not a CSV or TSV file \
+             (give `format` if it is another data format)"
+        );
+    }
     let header = header_names(
         rec.iter()
             .map(|field| String::from_utf8_lossy(field).into_owned()),
     );
     let mut n: u64 = 0;
-    loop {
-        let at = rdr.position().line();
-        if !rdr.read_byte_record(&mut rec).map_err(io_err)? {
-            break;
+    // Reads the next row that is not blank: its line, or None at the end.
+    let mut next = |rdr: &mut csv::Reader<Box<dyn BufRead>>,
+                    rec: &mut csv::ByteRecord|
+     -> Result<Option<u64>> {
+        loop {
+            let at = rdr.position().line();
+            if !rdr.read_byte_record(rec).map_err(io_err)? {
+                return Ok(None);
+            }
+            meter.mark();
+            n += 1;
+            if n.is_multiple_of(4096) && cancelled() {
+                bail!("cancelled");
+            }
+            // A blank line is no row.
+            if rec.len() == 1 && rec.get(0).is_some_and(|x| x.is_empty()) && header.len() > 1 {
+                continue;
+            }
+            return Ok(Some(at));
         }
-        meter.mark();
-        n += 1;
-        if n.is_multiple_of(4096) && cancelled() {
-            bail!("cancelled");
+    };
+    // With typing, the first rows are held to choose the columns' types.
+    let mut sample: Vec<(u64, csv::ByteRecord)> = Vec::new();
+    let mut types: Vec<ColType> = Vec::new();
+    let mut sampled_to_end = false;
+    if let Some(typing) = typing {
+        let mut sniffer = Sniffer::new(header.len());
+        let mut bytes = 0usize;
+        while sample.len() < SAMPLE_ROWS && bytes < SAMPLE_BYTES {
+            let Some(at) = next(&mut rdr, &mut rec)? else {
+                sampled_to_end = true;
+                break;
+            };
+            if rec.len() == header.len() && !typing.is_off() {
+                for (i, cell) in rec.iter().enumerate() {
+                    if let Ok(text) = std::str::from_utf8(cell) {
+                        sniffer.add(i, text);
+                    }
+                }
+            }
+            bytes += rec.as_slice().len();
+            sample.push((at, std::mem::take(&mut rec)));
         }
-        // A blank line is no row.
-        if rec.len() == 1 && rec.get(0).is_some_and(|x| x.is_empty()) && header.len() > 1 {
-            continue;
-        }
+        types = sniffer.types(&header, typing)?;
+    }
+    let mut push = |at: u64, rec: &csv::ByteRecord| -> Result<Flow> {
         let row = if rec.len() != header.len() {
             CsvRow::Bad(Item::Bad {
                 at,
@@ -284,19 +369,37 @@ fn read_csv_rows(
             CsvRow::Row {
                 at,
                 header: &header,
-                rec: &rec,
+                types: &types,
+                rec,
             }
         };
-        if f(row)? == Flow::Stop {
-            return Ok(End {
-                complete: false,
-                header: Some(header),
-            });
+        f(row)
+    };
+    let stopped = |header: Vec<Arc<str>>, types: Vec<ColType>| End {
+        complete: false,
+        header: Some(header),
+        types: typing.map(|_| types),
+    };
+    for (at, held) in &sample {
+        if push(*at, held)? == Flow::Stop {
+            drop(push);
+            return Ok(stopped(header, types));
         }
     }
+    drop(sample);
+    if !sampled_to_end {
+        while let Some(at) = next(&mut rdr, &mut rec)? {
+            if push(at, &rec)? == Flow::Stop {
+                drop(push);
+                return Ok(stopped(header, types));
+            }
+        }
+    }
+    drop(push);
     Ok(End {
         complete: true,
         header: Some(header),
+        types: typing.map(|_| types),
     })
 }
 
@@ -325,11 +428,21 @@ pub fn check_csv_cell<'a>(
     })
 }
 
-fn csv_fields(rec: &csv::ByteRecord, header: &[Arc<str>], limits: &Limits) -> RowResult {
+fn csv_fields(
+    rec: &csv::ByteRecord,
+    header: &[Arc<str>],
+    types: &[ColType],
+    limits: &Limits,
+) -> RowResult {
     let mut fields = Vec::with_capacity(header.len());
-    for (name, raw) in header.iter().zip(rec.iter()) {
+    for (i, (name, raw)) in header.iter().zip(rec.iter()).enumerate() {
         let text = check_csv_cell(name, raw, limits)?;
-        fields.push((name.clone(), Value::String(text.to_string())));
+        let value = match types.get(i) {
+            None => Value::String(text.to_string()),
+            Some(&ty) => csvtypes::to_value(ty, text)
+                .ok_or_else(|| (BadKind::TypeMismatch, csvtypes::mismatch(name, ty, text)))?,
+        };
+        fields.push((name.clone(), value));
     }
     Ok(fields)
 }
@@ -462,12 +575,14 @@ fn read_jsonl_lines(
             return Ok(End {
                 complete: false,
                 header: None,
+                types: None,
             });
         }
     }
     Ok(End {
         complete: true,
         header: None,
+        types: None,
     })
 }
 
@@ -732,11 +847,13 @@ fn read_json(
         (_, Some(Ok(()))) => Ok(End {
             complete: false,
             header: None,
+            types: None,
         }),
         (_, Some(Err(e))) => Err(e),
         (Ok(()), None) => Ok(End {
             complete: true,
             header: None,
+            types: None,
         }),
         (Err(e), None) => Err(anyhow!("invalid JSON: {e}")).context("not a JSON array of objects"),
     }

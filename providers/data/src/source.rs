@@ -264,6 +264,12 @@ pub fn open_file(
     let body = io::Cursor::new(head[text_start..].to_vec()).chain(guard);
     Ok(Source {
         shown,
+    if let Some(why) = not_text(&head[text_start..]) {
+        bail!(
+            "{shown}: not a recognised data file: {why}; toolbox reads CSV, TSV, JSON, JSONL \
+             (text, optionally .gz or .zst), Parquet and xlsx"
+        );
+    }
         size,
         format,
         compression,
@@ -283,6 +289,15 @@ fn choose(
 ) -> (Format, Option<Dialect>, Option<String>) {
     let dialect_for = |f: Format| match f {
         Format::Csv | Format::Tsv => Some(sniff_dialect(text, f)),
+/// Why the head of a text format is not text: a NUL byte, which no CSV, TSV or JSON text
+/// holds (UTF-16 text does; so does any binary file).
+fn not_text(head: &[u8]) -> Option<String> {
+    let at = head.iter().position(|&b| b == 0)?;
+    Some(format!(
+        "it holds a NUL byte (at byte {at}), so it is binary (or UTF-16) rather than UTF-8 text"
+    ))
+}
+
         _ => None,
     };
     if let Some(f) = forced {

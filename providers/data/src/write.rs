@@ -7,15 +7,19 @@ use std::io::{BufWriter, Write};
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
-use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use serde_json::Value;
 
+use crate::csvtypes::{self, ColType, Typed};
 use crate::fast::Scalar;
 use crate::format::Format;
 
@@ -24,7 +28,16 @@ pub const PARQUET_SAMPLE: usize = 8192;
 
 /// A record that the output cannot take; the caller counts or fails on it.
 #[derive(Debug)]
-pub struct Reject(pub String);
+pub struct Reject(pub String, pub RejectKind);
+
+/// Why the output cannot take a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectKind {
+    /// A key that is not among the output's columns (or not an object at all).
+    NotInColumns,
+    /// A value that does not fit its column's type.
+    TypeMismatch,
+}
 
 /// One output record.
 pub enum Out<'a> {
@@ -114,7 +127,17 @@ impl<'f> Sink<'f> {
                 schema: None,
                 places: Vec::new(),
                 column_set: HashSet::new(),
+                hints: HashMap::new(),
             })),
+        }
+    }
+
+    /// For Parquet: the types of columns typed by a CSV reader, by output name; they are
+    /// the columns' Parquet types, whatever the first records hold (dates and timestamps
+    /// arrive as their text). Other formats ignore it.
+    pub fn set_column_types(&mut self, types: impl Iterator<Item = (Arc<str>, ColType)>) {
+        if let Sink::Parquet(p) = self {
+            p.hints = types.map(|(c, t)| (c, Kind::of(t))).collect();
         }
     }
 
@@ -139,6 +162,7 @@ impl<'f> Sink<'f> {
             (Sink::Delimited { .. } | Sink::Parquet(_), Out::Json(_)) => {
                 return Ok(Err(Reject(
                     "a CSV, TSV or Parquet row must be an object".to_string(),
+                    RejectKind::NotInColumns,
                 )))
             }
             (
@@ -167,10 +191,13 @@ impl<'f> Sink<'f> {
                     *col_set = cols.iter().cloned().collect();
                 }
                 if let Some(k) = stray(fields, cols, col_set) {
-                    return Ok(Err(Reject(format!(
-                        "it has a key {k:?} that is not among the output's columns (set by the \
-                         first record); use `select` to choose columns"
-                    ))));
+                    return Ok(Err(Reject(
+                        format!(
+                            "it has a key {k:?} that is not among the output's columns (set by \
+                             the first record); use `select` to choose columns"
+                        ),
+                        RejectKind::NotInColumns,
+                    )));
                 }
                 row.clear();
                 let look = Lookup::new(fields);
@@ -257,6 +284,12 @@ enum Kind {
     Float,
     Bool,
     Text,
+    /// A CSV date column: its values are the cells' text.
+    Date,
+    /// A CSV timestamp column without a zone.
+    Ts,
+    /// A CSV timestamp column with a zone, stored as UTC.
+    TsTz,
 }
 
 impl Kind {
@@ -266,6 +299,35 @@ impl Kind {
             Kind::Float => DataType::Float64,
             Kind::Bool => DataType::Boolean,
             Kind::Text => DataType::Utf8,
+            Kind::Date => DataType::Date32,
+            Kind::Ts => DataType::Timestamp(TimeUnit::Microsecond, None),
+            Kind::TsTz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        }
+    }
+
+    /// The kind of a CSV column's type.
+    fn of(t: ColType) -> Kind {
+        match t {
+            ColType::Integer => Kind::Int,
+            ColType::Number => Kind::Float,
+            ColType::Boolean => Kind::Bool,
+            ColType::Date => Kind::Date,
+            ColType::Timestamp => Kind::Ts,
+            ColType::TimestampTz => Kind::TsTz,
+            ColType::String => Kind::Text,
+        }
+    }
+
+    /// The CSV type whose cells a column of this kind takes (dates and timestamps).
+    fn col_type(self) -> ColType {
+        match self {
+            Kind::Int => ColType::Integer,
+            Kind::Float => ColType::Number,
+            Kind::Bool => ColType::Boolean,
+            Kind::Date => ColType::Date,
+            Kind::Ts => ColType::Timestamp,
+            Kind::TsTz => ColType::TimestampTz,
+            Kind::Text => ColType::String,
         }
     }
 
@@ -275,6 +337,9 @@ impl Kind {
             Kind::Float => "float64",
             Kind::Bool => "boolean",
             Kind::Text => "string",
+            Kind::Date => "date",
+            Kind::Ts => "timestamp",
+            Kind::TsTz => "timestamp with time zone",
         }
     }
 }
@@ -297,6 +362,8 @@ pub struct ParquetSink<'f> {
     places: Vec<Option<usize>>,
     /// The columns' names hashed, for a wide record (filled once the columns are set).
     column_set: HashSet<Arc<str>>,
+    /// Column types a CSV reader chose, by output name.
+    hints: HashMap<Arc<str>, Kind>,
 }
 
 /// One column's Arrow builder.
@@ -305,6 +372,8 @@ enum Builder {
     Float(Float64Builder),
     Bool(BooleanBuilder),
     Text(StringBuilder),
+    Date(Date32Builder),
+    Micros(TimestampMicrosecondBuilder, ColType),
 }
 
 impl Builder {
@@ -317,6 +386,15 @@ impl Builder {
                 PARQUET_SAMPLE,
                 PARQUET_SAMPLE * 16,
             )),
+            Kind::Date => Builder::Date(Date32Builder::with_capacity(PARQUET_SAMPLE)),
+            Kind::Ts => Builder::Micros(
+                TimestampMicrosecondBuilder::with_capacity(PARQUET_SAMPLE),
+                ColType::Timestamp,
+            ),
+            Kind::TsTz => Builder::Micros(
+                TimestampMicrosecondBuilder::with_capacity(PARQUET_SAMPLE).with_timezone("UTC"),
+                ColType::TimestampTz,
+            ),
         }
     }
 
@@ -324,13 +402,50 @@ impl Builder {
     fn push(&mut self, v: Option<&Value>) {
         match self {
             Builder::Int(b) => b.append_option(v.and_then(Value::as_i64)),
-            Builder::Float(b) => b.append_option(v.and_then(Value::as_f64)),
+            Builder::Float(b) => b.append_option(match v {
+                // A CSV cell `inf` or `nan` arrives as its text (see `csvtypes::to_value`).
+                Some(Value::String(s)) => csvtypes::number(s),
+                v => v.and_then(Value::as_f64),
+            }),
             Builder::Bool(b) => b.append_option(v.and_then(Value::as_bool)),
             Builder::Text(b) => match v {
                 None | Some(Value::Null) => b.append_null(),
                 Some(Value::String(s)) => b.append_value(s),
                 Some(other) => b.append_value(other.to_string()),
             },
+            Builder::Date(b) => b.append_option(match v.and_then(Value::as_str) {
+                Some(s) => match csvtypes::typed(ColType::Date, s) {
+                    Some(Typed::Date(d)) => Some(d),
+                    _ => None,
+                },
+                None => None,
+            }),
+            Builder::Micros(b, t) => b.append_option(match v.and_then(Value::as_str) {
+                Some(s) => match csvtypes::typed(*t, s) {
+                    Some(Typed::Micros(us)) => Some(us),
+                    _ => None,
+                },
+                None => None,
+            }),
+        }
+    }
+
+    /// Appends a CSV cell already checked to fit (see [`csvtypes::typed`]).
+    #[allow(dead_code)]
+    pub(crate) fn push_typed(&mut self, v: Typed<'_>) {
+        match (self, v) {
+            (Builder::Int(b), Typed::Int(i)) => b.append_value(i),
+            (Builder::Float(b), Typed::Float(x)) => b.append_value(x),
+            (Builder::Bool(b), Typed::Bool(x)) => b.append_value(x),
+            (Builder::Text(b), Typed::Text(s)) => b.append_value(s),
+            (Builder::Date(b), Typed::Date(d)) => b.append_value(d),
+            (Builder::Micros(b, _), Typed::Micros(us)) => b.append_value(us),
+            (Builder::Int(b), _) => b.append_null(),
+            (Builder::Float(b), _) => b.append_null(),
+            (Builder::Bool(b), _) => b.append_null(),
+            (Builder::Text(b), _) => b.append_null(),
+            (Builder::Date(b), _) => b.append_null(),
+            (Builder::Micros(b, _), _) => b.append_null(),
         }
     }
 
@@ -350,6 +465,8 @@ impl Builder {
             (Builder::Int(b), _) => b.append_null(),
             (Builder::Float(b), _) => b.append_null(),
             (Builder::Bool(b), _) => b.append_null(),
+            (Builder::Date(b), _) => b.append_null(),
+            (Builder::Micros(b, _), _) => b.append_null(),
         }
     }
 
@@ -359,6 +476,8 @@ impl Builder {
             Builder::Float(b) => Arc::new(b.finish()),
             Builder::Bool(b) => Arc::new(b.finish()),
             Builder::Text(b) => Arc::new(b.finish()),
+            Builder::Date(b) => Arc::new(b.finish()),
+            Builder::Micros(b, _) => Arc::new(b.finish()),
         }
     }
 }
@@ -455,10 +574,13 @@ impl<'f> ParquetSink<'f> {
                 self.column_set = cols.iter().cloned().collect();
             }
             if let Some(k) = stray(m, cols, &self.column_set) {
-                return Ok(Err(Reject(format!(
-                    "it has a key {k:?} that is not among the output's columns (set by the \
-                     first records); use `select` to choose columns"
-                ))));
+                return Ok(Err(Reject(
+                    format!(
+                        "it has a key {k:?} that is not among the output's columns (set by the \
+                         first records); use `select` to choose columns"
+                    ),
+                    RejectKind::NotInColumns,
+                )));
             }
         }
         if self.writer.is_none() {
@@ -473,12 +595,17 @@ impl<'f> ParquetSink<'f> {
         for (i, c) in cols.iter().enumerate() {
             if let Some(v) = look.get(c) {
                 if !fits(self.kinds[i], v) {
-                    return Ok(Err(Reject(format!(
-                        "column {c:?} is {} here, but {} in the first records, which \
-                         chose its Parquet type",
-                        toolbox_core::json_kind(v),
-                        self.kinds[i].name()
-                    ))));
+                    return Ok(Err(Reject(
+                        format!(
+                            "column {c:?} is {} here ({}), but {} in the first records, which \
+                             chose its Parquet type; set `types: {{{c:?}: \"string\"}}` for a \
+                             CSV input, or `select` other columns",
+                            toolbox_core::json_kind(v),
+                            cut(v),
+                            self.kinds[i].name()
+                        ),
+                        RejectKind::TypeMismatch,
+                    )));
                 }
             }
         }
@@ -572,7 +699,10 @@ impl<'f> ParquetSink<'f> {
             let looks: Vec<Lookup<'_>> = self.pending.iter().map(|m| Lookup::new(m)).collect();
             let kinds: Vec<_> = cols
                 .iter()
-                .map(|c| choose_kind(looks.iter().filter_map(|l| l.get(c))))
+                .map(|c| match self.hints.get(c) {
+                    Some(k) => *k,
+                    None => choose_kind(looks.iter().filter_map(|l| l.get(c))),
+                })
                 .collect();
             // A column whose sample is mostly distinct values (ids, free text, measures)
             // gains nothing from a dictionary but the cost of building one.
@@ -784,8 +914,24 @@ fn fits(kind: Kind, v: &Value) -> bool {
         (_, Value::Null) | (Kind::Text, _) => true,
         (Kind::Int, Value::Number(n)) => n.is_i64(),
         (Kind::Float, Value::Number(_)) => true,
+        (Kind::Float, Value::String(s)) => csvtypes::number(s).is_some_and(|x| !x.is_finite()),
         (Kind::Bool, Value::Bool(_)) => true,
+        (Kind::Date | Kind::Ts | Kind::TsTz, Value::String(s)) => {
+            csvtypes::typed(kind.col_type(), s).is_some()
+        }
         _ => false,
+    }
+}
+
+/// A value for a message: its JSON text, cut to 60 characters.
+fn cut(v: &Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() > 60 {
+        let mut t: String = text.chars().take(57).collect();
+        t.push('…');
+        t
+    } else {
+        text
     }
 }
 

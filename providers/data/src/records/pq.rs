@@ -67,6 +67,7 @@ pub fn read(
                 return Ok(End {
                     complete: false,
                     header: Some(header),
+                    types: None,
                 });
             }
         }
@@ -74,6 +75,7 @@ pub fn read(
     Ok(End {
         complete: true,
         header: Some(header),
+        types: None,
     })
 }
 

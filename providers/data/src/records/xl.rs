@@ -227,6 +227,7 @@ pub fn read(
                     return Ok(End {
                         complete: false,
                         header,
+                        types: None,
                     });
                 }
             }
@@ -246,12 +247,14 @@ pub fn read(
             return Ok(End {
                 complete: false,
                 header,
+                types: None,
             });
         }
     }
     Ok(End {
         complete: true,
         header: Some(header.unwrap_or_default()),
+        types: None,
     })
 }
 
