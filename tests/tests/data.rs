@@ -985,3 +985,232 @@ async fn csv_output_guards_formula_cells_unless_told_not_to() {
     let raw = std::fs::read_to_string(output(dir.path()).join("raw.csv")).unwrap();
     assert!(raw.contains("@SUM(A1)") && !raw.contains("'@SUM"), "{raw}");
 }
+
+/// The Parquet schema of `path`: each column's name and Arrow type.
+fn parquet_types(path: &Path) -> Vec<(String, String)> {
+    let file = std::fs::File::open(path).unwrap();
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    builder
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn csv_columns_are_typed_as_a_data_tool_reads_them() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    let csv = "code,price,small,flag,day,at,zoned,note\n\
+               007,1.50,9.7e-05,yes,2024-01-02,2013-01-01 10:00:00,2013-01-01T10:00:00Z,a\n\
+               012,13.80,-1E3,No,2024/01/03,2013-01-01T11:30:00.5,2013-01-01T12:00:00+02:00,NA\n\
+               ,NA,nan,,,,,\n";
+    std::fs::write(input(dir.path()).join("t.csv"), csv).unwrap();
+
+    // inspect reports the types the conversion writes.
+    let r = run(&exec, "data__inspect", json!({"path": "input/t.csv"})).await;
+    let types: Vec<(String, String)> = r["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().into(),
+                c["type"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = [
+        ("code", "string"),
+        ("price", "number"),
+        ("small", "number"),
+        ("flag", "boolean"),
+        ("day", "date"),
+        ("at", "timestamp"),
+        ("zoned", "timestamp with time zone"),
+        ("note", "string"),
+    ];
+    assert_eq!(
+        types,
+        want.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect::<Vec<_>>(),
+        "{r}"
+    );
+
+    // Parquet gets the matching logical types; the zoned instants are UTC.
+    let r = run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/t.parquet"}),
+    )
+    .await;
+    assert_eq!(r["rows_out"], json!(3), "{r}");
+    let pq = output(dir.path()).join("t.parquet");
+    let got: Vec<String> = parquet_types(&pq).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        got,
+        [
+            "Utf8",
+            "Float64",
+            "Float64",
+            "Boolean",
+            "Date32",
+            "Timestamp(µs)",
+            "Timestamp(µs, \"UTC\")",
+            "Utf8"
+        ]
+    );
+    run(
+        &exec,
+        "data__convert",
+        json!({"path": "output/t.parquet", "output": "output/back.jsonl"}),
+    )
+    .await;
+    let back = std::fs::read_to_string(output(dir.path()).join("back.jsonl")).unwrap();
+    let rows: Vec<Value> = back.lines().map(parsed).collect();
+    assert_eq!(rows[0]["price"], json!(1.5));
+    assert_eq!(rows[0]["zoned"], json!("2013-01-01T10:00:00Z"));
+    assert_eq!(
+        rows[1]["zoned"],
+        json!("2013-01-01T10:00:00Z"),
+        "+02:00 is UTC 10:00"
+    );
+    assert_eq!(rows[1]["at"], json!("2013-01-01T11:30:00.500"));
+    assert_eq!(
+        rows[1]["note"],
+        json!("NA"),
+        "NA stays text in a text column"
+    );
+    assert_eq!(
+        rows[2]["price"],
+        Value::Null,
+        "NA is null in a number column"
+    );
+    assert!(rows[2]["small"].is_string() || rows[2]["small"].is_null());
+
+    // JSONL gets numbers and booleans; codes with leading zeros stay text.
+    let r = run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/t.jsonl"}),
+    )
+    .await;
+    assert_eq!(r["rows_out"], json!(3), "{r}");
+    let text = std::fs::read_to_string(output(dir.path()).join("t.jsonl")).unwrap();
+    let first = parsed(text.lines().next().unwrap());
+    assert_eq!(
+        first,
+        json!({"code": "007", "price": 1.5, "small": 9.7e-05, "flag": true,
+               "day": "2024-01-02", "at": "2013-01-01 10:00:00",
+               "zoned": "2013-01-01T10:00:00Z", "note": "a"})
+    );
+
+    // `types` overrides a column; `infer_types: false` keeps every cell text.
+    run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/o.jsonl", "types": {"code": "integer"}}),
+    )
+    .await;
+    let text = std::fs::read_to_string(output(dir.path()).join("o.jsonl")).unwrap();
+    assert_eq!(parsed(text.lines().next().unwrap())["code"], json!(7));
+    run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/s.jsonl", "infer_types": false}),
+    )
+    .await;
+    let text = std::fs::read_to_string(output(dir.path()).join("s.jsonl")).unwrap();
+    assert_eq!(parsed(text.lines().next().unwrap())["price"], json!("1.50"));
+    fails(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/x.jsonl", "types": {"cost": "number"}}),
+        "`types` names \"cost\", which is not a column",
+    )
+    .await;
+    fails(
+        &exec,
+        "data__convert",
+        json!({"path": "input/t.csv", "output": "output/x.jsonl", "types": {"code": "money"}}),
+        "argument `types`: the type of \"code\" must be one of string, integer, number",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_cell_that_does_not_fit_its_column_is_a_bad_row_that_says_what_to_do() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    // The first 20,480 rows choose number; a later row holds text.
+    let mut csv = String::from("id,price\n");
+    for i in 0..20_480 {
+        csv.push_str(&format!("{i},{}.25\n", i % 50));
+    }
+    csv.push_str("20480,about five\n20481,3.5\n");
+    std::fs::write(input(dir.path()).join("p.csv"), &csv).unwrap();
+    for out in ["output/p.parquet", "output/p.jsonl"] {
+        fails(
+            &exec,
+            "data__convert",
+            json!({"path": "input/p.csv", "output": out}),
+            "line 20482: column \"price\": \"about five\" is not a number (the column's type, \
+             chosen from the first 20480 rows); set `types: {\"price\": \"string\"}`",
+        )
+        .await;
+        let r = run(
+            &exec,
+            "data__convert",
+            json!({"path": "input/p.csv", "output": out, "on_error": "skip"}),
+        )
+        .await;
+        assert_eq!(r["dropped"], json!({"type_mismatch": 1}), "{r}");
+        assert_eq!(r["rows_out"], json!(20_481), "{r}");
+    }
+    let r = run(&exec, "data__inspect", json!({"path": "input/p.csv"})).await;
+    assert_eq!(r["bad_rows"]["type_mismatch"], json!(1), "{r}");
+    let r = run(
+        &exec,
+        "data__convert",
+        json!({"path": "input/p.csv", "output": "output/q.parquet",
+               "types": {"price": "string"}}),
+    )
+    .await;
+    assert_eq!(r["rows_out"], json!(20_482), "{r}");
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_text_data_is_refused() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    // 4 KB of bytes from a fixed generator: binary, NULs among them.
+    let mut x: u32 = 0x9e37_79b9;
+    let noise: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect();
+    assert!(noise.contains(&0));
+    std::fs::write(input(dir.path()).join("noise.csv"), &noise).unwrap();
+    std::fs::write(input(dir.path()).join("noise.bin"), &noise).unwrap();
+    for path in ["input/noise.csv", "input/noise.bin"] {
+        fails(
+            &exec,
+            "data__inspect",
+            json!({"path": path}),
+            "not a recognised data file: it holds a NUL byte",
+        )
+        .await;
+    }
+    std::fs::write(input(dir.path()).join("latin.csv"), b"caf\xe9,b\n1,2\n").unwrap();
+    fails(
+        &exec,
+        "data__inspect",
+        json!({"path": "input/latin.csv"}),
+        "its first line (the header) is not UTF-8 text",
+    )
+    .await;
+}

@@ -483,3 +483,122 @@ async fn jsonl_to_parquet_in_parallel_chunks_writes_what_one_thread_writes() {
         "nothing half-written"
     );
 }
+
+/// CSV rows over several chunks of the parallel CSV to Parquet path (typed integer, number,
+/// boolean, text with quoted commas and newlines, date and timestamp), with a cell too
+/// long, a value that does not fit its column, a ragged row and a cell that is not UTF-8.
+fn chunky_csv() -> Vec<u8> {
+    let mut out = b"id,x,ok,s,d,t\n".to_vec();
+    for i in 0..(8192 * 7 + 333) {
+        if i == 8192 * 2 + 10 {
+            out.extend_from_slice(format!("1,1.5,true,{},,\n", "x".repeat(5000)).as_bytes());
+        }
+        if i == 8192 * 3 + 1 {
+            out.extend_from_slice(b"seven,1.5,true,s,,\n");
+        }
+        if i == 8192 * 4 + 5 {
+            out.extend_from_slice(b"1,2,3\n");
+        }
+        if i == 8192 * 5 + 8000 {
+            out.extend_from_slice(b"1,1.5,true,\xff\xfe,,\n");
+        }
+        let s = if i % 97 == 0 {
+            format!("\"r{i}, with \"\"quotes\"\"\nand a newline\"")
+        } else {
+            format!("r{i}")
+        };
+        let line = format!(
+            "{i},{}.{:02},{},{s},2024-{:02}-{:02},2013-01-01T{:02}:00:00Z\n",
+            i / 4,
+            i % 100,
+            if i % 2 == 0 { "true" } else { "False" },
+            1 + i % 12,
+            1 + i % 28,
+            i % 24
+        );
+        out.extend_from_slice(line.as_bytes());
+    }
+    out
+}
+
+#[tokio::test]
+async fn csv_to_parquet_in_parallel_chunks_writes_what_one_thread_writes() {
+    let data = json!({"max_cell_bytes": 4096, "parse_threads": 3});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("data", data)]);
+    let text = chunky_csv();
+    std::fs::write(input(dir.path()).join("r.csv"), &text).unwrap();
+    let convert = |out: &str, extra: Value| {
+        let mut args = json!({"path": "input/r.csv", "output": format!("output/{out}"),
+                              "on_error": "skip"});
+        for (k, v) in extra.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        args
+    };
+    let tally = |r: &Value| json!([r["rows_in"], r["rows_out"], r["rows_dropped"], r["dropped"]]);
+    let fast = run(&exec, convert("fast.parquet", json!({}))).await;
+    let general = run(
+        &exec,
+        convert("general.parquet", json!({"rename": ["id=id"]})),
+    )
+    .await;
+    assert_eq!(tally(&fast), tally(&general));
+    assert_eq!(fast["rows_out"], json!(8192 * 7 + 333), "{fast}");
+    assert_eq!(
+        fast["dropped"],
+        json!({"too_large": 1, "type_mismatch": 1, "ragged": 1, "malformed": 1}),
+        "{fast}"
+    );
+    let back = |name: &str| {
+        let exec = &exec;
+        let name = name.to_string();
+        let dir = dir.path().to_path_buf();
+        async move {
+            let out = format!("output/{name}.jsonl");
+            run(
+                exec,
+                json!({"path": format!("output/{name}"), "output": out}),
+            )
+            .await;
+            std::fs::read(output(&dir).join(format!("{name}.jsonl"))).unwrap()
+        }
+    };
+    let fast_rows = back("fast.parquet").await;
+    assert!(
+        fast_rows == back("general.parquet").await,
+        "the rows differ"
+    );
+    let first =
+        String::from_utf8_lossy(&fast_rows[..fast_rows.iter().position(|b| *b == b'\n').unwrap()])
+            .to_string();
+    assert_eq!(
+        first,
+        r#"{"id":0,"x":0.0,"ok":true,"s":"r0, with \"quotes\"\nand a newline","d":"2024-01-01","t":"2013-01-01T00:00:00Z"}"#
+    );
+
+    // One parsing thread writes the same bytes as three.
+    let (dir1, exec1) = executor_with(
+        PermissionMode::Full,
+        &[("data", json!({"max_cell_bytes": 4096, "parse_threads": 1}))],
+    );
+    std::fs::write(input(dir1.path()).join("r.csv"), &text).unwrap();
+    let one = run(&exec1, convert("one.parquet", json!({}))).await;
+    assert_eq!(counts(&one), counts(&fast));
+    let one_bytes = std::fs::read(output(dir1.path()).join("one.parquet")).unwrap();
+    let three = std::fs::read(output(dir.path()).join("fast.parquet")).unwrap();
+    assert!(one_bytes == three, "one thread and three differ");
+
+    // A limit inside a chunk; and on_error fail names the first bad row, as the general
+    // path does.
+    let limit = 8192 * 4 + 17;
+    let fast = run(&exec, convert("fast_l.parquet", json!({"limit": limit}))).await;
+    assert_eq!(fast["rows_out"], json!(limit), "{fast}");
+    assert!(fast["stopped_at_limit"].is_string(), "{fast}");
+    fails(
+        &exec,
+        "data__convert",
+        json!({"path": "input/r.csv", "output": "output/f.parquet"}),
+        "line 16566: column \"s\" holds 5000 bytes",
+    )
+    .await;
+}

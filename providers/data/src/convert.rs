@@ -12,10 +12,10 @@ use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
 use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_host::{PathError, ToolContext};
 
+use crate::csvtypes::{ColType, Typing};
 use crate::format::{Compression, Format, OUTPUT_NAMES};
 use crate::records::{self, BadKind, CsvRow, Flow, Item, JsonlLine};
 use crate::template::Template;
-use crate::csvtypes::{ColType, Typing};
 use crate::write::{Out, RejectKind, Sink};
 use crate::{fast, parallel, source};
 use crate::{
@@ -296,6 +296,9 @@ fn rename_arg(v: Option<&Value>) -> Result<Vec<(String, String)>> {
     }
 }
 
+/// What runs the rows of a chunk a worker gave back, one by one, through the general path.
+type Replay<'a, C> = &'a mut dyn FnMut(C, &mut Run, &mut Sink<'_>) -> Result<Flow>;
+
 /// The counts and memory of one conversion, shared by its general and fast paths.
 struct Run {
     in_format: Format,
@@ -370,6 +373,8 @@ impl Plan {
             && matches!(self.to, Format::Json | Format::Jsonl)
             && self.plain();
         let fast_jsonl = in_format == Format::Jsonl && self.to == Format::Parquet && self.plain();
+        let fast_csv_parquet =
+            records::text_cells(in_format) && self.to == Format::Parquet && self.plain();
         if fast_csv {
             // CSV cells checked here and sent raw to a thread that types them and writes
             // them as JSON text: no JSON values are built.
@@ -398,7 +403,9 @@ impl Plan {
                         return match records::csv_item(at, rec, header, types, &self.limits) {
                             bad @ Item::Bad { .. } => self.bad(bad, &mut run),
                             Item::Record(_) => {
-                                bail!("line {at}: the fast path refused a row the general path takes")
+                                bail!(
+                                    "line {at}: the fast path refused a row the general path takes"
+                                )
                             }
                         };
                     }
@@ -408,16 +415,16 @@ impl Plan {
             })?;
             match rows {
                 Some(r) => r.finish()?,
-                None => {
-                    fast::JsonRows::start(file.try_clone()?, Vec::new(), Vec::new(), array)?
-                        .finish()?
-                }
+                None => fast::JsonRows::start(file.try_clone()?, Vec::new(), Vec::new(), array)?
+                    .finish()?,
             }
         } else {
             let mut sink = Sink::new(self.to, file, None);
             sink.set_formula_guard(self.guard_formulas);
             if fast_jsonl {
                 self.jsonl_to_parquet(src, cancelled, &mut run, &mut sink)?;
+            } else if fast_csv_parquet {
+                self.csv_to_parquet(src, cancelled, &mut run, &mut sink)?;
             } else if records::text_cells(in_format) && self.template.is_none() {
                 // CSV cells typed by their columns, whose types the output keeps.
                 let mut typed = false;
@@ -509,42 +516,45 @@ impl Plan {
                 return Ok(Flow::Go);
             }
             let full = std::mem::replace(&mut chunk, workers.fresh());
-            self.send_chunk(full, workers, run, sink)
+            self.send_chunk(full, workers, run, sink, &mut |c, run, sink| {
+                self.replay_lines(c, run, sink)
+            })
         })?;
         let Some(mut workers) = pool else {
             return Ok(());
         };
-        if run.stopped {
-            return Ok(());
-        }
-        // The chunks still out, in order; their errors name the input as the reader's do.
-        let rest = || -> Result<()> {
-            if !chunk.is_empty() && self.send_chunk(chunk, &mut workers, run, sink)? == Flow::Stop {
-                return Ok(());
-            }
-            while let Some(parsed) = workers.next()? {
-                if self.parsed(parsed, &mut workers, run, sink)? == Flow::Stop {
-                    break;
-                }
-            }
-            Ok(())
-        };
-        rest().map_err(|e| anyhow!("{shown}: {e:#}"))
+        self.drain(chunk, &mut workers, run, sink, &mut |c, run, sink| {
+            self.replay_lines(c, run, sink)
+        })
+        .map_err(|e| anyhow!("{shown}: {e:#}"))
     }
 
-    /// Sends a chunk to the workers, once the results it must wait for are written.
-    fn send_chunk(
+    /// Lines a worker gave back: the reading thread looks at the cancellation between
+    /// chunks, and each record's work is linear and capped in keys.
+    fn replay_lines(
         &self,
         chunk: parallel::Chunk,
-        workers: &mut parallel::Pool,
         run: &mut Run,
         sink: &mut Sink<'_>,
+    ) -> Result<Flow> {
+        chunk.replay(&mut |line| self.jsonl_line(line, run, sink, &|| false))
+    }
+
+    /// Sends a chunk to the workers, once the results it must wait for are written; a
+    /// result without a batch goes through `replay`.
+    fn send_chunk<C: parallel::Work>(
+        &self,
+        chunk: C,
+        workers: &mut parallel::Pool<C>,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+        replay: Replay<'_, C>,
     ) -> Result<Flow> {
         while workers.must_wait(&chunk) {
             let Some(parsed) = workers.next()? else {
                 break;
             };
-            if self.parsed(parsed, workers, run, sink)? == Flow::Stop {
+            if self.parsed(parsed, workers, run, sink, replay)? == Flow::Stop {
                 return Ok(Flow::Stop);
             }
         }
@@ -552,21 +562,18 @@ impl Plan {
         Ok(Flow::Go)
     }
 
-    /// A chunk back from the workers: its batch written (up to the limit), or, when a line
-    /// did not take the fast path, its lines one by one.
-    fn parsed(
+    /// A chunk back from the workers: its batch written (up to the limit), or, when a row
+    /// did not take the fast path, its rows one by one through `replay`.
+    fn parsed<C: parallel::Work>(
         &self,
-        parsed: parallel::Parsed,
-        workers: &mut parallel::Pool,
+        parsed: parallel::Parsed<C>,
+        workers: &mut parallel::Pool<C>,
         run: &mut Run,
         sink: &mut Sink<'_>,
+        replay: Replay<'_, C>,
     ) -> Result<Flow> {
         let (Some(batch), Sink::Parquet(p)) = (parsed.batch, &mut *sink) else {
-            return parsed
-                .chunk
-                // Lines a worker gave back: the reading thread looks at the cancellation
-                // between chunks, and each record's work is linear and capped in keys.
-                .replay(&mut |line| self.jsonl_line(line, run, sink, &|| false));
+            return replay(parsed.chunk, run, sink);
         };
         let room = self.limit.map(|l| l.saturating_sub(run.rows_out));
         let n = p.write_batch(batch, room)?;
@@ -578,6 +585,126 @@ impl Plan {
             return Ok(Flow::Stop);
         }
         Ok(Flow::Go)
+    }
+
+    /// The end of a parallel conversion: the chunk being filled, then every result still
+    /// out, in order.
+    fn drain<C: parallel::Work>(
+        &self,
+        chunk: C,
+        workers: &mut parallel::Pool<C>,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+        replay: Replay<'_, C>,
+    ) -> Result<()> {
+        if run.stopped {
+            return Ok(());
+        }
+        if !chunk.is_empty() && self.send_chunk(chunk, workers, run, sink, replay)? == Flow::Stop {
+            return Ok(());
+        }
+        while let Some(parsed) = workers.next()? {
+            if self.parsed(parsed, workers, run, sink, replay)? == Flow::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// CSV or TSV to Parquet with no step but `limit`: row by row through the general path
+    /// until the first rows chose the columns' encodings, then in chunks of raw rows that
+    /// workers check, type and turn into batches (see [`parallel`]), written in input order.
+    fn csv_to_parquet(
+        &self,
+        src: source::Source,
+        cancelled: &dyn Fn() -> bool,
+        run: &mut Run,
+        sink: &mut Sink<'_>,
+    ) -> Result<()> {
+        let shown = src.shown.clone();
+        let mut pool: Option<parallel::Pool<parallel::CellChunk>> = None;
+        let mut chunk = parallel::CellChunk::default();
+        let mut columns: Option<(Vec<Arc<str>>, Vec<ColType>)> = None;
+        let threads = self.limits.parse_threads;
+        let max_cell = self.limits.max_cell_bytes;
+        // Rows a worker gave back, one by one through the general path.
+        let replay_with = |header: &[Arc<str>],
+                           types: &[ColType],
+                           chunk: parallel::CellChunk,
+                           run: &mut Run,
+                           sink: &mut Sink<'_>|
+         -> Result<Flow> {
+            chunk.replay(header.len(), &mut |at, row| {
+                let item = match row {
+                    Ok(rec) => records::csv_item(at, rec, header, types, &self.limits),
+                    Err(bad) => bad,
+                };
+                self.handle(item, run, sink)
+            })
+        };
+        records::read_csv_raw(src, Some(&self.typing), cancelled, &mut |row| {
+            let (header, types) = match row {
+                CsvRow::Row { header, types, .. } => (header, types),
+                CsvRow::Bad(_) => (&[][..], &[][..]),
+            };
+            if columns.is_none() && !header.is_empty() {
+                sink.set_column_types(self.output_types(header, types));
+                columns = Some((header.to_vec(), types.to_vec()));
+            }
+            let Some(workers) = &mut pool else {
+                let item = match row {
+                    CsvRow::Bad(item) => item,
+                    CsvRow::Row {
+                        at,
+                        header,
+                        types,
+                        rec,
+                    } => records::csv_item(at, rec, header, types, &self.limits),
+                };
+                let flow = self.handle(item, run, sink)?;
+                if let (Sink::Parquet(p), Some((_, types))) = (&*sink, &columns) {
+                    if let Some(batcher) = p.cell_batcher(types, max_cell) {
+                        pool = Some(parallel::Pool::start_with(
+                            threads,
+                            "csv-parse",
+                            move || {
+                                let mut b = batcher.clone();
+                                move |c: &parallel::CellChunk| {
+                                    if c.has_bad() {
+                                        None
+                                    } else {
+                                        b.batch(c.cells())
+                                    }
+                                }
+                            },
+                        )?);
+                    }
+                }
+                return Ok(flow);
+            };
+            match row {
+                CsvRow::Bad(item) => chunk.push_bad(item),
+                CsvRow::Row { at, rec, .. } => chunk.push_row(at, rec),
+            }
+            if !chunk.full() {
+                return Ok(Flow::Go);
+            }
+            let full = std::mem::replace(&mut chunk, workers.fresh());
+            let (header, types) = columns
+                .as_ref()
+                .map(|(h, t)| (&h[..], &t[..]))
+                .unwrap_or_default();
+            self.send_chunk(full, workers, run, sink, &mut |c, run, sink| {
+                replay_with(header, types, c, run, sink)
+            })
+        })?;
+        let (Some(mut workers), Some((header, types))) = (pool, &columns) else {
+            return Ok(());
+        };
+        self.drain(chunk, &mut workers, run, sink, &mut |c, run, sink| {
+            replay_with(header, types, c, run, sink)
+        })
+        .map_err(|e| anyhow!("{shown}: {e:#}"))
     }
 
     /// One JSONL line to Parquet on the reading thread: straight into the column builders

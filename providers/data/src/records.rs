@@ -382,7 +382,6 @@ fn read_csv_rows(
     };
     for (at, held) in &sample {
         if push(*at, held)? == Flow::Stop {
-            drop(push);
             return Ok(stopped(header, types));
         }
     }
@@ -390,12 +389,10 @@ fn read_csv_rows(
     if !sampled_to_end {
         while let Some(at) = next(&mut rdr, &mut rec)? {
             if push(at, &rec)? == Flow::Stop {
-                drop(push);
-                return Ok(stopped(header, types));
+                    return Ok(stopped(header, types));
             }
         }
     }
-    drop(push);
     Ok(End {
         complete: true,
         header: Some(header),

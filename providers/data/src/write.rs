@@ -431,7 +431,6 @@ impl Builder {
     }
 
     /// Appends a CSV cell already checked to fit (see [`csvtypes::typed`]).
-    #[allow(dead_code)]
     pub(crate) fn push_typed(&mut self, v: Typed<'_>) {
         match (self, v) {
             (Builder::Int(b), Typed::Int(i)) => b.append_value(i),
@@ -660,6 +659,26 @@ impl<'f> ParquetSink<'f> {
         })
     }
 
+    /// Once the first records chose the columns: a [`CellBatcher`] for CSV rows of `types`
+    /// (the header's, in order), when the columns are those types'.
+    pub fn cell_batcher(&self, types: &[ColType], max_cell_bytes: u64) -> Option<CellBatcher> {
+        self.writer.as_ref()?;
+        let same = types.len() == self.kinds.len()
+            && types
+                .iter()
+                .zip(&self.kinds)
+                .all(|(t, k)| Kind::of(*t) == *k);
+        if !same {
+            return None;
+        }
+        Some(CellBatcher {
+            types: types.into(),
+            schema: self.schema.clone()?,
+            max_cell_bytes,
+            builders: types.iter().map(|t| Builder::new(Kind::of(*t))).collect(),
+        })
+    }
+
     /// Writes the first `max_rows` (all by default) of a batch made by a [`LineBatcher`] of
     /// this sink, after the rows the builders hold, so the output keeps the input's order.
     /// Returns the rows written.
@@ -841,6 +860,61 @@ impl LineBatcher {
             ) {
                 all = false;
                 break;
+            }
+        }
+        // Finishing empties the builders either way, ready for the next chunk.
+        let arrays: Vec<ArrayRef> = self.builders.iter_mut().map(Builder::finish).collect();
+        if !all {
+            return None;
+        }
+        RecordBatch::try_new(self.schema.clone(), arrays).ok()
+    }
+}
+
+/// Turns chunks of CSV rows into Parquet batches for a [`ParquetSink`] whose columns are a
+/// CSV header typed by [`csvtypes`], on any thread: each cell checked (size, UTF-8) and
+/// typed by its column straight into the Arrow builders, without JSON values.
+pub struct CellBatcher {
+    types: Arc<[ColType]>,
+    schema: Arc<Schema>,
+    max_cell_bytes: u64,
+    builders: Vec<Builder>,
+}
+
+impl Clone for CellBatcher {
+    fn clone(&self) -> CellBatcher {
+        CellBatcher {
+            types: self.types.clone(),
+            schema: self.schema.clone(),
+            max_cell_bytes: self.max_cell_bytes,
+            builders: self
+                .types
+                .iter()
+                .map(|t| Builder::new(Kind::of(*t)))
+                .collect(),
+        }
+    }
+}
+
+impl CellBatcher {
+    /// The batch of every row's cells (`width` per row), when each fits; `None` as soon as
+    /// one does not (the caller then runs the rows through the general path, which says
+    /// what is wrong).
+    pub fn batch<'a>(&mut self, cells: impl Iterator<Item = &'a [u8]>) -> Option<RecordBatch> {
+        let width = self.types.len();
+        let mut all = true;
+        for (i, raw) in cells.enumerate() {
+            let col = i % width;
+            let typed = std::str::from_utf8(raw)
+                .ok()
+                .filter(|_| raw.len() as u64 <= self.max_cell_bytes)
+                .and_then(|text| csvtypes::typed(self.types[col], text));
+            match typed {
+                Some(v) => self.builders[col].push_typed(v),
+                None => {
+                    all = false;
+                    break;
+                }
             }
         }
         // Finishing empties the builders either way, ready for the next chunk.

@@ -148,13 +148,15 @@ pub fn column_values(col: &ArrayRef) -> Result<Vec<Value>> {
                     .map_or(Value::Null, |d| Value::String(d.to_string()))
             })
         }
-        DataType::Timestamp(unit, _) => {
+        DataType::Timestamp(unit, zone) => {
+            // An instant (a column with a zone) is shown in UTC, marked `Z`.
+            let z = if zone.is_some() { "Z" } else { "" };
             macro_rules! ts {
                 ($t:ty) => {{
                     let a = col.as_primitive::<$t>();
                     each(&|i| {
                         a.value_as_datetime(i).map_or(Value::Null, |d| {
-                            Value::String(d.format("%Y-%m-%dT%H:%M:%S%.f").to_string())
+                            Value::String(format!("{}{z}", d.format("%Y-%m-%dT%H:%M:%S%.f")))
                         })
                     })
                 }};
