@@ -55,7 +55,8 @@ pub enum ToolEvent {
         /// The chunk, as text.
         text: String,
     },
-    /// A human-readable progress line (pip's output, a download, ...).
+    /// A human-readable progress line (pip's output, a download, ...), with how far the
+    /// work is when the tool can count it ([`ToolContext::emit_progress_of`]).
     Progress {
         /// The call the line belongs to.
         call_id: String,
@@ -63,6 +64,13 @@ pub enum ToolEvent {
         tool: String,
         /// The line, for people.
         message: String,
+        /// How much is done, in the tool's own unit (bytes read, say); it only grows within
+        /// a call. `None` for a plain progress line.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        done: Option<u64>,
+        /// How much there is in all, in the same unit, when known; only set with `done`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<u64>,
     },
     /// The executor waits for `ToolExecutor::respond_approval` on this call id.
     ApprovalRequested(ApprovalRequest),
@@ -282,6 +290,25 @@ impl ToolContext {
                 call_id: self.call_id.clone(),
                 tool: self.tool.clone(),
                 message: message.into(),
+                done: None,
+                total: None,
+            });
+        }
+    }
+
+    /// Reports how far long work is: `done` of `total` (when known) in one unit of the
+    /// tool's choosing, and a line for people that says it in words ("1,234 rows, 18 MB of
+    /// 51 MB (35%)"). Front ends show it as a bar or a line redrawn in place, and MCP sends
+    /// it as `notifications/progress` with `progress` and `total`. `done` should only grow
+    /// within a call. Rate-limit it: a report a second or two is plenty.
+    pub fn emit_progress_of(&self, message: impl Into<String>, done: u64, total: Option<u64>) {
+        if self.events.is_active() {
+            self.events.emit(ToolEvent::Progress {
+                call_id: self.call_id.clone(),
+                tool: self.tool.clone(),
+                message: message.into(),
+                done: Some(done),
+                total,
             });
         }
     }

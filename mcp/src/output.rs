@@ -2,7 +2,10 @@
 //! client, the same on both transports:
 //!
 //! - to a call that carried a `progressToken` in `_meta`: `notifications/progress`, its
-//!   `progress` growing by one with every notification, the text as its `message`;
+//!   `progress` growing by one with every notification, the text as its `message`; a tool's
+//!   counted progress ([`toolbox_host::ToolContext::emit_progress_of`]) goes there too, with
+//!   `progress` its `done` and `total` its total, kept strictly growing
+//!   ([`next_progress`]) when output and counted progress interleave;
 //! - else, once the client asked for `info` or lower with `logging/setLevel`:
 //!   `notifications/message`, level `info`, the tool's name as `logger`;
 //! - else nowhere (never to stderr).
@@ -81,6 +84,22 @@ pub(crate) fn route<T>(progress_token: Option<T>, level: &LogLevel) -> Option<Ro
     }
 }
 
+/// The `progress` and `total` of the next `notifications/progress` of a call whose last one
+/// said `last`: one more for a chunk of output (`done` is `None`); a tool's own count
+/// (`done`) otherwise, raised to `last + 1` when it would not grow (MCP wants `progress` to
+/// grow with every notification). `total` is left out when `progress` went past it.
+pub(crate) fn next_progress(
+    last: u64,
+    done: Option<u64>,
+    total: Option<u64>,
+) -> (u64, Option<u64>) {
+    let Some(done) = done else {
+        return (last + 1, None);
+    };
+    let progress = done.max(last + 1);
+    (progress, total.filter(|total| progress <= *total))
+}
+
 /// Bytes of output queued and not yet sent, counted against a cap.
 #[derive(Debug, Default)]
 pub(crate) struct QueuedBytes(AtomicUsize);
@@ -133,6 +152,23 @@ mod tests {
         level.set(log_level_rank("debug").unwrap());
         assert_eq!(route(None::<u8>, &level), Some(Route::Log));
         assert_eq!(route(Some(7), &level), Some(Route::Progress(7)));
+    }
+
+    #[test]
+    fn progress_grows_with_every_notification() {
+        // Output counts by one; a tool's count jumps ahead.
+        assert_eq!(next_progress(0, None, None), (1, None));
+        assert_eq!(next_progress(1, Some(500), Some(1000)), (500, Some(1000)));
+        assert_eq!(next_progress(500, None, None), (501, None));
+        // A count that would not grow is raised past the last one.
+        assert_eq!(next_progress(501, Some(501), Some(1000)), (502, Some(1000)));
+        assert_eq!(
+            next_progress(502, Some(1000), Some(1000)),
+            (1000, Some(1000))
+        );
+        // Past the total, the total is left out rather than contradicted.
+        assert_eq!(next_progress(1000, Some(1000), Some(1000)), (1001, None));
+        assert_eq!(next_progress(0, Some(0), None), (1, None));
     }
 
     #[test]

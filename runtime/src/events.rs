@@ -169,6 +169,26 @@ pub enum RuntimeEvent {
         /// Its depth.
         depth: u32,
     },
+    /// How far a call's long work is (a data conversion's rows and bytes, say): the latest
+    /// report replaces the one before. A progress line without numbers comes as
+    /// [`RuntimeEvent::ToolCallOutput`] on stream `progress` instead.
+    ToolCallProgress {
+        /// The call.
+        call_id: String,
+        /// The tool's canonical name.
+        tool: String,
+        /// How far it is, for people ("1,234 rows, 18 MB of 51 MB (35%)").
+        message: String,
+        /// How much is done, in the tool's unit (bytes read, say).
+        done: u64,
+        /// How much there is in all, in the same unit, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<u64>,
+        /// The agent that asked for the call.
+        agent: String,
+        /// Its depth.
+        depth: u32,
+    },
     /// A tool call ended.
     ToolCallFinished {
         /// The turn's id.

@@ -515,6 +515,26 @@ pub(crate) fn session_events(
             call_id,
             tool,
             message,
+            done: Some(done),
+            total,
+        } => rt.emit(
+            &session,
+            RuntimeEvent::ToolCallProgress {
+                call_id,
+                tool,
+                message,
+                done,
+                total,
+                agent: agent.clone(),
+                depth,
+            },
+        ),
+        ToolEvent::Progress {
+            call_id,
+            tool,
+            message,
+            done: None,
+            ..
         } => rt.emit(
             &session,
             RuntimeEvent::ToolCallOutput {

@@ -364,6 +364,7 @@ impl View {
                 | RuntimeEvent::ReviewAnswered { .. }
                 | RuntimeEvent::TurnStarted { .. }
                 | RuntimeEvent::SessionResumed { .. }
+                | RuntimeEvent::ToolCallProgress { .. }
         );
         if shows_plan {
             self.show_plan();
@@ -571,6 +572,9 @@ impl View {
             }
             RuntimeEvent::TurnStarted { .. } | RuntimeEvent::SessionResumed { .. } => {}
             RuntimeEvent::ReviewAnswered { .. } => {}
+            // Counted progress is for the console and `toolbox call`'s line; the chat's
+            // terminal shows the call's result when it ends.
+            RuntimeEvent::ToolCallProgress { .. } => {}
         }
         Shown::Nothing
     }

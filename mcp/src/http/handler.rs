@@ -22,7 +22,7 @@ use toolbox_core::SessionId;
 use toolbox_executor::{ApprovalQueue, CallStatus, ToolExecutor, ToolRequest};
 use toolbox_host::{ApprovalRequest, CancellationToken, EventSink, ToolEvent};
 
-use super::output::OutputQueue;
+use super::output::{Chunk, OutputQueue};
 use super::{call_cancellation, McpHttpOptions};
 use crate::approval::{self, Answer};
 use crate::output::{self, LogLevel};
@@ -272,9 +272,27 @@ impl ServerHandler for McpHandler {
             ToolEvent::ApprovalRequested(request) => {
                 let _ = approvals_tx.send(request);
             }
-            ToolEvent::Output { text, .. } | ToolEvent::Progress { message: text, .. } => {
+            ToolEvent::Output { text, .. } => {
                 if let Some(output) = &output {
-                    output.push(text);
+                    output.push(Chunk {
+                        text,
+                        done: None,
+                        total: None,
+                    });
+                }
+            }
+            ToolEvent::Progress {
+                message,
+                done,
+                total,
+                ..
+            } => {
+                if let Some(output) = &output {
+                    output.push(Chunk {
+                        text: message,
+                        done,
+                        total,
+                    });
                 }
             }
             ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}

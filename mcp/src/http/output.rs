@@ -16,11 +16,19 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use toolbox_host::CancellationToken;
 
-use crate::output::{dropped_note, QueuedBytes, Route, MAX_QUEUED_OUTPUT_BYTES};
+use crate::output::{dropped_note, next_progress, QueuedBytes, Route, MAX_QUEUED_OUTPUT_BYTES};
+
+/// One thing to send: a chunk of output, or a tool's counted progress (`done`, and its
+/// `total` when known) with its message.
+pub(super) struct Chunk {
+    pub(super) text: String,
+    pub(super) done: Option<u64>,
+    pub(super) total: Option<u64>,
+}
 
 /// The sending half of one call's output: a queue capped in bytes.
 pub(super) struct OutputQueue {
-    tx: mpsc::UnboundedSender<String>,
+    tx: mpsc::UnboundedSender<Chunk>,
     queued: Arc<QueuedBytes>,
     dropped: Arc<AtomicUsize>,
 }
@@ -54,13 +62,13 @@ impl OutputQueue {
         (queue, forwarder)
     }
 
-    pub(super) fn push(&self, text: String) {
-        if text.is_empty() {
+    pub(super) fn push(&self, chunk: Chunk) {
+        if chunk.text.is_empty() && chunk.done.is_none() {
             return;
         }
-        let len = text.len();
+        let len = chunk.text.len();
         let fits = self.queued.try_add(len, MAX_QUEUED_OUTPUT_BYTES);
-        if !fits || self.tx.send(text).is_err() {
+        if !fits || self.tx.send(chunk).is_err() {
             if fits {
                 self.queued.sub(len);
             }
@@ -88,21 +96,24 @@ async fn forward_output(
     peer: Peer<RoleServer>,
     route: Route<ProgressToken>,
     tool: String,
-    mut rx: mpsc::UnboundedReceiver<String>,
+    mut rx: mpsc::UnboundedReceiver<Chunk>,
     queued: Arc<QueuedBytes>,
     dropped: Arc<AtomicUsize>,
     done: CancellationToken,
 ) {
     let mut progress = 0u64;
-    let send = |text: String, progress: u64| {
+    let send = |text: String, progress: u64, total: Option<u64>| {
         let peer = peer.clone();
         let route = route.clone();
         let tool = tool.clone();
         async move {
             let sent = match route {
                 Route::Progress(token) => {
-                    let params =
+                    let mut params =
                         ProgressNotificationParam::new(token, progress as f64).with_message(text);
+                    if let Some(total) = total {
+                        params = params.with_total(total as f64);
+                    }
                     peer.notify_progress(params).await
                 }
                 Route::Log => send_log(&peer, tool, text).await,
@@ -113,25 +124,27 @@ async fn forward_output(
         }
     };
     loop {
-        let text = tokio::select! {
+        let chunk = tokio::select! {
             biased;
-            text = rx.recv() => match text {
-                Some(text) => text,
+            chunk = rx.recv() => match chunk {
+                Some(chunk) => chunk,
                 None => break,
             },
             _ = done.cancelled() => break,
         };
-        queued.sub(text.len());
-        progress += 1;
-        send(text, progress).await;
+        queued.sub(chunk.text.len());
+        let total;
+        (progress, total) = next_progress(progress, chunk.done, chunk.total);
+        send(chunk.text, progress, total).await;
     }
-    while let Ok(text) = rx.try_recv() {
-        progress += 1;
-        send(text, progress).await;
+    while let Ok(chunk) = rx.try_recv() {
+        let total;
+        (progress, total) = next_progress(progress, chunk.done, chunk.total);
+        send(chunk.text, progress, total).await;
     }
     let dropped = dropped.load(Ordering::Relaxed);
     if dropped > 0 {
         progress += 1;
-        send(dropped_note(dropped as u64), progress).await;
+        send(dropped_note(dropped as u64), progress, None).await;
     }
 }

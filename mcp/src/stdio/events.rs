@@ -66,12 +66,14 @@ impl Events {
                 tool,
                 text,
                 ..
-            } => self.forward(&call_id, &tool, &text),
+            } => self.forward(&call_id, &tool, &text, None, None),
             ToolEvent::Progress {
                 call_id,
                 tool,
                 message,
-            } => self.forward(&call_id, &tool, &message),
+                done,
+                total,
+            } => self.forward(&call_id, &tool, &message, done, total),
             ToolEvent::ApprovalRequested(request) => self.answer(&request),
             ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}
         }
@@ -131,8 +133,17 @@ impl Events {
         lock(&self.asking).retain(|_, request| request.call_id != call_id);
     }
 
-    fn forward(&self, call_id: &str, tool: &str, text: &str) {
-        if text.is_empty() {
+    /// Sends a chunk of output, or a progress report when `done` is set (see
+    /// [`output::next_progress`]).
+    fn forward(
+        &self,
+        call_id: &str,
+        tool: &str,
+        text: &str,
+        done: Option<u64>,
+        total: Option<u64>,
+    ) {
+        if text.is_empty() && done.is_none() {
             return;
         }
         let mut calls = lock(&self.calls);
@@ -145,11 +156,14 @@ impl Events {
         };
         let sent = match output::route(call.progress_token.as_ref(), &self.log_level) {
             Some(Route::Progress(token)) => {
-                call.progress += 1;
-                outbox.notify(
-                    "notifications/progress",
-                    json!({ "progressToken": token, "progress": call.progress, "message": text }),
-                )
+                let (progress, total) = output::next_progress(call.progress, done, total);
+                call.progress = progress;
+                let mut params =
+                    json!({ "progressToken": token, "progress": progress, "message": text });
+                if let Some(total) = total {
+                    params["total"] = json!(total);
+                }
+                outbox.notify("notifications/progress", params)
             }
             Some(Route::Log) => outbox.notify(
                 "notifications/message",
