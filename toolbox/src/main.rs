@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 mod agents_cmd;
+mod progress_line;
 mod terminal;
 
 use std::io::{IsTerminal, Read, Write};
@@ -339,6 +340,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let stderr_is_terminal = std::io::stderr().is_terminal();
+    progress_line::remember_stderr(stderr_is_terminal);
     // First, before any thread writes to stderr: from here on a client that never reads
     // stderr can make toolbox drop output, never stall it.
     let pump = match toolbox::stderr_pump::install() {
@@ -676,7 +678,8 @@ async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
     let config = load_config(&args.common)?;
     let approve = terminal_approve(args.approve, &config, "call")?;
     let slot: Arc<OnceLock<ToolExecutor>> = Arc::new(OnceLock::new());
-    let events = cli_events(slot.clone(), approve);
+    let line = Arc::new(progress_line::ProgressLine::new());
+    let events = cli_events(slot.clone(), approve, line.clone());
     let executor = build(config, events)?;
     let _ = slot.set(executor.clone());
     let mut request =
@@ -693,6 +696,7 @@ async fn call(args: CallArgs) -> Result<ExitCode, UsageError> {
         on_signal.cancel();
     });
     let info = executor.run_cancellable(request, cancel).await;
+    line.end();
     let code = if info.is_done() { 0 } else { 1 };
     out_or_exit(&format!("{}\n", info.envelope()), code);
     Ok(ExitCode::from(code))
@@ -1024,21 +1028,36 @@ fn new_call_id() -> String {
 }
 
 /// Streams output to stderr as it arrives and answers approval requests per `approve`.
+/// Counted progress is the one `line` redrawn in place (on a terminal only), cleared before
+/// anything else is written.
 ///
 /// stderr is the pump's pipe (see `toolbox::stderr_pump`), so these writes never block the
 /// call, whoever reads stderr or not.
-fn cli_events(slot: Arc<OnceLock<ToolExecutor>>, approve: Approve) -> EventSink {
+fn cli_events(
+    slot: Arc<OnceLock<ToolExecutor>>,
+    approve: Approve,
+    line: Arc<progress_line::ProgressLine>,
+) -> EventSink {
     EventSink::new(move |event| match event {
         // Both streams go to stderr: stdout carries only the envelope.
         // A tool's output can carry escape sequences: shown, never obeyed by the terminal.
         ToolEvent::Output { text, .. } => {
+            line.clear();
             let text = toolbox::core::preview::terminal_safe(&text);
             let _ = std::io::stderr().lock().write_all(text.as_bytes());
         }
+        ToolEvent::Progress {
+            tool,
+            message,
+            done: Some(_),
+            ..
+        } => line.show(&tool, &message),
         ToolEvent::Progress { message, .. } => {
+            line.clear();
             eprintln!("{}", toolbox::core::preview::terminal_safe(&message))
         }
         ToolEvent::ApprovalRequested(request) => {
+            line.clear();
             let slot = slot.clone();
             // Answer off the executor's thread: a question blocks on the terminal.
             std::thread::spawn(move || {
