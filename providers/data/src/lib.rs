@@ -23,6 +23,7 @@ mod fast;
 pub mod format;
 mod inspect;
 mod parallel;
+mod progress;
 pub mod records;
 pub mod source;
 mod stats;
@@ -231,7 +232,6 @@ fn on_error_prop() -> Value {
     )
 }
 
-/// The `max_rows` property.
 /// The `types` property: a CSV column's type chosen by the caller.
 fn types_prop() -> Value {
     serde_json::json!({
@@ -251,6 +251,7 @@ fn infer_types_prop() -> Value {
     )
 }
 
+/// The `max_rows` property.
 fn max_rows_prop(what: &str) -> Value {
     integer_in(what, 1, None)
 }

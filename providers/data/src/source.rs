@@ -85,6 +85,8 @@ pub struct Meter {
     mark: Rc<Cell<u64>>,
     /// Off for readers that bound their lines themselves (JSONL).
     unchecked: Rc<Cell<bool>>,
+    /// Bytes read from the file itself (compressed, for .gz and .zst).
+    file: Rc<Cell<u64>>,
 }
 
 impl Meter {
@@ -96,6 +98,13 @@ impl Meter {
     /// The reader bounds its records itself: the guard stops measuring them.
     pub fn stop_measuring(&self) {
         self.unchecked.set(true);
+    }
+
+    /// Bytes read from the file so far: of its size on disk, compressed bytes for .gz and
+    /// .zst; a little ahead of the records delivered (the read buffer). 0 for Parquet and
+    /// xlsx, which are read with seeks. For progress reports (the `progress` module).
+    pub fn file_bytes(&self) -> u64 {
+        self.file.get()
     }
 }
 
@@ -227,7 +236,8 @@ pub fn open_file(
         });
     }
     let start: Box<dyn Read> = Box::new(io::Cursor::new(magic[..got].to_vec()).chain(file));
-    let compressed = Rc::new(Cell::new(0u64));
+    let meter = Meter::default();
+    let compressed = meter.file.clone();
     let counted = Counted {
         inner: start,
         count: compressed.clone(),
@@ -240,7 +250,6 @@ pub fn open_file(
                 .map_err(|e| anyhow!("{shown}: not a zstd stream: {e}"))?,
         ),
     };
-    let meter = Meter::default();
     let mut guard = Guard {
         inner: decoded,
         meter: meter.clone(),
@@ -255,6 +264,12 @@ pub fn open_file(
     let bom = head.starts_with(b"\xef\xbb\xbf");
     let text_start = if bom { 3 } else { 0 };
     let (format, dialect, note) = choose(opts.format, claimed, sniffed, &head[text_start..]);
+    if let Some(why) = not_text(&head[text_start..]) {
+        bail!(
+            "{shown}: not a recognised data file: {why}; toolbox reads CSV, TSV, JSON, JSONL \
+             (text, optionally .gz or .zst), Parquet and xlsx"
+        );
+    }
     if matches!(format, Format::Parquet | Format::Xlsx) {
         bail!(
             "{shown}: the content is {}, which cannot be read compressed",
@@ -264,12 +279,6 @@ pub fn open_file(
     let body = io::Cursor::new(head[text_start..].to_vec()).chain(guard);
     Ok(Source {
         shown,
-    if let Some(why) = not_text(&head[text_start..]) {
-        bail!(
-            "{shown}: not a recognised data file: {why}; toolbox reads CSV, TSV, JSON, JSONL \
-             (text, optionally .gz or .zst), Parquet and xlsx"
-        );
-    }
         size,
         format,
         compression,
@@ -278,6 +287,15 @@ pub fn open_file(
         body: Body::Text(Box::new(BufReader::with_capacity(BUF_BYTES, body))),
         meter,
     })
+}
+
+/// Why the head of a text format is not text: a NUL byte, which no CSV, TSV or JSON text
+/// holds (UTF-16 text does; so does any binary file).
+fn not_text(head: &[u8]) -> Option<String> {
+    let at = head.iter().position(|&b| b == 0)?;
+    Some(format!(
+        "it holds a NUL byte (at byte {at}), so it is binary (or UTF-16) rather than UTF-8 text"
+    ))
 }
 
 /// The format to read as, and a note when it is not the one the name claimed.
@@ -289,15 +307,6 @@ fn choose(
 ) -> (Format, Option<Dialect>, Option<String>) {
     let dialect_for = |f: Format| match f {
         Format::Csv | Format::Tsv => Some(sniff_dialect(text, f)),
-/// Why the head of a text format is not text: a NUL byte, which no CSV, TSV or JSON text
-/// holds (UTF-16 text does; so does any binary file).
-fn not_text(head: &[u8]) -> Option<String> {
-    let at = head.iter().position(|&b| b == 0)?;
-    Some(format!(
-        "it holds a NUL byte (at byte {at}), so it is binary (or UTF-16) rather than UTF-8 text"
-    ))
-}
-
         _ => None,
     };
     if let Some(f) = forced {

@@ -12,6 +12,7 @@ use toolbox_core::schema::{integer_in, object_schema, prop};
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::{ToolContext, Workspace};
 
+use crate::progress::Progress;
 use crate::records::{self, place_word, Flow, Item, Record};
 use crate::source;
 use crate::{
@@ -114,6 +115,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let ws = ctx.workspace.clone();
     let p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let cancel = ctx.cancel.clone();
+    let call = ctx.clone();
     let job = Job {
         schema,
         validator,
@@ -126,7 +128,8 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let out = toolbox_host::blocking(format!("{NAME}: the validation"), move || {
         let cancelled = || cancel.is_cancelled();
         let src = source::open(&ws, &p, &opts, &job.limits)?;
-        job.run(src, opts.sheet.as_deref(), &cancelled)
+        let mut progress = Progress::for_source(&call, &src);
+        job.run(src, opts.sheet.as_deref(), &cancelled, &mut progress)
     })
     .await?
     .map_err(|e| anyhow!("{NAME}: {e:#}"))?;
@@ -228,8 +231,11 @@ impl Job {
         src: source::Source,
         sheet: Option<&str>,
         cancelled: &dyn Fn() -> bool,
+        progress: &mut Progress,
     ) -> Result<Value> {
         let shown = src.shown.clone();
+        let meter = src.meter.clone();
+        let mut rows = 0u64;
         let format = src.format;
         let note = src.note.clone();
         let word = place_word(format);
@@ -243,6 +249,8 @@ impl Job {
         let limits = self.limits;
         let mut plan: Option<Vec<Coerce>> = None;
         records::read(src, &limits, sheet, cancelled, &mut |item| {
+            rows += 1;
+            progress.tick(rows, meter.file_bytes());
             let mut rec = match item {
                 Item::Record(r) => r,
                 Item::Bad { at, message, .. } => {
@@ -299,6 +307,7 @@ impl Job {
             }
             Ok(Flow::Go)
         })?;
+        progress.finish(rows, meter.file_bytes());
         let mut out = json!({
             "path": shown,
             "format": format.name(),
