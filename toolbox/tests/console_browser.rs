@@ -52,7 +52,18 @@ impl Drop for Server {
 /// Starts `toolbox serve --listen 127.0.0.1:0` in `ws` and waits (bounded) for the line
 /// that says where it listens.
 fn serve(ws: &Path, llm: Option<&ScriptedLlm>, args: &[&str]) -> Server {
+    serve_with_env(ws, llm, args, &[])
+}
+
+/// [`serve`] with variables set for the server.
+fn serve_with_env(
+    ws: &Path,
+    llm: Option<&ScriptedLlm>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     let mut cmd = common::toolbox(ws);
+    cmd.envs(env.iter().copied());
     if let Some(llm) = llm {
         cmd.env("TOOLBOX_LLM_PROVIDER", "openai")
             .env("TOOLBOX_LLM_BASE_URL", llm.openai_base_url())
@@ -1111,4 +1122,53 @@ fn the_console_gives_the_log_and_the_question_room_at_both_widths() {
         }
     }
     assert_eq!(report["console"], json!([]), "browser console errors");
+}
+
+#[test]
+fn the_console_shows_a_calls_progress() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut rows = String::new();
+    for i in 0..20_000 {
+        rows.push_str(&format!("{{\"id\": {i}, \"name\": \"row {i}\"}}\n"));
+    }
+    std::fs::write(ws.path().join("rows.jsonl"), &rows).unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Scripted::call(
+            "v1",
+            "data__validate",
+            json!({"path": "rows.jsonl", "unique": ["id"]}),
+        ),
+        Scripted::text("All 20,000 rows are valid."),
+    ]);
+    // A report every time the reporter looks at the clock: the page has some to show
+    // however fast the machine is.
+    let server = serve_with_env(
+        ws.path(),
+        Some(&llm),
+        &["--mode", "auto"],
+        &[("TOOLBOX_DATA_PROGRESS_MS", "0")],
+    );
+    let shots = tempfile::tempdir().unwrap();
+    let (code, report) = browser("progress", &server.url, shots.path(), &[]);
+    let log = server.stderr.lock().unwrap().clone();
+    assert_eq!(
+        code,
+        0,
+        "the browser script failed (a screenshot is in {}):\n{report:#}\nserver:\n{log}",
+        shots.keep().display()
+    );
+    assert_eq!(text(&report, "tool_status"), "done", "{report:#}");
+    // The card keeps the last report: the whole file, in words and as a full bar.
+    let said = text(&report, "progress_text");
+    assert!(said.starts_with("20,000 rows, "), "{report:#}");
+    assert!(said.ends_with("(100%)"), "{report:#}");
+    assert_eq!(report["progress_visible"], json!(true), "{report:#}");
+    assert_eq!(report["bar_visible"], json!(true), "{report:#}");
+    let size = rows.len() as f64;
+    assert_eq!(report["bar_value"].as_f64(), Some(size), "{report:#}");
+    assert_eq!(report["bar_max"].as_f64(), Some(size), "{report:#}");
+    assert!(
+        report["console"].as_array().unwrap().is_empty(),
+        "{report:#}"
+    );
 }

@@ -997,11 +997,19 @@ function callCard(ev) {
   output.hidden = true;
   const outputText = document.createTextNode('');
   output.append(outputText);
+  // How far long work is (tool_call_progress): the latest report, a bar when the total is known.
+  const progress = el('div', 'progress');
+  progress.hidden = true;
+  const progressBar = el('progress', 'progress-bar');
+  progressBar.hidden = true;
+  const progressText = el('span', 'progress-text');
+  progress.append(progressBar, progressText);
   const approval = el('div', 'approval-slot');
   const result = el('div', 'result-slot');
-  card.append(head, args, approval, output, result);
+  card.append(head, args, approval, progress, output, result);
   const parts = {
     card, status, elapsed, args, approval, output, outputText, result,
+    progress, progressBar, progressText,
     turnId: ev.turn_id, tool: ev.name, asked: false, finished: false,
   };
   state.calls.set(ev.id, parts);
@@ -1459,6 +1467,21 @@ const handlers = {
     call.outputText.appendData(ev.stream === 'stdout' ? ev.text : '[' + ev.stream + '] ' + ev.text);
     const extra = call.outputText.length - MAX_OUTPUT;
     if (extra > 0) call.outputText.deleteData(0, extra);
+  },
+  tool_call_progress(ev) {
+    const call = state.calls.get(ev.call_id);
+    if (!call || call.finished) return;
+    const done = Number(ev.done);
+    const total = Number(ev.total);
+    const known = Number.isFinite(done) && Number.isFinite(total) && total > 0;
+    call.progress.hidden = false;
+    call.progressBar.hidden = !known;
+    if (known) {
+      call.progressBar.max = total;
+      call.progressBar.value = Math.min(done, total);
+      call.progress.title = Math.floor(Math.min(done, total) * 100 / total) + '%';
+    }
+    call.progressText.textContent = String(ev.message || '');
   },
   tool_call_finished(ev) {
     let call = state.calls.get(ev.id);

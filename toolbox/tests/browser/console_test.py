@@ -8,6 +8,9 @@
     console_test.py token URL SCREENSHOT_DIR TOKEN
         Against a server with a token: the console asks for it, and lists the sessions once
         it has it.
+    console_test.py progress URL SCREENSHOT_DIR
+        Issue 39 point 4: a turn whose data__validate reports progress; the call's card keeps
+        the latest report (its words, and a bar at the end once the call is done).
     console_test.py layout URL SCREENSHOT_DIR
         Issue 38 point 6, at 1280x900 and again at 420x800: a plan reviewed (the plan panel,
         the question's buttons in sight, the answered card read-only), two calls of one reply
@@ -563,6 +566,31 @@ def token(driver, url, shots, secret, report):
     report["stage"] = "done"
 
 
+def progress(driver, url, shots, report):
+    report["stage"] = "open the console"
+    driver.get(url)
+    report["stage"] = "open a session"
+    open_session(driver, "progress-test")
+    report["stage"] = "send a message"
+    send(driver, "Please validate rows.jsonl")
+    report["stage"] = "wait for the call's progress"
+    bar = f'.call[data-call-id="v1"] .progress'
+    visible(driver, bar)
+    report["stage"] = "wait for the call's result"
+    report["tool_status"], report["tool_result"] = finished_call(driver, "v1")
+    report["stage"] = "read the card's last progress report"
+    until(driver, lambda d: "(100%)" in d.find_element(By.CSS_SELECTOR, bar + " .progress-text").text)
+    node = driver.find_element(By.CSS_SELECTOR, bar)
+    report["progress_visible"] = node.is_displayed()
+    report["progress_text"] = driver.find_element(By.CSS_SELECTOR, bar + " .progress-text").text
+    meter = driver.find_element(By.CSS_SELECTOR, bar + " progress")
+    report["bar_visible"] = meter.is_displayed()
+    report["bar_value"] = driver.execute_script("return arguments[0].value", meter)
+    report["bar_max"] = driver.execute_script("return arguments[0].max", meter)
+    driver.save_screenshot(os.path.join(shots, "progress.png"))
+    report["stage"] = "done"
+
+
 def main():
     mode, url, shots = sys.argv[1], sys.argv[2], sys.argv[3]
     report = {"ok": False, "stage": "start the browser", "mode": mode}
@@ -584,6 +612,8 @@ def main():
             attention(driver, url, shots, report)
         elif mode == "token":
             token(driver, url, shots, sys.argv[4], report)
+        elif mode == "progress":
+            progress(driver, url, shots, report)
         else:
             raise SystemExit(f"unknown mode {mode}")
         report["ok"] = True
