@@ -314,3 +314,123 @@ fn toolbox_call_on_a_terminal_redraws_one_progress_line_and_clears_it() {
         "{screen:?}"
     );
 }
+
+/// Rows of `rows.csv`: past the 20,480 rows read ahead to type its columns.
+const CSV_ROWS: u64 = 100_000;
+
+/// Writes `rows.csv` in `ws`; its size in bytes.
+fn csv_file(ws: &Path) -> u64 {
+    let mut text = String::from("id,name,note\n");
+    for i in 0..CSV_ROWS {
+        text.push_str(&format!("{i},row number {i},{:>60}\n", "padding"));
+    }
+    std::fs::write(ws.join("rows.csv"), &text).unwrap();
+    text.len() as u64
+}
+
+#[test]
+fn inspect_and_convert_report_progress_too() {
+    let ws = tempfile::tempdir().unwrap();
+    let jsonl = data_file(ws.path());
+    let csv = csv_file(ws.path());
+    let mut child = common::mcp_full(ws.path())
+        .env(every_time().0, every_time().1)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = common::line_reader(child.stdout.take().unwrap());
+    let mut send = |message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    };
+    let next = || -> Value {
+        let line = lines.recv_timeout(LIMIT).expect("a line from toolbox mcp");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    };
+    send(json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "progress-test", "version": "0"}},
+    }));
+    assert_eq!(next()["id"], 0);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let calls = [
+        ("data__inspect", json!({"path": "rows.csv"}), csv, CSV_ROWS),
+        ("data__inspect", json!({"path": "rows.jsonl"}), jsonl, ROWS),
+        // CSV to Parquet in parallel chunks, CSV to JSONL on the fast path, and the
+        // general path (a rename).
+        (
+            "data__convert",
+            json!({"path": "rows.csv", "output": "out/r.parquet"}),
+            csv,
+            CSV_ROWS,
+        ),
+        (
+            "data__convert",
+            json!({"path": "rows.csv", "output": "out/r.jsonl"}),
+            csv,
+            CSV_ROWS,
+        ),
+        (
+            "data__convert",
+            json!({"path": "rows.jsonl", "output": "out/g.csv", "rename": ["id=key"]}),
+            jsonl,
+            ROWS,
+        ),
+    ];
+    for (id, (tool, args, size, rows)) in calls.into_iter().enumerate() {
+        let id = id as i64 + 1;
+        let token = format!("p-{id}");
+        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args, "_meta": {"progressToken": token}}}));
+        let mut params = Vec::new();
+        let reply = loop {
+            let line = next();
+            if line.get("method").is_some() {
+                assert_eq!(line["params"]["progressToken"], json!(token), "{line}");
+                params.push(line["params"].clone());
+            } else {
+                break line;
+            }
+        };
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["result"]["isError"], false, "{tool} {args}: {reply}");
+        // Reports grow to the whole file, with the rows in words.
+        assert!(
+            params.len() >= 3,
+            "{tool} {args}: too few reports: {params:#?}"
+        );
+        let mut last = 0;
+        for p in &params {
+            let progress = whole(&p["progress"]);
+            assert!(progress > last && progress <= size, "{tool}: {params:#?}");
+            assert_eq!(whole(&p["total"]), size, "{p}");
+            last = progress;
+        }
+        let end = params.last().unwrap();
+        assert_eq!(whole(&end["progress"]), size, "{end}");
+        let want = format!("{} rows, ", common_thousands(rows));
+        let message = end["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&want) && message.ends_with("(100%)"),
+            "{end}"
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `n` with thousands separated by commas, as the reports write it.
+fn common_thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -14,6 +14,7 @@ use toolbox_host::{PathError, ToolContext};
 
 use crate::csvtypes::{ColType, Typing};
 use crate::format::{Compression, Format, OUTPUT_NAMES};
+use crate::progress::Progress;
 use crate::records::{self, BadKind, CsvRow, Flow, Item, JsonlLine};
 use crate::template::Template;
 use crate::write::{Out, RejectKind, Sink};
@@ -225,9 +226,11 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         })
     });
     let cancel = ctx.cancel.clone();
+    let call = ctx.clone();
     let out = toolbox_host::blocking(format!("{NAME}: the conversion"), move || {
         let cancelled = || cancel.is_cancelled();
         let src = source::open(&ws, &in_p, &opts, &plan.limits)?;
+        let progress = Progress::for_source(&call, &src);
         let (dir, name) = ws.parent_of(&out_p, true).map_err(|e| match e {
             PathError::NotAFileName(_) | PathError::NotADirectory { file: Some(_), .. } => {
                 anyhow!("{e}")
@@ -236,7 +239,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         })?;
         let mut result: Option<Result<Value>> = None;
         let written = dir.replace_with(&name, |file| {
-            let r = plan.convert(src, opts.sheet.as_deref(), file, &cancelled);
+            let r = plan.convert(src, opts.sheet.as_deref(), file, &cancelled, progress);
             let failed = r.is_err();
             result = Some(r);
             if failed {
@@ -312,6 +315,18 @@ struct Run {
     first_checked: bool,
     stopped: bool,
     json_buf: Vec<u8>,
+    /// Reports how far the read is, on long work.
+    progress: Progress,
+    /// The input's bytes read so far, for the progress.
+    meter: source::Meter,
+}
+
+impl Run {
+    /// Counts `n` rows read, and reports progress now and then.
+    fn count_in(&mut self, n: u64) {
+        self.rows_in += n;
+        self.progress.tick(self.rows_in, self.meter.file_bytes());
+    }
 }
 
 /// The reasons a row is dropped, as the result names them.
@@ -349,6 +364,7 @@ impl Plan {
         sheet: Option<&str>,
         file: &mut std::fs::File,
         cancelled: &dyn Fn() -> bool,
+        progress: Progress,
     ) -> Result<Value> {
         let in_shown = src.shown.clone();
         let in_format = src.format;
@@ -368,6 +384,8 @@ impl Plan {
             first_checked: false,
             stopped: false,
             json_buf: Vec::new(),
+            meter: src.meter.clone(),
+            progress,
         };
         let fast_csv = records::text_cells(in_format)
             && matches!(self.to, Format::Json | Format::Jsonl)
@@ -409,7 +427,7 @@ impl Plan {
                             }
                         };
                     }
-                    run.rows_in += 1;
+                    run.count_in(1);
                     self.written(Ok(()), at, &mut run)
                 }
             })?;
@@ -454,6 +472,7 @@ impl Plan {
             guarded = sink.guarded();
             sink.finish()?;
         }
+        run.progress.finish(run.rows_in, run.meter.file_bytes());
         let (rows_in, rows_out, dropped) = (run.rows_in, run.rows_out, run.dropped);
         let dropped_map: serde_json::Map<String, Value> = DROPPED
             .iter()
@@ -578,7 +597,7 @@ impl Plan {
         let room = self.limit.map(|l| l.saturating_sub(run.rows_out));
         let n = p.write_batch(batch, room)?;
         workers.recycle(parsed.chunk);
-        run.rows_in += n;
+        run.count_in(n);
         run.rows_out += n;
         if self.limit.is_some_and(|l| run.rows_out >= l) {
             run.stopped = true;
@@ -721,7 +740,7 @@ impl Plan {
             JsonlLine::Line { at, bytes } => {
                 if let Sink::Parquet(p) = sink {
                     if p.write_json_line(bytes, self.limits.max_cell_bytes)? {
-                        run.rows_in += 1;
+                        run.count_in(1);
                         return self.written(Ok(()), at, run);
                     }
                 }
@@ -774,7 +793,7 @@ impl Plan {
 
     /// A row that could not be read: counted, or the end (`on_error: "fail"`).
     fn bad(&self, item: Item, run: &mut Run) -> Result<Flow> {
-        run.rows_in += 1;
+        run.count_in(1);
         match item {
             Item::Bad { kind, message, .. } => self.fail_or_count(run, bad_slot(kind), message)?,
             Item::Record(r) => bail!(
@@ -792,7 +811,7 @@ impl Plan {
             Item::Record(r) => r,
             bad => return self.bad(bad, run),
         };
-        run.rows_in += 1;
+        run.count_in(1);
         if !run.first_checked && run.fixed_columns {
             run.first_checked = true;
             self.check_columns(&rec)?;

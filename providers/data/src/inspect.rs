@@ -8,6 +8,7 @@ use toolbox_host::{Dir, EntryKind, ToolContext, Workspace, WsPath};
 
 use crate::csvtypes::Typing;
 use crate::format::Format;
+use crate::progress::Progress;
 use crate::records::{self, BadKind, Flow, Item};
 use crate::source::{self, Body, ReadOptions};
 use crate::stats::{self, Inferred, Table};
@@ -96,6 +97,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let ws = ctx.workspace.clone();
     let p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let cancel = ctx.cancel.clone();
+    let call = ctx.clone();
     let out = toolbox_host::blocking(format!("{NAME}: the inspection"), move || {
         let cancelled = || cancel.is_cancelled();
         let meta = ws.metadata(&p).map_err(|e| anyhow!("{e}"))?;
@@ -111,6 +113,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
                 max_rows,
                 max_columns,
                 &typing,
+                &call,
                 &cancelled,
             )
         }
@@ -131,9 +134,12 @@ fn file(
     max_rows: Option<u64>,
     max_columns: usize,
     typing: &Typing,
+    call: &ToolContext,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Value> {
     let src = source::open(ws, p, opts, limits)?;
+    let mut progress = Progress::for_source(call, &src);
+    let meter = src.meter.clone();
     let mut out = json!({
         "path": src.shown,
         "format": src.format.name(),
@@ -160,6 +166,7 @@ fn file(
     let sheet = opts.sheet.as_deref();
     let typing = text.then_some(typing);
     let end = records::read_typed(src, limits, sheet, typing, cancelled, &mut |item| {
+        progress.tick(read_rows + 1, meter.file_bytes());
         match item {
             Item::Record(rec) => {
                 read_rows += 1;
@@ -196,6 +203,7 @@ fn file(
             Flow::Go
         })
     })?;
+    progress.finish(read_rows, meter.file_bytes());
     // Stopped exactly at the last row: the count is still exact if nothing follows, which
     // only another read would tell; say "at least".
     out["rows"] = json!(table.rows);
