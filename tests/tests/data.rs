@@ -1111,7 +1111,7 @@ async fn csv_columns_are_typed_as_a_data_tool_reads_them() {
     run(
         &exec,
         "data__convert",
-        json!({"path": "input/t.csv", "output": "output/o.jsonl", "types": {"code": "integer"}}),
+        json!({"path": "input/t.csv", "output": "output/o.jsonl", "types": ["code=integer"]}),
     )
     .await;
     let text = std::fs::read_to_string(output(dir.path()).join("o.jsonl")).unwrap();
@@ -1156,7 +1156,7 @@ async fn a_cell_that_does_not_fit_its_column_is_a_bad_row_that_says_what_to_do()
             "data__convert",
             json!({"path": "input/p.csv", "output": out}),
             "line 20482: column \"price\": \"about five\" is not a number (the column's type, \
-             chosen from the first 20480 rows); set `types: {\"price\": \"string\"}`",
+             chosen from the first 20480 rows); set `types: [\"price=string\"]`",
         )
         .await;
         let r = run(
@@ -1174,7 +1174,7 @@ async fn a_cell_that_does_not_fit_its_column_is_a_bad_row_that_says_what_to_do()
         &exec,
         "data__convert",
         json!({"path": "input/p.csv", "output": "output/q.parquet",
-               "types": {"price": "string"}}),
+               "types": ["price=string"]}),
     )
     .await;
     assert_eq!(r["rows_out"], json!(20_482), "{r}");

@@ -118,30 +118,47 @@ impl Typing {
     pub fn from_args(args: &Args<'_>) -> Result<Typing> {
         let infer = args.bool_or("infer_types", &[], true)?;
         let mut overrides = Vec::new();
+        let tool = args.tool();
+        let named = |col: &str, t: &str| -> Result<(String, ColType)> {
+            let ty = ColType::parse(t.trim()).ok_or_else(|| {
+                anyhow!(
+                    "{tool}: argument `types`: the type of {col:?} must be one of {}, not {t:?}",
+                    TYPE_NAMES.join(", ")
+                )
+            })?;
+            Ok((col.to_string(), ty))
+        };
+        let bad = |what: &str| {
+            anyhow!(
+                "{tool}: argument `types` must be \"column=type\" strings (types: {}), e.g. \
+                 [\"zip=string\"], or an object {{\"zip\": \"string\"}}; {what}",
+                TYPE_NAMES.join(", ")
+            )
+        };
         match args.opt_value("types", &["column_types", "dtypes"]) {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
                 for (col, v) in m {
-                    let t = v.as_str().and_then(ColType::parse).ok_or_else(|| {
-                        anyhow!(
-                            "{}: argument `types`: the type of {col:?} must be one of {}, not \
-                             {v}",
-                            args.tool(),
-                            TYPE_NAMES.join(", ")
-                        )
-                    })?;
-                    overrides.push((col.clone(), t));
+                    let t = v
+                        .as_str()
+                        .ok_or_else(|| bad(&format!("the type of {col:?} is not a string")))?;
+                    overrides.push(named(col, t)?);
                 }
             }
-            Some(other) => {
-                return Err(anyhow!(
-                    "{}: argument `types` must be an object of column names to types ({}), \
-                     e.g. {{\"zip\": \"string\"}}, not {}",
-                    args.tool(),
-                    TYPE_NAMES.join(", "),
-                    toolbox_core::json_kind(other)
-                ))
+            Some(Value::Array(items)) => {
+                for item in items {
+                    let s = item
+                        .as_str()
+                        .ok_or_else(|| bad("an item is not a string"))?;
+                    let (col, t) = s
+                        .rsplit_once('=')
+                        .filter(|(c, t)| !c.is_empty() && !t.is_empty())
+                        .ok_or_else(|| bad(&format!("{s:?} has no `=`")))?;
+                    overrides.push(named(col, t)?);
+                }
             }
+            Some(Value::String(s)) if s.is_empty() => {}
+            Some(other) => return Err(bad(&format!("not {}", toolbox_core::json_kind(other)))),
         }
         Ok(Typing {
             off: !infer,
@@ -649,7 +666,7 @@ pub fn mismatch(column: &str, ty: ColType, s: &str) -> String {
     };
     format!(
         "column {column:?}: {shown:?} is not {} (the column's type, chosen from \
-         the first {SAMPLE_ROWS} rows); set `types: {{{column:?}: \"string\"}}` to keep the \
+         the first {SAMPLE_ROWS} rows); set `types: [\"{column}=string\"]` to keep the \
          column as text",
         ty.expected()
     )

@@ -232,13 +232,17 @@ fn on_error_prop() -> Value {
     )
 }
 
-/// The `types` property: a CSV column's type chosen by the caller.
+/// The `types` property: a CSV column's type chosen by the caller. An array of strings, as
+/// `rename` is, so strict schemas (closed objects only) can state it; an object is accepted
+/// too.
 fn types_prop() -> Value {
     serde_json::json!({
-        "type": "object",
-        "additionalProperties": {"type": "string", "enum": csvtypes::TYPE_NAMES},
+        "type": "array",
+        "items": {"type": "string"},
         "description": "CSV/TSV only: a column's type instead of the one inferred from the \
-            first 20480 rows, e.g. {\"zip\": \"string\", \"price\": \"number\"}."
+            first 20480 rows, as \"column=type\" strings, e.g. [\"zip=string\", \
+            \"price=number\"] (types: string, integer, number, boolean, date, timestamp; an \
+            object {\"zip\": \"string\"} is accepted too)."
     })
 }
 

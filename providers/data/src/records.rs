@@ -389,7 +389,7 @@ fn read_csv_rows(
     if !sampled_to_end {
         while let Some(at) = next(&mut rdr, &mut rec)? {
             if push(at, &rec)? == Flow::Stop {
-                    return Ok(stopped(header, types));
+                return Ok(stopped(header, types));
             }
         }
     }

@@ -597,7 +597,7 @@ impl<'f> ParquetSink<'f> {
                     return Ok(Err(Reject(
                         format!(
                             "column {c:?} is {} here ({}), but {} in the first records, which \
-                             chose its Parquet type; set `types: {{{c:?}: \"string\"}}` for a \
+                             chose its Parquet type; set `types: [\"{c}=string\"]` for a \
                              CSV input, or `select` other columns",
                             toolbox_core::json_kind(v),
                             cut(v),
