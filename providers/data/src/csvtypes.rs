@@ -228,17 +228,26 @@ fn float_word(s: &str) -> Option<f64> {
 /// The digits of an integer as a data tool writes one: `-?[0-9]+`, no leading zero, not
 /// `-0`. Its value when it fits in 64 bits.
 fn strict_int(b: &[u8]) -> Option<i64> {
-    let digits = match b.first()? {
-        b'-' => &b[1..],
-        _ => b,
+    let (neg, digits) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
     };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() || (digits[0] == b'0' && (digits.len() > 1 || neg)) {
         return None;
     }
-    if digits[0] == b'0' && (digits.len() > 1 || digits.len() < b.len()) {
-        return None;
+    // Accumulated as a negative number, which reaches i64::MIN.
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
     }
-    std::str::from_utf8(b).ok()?.parse().ok()
+    if neg {
+        Some(v)
+    } else {
+        v.checked_neg()
+    }
 }
 
 /// Whether `b` is a decimal with a point or an exponent as [`Class::Float`] takes it.
@@ -633,7 +642,16 @@ pub fn json_cell(ty: ColType, s: &str) -> Option<JsonCell> {
                 lenient_int(s).map(|_| JsonCell::Int)
             }
         }
-        ColType::Number => number(s).map(|_| JsonCell::Number),
+        ColType::Number => {
+            let b = s.as_bytes();
+            // The grammar only: the writer parses the number.
+            let fits = strict_int(b).is_some()
+                || strict_float(b)
+                || b == b"-0"
+                || float_word(s).is_some()
+                || number(s).is_some();
+            fits.then_some(JsonCell::Number)
+        }
         ColType::Boolean => bool_word(s).map(|b| if b { JsonCell::True } else { JsonCell::False }),
         ColType::Date | ColType::Timestamp | ColType::TimestampTz => {
             typed(ty, s).map(|_| JsonCell::Text)
