@@ -231,6 +231,14 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+/// Whether two short texts (a key and a column name) are equal: compared in line, since a
+/// call to `memcmp` per key cost more than the comparison.
+#[inline]
+fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Reads one JSON object whose keys are all among `columns` into `(column, value)` pairs in
 /// first-seen order, a repeated key's last value winning (as the general reader does).
 /// `None` for anything else (not an object, invalid JSON, trailing text, another key): the
@@ -255,11 +263,11 @@ pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usiz
             let mut row: Vec<(usize, Scalar<'de>)> = Vec::with_capacity(cols.len());
             let mut hint = 0;
             while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                let at = if cols.get(hint).is_some_and(|c| **c == *k) {
+                let at = if cols.get(hint).is_some_and(|c| same(c, &k)) {
                     hint
                 } else {
                     cols.iter()
-                        .position(|c| **c == *k)
+                        .position(|c| same(c, &k))
                         .ok_or_else(|| de::Error::custom("another key"))?
                 };
                 hint = at + 1;
@@ -272,7 +280,9 @@ pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usiz
             Ok(row)
         }
     }
-    let mut de = serde_json::Deserializer::from_slice(line);
+    // One UTF-8 check of the whole line, rather than one per string (from_slice's).
+    let text = std::str::from_utf8(line).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let row = Row { columns }.deserialize(&mut de).ok()?;
     de.end().ok()?;
     Some(row)
