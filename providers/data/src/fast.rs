@@ -231,6 +231,142 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+/// The common shape of a JSONL record read without serde: a flat object whose strings have
+/// no escapes and whose values are strings, numbers, booleans or null. `None` for anything
+/// else (an escape, a nested value, a long integer, a syntax error), which
+/// [`parse_row`] then reads with serde_json, so the values are always serde_json's.
+fn scan_row<'de>(
+    text: &'de str,
+    columns: &[Arc<str>],
+    row: &mut Vec<(usize, Scalar<'de>)>,
+) -> Option<()> {
+    let b = text.as_bytes();
+    row.clear();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (skip_ws(b, i + 1) == b.len()).then_some(());
+    }
+    let mut hint = 0;
+    let mut seen: u128 = 0;
+    loop {
+        let (key, next) = scan_str(text, i)?;
+        i = skip_ws(b, next);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(b, i + 1);
+        let (value, next) = scan_value(text, i)?;
+        i = skip_ws(b, next);
+        let at = if columns.get(hint).is_some_and(|c| same(c, key)) {
+            hint
+        } else {
+            columns.iter().position(|c| same(c, key))?
+        };
+        hint = at + 1;
+        // A repeated key (its last value wins) is told by a bit per column, so a row's work
+        // stays linear; past 128 columns, by a look through the row.
+        let repeat = match 1u128.checked_shl(at as u32) {
+            Some(bit) if at < 128 => {
+                let again = seen & bit != 0;
+                seen |= bit;
+                again
+            }
+            _ => row.iter().any(|(c, _)| *c == at),
+        };
+        if repeat {
+            if let Some(slot) = row.iter_mut().find(|(c, _)| *c == at) {
+                slot.1 = value;
+            }
+        } else {
+            row.push((at, value));
+        }
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => break,
+            _ => return None,
+        }
+    }
+    (skip_ws(b, i + 1) == b.len()).then_some(())
+}
+
+/// Past JSON's whitespace from `i`.
+#[inline]
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+        i += 1;
+    }
+    i
+}
+
+/// A string without escapes at `i` (its opening quote), and where it ends.
+#[inline]
+fn scan_str(text: &str, i: usize) -> Option<(&str, usize)> {
+    let b = text.as_bytes();
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    while j < b.len() {
+        match b[j] {
+            b'"' => return Some((&text[i + 1..j], j + 1)),
+            b'\\' | 0..=0x1f => return None,
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// A scalar at `i`, and where it ends; `None` for a nested value or anything unusual.
+#[inline]
+fn scan_value(text: &str, i: usize) -> Option<(Scalar<'_>, usize)> {
+    let b = text.as_bytes();
+    let word = |w: &[u8], v: Scalar<'static>| {
+        b.get(i..i + w.len())
+            .filter(|s| *s == w)
+            .map(|_| (v, i + w.len()))
+    };
+    match *b.get(i)? {
+        b'"' => scan_str(text, i).map(|(s, end)| (Scalar::Str(Cow::Borrowed(s)), end)),
+        b't' => word(b"true", Scalar::Bool(true)),
+        b'f' => word(b"false", Scalar::Bool(false)),
+        b'n' => word(b"null", Scalar::Null),
+        b'-' | b'0'..=b'9' => {
+            let start = i;
+            let mut j = i + usize::from(b[i] == b'-');
+            let digits = j;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            let n = j - digits;
+            // JSON: one digit at least, and no leading zero.
+            if n == 0 || (n > 1 && b[digits] == b'0') {
+                return None;
+            }
+            let integer = !matches!(b.get(j), Some(b'.' | b'e' | b'E'));
+            if integer && n <= 18 && !(n == 1 && b[digits] == b'0' && digits > start) {
+                let v: i64 = text[digits..j].parse().ok()?;
+                return Some(if digits > start {
+                    (Scalar::I64(-v), j)
+                } else {
+                    (Scalar::U64(v as u64), j)
+                });
+            }
+            // Anything else (a fraction, an exponent, -0, a long integer): serde_json's own
+            // number, as the general path reads it.
+            while j < b.len() && matches!(b[j], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                j += 1;
+            }
+            let v: Scalar<'_> = serde_json::from_str(&text[start..j]).ok()?;
+            matches!(v, Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_)).then_some((v, j))
+        }
+        _ => None,
+    }
+}
+
 /// Whether two short texts (a key and a column name) are equal: compared in line, since a
 /// call to `memcmp` per key cost more than the comparison.
 #[inline]
@@ -239,11 +375,34 @@ fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
-/// Reads one JSON object whose keys are all among `columns` into `(column, value)` pairs in
-/// first-seen order, a repeated key's last value winning (as the general reader does).
-/// `None` for anything else (not an object, invalid JSON, trailing text, another key): the
-/// general path then reads the line and says what is wrong.
+/// [`parse_row_into`] into a new vector.
+#[cfg(test)]
 pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usize, Scalar<'de>)>> {
+    let mut row = Vec::with_capacity(columns.len());
+    parse_row_into(line, columns, &mut row).then_some(row)
+}
+
+/// Reads one JSON object whose keys are all among `columns` into `row` (emptied first) as
+/// `(column, value)` pairs in first-seen order, a repeated key's last value winning (as the
+/// general reader does); a caller parsing many lines of one buffer reuses one vector.
+/// `false` for anything else (not an object, invalid JSON, trailing text, another key): the
+/// general path then reads the line and says what is wrong.
+pub fn parse_row_into<'de>(
+    line: &'de [u8],
+    columns: &[Arc<str>],
+    row: &mut Vec<(usize, Scalar<'de>)>,
+) -> bool {
+    match parse_row_serde(line, columns, row) {
+        Some(()) => true,
+        None => false,
+    }
+}
+
+fn parse_row_serde<'de>(
+    line: &'de [u8],
+    columns: &[Arc<str>],
+    row: &mut Vec<(usize, Scalar<'de>)>,
+) -> Option<()> {
     struct Row<'c> {
         columns: &'c [Arc<str>],
     }
@@ -282,10 +441,13 @@ pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usiz
     }
     // One UTF-8 check of the whole line, rather than one per string (from_slice's).
     let text = std::str::from_utf8(line).ok()?;
+    if scan_row(text, columns, row).is_some() {
+        return Some(());
+    }
     let mut de = serde_json::Deserializer::from_str(text);
-    let row = Row { columns }.deserialize(&mut de).ok()?;
+    *row = Row { columns }.deserialize(&mut de).ok()?;
     de.end().ok()?;
-    Some(row)
+    Some(())
 }
 
 /// CSV rows whose cells were checked (size, UTF-8), on their way to a thread that types
@@ -664,6 +826,13 @@ mod tests {
             r#"  {"b" : null}  "#,
             r#"{"\u0061":1}"#,
             r#"{}"#,
+            // The scan without serde: flat rows, every number form, repeats, spaces.
+            r#"{"a":0,"b":"plain","c":null}"#,
+            r#"{"a":-5,"b":"x","a":123456789012345678,"c":false}"#,
+            r#"{"a":1234567890123456789,"b":-1234567890123456789,"c":-0}"#,
+            r#"{"a":1.5e3,"b":-0.25,"c":1E-7}"#,
+            "{ \"a\" :\t7 ,\r\n\"b\": \"s p\" }",
+            r#"{"b":"Zürich 😀","a":true}"#,
         ];
         for line in lines {
             let row = parse_row(line.as_bytes(), &cols).expect(line);
@@ -674,6 +843,12 @@ mod tests {
             }
         }
         for bad in [
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":-}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":1,}"#,
+            "{\"a\":\"tab\there\"}",
             r#"{"a":1,"d":2}"#,
             r#"[1]"#,
             r#"{"a":1} x"#,

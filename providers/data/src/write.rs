@@ -635,6 +635,7 @@ impl<'f> ParquetSink<'f> {
             &mut self.builders,
             line,
             max_cell_bytes,
+            &mut Vec::new(),
         ) {
             return Ok(false);
         }
@@ -784,17 +785,19 @@ impl<'f> ParquetSink<'f> {
 /// Appends the JSONL record on `line` to `builders` (one per column of `cols`, typed
 /// `kinds`) when every key is a column, every string within `max_cell_bytes` and every
 /// value fits its column; `false`, with nothing appended, otherwise.
-fn append_json_line(
+#[allow(clippy::too_many_arguments)]
+fn append_json_line<'a>(
     cols: &[Arc<str>],
     kinds: &[Kind],
     places: &mut Vec<Option<usize>>,
     builders: &mut [Builder],
-    line: &[u8],
+    line: &'a [u8],
     max_cell_bytes: u64,
+    row: &mut Vec<(usize, Scalar<'a>)>,
 ) -> bool {
-    let Some(row) = crate::fast::parse_row(line, cols) else {
+    if !crate::fast::parse_row_into(line, cols, row) {
         return false;
-    };
+    }
     places.clear();
     places.resize(cols.len(), None);
     for (place, (i, v)) in row.iter().enumerate() {
@@ -849,6 +852,8 @@ impl LineBatcher {
     /// what is wrong).
     pub fn batch<'a>(&mut self, lines: impl Iterator<Item = &'a [u8]>) -> Option<RecordBatch> {
         let mut all = true;
+        // One vector for every line's values: the lines all live in the chunk.
+        let mut row = Vec::with_capacity(self.columns.len());
         for line in lines {
             if !append_json_line(
                 &self.columns,
@@ -857,6 +862,7 @@ impl LineBatcher {
                 &mut self.builders,
                 line,
                 self.max_cell_bytes,
+                &mut row,
             ) {
                 all = false;
                 break;
