@@ -239,17 +239,19 @@ fn scan_row<'de>(
     text: &'de str,
     columns: &[Arc<str>],
     row: &mut Vec<(usize, Scalar<'de>)>,
-) -> Option<()> {
+) -> Option<usize> {
     let b = text.as_bytes();
-    row.clear();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i = skip_ws(b, i + 1);
     if b.get(i) == Some(&b'}') {
-        return (skip_ws(b, i + 1) == b.len()).then_some(());
+        return (skip_ws(b, i + 1) == b.len()).then_some(0);
     }
+    // The row's first `n` entries are this line's; the vector keeps its length from line to
+    // line, so most values are stored in place rather than pushed.
+    let mut n = 0;
     let mut hint = 0;
     let mut seen: u128 = 0;
     loop {
@@ -275,14 +277,18 @@ fn scan_row<'de>(
                 seen |= bit;
                 again
             }
-            _ => row.iter().any(|(c, _)| *c == at),
+            _ => row[..n].iter().any(|(c, _)| *c == at),
         };
         if repeat {
-            if let Some(slot) = row.iter_mut().find(|(c, _)| *c == at) {
+            if let Some(slot) = row[..n].iter_mut().find(|(c, _)| *c == at) {
                 slot.1 = value;
             }
+        } else if n < row.len() {
+            row[n] = (at, value);
+            n += 1;
         } else {
             row.push((at, value));
+            n += 1;
         }
         match b.get(i) {
             Some(b',') => i = skip_ws(b, i + 1),
@@ -290,7 +296,7 @@ fn scan_row<'de>(
             _ => return None,
         }
     }
-    (skip_ws(b, i + 1) == b.len()).then_some(())
+    (skip_ws(b, i + 1) == b.len()).then_some(n)
 }
 
 /// Past JSON's whitespace from `i`.
@@ -379,30 +385,30 @@ fn same(a: &str, b: &str) -> bool {
 #[cfg(test)]
 pub fn parse_row<'de>(line: &'de [u8], columns: &[Arc<str>]) -> Option<Vec<(usize, Scalar<'de>)>> {
     let mut row = Vec::with_capacity(columns.len());
-    parse_row_into(line, columns, &mut row).then_some(row)
+    let n = parse_row_into(line, columns, &mut row)?;
+    row.truncate(n);
+    Some(row)
 }
 
-/// Reads one JSON object whose keys are all among `columns` into `row` (emptied first) as
-/// `(column, value)` pairs in first-seen order, a repeated key's last value winning (as the
-/// general reader does); a caller parsing many lines of one buffer reuses one vector.
-/// `false` for anything else (not an object, invalid JSON, trailing text, another key): the
-/// general path then reads the line and says what is wrong.
+/// Reads one JSON object whose keys are all among `columns` into the first `n` entries of
+/// `row` as `(column, value)` pairs in first-seen order, a repeated key's last value winning
+/// (as the general reader does), and gives `n`; a caller parsing many lines of one buffer
+/// reuses one vector (entries past `n` are left from earlier lines). `None` for anything
+/// else (not an object, invalid JSON, trailing text, another key): the general path then
+/// reads the line and says what is wrong.
 pub fn parse_row_into<'de>(
     line: &'de [u8],
     columns: &[Arc<str>],
     row: &mut Vec<(usize, Scalar<'de>)>,
-) -> bool {
-    match parse_row_serde(line, columns, row) {
-        Some(()) => true,
-        None => false,
-    }
+) -> Option<usize> {
+    parse_row_serde(line, columns, row)
 }
 
 fn parse_row_serde<'de>(
     line: &'de [u8],
     columns: &[Arc<str>],
     row: &mut Vec<(usize, Scalar<'de>)>,
-) -> Option<()> {
+) -> Option<usize> {
     struct Row<'c> {
         columns: &'c [Arc<str>],
     }
@@ -441,13 +447,13 @@ fn parse_row_serde<'de>(
     }
     // One UTF-8 check of the whole line, rather than one per string (from_slice's).
     let text = std::str::from_utf8(line).ok()?;
-    if scan_row(text, columns, row).is_some() {
-        return Some(());
+    if let Some(n) = scan_row(text, columns, row) {
+        return Some(n);
     }
     let mut de = serde_json::Deserializer::from_str(text);
     *row = Row { columns }.deserialize(&mut de).ok()?;
     de.end().ok()?;
-    Some(())
+    Some(row.len())
 }
 
 /// CSV rows whose cells were checked (size, UTF-8), on their way to a thread that types

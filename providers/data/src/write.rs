@@ -795,9 +795,10 @@ fn append_json_line<'a>(
     max_cell_bytes: u64,
     row: &mut Vec<(usize, Scalar<'a>)>,
 ) -> bool {
-    if !crate::fast::parse_row_into(line, cols, row) {
+    let Some(n) = crate::fast::parse_row_into(line, cols, row) else {
         return false;
-    }
+    };
+    let row = &row[..n];
     places.clear();
     places.resize(cols.len(), None);
     for (place, (i, v)) in row.iter().enumerate() {
