@@ -240,8 +240,10 @@ struct SchemaArgs {
     /// provider or tool name. Tools the mode hides stay hidden [default: every tool].
     #[arg(long, value_delimiter = ',')]
     toolsets: Option<Vec<String>>,
-    /// Strict schemas: every property required, optional ones nullable (null means
-    /// "not given"), and `strict: true`. The default for openai-responses and mcp.
+    /// Strict schemas: objects closed, optional properties nullable (null means "not
+    /// given"); for OpenAI and Anthropic every property required and `strict: true`, for mcp
+    /// `required` as the tool declares it (so a model may leave optional ones out). The
+    /// default for openai-responses and mcp.
     #[arg(long, overrides_with = "no_strict")]
     strict: bool,
     /// Loose schemas (optional properties left out of `required`), even for openai-responses
