@@ -154,11 +154,17 @@ impl Registry {
 
     /// Expands toolset names to tools, in registration order and without repeats.
     ///
-    /// A name may be a toolset a tool declares, a provider name, or a single tool's name or
-    /// alias. An unknown name is an error listing the known toolsets.
+    /// A name may be a toolset a tool declares, a provider name (also as the pattern
+    /// `provider__*`, the form of the data agent's sidecar tables), or a single tool's name
+    /// or alias. An unknown name is an error listing the known toolsets.
     pub fn expand_toolsets(&self, toolsets: &[&str]) -> Result<Vec<&RegisteredTool>> {
         let mut wanted = vec![false; self.tools.len()];
         for set in toolsets {
+            // `memory__*`: every tool of the provider `memory`.
+            let set = &set
+                .strip_suffix("__*")
+                .filter(|p| self.tools.iter().any(|t| t.provider_name() == *p))
+                .unwrap_or(set);
             let mut found = false;
             for (i, t) in self.tools.iter().enumerate() {
                 if t.provider_name() == *set || t.info.toolsets.iter().any(|s| s == set) {

@@ -167,6 +167,21 @@ fn risks_modes_and_toolsets() {
     assert!(files.contains(&"notebook__edit".to_string()));
     let single = names(PermissionMode::Full, Some(&["read_file"]));
     assert_eq!(single, ["file_manager__read"]);
+    // The sidecar's pattern form names a provider's tools.
+    let pattern = names(PermissionMode::Full, Some(&["file_manager__*"]));
+    assert_eq!(pattern, by_provider);
+    let err = exec
+        .resolve_agent_tool_schemas(
+            Some(&["nobody__*"]),
+            PermissionMode::Full,
+            SchemaFormat::OpenAi,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("unknown toolset: nobody__* (known: "),
+        "{err}"
+    );
     let err = exec
         .resolve_agent_tool_schemas(Some(&["nope"]), PermissionMode::Full, SchemaFormat::OpenAi)
         .unwrap_err()

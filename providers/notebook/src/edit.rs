@@ -62,7 +62,8 @@ pub fn info() -> ToolInfo {
         ),
     )
     .risk(ToolRisk::FileWrite)
-    .aliases(&["notebook_edit"])
+    // The data agent's sidecar names it among the file manager's tools.
+    .aliases(&["notebook_edit", "file_manager__notebook_edit"])
     // The data agent groups notebook_edit with its file tools: `[files]` has it too.
     .toolsets(&[TOOLSETS[0], TOOLSETS[1], "files"])
     .named(Vocabulary::DataAgent, "notebook_edit")

@@ -4,7 +4,7 @@
 //! | tool | alias | risk | what it does |
 //! |---|---|---|---|
 //! | `notebook__inspect` | | read | list cells: index, id, type, source preview, execution count, outputs |
-//! | `notebook__edit` | `notebook_edit` | file_write | replace, insert or delete a cell by index or id |
+//! | `notebook__edit` | `notebook_edit`, `file_manager__notebook_edit` | file_write | replace, insert or delete a cell by index or id |
 //! | `notebook__run_cell` | | python | run a code cell in the session's Python; write outputs and execution count back |
 //!
 //! Notebooks are checked before anything changes ([`nb`]); a malformed file gets an error
@@ -267,7 +267,10 @@ mod tests {
         let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
         assert_eq!(by("notebook__inspect").risk, ToolRisk::Read);
         assert_eq!(by("notebook__edit").risk, ToolRisk::FileWrite);
-        assert_eq!(by("notebook__edit").aliases, ["notebook_edit"]);
+        assert_eq!(
+            by("notebook__edit").aliases,
+            ["notebook_edit", "file_manager__notebook_edit"]
+        );
         assert_eq!(by("notebook__run_cell").risk, ToolRisk::Python);
         assert_eq!(
             by("notebook__edit").toolsets,
