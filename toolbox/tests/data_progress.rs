@@ -81,43 +81,68 @@ fn check_reports(params: &[Value], size: u64) {
     assert!(message.ends_with("(100%)"), "{end}");
 }
 
-#[test]
-fn an_mcp_client_with_a_token_gets_counted_progress_on_stdio() {
-    let ws = tempfile::tempdir().unwrap();
-    let size = data_file(ws.path());
-    let mut child = common::mcp_full(ws.path())
-        .env(every_time().0, every_time().1)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let lines = common::line_reader(child.stdout.take().unwrap());
-    let mut send = |message: Value| {
-        writeln!(stdin, "{message}").unwrap();
-        stdin.flush().unwrap();
-    };
-    let next = || -> Value {
-        let line = lines.recv_timeout(LIMIT).expect("a line from toolbox mcp");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-    };
-    send(json!({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "progress-test", "version": "0"}},
-    }));
-    assert_eq!(next()["id"], 0);
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+/// `toolbox mcp` in `ws` with the pace variable, initialized, spoken to line by line.
+struct McpStdio {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
 
-    let mut call = |id: i64, meta: Option<Value>| -> (Vec<Value>, Value) {
-        let mut params = json!({"name": "data__validate", "arguments": validate_args()});
+impl McpStdio {
+    fn start(ws: &Path) -> McpStdio {
+        let mut child = common::mcp_full(ws)
+            .env(every_time().0, every_time().1)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = common::line_reader(child.stdout.take().unwrap());
+        let mut mcp = McpStdio {
+            child,
+            stdin,
+            lines,
+        };
+        mcp.send(json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "progress-test", "version": "0"}},
+        }));
+        assert_eq!(mcp.next()["id"], 0);
+        mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, message: Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn next(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(LIMIT)
+            .expect("a line from toolbox mcp");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Calls `tool` with `args` (and `_meta`, if any): the notifications before the reply,
+    /// and the reply.
+    fn call(
+        &mut self,
+        id: i64,
+        tool: &str,
+        args: Value,
+        meta: Option<Value>,
+    ) -> (Vec<Value>, Value) {
+        let mut params = json!({"name": tool, "arguments": args});
         if let Some(meta) = meta {
             params["_meta"] = meta;
         }
-        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
         let mut notes = Vec::new();
         loop {
-            let line = next();
+            let line = self.next();
             if line.get("method").is_some() {
                 notes.push(line);
             } else {
@@ -125,6 +150,23 @@ fn an_mcp_client_with_a_token_gets_counted_progress_on_stdio() {
                 return (notes, line);
             }
         }
+    }
+}
+
+impl Drop for McpStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_mcp_client_with_a_token_gets_counted_progress_on_stdio() {
+    let ws = tempfile::tempdir().unwrap();
+    let size = data_file(ws.path());
+    let mut mcp = McpStdio::start(ws.path());
+    let mut call = |id: i64, meta: Option<Value>| -> (Vec<Value>, Value) {
+        mcp.call(id, "data__validate", validate_args(), meta)
     };
 
     let (notes, reply) = call(1, Some(json!({"progressToken": "validate-1"})));
@@ -147,8 +189,6 @@ fn an_mcp_client_with_a_token_gets_counted_progress_on_stdio() {
     let (notes, reply) = call(2, None);
     assert_eq!(reply["result"]["isError"], false, "{reply}");
     assert!(notes.is_empty(), "{notes:#?}");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// `toolbox serve` in `ws` with a token and the pace variable.
@@ -333,29 +373,7 @@ fn inspect_and_convert_report_progress_too() {
     let ws = tempfile::tempdir().unwrap();
     let jsonl = data_file(ws.path());
     let csv = csv_file(ws.path());
-    let mut child = common::mcp_full(ws.path())
-        .env(every_time().0, every_time().1)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let lines = common::line_reader(child.stdout.take().unwrap());
-    let mut send = |message: Value| {
-        writeln!(stdin, "{message}").unwrap();
-        stdin.flush().unwrap();
-    };
-    let next = || -> Value {
-        let line = lines.recv_timeout(LIMIT).expect("a line from toolbox mcp");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-    };
-    send(json!({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "progress-test", "version": "0"}},
-    }));
-    assert_eq!(next()["id"], 0);
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut mcp = McpStdio::start(ws.path());
     let calls = [
         ("data__inspect", json!({"path": "rows.csv"}), csv, CSV_ROWS),
         ("data__inspect", json!({"path": "rows.jsonl"}), jsonl, ROWS),
@@ -383,18 +401,15 @@ fn inspect_and_convert_report_progress_too() {
     for (id, (tool, args, size, rows)) in calls.into_iter().enumerate() {
         let id = id as i64 + 1;
         let token = format!("p-{id}");
-        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": args, "_meta": {"progressToken": token}}}));
-        let mut params = Vec::new();
-        let reply = loop {
-            let line = next();
-            if line.get("method").is_some() {
-                assert_eq!(line["params"]["progressToken"], json!(token), "{line}");
-                params.push(line["params"].clone());
-            } else {
-                break line;
-            }
-        };
+        let meta = json!({"progressToken": token});
+        let (notes, reply) = mcp.call(id, tool, args.clone(), Some(meta));
+        let params: Vec<Value> = notes
+            .iter()
+            .map(|n| {
+                assert_eq!(n["params"]["progressToken"], json!(token), "{n}");
+                n["params"].clone()
+            })
+            .collect();
         assert_eq!(reply["id"], id, "{reply}");
         assert_eq!(reply["result"]["isError"], false, "{tool} {args}: {reply}");
         // Reports grow to the whole file, with the rows in words.
@@ -418,8 +433,6 @@ fn inspect_and_convert_report_progress_too() {
             "{end}"
         );
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// `n` with thousands separated by commas, as the reports write it.
