@@ -447,22 +447,11 @@ impl Plan {
                 // CSV cells typed by their columns, whose types the output keeps.
                 let mut typed = false;
                 records::read_csv_raw(src, Some(&self.typing), cancelled, &mut |row| {
-                    let item = match row {
-                        CsvRow::Bad(item) => item,
-                        CsvRow::Row {
-                            at,
-                            header,
-                            types,
-                            rec,
-                        } => {
-                            if !typed {
-                                typed = true;
-                                sink.set_column_types(self.output_types(header, types));
-                            }
-                            records::csv_item(at, rec, header, types, &self.limits)
-                        }
-                    };
-                    self.handle(item, &mut run, &mut sink)
+                    if let (false, CsvRow::Row { header, types, .. }) = (typed, &row) {
+                        typed = true;
+                        sink.set_column_types(self.output_types(header, types));
+                    }
+                    self.handle(row.into_item(&self.limits), &mut run, &mut sink)
                 })?;
             } else {
                 records::read(src, &self.limits, sheet, cancelled, &mut |item| {
@@ -671,16 +660,7 @@ impl Plan {
                 columns = Some((header.to_vec(), types.to_vec()));
             }
             let Some(workers) = &mut pool else {
-                let item = match row {
-                    CsvRow::Bad(item) => item,
-                    CsvRow::Row {
-                        at,
-                        header,
-                        types,
-                        rec,
-                    } => records::csv_item(at, rec, header, types, &self.limits),
-                };
-                let flow = self.handle(item, run, sink)?;
+                let flow = self.handle(row.into_item(&self.limits), run, sink)?;
                 if let (Sink::Parquet(p), Some((_, types))) = (&*sink, &columns) {
                     if let Some(batcher) = p.cell_batcher(types, max_cell) {
                         pool = Some(parallel::Pool::start_with(

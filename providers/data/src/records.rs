@@ -204,16 +204,7 @@ fn read_csv(
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
     read_csv_rows(r, d, meter, typing, cancelled, &mut |row| {
-        let item = match row {
-            CsvRow::Bad(bad) => bad,
-            CsvRow::Row {
-                at,
-                header,
-                types,
-                rec,
-            } => csv_item(at, rec, header, types, limits),
-        };
-        f(item)
+        f(row.into_item(limits))
     })
 }
 
@@ -233,6 +224,21 @@ pub fn csv_item(
             kind,
             message: format!("line {at}: {why}"),
         },
+    }
+}
+
+impl CsvRow<'_> {
+    /// The row as [`read_typed`] gives it (see [`csv_item`]).
+    pub fn into_item(self, limits: &Limits) -> Item {
+        match self {
+            CsvRow::Bad(bad) => bad,
+            CsvRow::Row {
+                at,
+                header,
+                types,
+                rec,
+            } => csv_item(at, rec, header, types, limits),
+        }
     }
 }
 
