@@ -302,12 +302,33 @@ async fn python_exec_scratchpad_names_the_session_scratchpad_on_every_backend() 
             format!("[result]\n('{}', True)\n", scratch.display()),
             "{backend}"
         );
+        // Children inherit it, however code starts them (issue 41, point 5): the embedded
+        // backend runs inside toolbox's process, whose C environment never holds it.
+        let children = "import os, subprocess\n\
+                        a = subprocess.run(['sh', '-c', 'printf %s \"$PYTHON_EXEC_SCRATCHPAD\"'], \
+                        capture_output=True, text=True).stdout\n\
+                        b = os.popen('printf %s \"$PYTHON_EXEC_SCRATCHPAD\"').read()\n\
+                        os.system('printf %s \"$PYTHON_EXEC_SCRATCHPAD\" > child.txt')\n\
+                        c = open('child.txt').read()\n\
+                        d = subprocess.check_output(['sh', '-c', 'printf %s \"$PYTHON_EXEC_SCRATCHPAD\"'], \
+                        env={**os.environ, 'EXTRA': '1'}, text=True)\n\
+                        'same: ' + a if a == b == c == d else (a, b, c, d)";
+        let text = run(&ctx, children).await.unwrap();
+        let s = scratch.display();
+        assert_eq!(text, format!("[result]\n'same: {s}'\n"), "{backend}");
         let other = other_session(&ctx, "env-b");
         let text = run(&other, show).await.unwrap();
         let theirs = other.workspace.scratchpad().unwrap();
         assert_eq!(
             text,
             format!("[result]\n('{}', True)\n", theirs.display()),
+            "{backend}"
+        );
+        // And the next session's children get the next session's.
+        let text = run(&other, "import subprocess\nsubprocess.check_output(['printenv', 'PYTHON_EXEC_SCRATCHPAD'], text=True).strip()").await.unwrap();
+        assert_eq!(
+            text,
+            format!("[result]\n'{}'\n", theirs.display()),
             "{backend}"
         );
         std::fs::write(

@@ -828,14 +828,55 @@ def _set_scratchpad_env(path):
         os.environ[SCRATCHPAD_VAR] = path
         return
     # Embedded, the process is toolbox's, whose other threads read the C environment without
-    # a lock Python's putenv() would take: only os.environ's own mapping is changed, so code
-    # sees the variable in os.environ / os.getenv, but a child it starts does not inherit it
-    # (pass env=os.environ to give it one).
+    # a lock Python's putenv() would take: only os.environ's own mapping is changed, and the
+    # ways code starts a child are taught to pass that mapping on (_pass_environ_to_children),
+    # so a child started with the default environment inherits the variable too.
     env = os.environ
     try:
         env._data[env.encodekey(SCRATCHPAD_VAR)] = env.encodevalue(path)
     except (AttributeError, TypeError):
-        pass
+        return
+    _pass_environ_to_children()
+
+
+def _pass_environ_to_children():
+    """Embedded: a child started without an explicit environment gets os.environ, which holds
+    what toolbox set for the run (PYTHON_EXEC_SCRATCHPAD), rather than the C environment of
+    toolbox's process. Covers subprocess (and so os.popen and asyncio's subprocesses),
+    os.system, and os.exec*/os.spawn* without an env; done once."""
+    if _STATE.get("children_see_environ"):
+        return
+    _STATE["children_see_environ"] = True
+    import subprocess
+
+    popen_init = subprocess.Popen.__init__
+
+    def __init__(self, *args, **kwargs):
+        # Popen(args, bufsize, executable, stdin, stdout, stderr, preexec_fn, close_fds,
+        # shell, cwd, env, ...): env is the 11th positional argument.
+        if kwargs.get("env") is None and len(args) < 11:
+            kwargs["env"] = os.environ.copy()
+        popen_init(self, *args, **kwargs)
+
+    __init__.__wrapped__ = popen_init
+    subprocess.Popen.__init__ = __init__
+
+    def system(command):
+        # os.system's status: the wait status, as the C library's system() gives it.
+        code = subprocess.call(command, shell=True, env=os.environ.copy())
+        return code << 8 if code >= 0 else -code
+
+    system.__wrapped__ = os.system
+    os.system = system
+    for name in ("execv", "execvp"):
+        plain = getattr(os, name)
+        with_env = getattr(os, name + "e")
+
+        def replace(path, args, _with_env=with_env):
+            return _with_env(path, args, os.environ)
+
+        replace.__wrapped__ = plain
+        setattr(os, name, replace)
 
 
 def _receive_folder():
