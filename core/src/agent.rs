@@ -322,8 +322,8 @@ packages. Never run `python …` through `shell`, and never use `subprocess` ins
 - Temporary files go to the scratchpad; deliverables go to `output/`. Python code finds the \
 scratchpad's path in the environment variable `PYTHON_EXEC_SCRATCHPAD`, and `output/`'s in \
 `OUTPUT_DIR`.
-- Install Python packages with `kernel_install` (`python_package`): they go into toolbox's \
-per-user venv, never into the system Python or a project `.venv`.
+- Install Python packages with `kernel_install`: they go into toolbox's per-user venv, \
+never into the system Python or a project `.venv`.
 - When you are done, or cannot go further, answer plainly: what you did, what you found, and \
 what is still open.";
 

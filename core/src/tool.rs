@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -145,6 +145,13 @@ pub struct ToolInfo {
     /// runs, and the executor refuses it. Set with [`ToolInfo::intercepted`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub intercepted: bool,
+    /// The vocabularies whose listings leave the tool out, because other tools cover it
+    /// there under the words of that vocabulary (`plan__set` in `data-agent`, where
+    /// `data_agent_prepare_generation_goal` and `…_plan` set its two parts), or because it
+    /// exists for one vocabulary only. The tool is still accepted at dispatch by every name.
+    /// Set with [`ToolInfo::only_in`] or [`ToolInfo::unlisted_in`].
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub unlisted: BTreeSet<Vocabulary>,
 }
 
 impl ToolInfo {
@@ -166,6 +173,7 @@ impl ToolInfo {
             open_world: None,
             file_reader: false,
             intercepted: false,
+            unlisted: BTreeSet::new(),
         }
     }
 
@@ -192,6 +200,30 @@ impl ToolInfo {
     pub fn named(mut self, vocabulary: Vocabulary, name: &str) -> Self {
         self.names.insert(vocabulary, name.to_string());
         self
+    }
+
+    /// Lists the tool in `vocabulary` only: a tool made for that vocabulary's own words (the
+    /// data agent's `data_agent_*` family). Its name is its canonical name; every vocabulary
+    /// accepts it at dispatch.
+    pub fn only_in(mut self, vocabulary: Vocabulary) -> Self {
+        self.unlisted = Vocabulary::ALL
+            .into_iter()
+            .filter(|v| *v != vocabulary)
+            .collect();
+        self.names.insert(vocabulary, self.name.clone());
+        self
+    }
+
+    /// Leaves the tool out of `vocabulary`'s listings, where other tools cover it in that
+    /// vocabulary's words; still accepted at dispatch.
+    pub fn unlisted_in(mut self, vocabulary: Vocabulary) -> Self {
+        self.unlisted.insert(vocabulary);
+        self
+    }
+
+    /// Whether a listing in `vocabulary` shows the tool.
+    pub fn listed_in(&self, vocabulary: Vocabulary) -> bool {
+        !self.unlisted.contains(&vocabulary)
     }
 
     /// The name a model prompted in `vocabulary` sees: the tool's word in it, else the
@@ -343,6 +375,14 @@ mod tests {
         assert_eq!(plain.name_in(Vocabulary::DataAgent), "memory__save");
         assert_eq!("data-agent".parse(), Ok(Vocabulary::DataAgent));
         assert!("klingon".parse::<Vocabulary>().is_err());
+        let own = ToolInfo::new("data_agent_x", "d", serde_json::json!({}))
+            .only_in(Vocabulary::DataAgent);
+        assert!(own.listed_in(Vocabulary::DataAgent));
+        assert!(!own.listed_in(Vocabulary::Canonical));
+        assert_eq!(own.name_in(Vocabulary::DataAgent), "data_agent_x");
+        let covered = plain.clone().unlisted_in(Vocabulary::DataAgent);
+        assert!(covered.listed_in(Vocabulary::Canonical));
+        assert!(!covered.listed_in(Vocabulary::DataAgent));
         let json = serde_json::to_value(&t).unwrap();
         assert_eq!(
             json["names"],

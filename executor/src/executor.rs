@@ -249,6 +249,8 @@ struct Inner {
     provider_config: Arc<Value>,
     /// The tool a spooled result's preview names, found in the registry (never hard-coded).
     spool_reader: Option<ToolInfo>,
+    /// Each vocabulary's words, for the contexts of calls made by models prompted in it.
+    words: std::collections::BTreeMap<Vocabulary, toolbox_host::ToolWords>,
 }
 
 /// The entry point for tool calls. Cheap to clone; one executor serves many concurrent calls.
@@ -291,10 +293,15 @@ impl ToolExecutor {
         let spool_reader = registry
             .file_reader(&config.permissions)
             .map(|t| t.info.clone());
+        let words = Vocabulary::ALL
+            .into_iter()
+            .map(|v| (v, registry.words(v)))
+            .collect();
         Ok(ToolExecutor {
             inner: Arc::new(Inner {
                 config,
                 workspace,
+                words,
                 registry,
                 approvals: ApprovalBroker::default(),
                 events,
@@ -668,17 +675,29 @@ impl ToolExecutor {
             let executor = self.clone();
             let (session, call_id, tool_name) =
                 (session_id.clone(), request.id.clone(), name.to_string());
+            let called_as = (shown != name).then(|| shown.to_string());
             let (events, cancel) = (events.clone(), call_cancel.clone());
             let wait_ms = review_wait.ms.clone();
             Asker::new(move |preview| {
                 let executor = executor.clone();
-                let (session, call_id, tool_name) =
-                    (session.clone(), call_id.clone(), tool_name.clone());
+                let (session, call_id, tool_name, called_as) = (
+                    session.clone(),
+                    call_id.clone(),
+                    tool_name.clone(),
+                    called_as.clone(),
+                );
                 let (events, cancel, wait_ms) = (events.clone(), cancel.clone(), wait_ms.clone());
                 Box::pin(async move {
                     let asked = Instant::now();
                     let answer = executor
-                        .ask_review(&session, &call_id, &tool_name, &events, &cancel, preview)
+                        .ask_review(
+                            &session,
+                            &call_id,
+                            (&tool_name, called_as),
+                            &events,
+                            &cancel,
+                            preview,
+                        )
                         .await;
                     wait_ms.fetch_add(
                         asked.elapsed().as_millis() as u64,
@@ -718,6 +737,12 @@ impl ToolExecutor {
             spool: claim,
             asker,
             policy,
+            called_as: (shown != name).then(|| shown.to_string()),
+            words: inner
+                .words
+                .get(&self.vocabulary_of(request))
+                .cloned()
+                .unwrap_or_default(),
         };
 
         let decision = permissions.decide(tool.info.risk);
@@ -769,7 +794,7 @@ impl ToolExecutor {
         let declares_structure = tool.info.output_schema.is_some();
         let finish = |result: std::thread::Result<anyhow::Result<Value>>| match result {
             Ok(Ok(value)) => Ok(split_tool_result(value, declares_structure)),
-            Ok(Err(err)) => Err((ErrorKind::Tool, format!("{err:#}"))),
+            Ok(Err(err)) => Err((ErrorKind::Tool, said_as(format!("{err:#}"), name, shown))),
             Err(panic) => Err((
                 ErrorKind::Panic,
                 format!(
@@ -872,6 +897,7 @@ impl ToolExecutor {
                 session_id: session_id.clone(),
                 call_id: request.id.clone(),
                 tool: name.to_string(),
+                called_as: ctx.called_as.clone(),
                 arguments: arguments.clone(),
                 risk: tool.info.risk,
                 preview,
@@ -933,7 +959,7 @@ impl ToolExecutor {
         &self,
         session_id: &SessionId,
         call_id: &str,
-        tool: &str,
+        (tool, called_as): (&str, Option<String>),
         events: &EventSink,
         cancel: &CancellationToken,
         preview: toolbox_core::Preview,
@@ -957,6 +983,7 @@ impl ToolExecutor {
             session_id: session_id.clone(),
             call_id: call_id.to_string(),
             tool: tool.to_string(),
+            called_as,
             arguments: Value::Null,
             risk: ToolRisk::Read,
             preview,
@@ -1087,6 +1114,22 @@ fn refused_session(
 }
 
 /// At most `max` characters, with an ellipsis when cut (a hostile name can be megabytes).
+/// A tool's error message as the model reads it: a message that begins with the tool's
+/// canonical name (`file_manager__read: …`, the providers' convention) begins with the
+/// name the call was made by instead (`read_file: …`). Only that first word is changed:
+/// the rest may quote data.
+fn said_as(message: String, canonical: &str, shown: &str) -> String {
+    if canonical == shown {
+        return message;
+    }
+    match message.strip_prefix(canonical) {
+        Some(rest) if !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') => {
+            format!("{shown}{rest}")
+        }
+        _ => message,
+    }
+}
+
 fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         text.to_string()

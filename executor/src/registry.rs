@@ -125,9 +125,24 @@ impl Registry {
             .collect()
     }
 
+    /// The words of `vocabulary`, for the context of a call made by a model prompted in it
+    /// ([`ToolContext::word`](toolbox_host::ToolContext::word)).
+    pub fn words(&self, vocabulary: Vocabulary) -> toolbox_host::ToolWords {
+        toolbox_host::ToolWords::new(vocabulary, self.renames(vocabulary))
+    }
+
+    /// Text written by toolbox (the built-in system prompt, say) with the tools it names
+    /// said in `vocabulary` ([`rename_text`](crate::schema::rename_text)).
+    pub fn rename_text(&self, text: &str, vocabulary: Vocabulary) -> String {
+        if vocabulary == Vocabulary::Canonical {
+            return text.to_string();
+        }
+        crate::schema::rename_text(text, &self.renames(vocabulary))
+    }
+
     /// `tools` rendered in `rendering` (canonical unless it names a vocabulary), with the
-    /// descriptions naming the other tools in that vocabulary too
-    /// ([`render_renamed`](crate::schema::render_renamed)).
+    /// descriptions naming the other tools in that vocabulary too, and without the tools that
+    /// vocabulary does not list ([`render_renamed`](crate::schema::render_renamed)).
     pub fn render<'a>(
         &self,
         tools: impl IntoIterator<Item = &'a ToolInfo>,

@@ -210,21 +210,19 @@ pub fn render<'a>(
 
 /// Many tools in one format, where the descriptions (the tool's and its arguments') also say
 /// other tools' names in the rendering's vocabulary: `renames` pairs a canonical name with its
-/// word there (see `Registry::render`). Only names with an `_` are replaced, as whole
-/// identifiers: `file_manager__edit` becomes `edit_file`, while a plain word such as `shell`
-/// or `skill` is left alone, since descriptions use it as an English word too.
+/// word there (see `Registry::render`), replaced as [`rename_text`] does. Tools the
+/// vocabulary does not list ([`ToolInfo::listed_in`]) are left out.
 pub fn render_renamed<'a>(
     tools: impl IntoIterator<Item = &'a ToolInfo>,
     rendering: impl Into<SchemaRendering>,
     renames: &[(String, String)],
 ) -> Vec<Value> {
     let rendering = rendering.into();
-    let renames: Vec<&(String, String)> = renames
-        .iter()
-        .filter(|(from, to)| from.contains('_') && from != to)
-        .collect();
+    let vocabulary = rendering.vocabulary.unwrap_or_default();
+    let renames: Vec<&(String, String)> = renames.iter().filter(|(from, to)| from != to).collect();
     tools
         .into_iter()
+        .filter(|t| t.listed_in(vocabulary))
         .map(|t| {
             if renames.is_empty() {
                 return render_tool(t, rendering);
@@ -256,7 +254,16 @@ fn rename_descriptions(schema: &mut Value, renames: &[&(String, String)]) {
     }
 }
 
-/// `text` with every whole identifier equal to a `from` replaced by its `to`.
+/// `text` (written by toolbox: a description, the built-in prompt) with the tools it names
+/// said in another vocabulary: `renames` pairs a canonical name with its word there. A name
+/// with an `_` is replaced wherever it stands as a whole identifier (`file_manager__edit`
+/// becomes `edit_file`); a plain word such as `shell` or `skill` only inside backticks
+/// (`` `shell` `` becomes `` `bash` ``), since text uses it as an English word too.
+pub fn rename_text(text: &str, renames: &[(String, String)]) -> String {
+    let renames: Vec<&(String, String)> = renames.iter().filter(|(from, to)| from != to).collect();
+    rename_in_text(text, &renames)
+}
+
 fn rename_in_text(text: &str, renames: &[&(String, String)]) -> String {
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut out = String::with_capacity(text.len());
@@ -267,7 +274,11 @@ fn rename_in_text(text: &str, renames: &[&(String, String)]) -> String {
             .find(|c: char| !is_ident(c))
             .unwrap_or(rest.len() - start);
         let word = &rest[start..start + word_len];
-        match renames.iter().find(|(from, _)| from == word) {
+        let quoted = out.ends_with('`') && rest[start + word_len..].starts_with('`');
+        match renames
+            .iter()
+            .find(|(from, _)| from == word && (quoted || from.contains('_')))
+        {
             Some((_, to)) => out.push_str(to),
             None => out.push_str(word),
         }
@@ -567,13 +578,13 @@ mod tests {
         ];
         let t = ToolInfo::new(
             "t",
-            "Use file_manager__edit, not file_manager__editor or a shell; file_manager__edit.",
+            "Use file_manager__edit, not file_manager__editor or a shell (`shell`); file_manager__edit.",
             json!({"type": "object", "properties": {"a": {"type": "string", "description": "see file_manager__edit"}}}),
         );
         let out = render_renamed([&t], SchemaFormat::Anthropic, &renames);
         assert_eq!(
             out[0]["description"],
-            "Use edit_file, not file_manager__editor or a shell; edit_file."
+            "Use edit_file, not file_manager__editor or a shell (`bash`); edit_file."
         );
         assert_eq!(
             out[0]["input_schema"]["properties"]["a"]["description"],

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -5,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use toolbox_core::{Preview, SessionId, ToolRisk};
+use toolbox_core::{Preview, SessionId, ToolRisk, Vocabulary};
 
 use crate::{Asker, CallPolicy, PersonAnswer, QuestionKind, Workspace};
 
@@ -28,6 +29,11 @@ pub struct ApprovalRequest {
     pub call_id: String,
     /// The canonical name of the tool asking to run.
     pub tool: String,
+    /// The name the call was made by, when it was another one (an alias, or the tool's word
+    /// in the model's vocabulary): what a front end names the tool by when it talks to the
+    /// model about the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_as: Option<String>,
     /// The call's arguments, as the tool will get them.
     pub arguments: Value,
     /// The tool's risk class, which is why it asks.
@@ -40,6 +46,14 @@ pub struct ApprovalRequest {
     pub kind: QuestionKind,
 }
 
+impl ApprovalRequest {
+    /// The tool as the call named it: [`called_as`](Self::called_as), else the canonical
+    /// name. What a refusal the model reads says.
+    pub fn shown_tool(&self) -> &str {
+        self.called_as.as_deref().unwrap_or(&self.tool)
+    }
+}
+
 /// Something that happened during a call, delivered while the call is still running.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -50,6 +64,9 @@ pub enum ToolEvent {
         call_id: String,
         /// The canonical name of the tool.
         tool: String,
+        /// The name the call was made by, when it was another one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        called_as: Option<String>,
         /// Which stream the chunk came from.
         stream: OutputStream,
         /// The chunk, as text.
@@ -62,6 +79,9 @@ pub enum ToolEvent {
         call_id: String,
         /// The canonical name of the tool.
         tool: String,
+        /// The name the call was made by, when it was another one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        called_as: Option<String>,
         /// The line, for people.
         message: String,
         /// How much is done, in the tool's own unit (bytes read, say); it only grows within
@@ -197,6 +217,51 @@ pub struct ToolContext {
     /// How the permissions treat each risk class for this call (empty in a context made with
     /// [`Self::new`]).
     pub policy: CallPolicy,
+    /// The name the call was made by, when it was not the canonical one (`bash` for
+    /// `shell`): carried by the call's events beside [`tool`](Self::tool).
+    pub called_as: Option<String>,
+    /// The names the model was shown the tools by: a tool's text that names a tool says
+    /// [`word`](Self::word)`("file_manager__write")`, which is `write_file` for a model
+    /// prompted in the data agent's vocabulary. Canonical in a context made with
+    /// [`Self::new`].
+    pub words: ToolWords,
+}
+
+/// The names of the tools in the vocabulary a model was shown, for text a tool writes about
+/// tools (its own name, a hint to use another). Built by the executor from the registry's
+/// words; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ToolWords {
+    vocabulary: Vocabulary,
+    words: Arc<HashMap<String, String>>,
+}
+
+impl ToolWords {
+    /// The words of `vocabulary`: `(canonical name, name in it)` for every tool whose names
+    /// differ there.
+    pub fn new(
+        vocabulary: Vocabulary,
+        renames: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
+        ToolWords {
+            vocabulary,
+            words: Arc::new(renames.into_iter().collect()),
+        }
+    }
+
+    /// The vocabulary the model was shown the tools in.
+    pub fn vocabulary(&self) -> Vocabulary {
+        self.vocabulary
+    }
+
+    /// The name the model knows the tool `canonical` by: its word in the vocabulary, else
+    /// `canonical` itself.
+    pub fn of<'a>(&'a self, canonical: &'a str) -> &'a str {
+        self.words
+            .get(canonical)
+            .map(String::as_str)
+            .unwrap_or(canonical)
+    }
 }
 
 /// Where a tool records the spool file it wrote itself; shared by clones of a context.
@@ -245,7 +310,20 @@ impl ToolContext {
             spool: SpoolClaim::default(),
             asker: Asker::default(),
             policy: CallPolicy::default(),
+            called_as: None,
+            words: ToolWords::default(),
         }
+    }
+
+    /// The name the model knows the tool `canonical` by, in the vocabulary it was shown
+    /// ([`ToolWords::of`]): use it wherever a tool's text names a tool.
+    pub fn word<'a>(&'a self, canonical: &'a str) -> &'a str {
+        self.words.of(canonical)
+    }
+
+    /// The vocabulary the model was shown the tools in.
+    pub fn vocabulary(&self) -> Vocabulary {
+        self.words.vocabulary()
     }
 
     /// Asks a person to confirm what `preview` shows, through the front end's approval
@@ -277,6 +355,7 @@ impl ToolContext {
             self.events.emit(ToolEvent::Output {
                 call_id: self.call_id.clone(),
                 tool: self.tool.clone(),
+                called_as: self.called_as.clone(),
                 stream,
                 text: text.into(),
             });
@@ -289,6 +368,7 @@ impl ToolContext {
             self.events.emit(ToolEvent::Progress {
                 call_id: self.call_id.clone(),
                 tool: self.tool.clone(),
+                called_as: self.called_as.clone(),
                 message: message.into(),
                 done: None,
                 total: None,
@@ -306,6 +386,7 @@ impl ToolContext {
             self.events.emit(ToolEvent::Progress {
                 call_id: self.call_id.clone(),
                 tool: self.tool.clone(),
+                called_as: self.called_as.clone(),
                 message: message.into(),
                 done: Some(done),
                 total,

@@ -49,7 +49,9 @@ mod workspace;
 pub use after_edit::{with_after_edit, AfterEdit, AfterEditFuture};
 pub use agents::discover_agents;
 pub use blocking::blocking;
-pub use context::{ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent};
+pub use context::{
+    ApprovalRequest, EventSink, OutputStream, SpoolClaim, ToolContext, ToolEvent, ToolWords,
+};
 pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
 pub use paths::{operator_path, show_name};

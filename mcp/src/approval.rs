@@ -55,7 +55,8 @@ pub fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
     }
     let message = format!(
         "toolbox asks: allow {} (risk {})?\n\n{preview}\n\nApprove this call?",
-        request.tool, request.risk
+        request.shown_tool(),
+        request.risk
     );
     let decision = EnumSchema::builder(vec!["approve".into(), "deny".into()])
         .enum_titles(vec!["Approve: run it".into(), "Deny: do not run it".into()])
@@ -63,7 +64,10 @@ pub fn approval_form(request: &ApprovalRequest) -> ElicitRequestParams {
         .unwrap_or_else(|_| EnumSchema::builder(vec!["approve".into(), "deny".into()]).build());
     let requested_schema = ElicitationSchema::builder()
         .required_property(DECISION_FIELD, PrimitiveSchemaDefinition::Enum(decision))
-        .description(format!("Approve or deny the call of {}", request.tool))
+        .description(format!(
+            "Approve or deny the call of {}",
+            request.shown_tool()
+        ))
         .build()
         .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
     ElicitRequestParams::FormElicitationParams {
@@ -79,7 +83,7 @@ fn review_form(request: &ApprovalRequest, preview: &str) -> ElicitRequestParams 
     let message = format!(
         "toolbox asks you to review (for {}):\n\n{preview}\n\nApprove it, or reject it with \
          feedback for the model?",
-        request.tool
+        request.shown_tool()
     );
     let choices = || vec!["approve".to_string(), "reject".to_string()];
     let decision = EnumSchema::builder(choices())
@@ -177,13 +181,14 @@ pub fn cannot_ask(request: &ApprovalRequest) -> String {
          To allow such calls, use a client that supports elicitation, restart the server with \
          --approve yes (risky calls then run without asking; the client should confirm them \
          with its user) or --mode full; to stop offering them, use --mode read_only.",
-        request.tool, request.risk
+        request.shown_tool(),
+        request.risk
     )
 }
 
 /// The result of a call the client's user denied.
 pub fn denied_by_user(request: &ApprovalRequest) -> String {
-    format!("the MCP client's user denied tool {}", request.tool)
+    format!("the MCP client's user denied tool {}", request.shown_tool())
 }
 
 /// The result of a call whose approval could not be asked for.
@@ -192,7 +197,8 @@ pub fn asking_failed(request: &ApprovalRequest, why: &str) -> String {
         "tool {} needs approval (permission mode auto, risk {}) and asking the MCP client \
          failed ({why}), so the call was denied; to run such calls without asking, restart \
          the server with --mode full",
-        request.tool, request.risk
+        request.shown_tool(),
+        request.risk
     )
 }
 
@@ -290,6 +296,7 @@ mod tests {
             session_id: SessionId::parse("mcp").unwrap(),
             call_id: "c1".into(),
             tool: "file_manager__write".into(),
+            called_as: None,
             preview: toolbox_core::Preview::arguments("file_manager__write", &arguments),
             arguments,
             risk: ToolRisk::FileWrite,

@@ -15,6 +15,9 @@ pub struct ActiveAgent {
     pub max_steps: Option<u32>,
     /// Whose tool names the model is shown; `None` uses the runtime's default.
     pub vocabulary: Option<toolbox_core::Vocabulary>,
+    /// The prompt is toolbox's own (the built-in agent's): the tools it names are said in
+    /// the model's vocabulary. An agent file's prompt is left as its author wrote it.
+    pub builtin_prompt: bool,
 }
 
 impl From<&toolbox_core::AgentDef> for ActiveAgent {
@@ -26,6 +29,7 @@ impl From<&toolbox_core::AgentDef> for ActiveAgent {
             model: def.model.clone(),
             max_steps: def.max_steps,
             vocabulary: def.vocabulary,
+            builtin_prompt: def.source == toolbox_core::agent::BUILT_IN_SOURCE,
         }
     }
 }

@@ -101,6 +101,10 @@ pub enum RuntimeEvent {
         call_id: String,
         /// The tool's canonical name.
         tool: String,
+        /// The name the call was made by, when it was another one (an alias, or the tool's
+        /// word in the model's vocabulary: `bash` for `shell`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        called_as: Option<String>,
         /// The arguments the tool will get.
         arguments: Value,
         /// Why it asks.
@@ -123,6 +127,10 @@ pub enum RuntimeEvent {
         call_id: String,
         /// The tool that asks.
         tool: String,
+        /// The name the call was made by, when it was another one (an alias, or the tool's
+        /// word in the model's vocabulary: `bash` for `shell`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        called_as: Option<String>,
         /// What is to be reviewed, rendered (the goal, or the checklist).
         preview: Preview,
         /// The agent that asked for it.
@@ -160,6 +168,10 @@ pub enum RuntimeEvent {
         call_id: String,
         /// The tool's canonical name.
         tool: String,
+        /// The name the call was made by, when it was another one (an alias, or the tool's
+        /// word in the model's vocabulary: `bash` for `shell`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        called_as: Option<String>,
         /// `stdout`, `stderr`, or `progress` for a tool's progress lines.
         stream: String,
         /// The text.
@@ -177,6 +189,10 @@ pub enum RuntimeEvent {
         call_id: String,
         /// The tool's canonical name.
         tool: String,
+        /// The name the call was made by, when it was another one (an alias, or the tool's
+        /// word in the model's vocabulary: `bash` for `shell`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        called_as: Option<String>,
         /// How far it is, for people ("1,234 rows, 18 MB of 51 MB (35%)").
         message: String,
         /// How much is done, in the tool's unit (bytes read, say).
@@ -734,6 +750,7 @@ mod tests {
                 session_id: "a".into(),
                 call_id: "c".into(),
                 tool: "shell".into(),
+                called_as: None,
                 arguments: Value::Null,
                 risk: ToolRisk::Shell,
                 preview: Preview::new("Run shell"),

@@ -211,6 +211,13 @@ fn run_agent<'a>(
         let schemas = executor
             .registry()
             .render(tools.iter().map(|t| &t.info), rendering);
+        // The built-in prompt names tools; a model prompted in another vocabulary reads them
+        // in its words. An agent file's prompt is its author's, left as written.
+        let system = if agent.builtin_prompt {
+            executor.registry().rename_text(&agent.prompt, vocabulary)
+        } else {
+            agent.prompt.clone()
+        };
         let max_steps = agent
             .max_steps
             .unwrap_or(turn.rt.inner.options.default_max_steps)
@@ -235,7 +242,7 @@ fn run_agent<'a>(
                 })
             };
             let request = ChatRequest {
-                system: &agent.prompt,
+                system: &system,
                 messages,
                 tools: &schemas,
                 model: agent.model.as_deref(),
@@ -494,6 +501,7 @@ pub(crate) fn session_events(
         ToolEvent::Output {
             call_id,
             tool,
+            called_as,
             stream,
             text,
         } => rt.emit(
@@ -501,6 +509,7 @@ pub(crate) fn session_events(
             RuntimeEvent::ToolCallOutput {
                 call_id,
                 tool,
+                called_as,
                 stream: match stream {
                     OutputStream::Stdout => "stdout",
                     OutputStream::Stderr => "stderr",
@@ -514,6 +523,7 @@ pub(crate) fn session_events(
         ToolEvent::Progress {
             call_id,
             tool,
+            called_as,
             message,
             done: Some(done),
             total,
@@ -522,6 +532,7 @@ pub(crate) fn session_events(
             RuntimeEvent::ToolCallProgress {
                 call_id,
                 tool,
+                called_as,
                 message,
                 done,
                 total,
@@ -532,6 +543,7 @@ pub(crate) fn session_events(
         ToolEvent::Progress {
             call_id,
             tool,
+            called_as,
             message,
             done: None,
             ..
@@ -540,6 +552,7 @@ pub(crate) fn session_events(
             RuntimeEvent::ToolCallOutput {
                 call_id,
                 tool,
+                called_as,
                 stream: "progress".into(),
                 text: message,
                 agent: agent.clone(),
@@ -554,6 +567,7 @@ pub(crate) fn session_events(
                     session_id: session.to_string(),
                     call_id: request.call_id,
                     tool: request.tool,
+                    called_as: request.called_as,
                     preview: request.preview,
                     agent: agent.clone(),
                     depth,
@@ -600,6 +614,7 @@ pub(crate) fn session_events(
                     session_id: session.to_string(),
                     call_id: request.call_id,
                     tool: request.tool,
+                    called_as: request.called_as,
                     arguments: request.arguments,
                     risk: request.risk,
                     preview: request.preview,

@@ -54,9 +54,10 @@ async fn a_live_session_through_every_name() {
     // Bad arguments are tool errors that name the argument.
     let info = call_in(&exec, "s1", "python", json!({"code": 5})).await;
     assert_eq!(info.error_kind, Some(ErrorKind::Tool));
+    // The message names the tool as the call did (`python`, an alias).
     assert_eq!(
         info.result,
-        "run_python_code: argument `code` must be a string, got a number 5"
+        "python: argument `code` must be a string, got a number 5"
     );
 }
 

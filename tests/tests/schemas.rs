@@ -22,11 +22,13 @@ fn every_compiled_provider_registers() {
 
 /// How many registered tools the executor serves: all but the ones an agent runtime
 /// intercepts (`call_agent`), which schemas and listings leave out.
+/// The tools a canonical listing shows: those the executor serves (not `call_agent`), less
+/// the data agent's own family, listed only in its vocabulary.
 fn served_by_executor(exec: &toolbox_executor::ToolExecutor) -> usize {
     exec.registry()
         .tools()
         .iter()
-        .filter(|t| !t.info.intercepted)
+        .filter(|t| !t.info.intercepted && t.info.listed_in(toolbox_core::Vocabulary::Canonical))
         .count()
 }
 

@@ -265,12 +265,24 @@ impl Twins {
         let strict = Side::new(server);
         let mut schemas = BTreeMap::new();
         let mut optional = BTreeMap::new();
-        let rendered = loose
-            .exec
-            .resolve_agent_tool_schemas(None, PermissionMode::Full, SchemaFormat::OpenAiResponses)
-            .unwrap();
+        // Both vocabularies: the data agent's family is listed only in its own. Each tool is
+        // keyed by its canonical name.
+        let mut rendered = vec![];
+        for vocabulary in toolbox_core::Vocabulary::ALL {
+            rendered.extend(
+                loose
+                    .exec
+                    .resolve_agent_tool_schemas(
+                        None,
+                        PermissionMode::Full,
+                        SchemaFormat::OpenAiResponses.vocabulary(vocabulary),
+                    )
+                    .unwrap(),
+            );
+        }
         for tool in rendered {
-            let name = tool["name"].as_str().unwrap().to_string();
+            let shown = tool["name"].as_str().unwrap();
+            let name = loose.exec.registry().get(shown).unwrap().info.name.clone();
             assert_eq!(tool["strict"], true, "{name}");
             schemas.insert(name, tool["parameters"].clone());
         }
@@ -685,6 +697,74 @@ async fn every_tool_reads_null_as_absent() {
         &t.same("plan__request_review", json!({"part": "plan"}))
             .await,
         "stays pending",
+    );
+    // The data agent's family, every optional argument null.
+    done(
+        &t.same(
+            "data_agent_prepare_generation_goal",
+            json!({"goal": "Strict data goal"}),
+        )
+        .await,
+        "Strict data goal",
+    );
+    done(
+        &t.same(
+            "data_agent_prepare_generation_plan",
+            json!({"steps": [{"title": "Export", "status": null, "note": null}]}),
+        )
+        .await,
+        "[ ] 1. Export",
+    );
+    for confirm in [
+        "data_agent_confirm_generation_goal",
+        "data_agent_confirm_generation_plan",
+    ] {
+        done(&t.same(confirm, json!({})).await, "stays pending");
+    }
+    done(
+        &t.same("data_agent_load_input_sources", json!({})).await,
+        "input",
+    );
+    done(
+        &t.same(
+            "data_agent_validate_dataset_records",
+            json!({"path": "d.csv", "required_fields": ["q"]}),
+        )
+        .await,
+        "\"valid\": 2",
+    );
+    done(
+        &t.same(
+            "data_agent_export_dataset_records",
+            json!({"path": "d.csv", "output": "output/e.json"}),
+        )
+        .await,
+        "\"rows_out\": 2",
+    );
+    done(
+        &t.same(
+            "data_agent_normalize_dataset_draft",
+            json!({"path": "d.csv"}),
+        )
+        .await,
+        "d.normalized.jsonl",
+    );
+    done(
+        &t.same(
+            "data_agent_export_planning_eval_csv",
+            json!({"path": "d.csv", "output": "output/e.csv"}),
+        )
+        .await,
+        "\"rows_out\": 2",
+    );
+    done(
+        &t.same(
+            "data_agent_export_training_jsonl",
+            json!({"path": "d.csv", "output": "output/t.jsonl", "user_field": "q",
+                   "assistant_field": "id", "system_field": null, "system_prompt": null}),
+        )
+        .await,
+        "\"rows_out\": 2",
     );
     // session__info names each workspace's own real paths: compared without them.
     t.called.insert("session__info".into());

@@ -30,6 +30,26 @@ const DATA_AGENT: &[(&str, &str)] = &[
     ("Skill", "skill"),
 ];
 
+/// The data agent's own family (issue 41): listed only in its vocabulary.
+const DATA_AGENT_ONLY: &[&str] = &[
+    "data_agent_load_input_sources",
+    "data_agent_validate_dataset_records",
+    "data_agent_export_dataset_records",
+    "data_agent_normalize_dataset_draft",
+    "data_agent_export_training_jsonl",
+    "data_agent_export_planning_eval_csv",
+    "data_agent_prepare_generation_goal",
+    "data_agent_prepare_generation_plan",
+    "data_agent_confirm_generation_goal",
+    "data_agent_confirm_generation_plan",
+];
+
+/// The family's words for tools every vocabulary has.
+const DATA_AGENT_WORDS: &[(&str, &str)] = &[
+    ("data_agent_show_generation_plan", "plan__show"),
+    ("data_agent_update_generation_plan", "plan__update"),
+];
+
 fn names(exec: &ToolExecutor, sets: &[&str]) -> Vec<String> {
     let mut names: Vec<String> = exec
         .resolve_agent_tools(Some(sets), PermissionMode::Full)
@@ -111,9 +131,14 @@ fn the_data_agent_vocabulary_lists_each_tool_once_by_its_own_word() {
             .iter()
             .map(name_of)
             .collect();
-        // Canonical stays the default; the other vocabulary renames, never adds.
+        // Canonical stays the default; the other vocabulary renames, and adds only its own
+        // family (the data_agent_* tools), which replaces plan__set and plan__request_review.
         assert!(canonical.contains(&"file_manager__read".to_string()));
-        assert_eq!(canonical.len(), worded.len(), "{format}");
+        assert_eq!(
+            worded.len(),
+            canonical.len() + DATA_AGENT_ONLY.len() - 2,
+            "{format}"
+        );
         let unique: BTreeSet<&String> = worded.iter().collect();
         assert_eq!(unique.len(), worded.len(), "{format}: {worded:?}");
         for (word, tool) in DATA_AGENT {
@@ -413,4 +438,351 @@ fn descriptions_name_the_other_tools_in_the_same_vocabulary() {
         .as_str()
         .unwrap()
         .contains("use file_manager__edit"));
+}
+
+/// Every name in a listing of `vocabulary` (MCP format).
+fn listed(exec: &ToolExecutor, vocabulary: Vocabulary) -> Vec<String> {
+    exec.resolve_agent_tool_schemas(
+        None,
+        PermissionMode::Full,
+        SchemaFormat::Mcp.vocabulary(vocabulary),
+    )
+    .unwrap()
+    .iter()
+    .map(|t| t["name"].as_str().unwrap().to_string())
+    .collect()
+}
+
+/// Issue 41, point 1: the data_agent_* family is listed once each under the data agent's
+/// vocabulary, never under toolbox's own, and every name is accepted in both.
+#[tokio::test]
+async fn the_data_agent_family_is_listed_in_its_vocabulary_and_accepted_in_every_one() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let canonical = listed(&exec, Vocabulary::Canonical);
+    let worded = listed(&exec, Vocabulary::DataAgent);
+    for name in DATA_AGENT_ONLY
+        .iter()
+        .chain(DATA_AGENT_WORDS.iter().map(|(w, _)| w))
+    {
+        assert_eq!(
+            worded.iter().filter(|n| n == name).count(),
+            1,
+            "{name} once in {worded:?}"
+        );
+        assert!(!canonical.contains(&name.to_string()), "{name}");
+        assert!(exec.registry().get(name).is_some(), "{name} dispatches");
+    }
+    for (word, tool) in DATA_AGENT_WORDS {
+        assert_eq!(exec.registry().get(word).unwrap().info.name, *tool);
+        assert!(canonical.contains(&tool.to_string()));
+    }
+    // Covered by the family there: not listed, still accepted.
+    for covered in ["plan__set", "plan__request_review"] {
+        assert!(!worded.contains(&covered.to_string()), "{covered}");
+        assert!(canonical.contains(&covered.to_string()), "{covered}");
+    }
+    // A canonical caller may use a family tool by name.
+    let info = exec
+        .run(
+            ToolRequest::new(
+                "g",
+                "data_agent_prepare_generation_goal",
+                json!({"goal": "A set"}),
+            )
+            .session("fam"),
+        )
+        .await;
+    assert!(info.is_done(), "{}", info.result);
+    assert!(
+        info.result.contains("Goal (not yet reviewed): A set"),
+        "{}",
+        info.result
+    );
+}
+
+/// Whole identifiers of `text` that are canonical names with another word in the data
+/// agent's vocabulary (`shell` only in backticks or as a message's first word).
+fn canonical_words_in(text: &str) -> Vec<String> {
+    const RENAMED: &[&str] = &[
+        "file_manager__list",
+        "file_manager__read",
+        "file_manager__write",
+        "file_manager__edit",
+        "file_manager__glob",
+        "file_manager__grep",
+        "notebook__edit",
+        "run_python_code",
+        "kernel_install",
+        "plan__set",
+        "plan__show",
+        "plan__update",
+        "plan__request_review",
+    ];
+    let mut found: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| RENAMED.contains(w))
+        .map(str::to_string)
+        .collect();
+    if text.contains("`shell`") || text.starts_with("shell") || text.contains("tool shell ") {
+        found.push("shell".into());
+    }
+    found
+}
+
+/// Issue 41, point 2: what a model prompted in the data agent's vocabulary reads (the
+/// executor's refusals, the tools' own messages and hints) names the tools by its words,
+/// and the call's events carry that name beside the canonical one.
+#[tokio::test]
+async fn everything_a_data_agent_model_reads_names_its_own_words() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        toolbox_host::EventSink::new(move |event| seen.lock().unwrap().push(event))
+    };
+    let (dir, exec) = toolbox_tests::executor_with_events(PermissionMode::Full, &[], sink);
+    std::fs::create_dir_all(dir.path().join("folder")).unwrap();
+    std::fs::write(dir.path().join("file.txt"), "text\n").unwrap();
+    let big = "x".repeat(1024 * 1024 + 1);
+    let calls: Vec<(&str, Value, &str)> = vec![
+        (
+            "edit_file",
+            json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}),
+            "write_file",
+        ),
+        (
+            "edit_file",
+            json!({"path": "file.txt", "old_string": "", "new_string": "b"}),
+            "write_file",
+        ),
+        ("list_dir", json!({"path": "file.txt"}), "read_file"),
+        ("read_file", json!({"path": "folder"}), "list_dir"),
+        (
+            "write_file",
+            json!({"path": "big.txt", "content": big}),
+            "python_exec",
+        ),
+        ("python_exec", json!({}), "python_exec requires"),
+        ("python_package", json!({"packages": []}), "python_package:"),
+        (
+            "data_agent_show_generation_plan",
+            json!({}),
+            "data_agent_prepare_generation_goal",
+        ),
+        (
+            "data_agent_confirm_generation_goal",
+            json!({}),
+            "data_agent_prepare_generation_goal",
+        ),
+        (
+            "data_agent_update_generation_plan",
+            json!({"steps": [{"id": "1", "status": "completed"}]}),
+            "data_agent_prepare_generation_plan",
+        ),
+        (
+            "bash",
+            json!({"command": "printf 'x%.0s' $(seq 1 20000)"}),
+            "Use read_file",
+        ),
+        ("bash", json!({"command": "echo streamed"}), "streamed"),
+    ];
+    for (i, (name, args, says)) in calls.into_iter().enumerate() {
+        let info = exec
+            .run(
+                ToolRequest::new(format!("c{i}"), name, args)
+                    .session("words")
+                    .vocabulary(Vocabulary::DataAgent),
+            )
+            .await;
+        assert!(
+            info.result.contains(says),
+            "{name}: {says:?} not in {}",
+            info.result
+        );
+        assert!(
+            canonical_words_in(&info.result).is_empty(),
+            "{name} said {:?}: {}",
+            canonical_words_in(&info.result),
+            info.result
+        );
+    }
+    // The streamed output of bash names the call's name beside the canonical one.
+    let output = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|e| match e {
+            toolbox_host::ToolEvent::Output {
+                tool,
+                called_as,
+                text,
+                ..
+            } if text.contains("streamed") => Some((tool.clone(), called_as.clone())),
+            _ => None,
+        })
+        .expect("bash's output was streamed");
+    assert_eq!(output, ("shell".to_string(), Some("bash".to_string())));
+
+    // A refusal in auto mode, and the question before it, say `bash`.
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = {
+        let asked = asked.clone();
+        toolbox_host::EventSink::new(move |event| {
+            if let toolbox_host::ToolEvent::ApprovalRequested(request) = event {
+                asked.lock().unwrap().push(request);
+            }
+        })
+    };
+    let (_d, exec) = toolbox_tests::executor_with_events(PermissionMode::Auto, &[], sink);
+    let run = exec.run(
+        ToolRequest::new("ask", "bash", json!({"command": "true"}))
+            .session("words")
+            .vocabulary(Vocabulary::DataAgent),
+    );
+    let answer = async {
+        for _ in 0..500 {
+            if !exec.pending_approvals("words").is_empty() {
+                exec.deny_approval("words", "ask", "no");
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("bash never asked");
+    };
+    let (info, ()) = tokio::join!(run, answer);
+    assert!(!info.is_done());
+    assert!(
+        canonical_words_in(&info.result).is_empty(),
+        "{}",
+        info.result
+    );
+    let request = asked.lock().unwrap()[0].clone();
+    assert_eq!(request.tool, "shell");
+    assert_eq!(request.called_as.as_deref(), Some("bash"));
+    assert_eq!(request.shown_tool(), "bash");
+}
+
+/// Issue 41, point 2: the built-in prompt, rendered for a data agent model, names its words.
+#[test]
+fn the_built_in_prompt_speaks_the_data_agent_vocabulary() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let prompt = AgentDef::builtin_default().prompt;
+    let worded = exec.registry().rename_text(&prompt, Vocabulary::DataAgent);
+    for word in [
+        "`bash`",
+        "`python_exec`",
+        "`write_file`",
+        "`python_package`",
+    ] {
+        assert!(worded.contains(word), "{word}: {worded}");
+    }
+    assert!(canonical_words_in(&worded).is_empty(), "{worded}");
+    // Canonical, it is as written.
+    assert_eq!(
+        exec.registry().rename_text(&prompt, Vocabulary::Canonical),
+        prompt
+    );
+    assert!(prompt.contains("`shell`") && prompt.contains("`kernel_install`"));
+}
+
+/// The backticked identifiers (and `provider__*` patterns) of one table cell.
+fn names_in(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|n| {
+            !n.is_empty()
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '*')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 41, point 6: every source-system name docs/source-systems.md lists works here as
+/// the page says: a tool name dispatches, a toolset (or `provider__*` pattern) expands, a
+/// tool the page says is not provided is not, and every tool of the family table is listed
+/// under the data agent's vocabulary with the risk the page gives.
+#[test]
+fn every_name_in_the_source_systems_page_works_as_it_says() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/source-systems.md"
+    ))
+    .unwrap();
+    let (_d, exec) = executor(PermissionMode::Full);
+    let registry = exec.registry();
+    let mut checked = 0;
+    for line in page.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // | kind | sidecar | data agent | toolbox |
+        if cells.len() != 6 {
+            continue;
+        }
+        let (kind, sidecar, agent, ours) = (cells[1], cells[2], cells[3], cells[4]);
+        let source: Vec<String> = names_in(sidecar)
+            .into_iter()
+            .chain(names_in(agent))
+            .collect();
+        match kind {
+            "tool" => {
+                // The toolbox column names arguments too: its provider__tool names are checked.
+                let ours = names_in(ours).into_iter().filter(|n| n.contains("__"));
+                for name in source.iter().cloned().chain(ours) {
+                    let name = &name;
+                    if name.ends_with('*') {
+                        let tools = registry.expand_toolsets(&[name.as_str()]);
+                        assert!(tools.is_ok_and(|t| !t.is_empty()), "{name} ({line})");
+                    } else {
+                        assert!(registry.get(name).is_some(), "tool {name} ({line})");
+                    }
+                    checked += 1;
+                }
+            }
+            "tool (not provided)" => {
+                for name in &source {
+                    assert!(registry.get(name).is_none(), "{name} is said not to exist");
+                    checked += 1;
+                }
+                for name in names_in(ours) {
+                    assert!(registry.get(&name).is_some(), "the page points at {name}");
+                }
+            }
+            "toolset" => {
+                for name in &source {
+                    let expanded = registry.expand_toolsets(&[name.as_str()]);
+                    assert!(
+                        expanded.as_ref().is_ok_and(|t| !t.is_empty()),
+                        "toolset {name}: {:?}",
+                        expanded.err()
+                    );
+                    checked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    // The family table: | tool | risk | arguments | what it does |.
+    let listed = listed(&exec, Vocabulary::DataAgent);
+    let mut family = 0;
+    for line in page.lines().filter(|l| l.starts_with("| `data_agent_")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        let risk = cells[2].replace(' ', "_");
+        let tool = registry.get(name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(tool.info.risk.as_str(), risk, "{name}");
+        assert!(listed.contains(&name.to_string()), "{name} is listed");
+        // Each argument the page names is in the tool's schema.
+        for arg in names_in(cells[3]) {
+            assert!(
+                tool.info.input_schema["properties"].get(&arg).is_some(),
+                "{name} has no argument {arg}"
+            );
+        }
+        family += 1;
+    }
+    assert_eq!(family, 12, "the family table has every tool");
+    assert!(checked > 60, "only {checked} names were checked");
+    for name in DATA_AGENT_ONLY {
+        assert!(page.contains(&format!("`{name}`")), "{name} is on the page");
+    }
 }

@@ -211,7 +211,7 @@ async fn answer(runtime: &Runtime, request: ApprovalRequest, approve: Approve) {
             "tool {} needs approval (permission mode auto) and toolbox chat was started with \
              --approve no, which refuses such calls; to allow them, use --approve ask (asks on \
              the terminal), --approve yes or --mode full",
-            request.tool
+            request.shown_tool()
         )),
         Approve::Ask => {
             let executor = runtime.executor().clone();
@@ -429,6 +429,7 @@ impl View {
                 session_id,
                 call_id,
                 tool,
+                called_as,
                 arguments,
                 risk,
                 preview,
@@ -442,6 +443,7 @@ impl View {
                     session_id: session,
                     call_id: call_id.clone(),
                     tool: tool.clone(),
+                    called_as: called_as.clone(),
                     arguments: arguments.clone(),
                     risk: *risk,
                     preview: preview.clone(),
@@ -452,6 +454,7 @@ impl View {
                 session_id,
                 call_id,
                 tool,
+                called_as,
                 preview,
                 ..
             } => {
@@ -471,6 +474,7 @@ impl View {
                     session_id: session,
                     call_id: call_id.clone(),
                     tool: tool.clone(),
+                    called_as: called_as.clone(),
                     arguments: Value::Null,
                     risk: toolbox::core::ToolRisk::Read,
                     preview: preview.clone(),

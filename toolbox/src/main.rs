@@ -516,10 +516,11 @@ fn toolset_names(toolsets: &Option<Vec<String>>) -> Option<Vec<&str>> {
 fn tools(args: ToolsArgs) -> Result<ExitCode, UsageError> {
     let executor = build(load_config(&args.common)?, EventSink::none())?;
     let sets = toolset_names(&args.toolsets);
-    let tools = executor
+    let vocabulary = executor.config().vocabulary;
+    let mut tools = executor
         .resolve_agent_tools(sets.as_deref(), executor.permissions())
         .map_err(usage)?;
-    let vocabulary = executor.config().vocabulary;
+    tools.retain(|t| t.info.listed_in(vocabulary));
     if args.json {
         let rows: Vec<Value> = tools
             .iter()
@@ -1075,7 +1076,7 @@ fn cli_events(
                         "tool {} needs approval (permission mode auto) and toolbox call was \
                          started with --approve no, which refuses such calls; to allow them, \
                          use --approve yes or --mode full",
-                        request.tool
+                        request.shown_tool()
                     )),
                     Approve::Ask => terminal::ask(&request, || {
                         executor

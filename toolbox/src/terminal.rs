@@ -90,7 +90,7 @@ fn no_one_to_ask(request: &ApprovalRequest) -> String {
     if request.kind == QuestionKind::Review {
         "a review needs a person's answer, and there is no terminal to ask on (no /dev/tty)".into()
     } else {
-        no_terminal_refusal(&request.tool)
+        no_terminal_refusal(request.shown_tool())
     }
 }
 

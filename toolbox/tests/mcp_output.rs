@@ -391,7 +391,7 @@ fn a_client_with_elicitation_is_asked_one_question_at_a_time() {
     assert_eq!(question["method"], "elicitation/create", "{question}");
     let message = question["params"]["message"].as_str().unwrap();
     assert!(
-        message.contains("allow file_manager__write (risk file_write)"),
+        message.contains("allow write_file (risk file_write)"),
         "{message}"
     );
     assert!(

@@ -73,6 +73,7 @@ impl Events {
                 message,
                 done,
                 total,
+                ..
             } => self.forward(&call_id, &tool, &message, done, total),
             ToolEvent::ApprovalRequested(request) => self.answer(&request),
             ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}

@@ -19,6 +19,7 @@
 
 mod convert;
 pub mod csvtypes;
+mod data_agent;
 mod fast;
 pub mod format;
 mod inspect;
@@ -185,7 +186,9 @@ impl ToolProvider for DataProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![inspect::info(), validate::info(), convert::info()]
+        let mut tools = vec![inspect::info(), validate::info(), convert::info()];
+        tools.extend(data_agent::infos());
+        tools
     }
 
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -193,6 +196,7 @@ impl ToolProvider for DataProvider {
             inspect::NAME => inspect::run(args, ctx).await,
             validate::NAME => validate::run(args, ctx).await,
             convert::NAME => convert::run(args, ctx).await,
+            other if data_agent::NAMES.contains(&other) => data_agent::run(other, args, ctx).await,
             other => Err(anyhow!("data has no tool named {other}")),
         }
     }

@@ -77,7 +77,8 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     if old.is_empty() {
         return Err(anyhow!(
             "{NAME}: old_string is empty; give the exact text to replace (to create or \
-             overwrite a whole file use file_manager__write)"
+             overwrite a whole file use {})",
+            ctx.word(write::NAME)
         ));
     }
     if old == new {
@@ -113,16 +114,18 @@ fn plan(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) 
     let real = ws.show_real(&p);
     // One folder descriptor for the read and the replace: both see the same file.
     let (dir, name) = ws.parent_of(&p, false).map_err(|e| match e {
-        _ if e.is_not_found() => {
-            anyhow!("{NAME}: {shown} does not exist; use file_manager__write to create it")
-        }
+        _ if e.is_not_found() => anyhow!(
+            "{NAME}: {shown} does not exist; use {} to create it",
+            ctx.word(write::NAME)
+        ),
         other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
     let size = match write::existing_size(&dir, &name, &shown) {
         Ok(Some(size)) => size,
         Ok(None) => {
             return Err(anyhow!(
-                "{NAME}: {shown} does not exist; use file_manager__write to create it"
+                "{NAME}: {shown} does not exist; use {} to create it",
+                ctx.word(write::NAME)
             ))
         }
         Err(e) => return Err(anyhow!(e.to_string().replace(write::NAME, NAME))),
@@ -130,8 +133,9 @@ fn plan(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) 
     if size > MAX_EDIT_BYTES {
         return Err(anyhow!(
             "{NAME}: {shown} is {}; files over 10 MiB are edited from Python \
-             (run_python_code) instead",
-            text::bytes(size)
+             ({}) instead",
+            text::bytes(size),
+            ctx.word("run_python_code")
         ));
     }
     let mut bytes = Vec::new();

@@ -143,9 +143,10 @@ fn list(ctx: &ToolContext, path: &str, depth: usize, show: Show, limit: usize) -
     // so a folder swapped for a link mid-listing is not entered.
     let top = ws.open_dir(&p).map_err(|e| match e {
         _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
-        PathError::NotADirectory { .. } => {
-            anyhow!("{NAME}: {shown} is a file, not a directory; use file_manager__read to read it")
-        }
+        PathError::NotADirectory { .. } => anyhow!(
+            "{NAME}: {shown} is a file, not a directory; use {} to read it",
+            ctx.word(crate::read::NAME)
+        ),
         other => anyhow!("{NAME}: cannot read {shown}: {other}"),
     })?;
 

@@ -84,7 +84,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     // Opened beneath the root by descriptor: what is read is what was checked. Opening is
     // a couple of system calls; a small file is then read right here, because a trip to the
     // blocking pool (two thread hand-offs) would cost more than the read itself.
-    let (file, size) = open(ws, &p, &shown)?;
+    let (file, size) = open(ctx, &p, &shown)?;
     if size <= INLINE_READ_BYTES {
         return read(ctx, file, size, &shown, offset, limit).map(Value::String);
     }
@@ -99,16 +99,13 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 const INLINE_READ_BYTES: u64 = 64 * 1024;
 
 /// The file, and its size when it was opened.
-fn open(
-    ws: &toolbox_host::Workspace,
-    p: &toolbox_host::WsPath,
-    shown: &str,
-) -> Result<(File, u64)> {
-    ws.open_read_sized(p).map_err(|e| match e {
+fn open(ctx: &ToolContext, p: &toolbox_host::WsPath, shown: &str) -> Result<(File, u64)> {
+    ctx.workspace.open_read_sized(p).map_err(|e| match e {
         _ if e.is_not_found() => anyhow!("{NAME}: {shown} does not exist"),
         PathError::Io { ref source, .. } if source.kind() == io::ErrorKind::IsADirectory => {
             anyhow!(
-                "{NAME}: {shown} is a directory; use file_manager__list to see what it contains"
+                "{NAME}: {shown} is a directory; use {} to see what it contains",
+                ctx.word(crate::list::NAME)
             )
         }
         other => anyhow!("{NAME}: cannot read {shown}: {other}"),

@@ -75,8 +75,9 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     if content.len() > MAX_WRITE_BYTES {
         return Err(anyhow!(
             "{NAME}: content is {} bytes; the limit is 1 MiB ({MAX_WRITE_BYTES} bytes). \
-             Write large or complex files from Python (run_python_code) instead",
-            content.len()
+             Write large or complex files from Python ({}) instead",
+            content.len(),
+            ctx.word("run_python_code")
         ));
     }
     let content = content.to_string();

@@ -33,17 +33,20 @@ pub fn check(call: &GateCall<'_>) -> Option<String> {
         .require_confirmed
         .iter()
         .find(|entry| **entry == info.risk.as_str() || names.contains(&entry.as_str()))?;
-    let plan = match state::load(&call.ctx.workspace) {
+    // Named as the call named it (`bash`, not `shell`).
+    let shown = call.ctx.called_as.as_deref().unwrap_or(&info.name);
+    let mut plan = match state::load(&call.ctx.workspace) {
         Ok(plan) => plan,
         Err(e) => {
             return Some(format!(
-                "tool {} is held back until this session's {} is confirmed, and the plan \
+                "tool {shown} is held back until this session's {} is confirmed, and the plan \
                  could not be read ({e:#})",
-                info.name, settings.require
+                settings.require
             ))
         }
     };
-    refusal(&settings, &plan, &info.name, listed)
+    plan.said_in = call.ctx.vocabulary();
+    refusal(&settings, &plan, shown, listed)
 }
 
 /// Checks `[plan]` when toolbox starts: every `require_confirmed` entry must be a risk class
@@ -103,13 +106,14 @@ pub fn refusal(settings: &Settings, plan: &Plan, tool: &str, listed: &str) -> Op
         Part::Goal => plan.goal.is_none(),
         Part::Plan => plan.steps.is_empty(),
     };
+    let review = state::review_call(plan.said_in, first);
     let next = if empty {
         format!(
-            "set the {first} with plan__set, then call plan__request_review with part \
-             \"{first}\" and wait for the person's answer"
+            "set the {first} with {}, then call {review} and wait for the person's answer",
+            state::set_call(plan.said_in, Some(first))
         )
     } else {
-        format!("call plan__request_review with part \"{first}\" and wait for the person's answer")
+        format!("call {review} and wait for the person's answer")
     };
     Some(format!(
         "tool {tool} is held back until a person confirms this session's {} ([plan] \

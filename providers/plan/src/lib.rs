@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod data_agent;
 pub mod gate;
 mod info;
 mod request_review;
@@ -91,6 +92,7 @@ impl PlanProvider {
     ) -> Result<(Plan, T)> {
         let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut plan = state::load(&ctx.workspace)?;
+        plan.said_in = ctx.vocabulary();
         let before = plan.clone();
         let out = change(&mut plan)?;
         if plan != before {
@@ -122,6 +124,9 @@ impl ToolProvider for PlanProvider {
             request_review::info(),
             info::info(),
         ]
+        .into_iter()
+        .chain(data_agent::infos())
+        .collect()
     }
 
     async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -131,7 +136,10 @@ impl ToolProvider for PlanProvider {
             show::NAME => show::run(args, ctx),
             request_review::NAME => request_review::run(self, args, ctx).await,
             info::NAME => info::run(args, ctx),
-            other => Err(anyhow!("plan has no tool named {other}")),
+            other => match data_agent::run(self, other, args, ctx).await {
+                Some(result) => result,
+                None => Err(anyhow!("plan has no tool named {other}")),
+            },
         }
     }
 }

@@ -8,10 +8,10 @@
 use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{object_schema, string_enum};
-use toolbox_core::{Args, Preview, ToolInfo};
+use toolbox_core::{Args, Preview, ToolInfo, Vocabulary};
 use toolbox_host::{PersonAnswer, ToolContext};
 
-use crate::state::{now, Part, ReviewState};
+use crate::state::{now, review_tool, set_call, Part, ReviewState};
 use crate::{PlanProvider, TOOLSET};
 
 pub(crate) const NAME: &str = "plan__request_review";
@@ -34,6 +34,8 @@ pub(crate) fn info() -> ToolInfo {
         ),
     )
     .toolsets(&[TOOLSET])
+    // The data agent confirms each part with a tool of its own (data_agent.rs).
+    .unlisted_in(Vocabulary::DataAgent)
 }
 
 pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -43,14 +45,29 @@ pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Res
     let Some(part) = Part::parse(given) else {
         bail!("{NAME}: part must be \"goal\" or \"plan\", got {given:?}");
     };
+    ask(p, ctx, NAME, part).await
+}
+
+/// Asks a person to confirm `part` and applies the answer; `name` is the tool's, for
+/// messages.
+pub(crate) async fn ask(
+    p: &PlanProvider,
+    ctx: &ToolContext,
+    name: &str,
+    part: Part,
+) -> Result<Value> {
+    let said_in = ctx.vocabulary();
+    let again = review_tool(said_in, part);
     let (plan, asked) = p.edit(ctx, |plan| {
         match part {
-            Part::Goal if plan.goal.is_none() => {
-                bail!("{NAME}: there is no goal to review yet; set one with plan__set")
-            }
-            Part::Plan if plan.steps.is_empty() => {
-                bail!("{NAME}: there are no steps to review yet; set them with plan__set")
-            }
+            Part::Goal if plan.goal.is_none() => bail!(
+                "{name}: there is no goal to review yet; set one with {}",
+                set_call(said_in, Some(part))
+            ),
+            Part::Plan if plan.steps.is_empty() => bail!(
+                "{name}: there are no steps to review yet; set them with {}",
+                set_call(said_in, Some(part))
+            ),
             _ => {}
         }
         let review = plan.review_mut(part);
@@ -90,8 +107,8 @@ pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Res
         if review.revision != revision || !same {
             return Ok(format!(
                 "The {part} changed while the person was asked, so their answer ({}) applies \
-                 to an older {part} and was not recorded; it is a draft: call \
-                 plan__request_review again.",
+                 to an older {part} and was not recorded; it is a draft: call {again} \
+                 again.",
                 summary(&answer)
             ));
         }
@@ -117,13 +134,13 @@ pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Res
                 match feedback {
                     Some(f) => format!(
                         "The person rejected the {part}; it stays a draft. Their feedback, word \
-                         for word:\n{f}\nRevise the {part} (plan__set / plan__update) and call \
-                         plan__request_review again."
+                         for word:\n{f}\nRevise the {part} ({} / {}) and call {again} again.",
+                        set_call(said_in, Some(part)),
+                        ctx.word(crate::update::NAME)
                     ),
                     None => format!(
                         "The person rejected the {part} without a comment; it stays a draft. \
-                         Ask them what to change, revise it, and call plan__request_review \
-                         again."
+                         Ask them what to change, revise it, and call {again} again."
                     ),
                 }
             }

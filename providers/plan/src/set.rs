@@ -3,7 +3,7 @@
 use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::state::{MAX_GOAL_CHARS, MAX_STEPS};
@@ -35,6 +35,8 @@ pub(crate) fn info() -> ToolInfo {
         ),
     )
     .toolsets(&[TOOLSET])
+    // The data agent sets the two parts with two tools of its own (data_agent.rs).
+    .unlisted_in(Vocabulary::DataAgent)
 }
 
 pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -42,28 +44,39 @@ pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Va
     let goal = a.opt_value("goal", &[]);
     let steps = a.opt_value("steps", &[]);
     a.finish()?;
+    if goal.is_none() && steps.is_none() {
+        bail!("{NAME} requires goal or steps (or both)");
+    }
+    apply(p, ctx, NAME, goal, steps)
+}
+
+/// Sets the goal and/or the steps given; `name` is the tool's, for messages.
+pub(crate) fn apply(
+    p: &PlanProvider,
+    ctx: &ToolContext,
+    name: &str,
+    goal: Option<&Value>,
+    steps: Option<&Value>,
+) -> Result<Value> {
     let goal = goal
-        .map(|g| text(NAME, "goal", g, MAX_GOAL_CHARS))
+        .map(|g| text(name, "goal", g, MAX_GOAL_CHARS))
         .transpose()?;
     let steps = match steps {
         None => None,
         Some(Value::Array(items)) => {
             if items.len() > MAX_STEPS {
                 bail!(
-                    "{NAME}: steps has {} items, at most {MAX_STEPS}",
+                    "{name}: steps has {} items, at most {MAX_STEPS}",
                     items.len()
                 );
             }
             Some(items.clone())
         }
         Some(other) => bail!(
-            "{NAME}: steps must be an array of steps, got {}",
+            "{name}: steps must be an array of steps, got {}",
             toolbox_core::json_kind(other)
         ),
     };
-    if goal.is_none() && steps.is_none() {
-        bail!("{NAME} requires goal or steps (or both)");
-    }
     let (plan, notices) = p.edit(ctx, |plan| {
         let mut notices = vec![];
         if let Some(goal) = goal {
@@ -73,14 +86,14 @@ pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Va
             let mut new = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 let id = (i + 1).to_string();
-                new.push(new_step(NAME, &format!("steps[{i}]"), item, id)?);
+                new.push(new_step(name, &format!("steps[{i}]"), item, id)?);
             }
             let same = new.len() == plan.steps.len()
                 && new.iter().zip(&plan.steps).all(|(a, b)| a.title == b.title);
             plan.steps = new;
             plan.next_id = plan.steps.len() as u64;
             plan.check_one_in_progress()
-                .map_err(|e| anyhow::anyhow!("{NAME}: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
             if !same {
                 notices.extend(plan.steps_changed());
             }

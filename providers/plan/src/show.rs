@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::{state, TOOLSET};
@@ -18,10 +18,13 @@ pub(crate) fn info() -> ToolInfo {
          confirmed, and by whom).",
         object_schema(&[], &[]),
     )
-    .toolsets(&[TOOLSET])
+    .toolsets(&[TOOLSET, crate::data_agent::TOOLSET])
+    .named(Vocabulary::DataAgent, crate::data_agent::SHOW)
 }
 
 pub(crate) fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     Args::new(NAME, &args)?.finish()?;
-    Ok(Value::String(state::load(&ctx.workspace)?.render()))
+    let mut plan = state::load(&ctx.workspace)?;
+    plan.said_in = ctx.vocabulary();
+    Ok(Value::String(plan.render()))
 }

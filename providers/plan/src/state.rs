@@ -7,6 +7,7 @@ use std::io::Read;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use toolbox_core::Vocabulary;
 use toolbox_host::Workspace;
 
 /// The file's name in the session's folder.
@@ -147,7 +148,7 @@ pub const SEAL_PURPOSE: &str = "toolbox plan review v1";
 impl Review {
     /// A change of the part's content: a new revision, and a confirmation (or a question
     /// waiting) no longer holds. Returns what to tell the model, if the state changed.
-    fn changed(&mut self, part: Part) -> Option<String> {
+    fn changed(&mut self, part: Part, said_in: Vocabulary) -> Option<String> {
         self.revision += 1;
         let was = self.state;
         self.state = ReviewState::Draft;
@@ -155,21 +156,24 @@ impl Review {
             ReviewState::Draft => None,
             ReviewState::Pending => Some(format!(
                 "the {part} changed while its review was pending, so it is a draft again: an \
-                 answer to the old {part} will not confirm it; call plan__request_review again"
+                 answer to the old {part} will not confirm it; call {} again",
+                review_tool(said_in, part)
             )),
             ReviewState::Confirmed => Some(format!(
-                "the {part} was confirmed, and changed, so it is a draft again: call \
-                 plan__request_review with part \"{part}\" to have it confirmed"
+                "the {part} was confirmed, and changed, so it is a draft again: call {} to \
+                 have it confirmed",
+                review_call(said_in, part)
             )),
         }
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, part: Part, said_in: Vocabulary) -> String {
         if self.unsealed {
-            return "not confirmed: the file claimed more than toolbox recorded; a \
-                    confirmation is made by a person through plan__request_review, and any \
-                    edit of the part undoes it"
-                .to_string();
+            return format!(
+                "not confirmed: the file claimed more than toolbox recorded; a confirmation \
+                 is made by a person through {}, and any edit of the part undoes it",
+                review_tool(said_in, part)
+            );
         }
         // In words a person reads at a glance: "draft" beside a confirmed checklist read as
         // "not approved" (issue 38).
@@ -237,6 +241,42 @@ pub struct Plan {
     /// The number the next new step's id gets.
     #[serde(default)]
     pub next_id: u64,
+    /// The vocabulary the model was shown the tools in: the plan's text names the plan's
+    /// tools in it ([`set_call`], [`review_call`]). Never stored; canonical when loaded.
+    #[serde(skip)]
+    pub said_in: Vocabulary,
+}
+
+/// The tool that sets `part` (both parts when `None`), as a model prompted in `vocabulary`
+/// knows it: `plan__set`, or the data agent's `data_agent_prepare_generation_goal` / `…_plan`.
+pub fn set_call(vocabulary: Vocabulary, part: Option<Part>) -> String {
+    use crate::data_agent::{PREPARE_GOAL, PREPARE_PLAN};
+    match (vocabulary, part) {
+        (Vocabulary::DataAgent, Some(Part::Goal)) => PREPARE_GOAL.into(),
+        (Vocabulary::DataAgent, Some(Part::Plan)) => PREPARE_PLAN.into(),
+        (Vocabulary::DataAgent, None) => format!("{PREPARE_GOAL} and {PREPARE_PLAN}"),
+        (Vocabulary::Canonical, _) => "plan__set".into(),
+    }
+}
+
+/// The tool that asks a person to confirm `part`, as a model prompted in `vocabulary` knows
+/// it: `plan__request_review`, or `data_agent_confirm_generation_goal` / `…_plan`.
+pub fn review_tool(vocabulary: Vocabulary, part: Part) -> &'static str {
+    use crate::data_agent::{CONFIRM_GOAL, CONFIRM_PLAN};
+    match (vocabulary, part) {
+        (Vocabulary::DataAgent, Part::Goal) => CONFIRM_GOAL,
+        (Vocabulary::DataAgent, Part::Plan) => CONFIRM_PLAN,
+        (Vocabulary::Canonical, _) => "plan__request_review",
+    }
+}
+
+/// The call that asks a person to confirm `part`, as a model prompted in `vocabulary` makes
+/// it: `plan__request_review with part "plan"`, or `data_agent_confirm_generation_plan`.
+pub fn review_call(vocabulary: Vocabulary, part: Part) -> String {
+    match vocabulary {
+        Vocabulary::DataAgent => review_tool(vocabulary, part).into(),
+        Vocabulary::Canonical => format!("plan__request_review with part \"{part}\""),
+    }
 }
 
 impl Plan {
@@ -341,7 +381,7 @@ impl Plan {
             return None;
         }
         self.goal = Some(goal);
-        self.goal_review.changed(Part::Goal)
+        self.goal_review.changed(Part::Goal, self.said_in)
     }
 
     /// A fresh id for a new step.
@@ -356,7 +396,7 @@ impl Plan {
     /// Records that the steps changed (added, removed, retitled): the plan's confirmation
     /// is withdrawn.
     pub fn steps_changed(&mut self) -> Option<String> {
-        self.plan_review.changed(Part::Plan)
+        self.plan_review.changed(Part::Plan, self.said_in)
     }
 
     /// Refuses a plan with more than one step in progress, naming them.
@@ -383,14 +423,17 @@ impl Plan {
     pub fn render_goal(&self) -> String {
         format!(
             "Goal ({}): {}",
-            self.goal_review.describe(),
+            self.goal_review.describe(Part::Goal, self.said_in),
             self.goal.as_deref().unwrap_or("(none set)")
         )
     }
 
     /// The steps as a checklist.
     pub fn render_steps(&self) -> String {
-        let mut out = format!("Plan ({}):", self.plan_review.describe());
+        let mut out = format!(
+            "Plan ({}):",
+            self.plan_review.describe(Part::Plan, self.said_in)
+        );
         if self.steps.is_empty() {
             out.push_str("\n  (no steps)");
         }
@@ -414,7 +457,10 @@ impl Plan {
     /// The whole plan: the goal, the checklist, each with its review state.
     pub fn render(&self) -> String {
         if self.is_empty() {
-            return "No plan yet: set one with plan__set (a goal and/or steps).".into();
+            return format!(
+                "No plan yet: set one with {} (a goal and/or steps).",
+                set_call(self.said_in, None)
+            );
         }
         format!("{}\n{}", self.render_goal(), self.render_steps())
     }

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use toolbox_core::schema::object_schema;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::state::{MAX_STEPS, MAX_TITLE_CHARS};
@@ -35,7 +35,8 @@ pub(crate) fn info() -> ToolInfo {
             &[],
         ),
     )
-    .toolsets(&[TOOLSET])
+    .toolsets(&[TOOLSET, crate::data_agent::TOOLSET])
+    .named(Vocabulary::DataAgent, crate::data_agent::UPDATE)
 }
 
 pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
@@ -54,7 +55,10 @@ pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Va
     }
     let (plan, notices) = p.edit(ctx, |plan| {
         if plan.steps.is_empty() && add.is_empty() {
-            bail!("{NAME}: this session has no steps yet; set them with plan__set");
+            bail!(
+                "{NAME}: this session has no steps yet; set them with {}",
+                crate::state::set_call(plan.said_in, Some(crate::state::Part::Plan))
+            );
         }
         let mut structure_changed = false;
         for (i, change) in changes.iter().enumerate() {

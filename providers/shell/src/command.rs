@@ -382,7 +382,7 @@ async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
                 .to_string(),
         );
     }
-    notes.extend(captured.notes());
+    notes.extend(captured.notes(ctx.word("file_manager__read")));
     let mut text = render(
         &headline,
         &notes,
@@ -469,7 +469,9 @@ pub(crate) struct Captured {
 }
 
 impl Captured {
-    fn notes(&self) -> Vec<String> {
+    /// The notes about what was kept; `reader` is the file-reading tool's name as the model
+    /// knows it.
+    fn notes(&self, reader: &str) -> Vec<String> {
         let mut notes = Vec::new();
         if self.omitted > 0 {
             notes.push(format!(
@@ -481,7 +483,7 @@ impl Captured {
         if let Some(path) = &self.spool {
             notes.push(format!(
                 "full output of both streams, interleaved in arrival order: {path} (read it \
-                 with file_manager__read or grep it)"
+                 with {reader} or grep it)"
             ));
         }
         if let Some(e) = &self.spool_error {

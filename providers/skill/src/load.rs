@@ -41,16 +41,25 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     a.finish()?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
-    let python = toolbox_host::find_code_runner("python").is_some();
+    // The tool that runs a skill's scripts, by the name the model knows it.
+    let python = toolbox_host::find_code_runner("python")
+        .is_some()
+        .then(|| ctx.word("run_python_code").to_string());
     toolbox_host::blocking(format!("{NAME}: listing the skill's files"), move || {
         let (listed, cut) = files::list(skill.dir());
-        Value::String(render(&skill, &listed, cut, python))
+        Value::String(render(&skill, &listed, cut, python.as_deref()))
     })
     .await
 }
 
-/// The text the model gets for a loaded skill.
-pub fn render(skill: &Skill, listed: &[files::ListedFile], cut: bool, python: bool) -> String {
+/// The text the model gets for a loaded skill; `python` is the name of the tool that runs
+/// Python (as the model knows it), `None` when this toolbox has none.
+pub fn render(
+    skill: &Skill,
+    listed: &[files::ListedFile],
+    cut: bool,
+    python: Option<&str>,
+) -> String {
     let md = skill.skill_md();
     let name = skill.name();
     let mut out = format!("skill {name} ({})\n{}\n", skill.location(), md.description);
@@ -106,9 +115,9 @@ pub fn render(skill: &Skill, listed: &[files::ListedFile], cut: bool, python: bo
         .filter(|p| p.ends_with(".py"))
         .collect();
     if let Some(first) = scripts.first() {
-        if python {
+        if let Some(python) = python {
             out.push_str(&format!(
-                "Run a Python script with run_python_code {{\"script_path\": \
+                "Run a Python script with {python} {{\"script_path\": \
                  \"{SKILL_REF_PREFIX}{name}/{first}\", \"args\": [...]}}: it runs as __main__ \
                  in this session's interpreter with args as sys.argv[1:], and its working \
                  directory is the session scratchpad. Write results to OUTPUT_DIR (the \
@@ -126,10 +135,11 @@ pub fn render(skill: &Skill, listed: &[files::ListedFile], cut: bool, python: bo
         .iter()
         .any(|f| f.path.starts_with("scripts/") && !f.path.ends_with(".py"))
     {
-        out.push_str(
-            "Only .py scripts run through run_python_code; read the others with \
-             skill_resource and do what they do another way.\n",
-        );
+        out.push_str(&format!(
+            "Only .py scripts run through {}; read the others with skill_resource and do \
+             what they do another way.\n",
+            python.unwrap_or("run_python_code")
+        ));
     }
     out.pop();
     out
