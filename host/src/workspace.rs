@@ -528,6 +528,42 @@ impl Workspace {
         Ok(fd)
     }
 
+    /// The folder `parts` names inside the session folder `kind` (`input/a/b` for
+    /// `[a, b]`), each name opened without following any link, and created when `create` is
+    /// set: for files a front end hands over from outside (an upload). Each part must be a
+    /// plain name (not empty, `.` or `..`, without `/` or NUL); the caller parses it.
+    ///
+    /// # Panics
+    ///
+    /// Without a session.
+    pub fn session_subdir(
+        &self,
+        kind: SessionFolder,
+        parts: &[&OsStr],
+        create: bool,
+    ) -> io::Result<Dir> {
+        let mut dir = self.session_folder(kind, create)?.into_fd();
+        for part in parts {
+            let plain = !part.is_empty()
+                && *part != OsStr::new(".")
+                && *part != OsStr::new("..")
+                && !part.as_bytes().contains(&b'/')
+                && !part.as_bytes().contains(&0);
+            if !plain {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{:?} is not a plain folder name", part.to_string_lossy()),
+                ));
+            }
+            dir = if create {
+                dirfd::ensure_child_dir(dir.as_fd(), part)?
+            } else {
+                dirfd::open_child(dir.as_fd(), part, OFlags::DIRECTORY | OFlags::RDONLY)?
+            };
+        }
+        Ok(Dir::from_fd(dir))
+    }
+
     /// The session scratchpad, created if missing (never through a planted link): the default
     /// working directory of code. Without a session, `<root>/scratchpad`.
     pub fn scratchpad(&self) -> io::Result<PathBuf> {

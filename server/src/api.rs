@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
@@ -45,6 +45,12 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/sessions/{sid}/messages", get(messages))
         .route("/sessions/{sid}/trajectory", get(trajectory))
         .route("/sessions/{sid}/tools/{name}", post(run_tool))
+        .route("/sessions/{sid}/input", get(crate::upload::list))
+        // The upload streams its body to disk under its own limit (--max-upload-mb).
+        .route(
+            "/sessions/{sid}/input/{*path}",
+            put(crate::upload::put).layer(DefaultBodyLimit::disable()),
+        )
         .route("/tool-approval/{sid}/{call_id}", post(approval))
         .fallback(|| async { ApiError::not_found("no such API endpoint; see docs/server.md") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -130,7 +136,7 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> AppResult<T> {
 }
 
 /// The session of a request: a valid id, and in host mode the host's own (any other is 404).
-fn session(state: &AppState, raw: &str) -> AppResult<SessionId> {
+pub(crate) fn session(state: &AppState, raw: &str) -> AppResult<SessionId> {
     let sid = SessionId::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if let Some(host) = &state.options.host {
         if sid != *host.session() {

@@ -21,6 +21,7 @@ mod error;
 pub mod front_door;
 pub mod host;
 pub mod security;
+pub mod upload;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,7 +60,13 @@ pub struct ServeOptions {
     /// Host mode: the one session served, synced to its state store. Other sessions get 404,
     /// and serving stops when the host is parked or superseded.
     pub host: Option<Arc<host::Host>>,
+    /// The largest file `PUT /api/sessions/{sid}/input/{path}` takes, in bytes
+    /// ([`DEFAULT_MAX_UPLOAD_BYTES`] unless `--max-upload-mb` says otherwise).
+    pub max_upload_bytes: u64,
 }
+
+/// The largest upload into a session's `input/` by default: 1 GiB.
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 1024 * 1024 * 1024;
 
 impl Default for ServeOptions {
     fn default() -> Self {
@@ -71,6 +78,7 @@ impl Default for ServeOptions {
             mcp_session: None,
             mcp_fallback: toolbox_mcp::Fallback::Deny,
             host: None,
+            max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
         }
     }
 }

@@ -176,6 +176,11 @@ async fn read_body(request: Request) -> Result<Request, Response> {
     ) {
         return Ok(request);
     }
+    // An upload streams to disk under its own limit, and waits at most BODY_READ_TIMEOUT
+    // for each piece (crate::upload).
+    if request.method() == Method::PUT && crate::upload::is_upload_path(request.uri().path()) {
+        return Ok(request);
+    }
     let limit = crate::MAX_BODY_BYTES;
     let declared = request
         .headers()

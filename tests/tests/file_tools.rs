@@ -87,6 +87,37 @@ async fn session_routing_applies_to_file_tools() {
     assert_eq!(other.status, CallStatus::Error);
 }
 
+/// docs/server.md: a workspace folder named like a logical one (`input/`) is reached by its
+/// absolute path, which is never routed; the logical name is the session's folder.
+#[tokio::test]
+async fn a_workspace_folder_named_input_is_reached_by_its_absolute_path() {
+    let (dir, exec) = executor(PermissionMode::Full);
+    std::fs::create_dir_all(dir.path().join("input")).unwrap();
+    std::fs::write(dir.path().join("input/own.txt"), "the workspace's own\n").unwrap();
+    let session = dir.path().join(".toolbox/sessions/s1/input");
+    std::fs::create_dir_all(&session).unwrap();
+    std::fs::write(session.join("own.txt"), "the session's\n").unwrap();
+    let absolute = dir.path().join("input/own.txt");
+    let info = call(
+        &exec,
+        "file_manager__read",
+        json!({"path": absolute.to_str().unwrap()}),
+    )
+    .await;
+    assert!(
+        info.result.contains("the workspace's own"),
+        "{}",
+        info.result
+    );
+    let info = call(
+        &exec,
+        "file_manager__read",
+        json!({"path": "input/own.txt"}),
+    )
+    .await;
+    assert!(info.result.contains("the session's"), "{}", info.result);
+}
+
 #[tokio::test]
 async fn read_only_refuses_writes_and_edits() {
     let (dir, exec) = executor(PermissionMode::ReadOnly);

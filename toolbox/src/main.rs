@@ -118,6 +118,10 @@ struct ServeArgs {
     /// elicitation): yes runs risky tools, no refuses them. Clients that can be asked are.
     #[arg(long, alias = "mcp-approve", value_enum, default_value_t = Fallback::No)]
     approve: Fallback,
+    /// The largest file a client may upload into a session's input/ folder (PUT
+    /// /api/sessions/SID/input/PATH), in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    max_upload_mb: u64,
     /// Run every /mcp call in this one toolbox session, shared by all MCP clients on purpose
     /// [default: a toolbox session of its own per MCP session].
     #[arg(long, value_parser = parse_session, conflicts_with = "session")]
@@ -804,6 +808,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, UsageError> {
         cors_origins: args.cors_origins,
         mcp_fallback: mcp_fallback(args.approve, "toolbox serve")?,
         mcp_session: args.mcp_session.or(args.session.clone()),
+        max_upload_bytes: args.max_upload_mb * 1024 * 1024,
         ..Default::default()
     };
     toolbox::server::check_options(&options).map_err(usage)?;

@@ -695,6 +695,27 @@ fn the_console_asks_for_the_token_and_sends_it() {
     );
     assert_eq!(report["stored_token"], json!(true));
     assert!(text(&report, "health").contains("mode"), "{report:#}");
+    // Files dropped on the log and chosen with the button land in the session's input/,
+    // and the page says where (issue 41, point 4).
+    let input = earlier.join("input");
+    assert_eq!(
+        std::fs::read_to_string(input.join("dropped.csv")).unwrap(),
+        "question,answer\n\"2+2?\",4\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(input.join("chosen notes.txt")).unwrap(),
+        "chosen in the browser\n"
+    );
+    let dropped = text(&report, "dropped_text");
+    assert!(
+        dropped.contains(".toolbox/sessions/earlier/input/dropped.csv"),
+        "{dropped}"
+    );
+    assert!(
+        text(&report, "chosen_text").contains("input/ holds input/chosen notes.txt"),
+        "{report:#}"
+    );
+    assert_eq!(text(&report, "upload_error"), "", "{report:#}");
     // A page without the token saw only 401s, never a console error of its own.
     let errors: Vec<&str> = report["console"]
         .as_array()

@@ -885,11 +885,85 @@ function selectSession(sid) {
     button.classList.toggle('selected', button.dataset.session === sid);
   }
   setView('live');
+  show($('#upload-error'), '');
+  loadInputs();
   const stream = new EventStream(sessionPath(sid, '/events'), renderEvent, (text) => {
     $('#stream-state').textContent = text;
   }, true);
   state.stream = stream;
   stream.run();
+}
+
+/** PUTs one file into the session's input/ folder, streamed; a 401 asks for the token. */
+async function uploadFile(sid, file) {
+  const path = sessionPath(sid, '/input/' + enc(file.name));
+  for (;;) {
+    const init = {
+      method: 'PUT',
+      headers: authHeaders({ Accept: 'application/json', 'Content-Type': 'application/octet-stream' }),
+      body: file,
+    };
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (e) {
+      throw new ApiError(0, 'cannot reach the server (' + e.message + ')');
+    }
+    const data = await response.json().catch(() => null);
+    if (response.status === 401) {
+      await askToken(authMessage(data));
+      continue;
+    }
+    if (!response.ok) {
+      throw new ApiError(response.status, (data && data.error) || response.statusText || 'failed');
+    }
+    return data;
+  }
+}
+
+function bytesText(n) {
+  if (n < 1024) return n + ' B';
+  if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KiB';
+  return (n / 1024 / 1024).toFixed(1) + ' MiB';
+}
+
+/** Uploads the files a person chose or dropped, one at a time, saying where each landed. */
+async function uploadFiles(files) {
+  const sid = state.sid;
+  if (!sid || !files || !files.length) return;
+  show($('#upload-error'), '');
+  const landed = [];
+  for (const file of files) {
+    $('#inputs').textContent = 'Uploading ' + file.name + ' (' + bytesText(file.size) + ')…';
+    try {
+      const done = await uploadFile(sid, file);
+      landed.push(done.path + ' (' + bytesText(done.bytes) + ', in ' + done.real_path + ')');
+    } catch (e) {
+      show($('#upload-error'), file.name + ': ' + e.message);
+    }
+  }
+  if (state.sid !== sid) return;
+  await loadInputs();
+  if (landed.length) {
+    $('#inputs').textContent = 'Uploaded ' + landed.join('; ') + '. ' + $('#inputs').textContent;
+  }
+}
+
+/** Shows what the session's input/ folder holds. */
+async function loadInputs() {
+  const sid = state.sid;
+  if (!sid) return;
+  try {
+    const data = await api('GET', sessionPath(sid, '/input'));
+    if (state.sid !== sid) return;
+    const files = data.files.filter((f) => !f.link);
+    $('#inputs').textContent = files.length
+      ? 'input/ holds ' + files.map((f) => f.path + ' (' + bytesText(f.bytes) + ')').join(', ')
+        + (data.truncated ? ', …' : '')
+      : '';
+  } catch (e) {
+    $('#inputs').textContent = '';
+  }
 }
 
 function setRunning(running) {
@@ -1687,6 +1761,23 @@ function start() {
     if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) $('#composer').requestSubmit();
   });
   $('#cancel').addEventListener('click', cancelTurn);
+  $('#upload-input').addEventListener('change', async (event) => {
+    await uploadFiles(Array.from(event.target.files));
+    event.target.value = '';
+  });
+  const drop = $('#view-live');
+  drop.addEventListener('dragover', (event) => {
+    if (!state.sid || !event.dataTransfer || !event.dataTransfer.types.includes('Files')) return;
+    event.preventDefault();
+    drop.classList.add('dropping');
+  });
+  drop.addEventListener('dragleave', () => drop.classList.remove('dropping'));
+  drop.addEventListener('drop', (event) => {
+    drop.classList.remove('dropping');
+    if (!state.sid || !event.dataTransfer || !event.dataTransfer.files.length) return;
+    event.preventDefault();
+    uploadFiles(Array.from(event.dataTransfer.files));
+  });
   for (const tab of document.querySelectorAll('.tab')) {
     tab.addEventListener('click', () => setView(tab.dataset.view));
   }

@@ -563,6 +563,30 @@ def token(driver, url, shots, secret, report):
     report["stage"] = "the event stream sends the token"
     open_session(driver, "earlier")
     driver.save_screenshot(os.path.join(shots, "token.png"))
+    report["stage"] = "drop a file on the log (upload with the token)"
+    driver.execute_script(
+        """
+        const dt = new DataTransfer();
+        dt.items.add(new File(['question,answer\\n"2+2?",4\\n'], 'dropped.csv', {type: 'text/csv'}));
+        const target = document.querySelector('#view-live');
+        target.dispatchEvent(new DragEvent('dragover', {dataTransfer: dt, bubbles: true, cancelable: true}));
+        target.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+        """
+    )
+    until(driver, lambda d: "Uploaded input/dropped.csv" in d.find_element(By.CSS_SELECTOR, "#inputs").text)
+    report["dropped_text"] = driver.find_element(By.CSS_SELECTOR, "#inputs").text
+    report["stage"] = "choose a file with the Add files button"
+    chosen = os.path.join(shots, "chosen notes.txt")
+    with open(chosen, "w", encoding="utf-8") as f:
+        f.write("chosen in the browser\n")
+    field = driver.find_element(By.CSS_SELECTOR, "#upload-input")
+    # The input sits inside its label; the person clicks the label. Selenium types the path.
+    driver.execute_script("arguments[0].hidden = false", field)
+    field.send_keys(chosen)
+    until(driver, lambda d: "Uploaded input/chosen notes.txt" in d.find_element(By.CSS_SELECTOR, "#inputs").text)
+    report["chosen_text"] = driver.find_element(By.CSS_SELECTOR, "#inputs").text
+    report["upload_error"] = driver.find_element(By.CSS_SELECTOR, "#upload-error").text
+    driver.save_screenshot(os.path.join(shots, "upload.png"))
     report["stage"] = "done"
 
 
