@@ -238,3 +238,142 @@ fn a_front_end_uploads_and_a_data_agent_runs_its_front_chain_with_a_person_revie
         assert!(!system.contains(canonical), "{canonical}: {system}");
     }
 }
+
+/// A PUT with a chunked body (no Content-Length), as a client streaming a file of unknown
+/// size sends it; the status line's code.
+fn put_chunked(server: &Server, path: &str, body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.host()).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let writer = {
+        let mut out = stream.try_clone().unwrap();
+        let body = body.to_vec();
+        std::thread::spawn(move || {
+            for piece in body.chunks(64 * 1024) {
+                if out
+                    .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                    .is_err()
+                    || out.write_all(piece).is_err()
+                    || out.write_all(b"\r\n").is_err()
+                {
+                    return;
+                }
+            }
+            let _ = out.write_all(b"0\r\n\r\n");
+        })
+    };
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let _ = writer.join();
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, answer)
+}
+
+/// Every name in `dir`, recursively, as paths relative to it (links included, not followed).
+fn everything_in(dir: &std::path::Path) -> Vec<String> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().unwrap().is_dir() {
+            for inner in everything_in(&entry.path()) {
+                out.push(format!("{name}/{inner}"));
+            }
+        } else {
+            out.push(name);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The upload's rules (docs/server.md, "Inputs a front end hands over"): bounded whether the
+/// size is declared or not, plain names only, never through a link, all or nothing.
+#[test]
+fn uploads_are_bounded_plain_and_never_go_through_a_link() {
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let cmd = serve_command(ws.path(), None, &["--max-upload-mb", "1"]);
+    let server = Server::spawn(cmd, ws.path());
+    let input = ws.path().join(".toolbox/sessions/s1/input");
+    let put = |path: &str, body: Vec<u8>| server.req("PUT", path).body(body).send();
+
+    // Larger than the usual 4 MiB body limit is fine up to --max-upload-mb.
+    let mib = vec![b'a'; 1024 * 1024];
+    let ok = put("/api/sessions/s1/input/deep/er/one.bin", mib.clone());
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    assert_eq!(std::fs::read(input.join("deep/er/one.bin")).unwrap(), mib);
+    let again = put(
+        "/api/sessions/s1/input/deep/er/one.bin",
+        b"smaller".to_vec(),
+    );
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["replaced"], true);
+
+    // Over the limit: refused from the declared size, or stopped while streaming.
+    let big = vec![b'b'; 1024 * 1024 + 1];
+    put("/api/sessions/s1/input/big.bin", big.clone()).assert_error(413, "at most 1048576 bytes");
+    let (code, answer) = put_chunked(&server, "/api/sessions/s1/input/big2.bin", &big);
+    assert_eq!(code, 413, "{answer}");
+    // A chunked upload within the limit is whole.
+    let (code, answer) = put_chunked(&server, "/api/sessions/s1/input/chunked.csv", b"a,b\n1,2\n");
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(input.join("chunked.csv")).unwrap(),
+        "a,b\n1,2\n"
+    );
+
+    // Paths: plain names only.
+    for bad in [
+        "/api/sessions/s1/input/a/../x",
+        "/api/sessions/s1/input/a//x",
+        "/api/sessions/s1/input/./x",
+        "/api/sessions/s1/input/a/%2e%2e/x",
+        "/api/sessions/s1/input/x%00y",
+    ] {
+        let r = put(bad, b"x".to_vec());
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    put("/api/sessions/..%2Fx/input/a", b"x".to_vec()).assert_error(400, "");
+
+    // Links planted in input/ are refused, at the name and as a folder on the way.
+    let target = outside.path().join("target.txt");
+    std::fs::write(&target, "outside\n").unwrap();
+    std::os::unix::fs::symlink(&target, input.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), input.join("linkdir")).unwrap();
+    put("/api/sessions/s1/input/link.txt", b"x".to_vec()).assert_error(409, "symbolic link");
+    put("/api/sessions/s1/input/linkdir/x.txt", b"x".to_vec()).assert_error(409, "symbolic link");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "outside\n");
+    assert_eq!(everything_in(outside.path()), ["target.txt"]);
+
+    // Nothing half-written is left behind, and the listing shows links as links.
+    assert_eq!(
+        everything_in(&input),
+        ["chunked.csv", "deep/er/one.bin", "link.txt", "linkdir"]
+    );
+    let listed = server.get("/api/sessions/s1/input").json();
+    assert_eq!(
+        listed["files"],
+        json!([
+            {"path": "input/chunked.csv", "bytes": 8},
+            {"path": "input/deep/er/one.bin", "bytes": 7},
+            {"path": "input/link.txt", "link": true},
+            {"path": "input/linkdir", "link": true},
+        ])
+    );
+    assert_eq!(listed["real_path"], ".toolbox/sessions/s1/input");
+    // A session with nothing uploaded lists nothing.
+    let empty = server.get("/api/sessions/s2/input").json();
+    assert_eq!(empty["files"], json!([]));
+}
