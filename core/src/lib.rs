@@ -24,6 +24,7 @@ pub mod error;
 pub mod frontmatter;
 pub mod http_auth;
 pub mod panic;
+mod permission;
 pub mod preview;
 pub mod schema;
 mod session;
@@ -35,6 +36,7 @@ pub use agent::{
 };
 pub use args::{json_kind, Args};
 pub use config_table::{ConfigTable, ParsedCache};
+pub use permission::{Decision, PermissionMode};
 pub use preview::{BlockKind, Preview, PreviewBlock};
 pub use session::{InvalidSessionId, SessionId};
 pub use tool::{ToolInfo, ToolOutput, ToolRisk, Vocabulary};

@@ -1,74 +1,10 @@
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 use toolbox_core::ToolRisk;
-
-/// How risky tools (FileWrite, Python, Shell) are treated. Read tools always run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PermissionMode {
-    /// Risky tools are hidden from every schema and refused when called anyway.
-    ReadOnly,
-    /// Risky tools ask for approval first; unanswered requests are denied after a timeout.
-    #[default]
-    Auto,
-    /// Everything runs directly.
-    Full,
-}
-
-impl PermissionMode {
-    /// The mode's name in configuration, e.g. `read_only`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionMode::ReadOnly => "read_only",
-            PermissionMode::Auto => "auto",
-            PermissionMode::Full => "full",
-        }
-    }
-}
-
-impl PermissionMode {
-    /// This mode, or `ceiling` when this one allows more: read_only < auto < full.
-    pub fn at_most(self, ceiling: PermissionMode) -> PermissionMode {
-        if rank(self) <= rank(ceiling) {
-            self
-        } else {
-            ceiling
-        }
-    }
-}
-
-impl FromStr for PermissionMode {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "read_only" | "read-only" | "readonly" => Ok(PermissionMode::ReadOnly),
-            "auto" => Ok(PermissionMode::Auto),
-            "full" => Ok(PermissionMode::Full),
-            other => bail!("permission mode must be one of read_only, auto, full (got {other:?})"),
-        }
-    }
-}
-
-impl std::fmt::Display for PermissionMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a permission check concludes for one tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// The call runs.
-    Allow,
-    /// The call waits for an approval.
-    Ask,
-    /// The call is refused (and the tool hidden from schemas).
-    Deny,
-}
+pub use toolbox_core::{Decision, PermissionMode};
 
 /// The permission mode plus the legacy `allow_shell` / `allow_file_write` switches.
 ///
@@ -412,7 +348,7 @@ impl ExecutorConfig {
         match key {
             "permission_mode" | "mode" => {
                 let mode: PermissionMode = text.parse().with_context(|| key.to_string())?;
-                if rank(mode) > rank(self.permissions.mode) {
+                if mode.at_most(self.permissions.mode) != mode {
                     return Err(widen(&self.permissions.mode));
                 }
                 self.permissions.mode = mode;
@@ -709,15 +645,6 @@ const SETTINGS: &[&str] = &[
     "spool_threshold_bytes",
     "trajectory",
 ];
-
-/// How much a mode allows: read_only < auto < full.
-fn rank(mode: PermissionMode) -> u8 {
-    match mode {
-        PermissionMode::ReadOnly => 0,
-        PermissionMode::Auto => 1,
-        PermissionMode::Full => 2,
-    }
-}
 
 /// A config file's text, refusing more than [`MAX_CONFIG_BYTES`].
 fn read_capped(file: std::fs::File, shown: &str) -> Result<String> {

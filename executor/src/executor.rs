@@ -708,23 +708,11 @@ impl ToolExecutor {
             })
         };
         let policy = CallPolicy {
-            mode: permissions.mode().to_string(),
-            risks: [
-                ToolRisk::Read,
-                ToolRisk::FileWrite,
-                ToolRisk::Python,
-                ToolRisk::Shell,
-            ]
-            .into_iter()
-            .map(|risk| {
-                let decision = match permissions.decide(risk) {
-                    Decision::Allow => "allow",
-                    Decision::Ask => "ask",
-                    Decision::Deny => "deny",
-                };
-                (risk.to_string(), decision.to_string())
-            })
-            .collect(),
+            mode: Some(permissions.mode()),
+            risks: ToolRisk::ALL
+                .into_iter()
+                .map(|risk| (risk, permissions.decide(risk)))
+                .collect(),
         };
         let ctx = ToolContext {
             workspace,

@@ -107,11 +107,10 @@ impl std::fmt::Debug for Asker {
 /// may do (`session__info`). Set by the executor.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallPolicy {
-    /// The permission mode in force (`read_only`, `auto`, `full`).
-    pub mode: String,
-    /// Each risk class (`read`, `file_write`, `python`, `shell`) and what a call of it does:
-    /// `allow`, `ask` or `deny`.
-    pub risks: Vec<(String, String)>,
+    /// The permission mode in force; `None` in a context made without an executor.
+    pub mode: Option<toolbox_core::PermissionMode>,
+    /// Each risk class and what a call of it does.
+    pub risks: Vec<(toolbox_core::ToolRisk, toolbox_core::Decision)>,
 }
 
 /// What a [`CallGate`] sees of a call before it is let through.

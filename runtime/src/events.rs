@@ -96,7 +96,7 @@ pub enum RuntimeEvent {
     /// A risky call waits for an answer (permission mode `auto`).
     ToolApprovalRequest {
         /// The session, so a front end can answer without context.
-        session_id: String,
+        session_id: SessionId,
         /// The call waiting.
         call_id: String,
         /// The tool's canonical name.
@@ -122,7 +122,7 @@ pub enum RuntimeEvent {
     /// with `decision` `approve` or `reject` and `feedback`). Asked in every permission mode.
     ReviewRequest {
         /// The session, so a front end can answer without context.
-        session_id: String,
+        session_id: SessionId,
         /// The call waiting.
         call_id: String,
         /// The tool that asks.
@@ -141,7 +141,7 @@ pub enum RuntimeEvent {
     /// A review was answered, or given up on (no one could be asked, the wait ran out).
     ReviewAnswered {
         /// The session.
-        session_id: String,
+        session_id: SessionId,
         /// The call that asked.
         call_id: String,
         /// `approved`, `rejected` or `not_asked`.
@@ -317,7 +317,7 @@ pub struct SessionEvent {
     /// Its number in the session's stream, from 1; SSE's `id:`.
     pub seq: u64,
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// The event itself; its fields sit beside `seq` and `session_id` in JSON.
     pub event: RuntimeEvent,
 }
@@ -330,7 +330,7 @@ impl Serialize for SessionEvent {
             _ => return Err(S::Error::custom("an event is a JSON object")),
         };
         map.insert("seq".into(), Value::from(self.seq));
-        map.insert("session_id".into(), Value::from(self.session_id.clone()));
+        map.insert("session_id".into(), Value::from(self.session_id.as_str()));
         map.serialize(serializer)
     }
 }
@@ -346,8 +346,8 @@ impl<'de> Deserialize<'de> for SessionEvent {
         let session_id = value
             .get("session_id")
             .and_then(Value::as_str)
-            .ok_or_else(|| D::Error::missing_field("session_id"))?
-            .to_string();
+            .ok_or_else(|| D::Error::missing_field("session_id"))?;
+        let session_id = SessionId::parse(session_id).map_err(D::Error::custom)?;
         let event = RuntimeEvent::deserialize(value).map_err(D::Error::custom)?;
         Ok(SessionEvent {
             seq,
@@ -559,7 +559,7 @@ impl EventHub {
     pub fn emit(&self, session: &SessionId, event: RuntimeEvent) -> u64 {
         let event = SessionEvent {
             seq: 0,
-            session_id: session.to_string(),
+            session_id: session.clone(),
             event,
         };
         let mut streams = lock(&self.streams);
@@ -747,7 +747,7 @@ mod tests {
         hub.emit(
             &sid("a"),
             RuntimeEvent::ToolApprovalRequest {
-                session_id: "a".into(),
+                session_id: SessionId::parse("a").unwrap(),
                 call_id: "c".into(),
                 tool: "shell".into(),
                 called_as: None,

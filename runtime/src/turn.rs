@@ -564,7 +564,7 @@ pub(crate) fn session_events(
             rt.emit(
                 &session,
                 RuntimeEvent::ReviewRequest {
-                    session_id: session.to_string(),
+                    session_id: session.clone(),
                     call_id: request.call_id,
                     tool: request.tool,
                     called_as: request.called_as,
@@ -585,7 +585,7 @@ pub(crate) fn session_events(
             rt.emit(
                 &session,
                 RuntimeEvent::ReviewAnswered {
-                    session_id: session.to_string(),
+                    session_id: session.clone(),
                     call_id,
                     answer: answer.into(),
                     by,
@@ -611,7 +611,7 @@ pub(crate) fn session_events(
             rt.emit(
                 &session,
                 RuntimeEvent::ToolApprovalRequest {
-                    session_id: session.to_string(),
+                    session_id: session.clone(),
                     call_id: request.call_id,
                     tool: request.tool,
                     called_as: request.called_as,

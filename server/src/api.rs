@@ -400,8 +400,8 @@ impl SessionFeed {
                             | E::ToolCallFinished { .. } => None,
                             _ => continue,
                         };
-                        touched.insert(event.session_id.clone());
-                        evented = Some((event.session_id.clone(), message));
+                        touched.insert(event.session_id.to_string());
+                        evented = Some((event.session_id.to_string(), message));
                     }
                     Err(RecvError::Lagged(_)) => {
                         // Fell behind: start over from a fresh snapshot.

@@ -436,11 +436,8 @@ impl View {
                 ..
             } => {
                 self.end_text();
-                let Ok(session) = SessionId::parse(session_id) else {
-                    return Shown::Nothing;
-                };
                 return Shown::Ask(ApprovalRequest {
-                    session_id: session,
+                    session_id: session_id.clone(),
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     called_as: called_as.clone(),
@@ -467,11 +464,8 @@ impl View {
                         self.show_plan();
                     }
                 }
-                let Ok(session) = SessionId::parse(session_id) else {
-                    return Shown::Nothing;
-                };
                 return Shown::Ask(ApprovalRequest {
-                    session_id: session,
+                    session_id: session_id.clone(),
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     called_as: called_as.clone(),

@@ -31,7 +31,7 @@ pub(crate) fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         .policy
         .risks
         .iter()
-        .map(|(risk, decision)| (risk.clone(), Value::String(decision.clone())))
+        .map(|(risk, decision)| (risk.to_string(), Value::String(decision.to_string())))
         .collect();
     let shell = ctx.config.get("shell");
     let sandbox = shell
@@ -60,7 +60,7 @@ pub(crate) fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let path = |kind: &str| Value::String(ws.session_dir(kind).display().to_string());
     let mut out = json!({
         "session_id": ctx.session_id.as_str(),
-        "permission_mode": if ctx.policy.mode.is_empty() { "unknown" } else { ctx.policy.mode.as_str() },
+        "permission_mode": ctx.policy.mode.map_or("unknown", |mode| mode.as_str()),
         "risk_classes": risks,
         "sandbox": sandbox,
         "limits": limits,

@@ -360,10 +360,10 @@ async fn session_info_tells_where_and_what() {
     let p = PlanProvider::default();
     let mut c = ctx(dir.path(), "s1");
     c.policy = toolbox_host::CallPolicy {
-        mode: "auto".into(),
+        mode: Some(toolbox_core::PermissionMode::Auto),
         risks: vec![
-            ("read".into(), "allow".into()),
-            ("shell".into(), "ask".into()),
+            (toolbox_core::ToolRisk::Read, toolbox_core::Decision::Allow),
+            (toolbox_core::ToolRisk::Shell, toolbox_core::Decision::Ask),
         ],
     };
     c.config = Arc::new(
