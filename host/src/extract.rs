@@ -3,7 +3,7 @@ use crate::inventory;
 /// Turns a document's bytes into text, registered by one provider and usable by others.
 ///
 /// **Architecture Invariant:** providers never depend on each other (nor on the executor);
-/// a provider crate depends on `toolbox-core` only. One provider uses another's ability
+/// a provider crate depends on `toolbox-core` and `toolbox-host` only. One provider uses another's ability
 /// through a link-time hook like this one, and degrades to a clear error when the other is
 /// not built in. This is how `web_fetch` reads a PDF response with the pdf provider's
 /// extractor when (and only when) that provider is built in.

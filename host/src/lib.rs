@@ -17,7 +17,8 @@
 //! - [`secrets`] takes secrets out of the process environment before any child can see them.
 //! - [`discover_agents`] finds agent files on disk; their format is `toolbox_core::agent`.
 //! - The link-time hooks through which one provider uses another's ability without
-//!   depending on it: [`ContentExtractor`], [`CodeRunner`], [`SkillResolver`]; and
+//!   depending on it: [`ContentExtractor`], [`CodeRunner`], [`SkillResolver`],
+//!   [`AfterEdit`]; and
 //!   [`CallGate`], through which a provider may hold back other tools' calls.
 //! - [`Asker`]: how a tool asks a person a review question ([`ToolContext::ask_review`]).
 //!

@@ -6,7 +6,8 @@
 //! kept in `.toolbox/sessions/<sid>/messages.jsonl`, and everything that happens is one typed
 //! event stream per session.
 //!
-//! This crate depends on toolbox-core and toolbox-executor and never on a provider; the
+//! This crate depends on toolbox-core, toolbox-host and toolbox-executor and never on a
+//! provider; the
 //! executor stays unaware of agents.
 
 #![deny(missing_docs)]

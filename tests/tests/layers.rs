@@ -250,3 +250,66 @@ fn crates_deny_missing_docs() {
     }
     assert!(missing.is_empty(), "no #![deny(missing_docs)]: {missing:?}");
 }
+
+/// The map is true (issue 40, point 7): docs/architecture.md has a section
+/// `## name (`<crate>/src/`)` for every crate, and that section names every source file of
+/// the crate, in backticks, by its path under `src/`. A file added without a line on the
+/// map fails here.
+#[test]
+fn the_map_names_every_crate_and_every_source_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let map = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    // Each level-2 section whose heading ends with a crate's source folder in backticks.
+    let mut sections: BTreeMap<String, String> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in map.lines() {
+        if let Some(heading) = line.strip_prefix("## ") {
+            current = heading
+                .strip_suffix("`)")
+                .and_then(|h| h.rsplit_once("(`"))
+                .map(|(_, folder)| folder.to_string());
+            if let Some(folder) = &current {
+                sections.entry(folder.clone()).or_default();
+            }
+            continue;
+        }
+        if let Some(folder) = &current {
+            let text = sections.get_mut(folder).unwrap();
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    let mut missing = Vec::new();
+    for dir in crate_dirs() {
+        let rel = dir
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let folder = format!("{rel}/src/");
+        let Some(section) = sections.get(&folder) else {
+            missing.push(format!("no section `## … (`{folder}`)`"));
+            continue;
+        };
+        let mut files: Vec<String> = sources(&dir.join("src"))
+            .into_iter()
+            .map(|(path, _)| {
+                path.strip_prefix(dir.join("src"))
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        files.sort();
+        for file in files {
+            if !section.contains(&format!("`{file}`")) {
+                missing.push(format!("{folder}{file}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md does not name (each in its crate's section, in backticks):\n{}",
+        missing.join("\n")
+    );
+}
