@@ -45,6 +45,7 @@ pub mod seal;
 pub mod secrets;
 mod skill;
 mod spool_file;
+mod state_file;
 mod workspace;
 
 pub use after_edit::{with_after_edit, AfterEdit, AfterEditFuture};
@@ -69,6 +70,7 @@ pub use skill::{
 pub use spool_file::{
     create_spool_file, remove_spool_file, safe_file_part, spool_file_len, SPOOL_DIR,
 };
+pub use state_file::{state_files, StateFile, StateKind};
 pub use workspace::{
     validate_session_id, Base, PathError, SessionFolder, Workspace, WsPath, TOOLBOX_DIR,
 };

@@ -1,5 +1,6 @@
 //! What a sync reads from the workspace: the walk (through descriptors, links never
-//! followed), the rules of what is stored, and `memory.sqlite` through SQLite's backup API.
+//! followed), the rules of what is stored, and the SQLite databases providers declare as
+//! their state (`toolbox_host::state_files`, the memory store) through SQLite's backup API.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -16,15 +17,26 @@ use toolbox_host::{Dir, EntryKind};
 /// kept (a venv, node modules, build output) and git's object database.
 pub const DEFAULT_EXCLUDES: [&str; 4] = [".venv", "node_modules", "target", ".git/objects"];
 
-/// The memory store, copied through SQLite's backup API rather than as a file.
-pub(crate) const MEMORY_DB: &str = ".toolbox/memory.sqlite";
+/// The state files the linked-in providers declared that are SQLite databases: copied
+/// through SQLite's backup API rather than as files, and their side files never stored (the
+/// backup holds their content). The store names no provider's file itself.
+struct Databases {
+    paths: Vec<&'static str>,
+    side_files: Vec<String>,
+}
 
-/// SQLite's side files of the memory store: never stored (the backup holds their content).
-const MEMORY_SIDE_FILES: [&str; 3] = [
-    ".toolbox/memory.sqlite-wal",
-    ".toolbox/memory.sqlite-shm",
-    ".toolbox/memory.sqlite-journal",
-];
+impl Databases {
+    fn declared() -> Databases {
+        let databases: Vec<_> = toolbox_host::state_files()
+            .into_iter()
+            .filter(|f| f.kind == toolbox_host::StateKind::SqliteDatabase)
+            .collect();
+        Databases {
+            paths: databases.iter().map(|f| f.path).collect(),
+            side_files: databases.iter().flat_map(|f| f.side_files()).collect(),
+        }
+    }
+}
 
 /// Which files a sync stores: the `[store]` table (`include`, `exclude`, `max_file_mb`).
 #[derive(Debug, Clone)]
@@ -120,7 +132,7 @@ pub(crate) struct Found {
     pub key: StatKey,
     pub size: u64,
     pub executable: bool,
-    /// The memory store: read through SQLite's backup API.
+    /// A declared SQLite database: read through SQLite's backup API.
     pub sqlite: bool,
 }
 
@@ -133,6 +145,7 @@ pub(crate) struct Walked {
 
 /// Walks the workspace beneath `root`, never following a link.
 pub(crate) fn walk(root: &Dir, rules: &StoreRules) -> Result<Walked> {
+    let databases = Databases::declared();
     let mut out = Walked::default();
     let mut stack: Vec<(Dir, String, bool)> = Vec::new();
     let top = root
@@ -170,7 +183,7 @@ pub(crate) fn walk(root: &Dir, rules: &StoreRules) -> Result<Walked> {
                     }
                 }
                 EntryKind::File => {
-                    if MEMORY_SIDE_FILES.contains(&rel.as_str()) {
+                    if databases.side_files.contains(&rel) {
                         continue;
                     }
                     let excluded = under_excluded || rules.excluded(&rel);
@@ -188,9 +201,11 @@ pub(crate) fn walk(root: &Dir, rules: &StoreRules) -> Result<Walked> {
                         continue;
                     }
                     let mut key = stat_key(&st);
-                    let sqlite = rel == MEMORY_DB;
+                    let sqlite = databases.paths.contains(&rel.as_str());
                     if sqlite {
-                        if let Ok(wal) = dir.symlink_metadata(OsStr::new("memory.sqlite-wal")) {
+                        let mut wal_name = entry.name.clone();
+                        wal_name.push("-wal");
+                        if let Ok(wal) = dir.symlink_metadata(&wal_name) {
                             key.wal = (wal.st_size as u64, wal.st_mtime, wal.st_mtime_nsec as i64);
                         }
                     }
@@ -227,10 +242,10 @@ fn display(prefix: &str) -> &str {
 }
 
 /// Reads a found file's content: a regular file opened beneath `root` (a link planted
-/// meanwhile leads nowhere outside it), or the memory store's backup.
+/// meanwhile leads nowhere outside it), or a declared database's backup.
 pub(crate) fn read(root: &Dir, root_path: &Path, found: &Found, max: u64) -> Result<Vec<u8>> {
     if found.sqlite {
-        return backup_sqlite(root, root_path);
+        return backup_sqlite(root, root_path, &found.rel);
     }
     let file = root
         .open_file_beneath(Path::new(&found.rel))
@@ -248,23 +263,33 @@ pub(crate) fn read(root: &Dir, root_path: &Path, found: &Found, max: u64) -> Res
     Ok(bytes)
 }
 
-/// A consistent copy of `.toolbox/memory.sqlite` through SQLite's online backup API: what a
-/// committed transaction wrote is in it, whether it still sits in the `-wal` file or not.
-/// Copying the file alone after a crash loses what the `-wal` file held.
-fn backup_sqlite(root: &Dir, root_path: &Path) -> Result<Vec<u8>> {
+/// A consistent copy of the database at `rel` (a declared state file, e.g.
+/// `.toolbox/memory.sqlite`) through SQLite's online backup API: what a committed transaction
+/// wrote is in it, whether it still sits in the `-wal` file or not. Copying the file alone
+/// after a crash loses what the `-wal` file held.
+fn backup_sqlite(root: &Dir, root_path: &Path, rel: &str) -> Result<Vec<u8>> {
     use rusqlite::{Connection, OpenFlags};
-    // Checked through descriptors first (a real folder, a regular file), then opened by
-    // path without following a link, as the memory provider opens it.
-    let toolbox = root
-        .open_dir(OsStr::new(".toolbox"))
-        .context("cannot open .toolbox/")?;
-    let st = toolbox
-        .symlink_metadata(OsStr::new("memory.sqlite"))
-        .context("cannot stat .toolbox/memory.sqlite")?;
-    if EntryKind::of_mode(st.st_mode) != EntryKind::File {
-        anyhow::bail!(".toolbox/memory.sqlite is not a regular file");
+    // Checked through descriptors first (real folders, a regular file), then opened by path
+    // without following a link, as the provider that keeps it opens it.
+    let (folders, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let mut dir: Option<Dir> = None;
+    for folder in folders.split('/').filter(|f| !f.is_empty()) {
+        let parent = dir.as_ref().unwrap_or(root);
+        dir = Some(
+            parent
+                .open_dir(OsStr::new(folder))
+                .with_context(|| format!("cannot open the folder of {rel}"))?,
+        );
     }
-    let path = root_path.join(MEMORY_DB);
+    let st = dir
+        .as_ref()
+        .unwrap_or(root)
+        .symlink_metadata(OsStr::new(name))
+        .with_context(|| format!("cannot stat {rel}"))?;
+    if EntryKind::of_mode(st.st_mode) != EntryKind::File {
+        anyhow::bail!("{rel} is not a regular file");
+    }
+    let path = root_path.join(rel);
     let source = Connection::open_with_flags(
         &path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -279,9 +304,9 @@ fn backup_sqlite(root: &Dir, root_path: &Path) -> Result<Vec<u8>> {
         let backup = rusqlite::backup::Backup::new(&source, &mut target)?;
         backup
             .run_to_completion(1024, std::time::Duration::from_millis(2), None)
-            .context("the backup of .toolbox/memory.sqlite failed")?;
+            .with_context(|| format!("the backup of {rel} failed"))?;
     }
-    std::fs::read(copy.path()).context("cannot read the backup of .toolbox/memory.sqlite")
+    std::fs::read(copy.path()).with_context(|| format!("cannot read the backup of {rel}"))
 }
 
 #[cfg(test)]

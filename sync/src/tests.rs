@@ -6,6 +6,12 @@ use toolbox_core::SessionId;
 
 use crate::{SessionStore, StateStore, StoreRules, SyncError};
 
+// The store knows a database only from a provider's declaration: these tests declare the
+// memory provider's (the memory crate is not linked into them), and a second database to
+// show the store names no file itself.
+toolbox_host::register_state_file!("memory", ".toolbox/memory.sqlite", SqliteDatabase);
+toolbox_host::register_state_file!("test", ".toolbox/deeper/notes.db", SqliteDatabase);
+
 fn store(dir: &Path) -> StateStore {
     StateStore::open(&format!("file://{}", dir.display())).unwrap()
 }
@@ -465,4 +471,38 @@ async fn the_highest_epoch_does_not_wrap() {
         panic!("the wrapped epoch was claimed")
     };
     assert!(e.to_string().contains("18446744073709551615"), "{e}");
+}
+
+/// Any declared database is copied through the backup, wherever it is, and its side files
+/// are left out; an undeclared one is copied as plain files, `-wal` included.
+#[tokio::test]
+async fn a_database_is_backed_up_because_a_provider_declared_it() {
+    let (store_dir, ws, elsewhere) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    std::fs::create_dir_all(ws.path().join(".toolbox/deeper")).unwrap();
+    let wal_db = |path: &Path| {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
+             CREATE TABLE m(v TEXT); INSERT INTO m VALUES ('kept');",
+        )
+        .unwrap();
+        conn
+    };
+    let _declared = wal_db(&ws.path().join(".toolbox/deeper/notes.db"));
+    let _undeclared = wal_db(&ws.path().join("plain.db"));
+    let mut host = claim(store_dir.path(), 1).await.unwrap();
+    host.sync(ws.path(), None).await.unwrap();
+    let mut next = claim(store_dir.path(), 2).await.unwrap();
+    next.restore_into(elsewhere.path()).await.unwrap();
+    let restored = elsewhere.path();
+    assert!(!restored.join(".toolbox/deeper/notes.db-wal").exists());
+    let copy = rusqlite::Connection::open(restored.join(".toolbox/deeper/notes.db")).unwrap();
+    let v: String = copy.query_row("SELECT v FROM m", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, "kept");
+    // Not declared: a file like any other, so its -wal file travels beside it.
+    assert!(restored.join("plain.db-wal").exists());
 }

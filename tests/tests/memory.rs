@@ -475,3 +475,21 @@ fn risks_and_the_memory_toolset() {
     read.sort();
     assert_eq!(read, ["memory__get", "memory__list", "memory__search"]);
 }
+
+/// The memory provider declares its store, so the session store (host mode) copies it
+/// through SQLite's backup API without naming it (issue 40, point 3).
+#[test]
+fn the_memory_store_is_a_declared_state_file() {
+    let declared: Vec<_> = toolbox_host::state_files()
+        .into_iter()
+        .map(|f| (f.provider, f.path, f.kind))
+        .collect();
+    assert!(
+        declared.contains(&(
+            "memory",
+            ".toolbox/memory.sqlite",
+            toolbox_host::StateKind::SqliteDatabase
+        )),
+        "{declared:?}"
+    );
+}
