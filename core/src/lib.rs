@@ -22,7 +22,6 @@ mod args;
 mod config_table;
 pub mod error;
 pub mod frontmatter;
-pub mod http_auth;
 pub mod panic;
 mod permission;
 pub mod preview;

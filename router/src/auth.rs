@@ -5,24 +5,24 @@
 
 use axum::http::{header, HeaderMap, StatusCode};
 
-use toolbox_core::http_auth::{bearer_token, host_name, is_loopback_name, same_secret};
+use toolbox_front_door::auth::{
+    check_bearer, host_name, is_loopback_name, same_secret, BearerRefusal,
+};
 
 use crate::error::RouterError;
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
-}
 
 /// Checks a request's headers; `token` is the router's own.
 pub fn check(headers: &HeaderMap, token: Option<&str>) -> Result<(), RouterError> {
     match token {
-        Some(token) => match bearer(headers) {
-            Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => Ok(()),
-            Some(_) => Err(RouterError::new(
+        Some(token) => match check_bearer(headers, |given| {
+            same_secret(given.as_bytes(), token.as_bytes())
+        }) {
+            Ok(()) => Ok(()),
+            Err(BearerRefusal::Wrong) => Err(RouterError::new(
                 StatusCode::UNAUTHORIZED,
                 "the bearer token is wrong",
             )),
-            None => Err(RouterError::new(
+            Err(BearerRefusal::Missing) => Err(RouterError::new(
                 StatusCode::UNAUTHORIZED,
                 "this router needs Authorization: Bearer <token> (the router's token)",
             )),

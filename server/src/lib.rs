@@ -132,11 +132,11 @@ impl ServeToken {
     pub fn accepts(&self, given: &str) -> bool {
         match self {
             ServeToken::Secret(secret) => {
-                toolbox_core::http_auth::same_secret(given.as_bytes(), secret.as_bytes())
+                toolbox_front_door::auth::same_secret(given.as_bytes(), secret.as_bytes())
             }
             ServeToken::Sha256(digest) => {
                 let got = ring::digest::digest(&ring::digest::SHA256, given.as_bytes());
-                toolbox_core::http_auth::same_secret(got.as_ref(), digest)
+                toolbox_front_door::auth::same_secret(got.as_ref(), digest)
             }
         }
     }

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use toolbox_core::http_auth::{bearer_token, host_name, is_loopback_name};
+use toolbox_front_door::auth::{check_bearer, host_name, is_loopback_name, BearerRefusal};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::{ApiError, AppState};
@@ -80,10 +80,6 @@ fn deny(status: StatusCode, message: String) -> Response {
     response
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
-}
-
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     if headers.get_all(header::HOST).iter().count() > 1 {
@@ -133,12 +129,12 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
     let protected =
         path == "/api" || path.starts_with("/api/") || path == "/mcp" || path.starts_with("/mcp/");
     if let (true, Some(token)) = (protected, state.options.token.as_ref()) {
-        match bearer(headers) {
-            Some(given) if token.accepts(given) => {}
-            Some(_) => {
+        match check_bearer(headers, |given| token.accepts(given)) {
+            Ok(()) => {}
+            Err(BearerRefusal::Wrong) => {
                 return deny(StatusCode::UNAUTHORIZED, "the bearer token is wrong".into());
             }
-            None => {
+            Err(BearerRefusal::Missing) => {
                 return deny(
                     StatusCode::UNAUTHORIZED,
                     "this server needs Authorization: Bearer <token> (the token toolbox serve \
@@ -251,7 +247,7 @@ mod tests {
 #[cfg(test)]
 mod secret_tests {
     use crate::ServeToken;
-    use toolbox_core::http_auth::same_secret;
+    use toolbox_front_door::auth::same_secret;
 
     #[test]
     fn only_the_same_bytes_match() {

@@ -1,6 +1,36 @@
-//! The pieces of HTTP authentication that `toolbox serve` and `toolbox router` share: the
-//! bearer token of an `Authorization` header, a constant-time comparison, and a strict parse
-//! of the `Host` header (against DNS rebinding). Plain string work: no OS, no HTTP crate.
+//! The HTTP authentication `toolbox serve` and `toolbox router` share: the bearer token of
+//! a request, checked in constant time ([`check_bearer`]), and a strict parse of the `Host`
+//! header (against DNS rebinding). Each listener words its refusals; the checks are here
+//! once.
+
+use hyper::http::{header, HeaderMap};
+
+/// Why a request's bearer token was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BearerRefusal {
+    /// The request carries no `Authorization: Bearer` header.
+    Missing,
+    /// It carries one, and the token is not the listener's.
+    Wrong,
+}
+
+/// The bearer token of a request's `Authorization` header, if it has one.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
+}
+
+/// Checks a request's bearer token with `accepts` (which compares in constant time, e.g.
+/// with [`same_secret`]).
+pub fn check_bearer(
+    headers: &HeaderMap,
+    accepts: impl FnOnce(&str) -> bool,
+) -> Result<(), BearerRefusal> {
+    match bearer(headers) {
+        Some(given) if accepts(given) => Ok(()),
+        Some(_) => Err(BearerRefusal::Wrong),
+        None => Err(BearerRefusal::Missing),
+    }
+}
 
 /// The token of an `Authorization: Bearer <token>` header value (the scheme in any case).
 pub fn bearer_token(authorization: &str) -> Option<&str> {
