@@ -9,7 +9,7 @@
 //! place among the other writes.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Mutex, OnceLock};
 
 /// A private copy of the terminal stderr was when toolbox started; `None` when it was none.
@@ -21,30 +21,13 @@ const ERASE: &str = "\r\x1b[2K";
 /// Records whether stderr is a terminal (`is_terminal`, asked before the pump replaced it),
 /// and keeps a copy of it to ask its width. Call once, before the pump is installed.
 pub(crate) fn remember_stderr(is_terminal: bool) {
-    let copy = is_terminal.then(|| {
-        // SAFETY: fcntl duplicates fd 2 into a new descriptor this process then owns.
-        let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
-        // SAFETY: `fd` was just made and is owned by nothing else.
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-    });
+    let copy = is_terminal.then(|| toolbox::host::tty::copy_of(std::io::stderr()).ok());
     let _ = TERMINAL.set(copy.flatten());
 }
 
 /// The terminal's width in columns, now (80 when it cannot say).
 fn columns(terminal: &OwnedFd) -> usize {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ fills a winsize; the descriptor is open for as long as `terminal`.
-    let rc = unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
-    if rc == 0 && size.ws_col > 0 {
-        usize::from(size.ws_col)
-    } else {
-        80
-    }
+    toolbox::host::tty::columns(terminal).unwrap_or(80)
 }
 
 /// The progress line of one call.

@@ -15,7 +15,6 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -61,23 +60,14 @@ static INSTALLED: std::sync::OnceLock<Arc<Shared>> = std::sync::OnceLock::new();
 /// Points fd 2 at a pipe drained into a bounded queue, written to the real stderr by a thread
 /// of its own. Call it once, early, before other threads write to stderr.
 pub fn install() -> std::io::Result<StderrPump> {
-    // SAFETY: descriptor syscalls on descriptors this function owns; fd 2 is replaced
-    // atomically by dup2, so a concurrent writer sees either the old or the new stderr.
-    unsafe {
-        let real = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
-        if real < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let real = File::from(OwnedFd::from_raw_fd(real));
-        let (read, write) = pipe()?;
-        if libc::dup2(write.as_raw_fd(), 2) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        drop(write);
-        let pump = StderrPump::start(read, real, CAPACITY)?;
-        let _ = INSTALLED.set(pump.shared.clone());
-        Ok(pump)
-    }
+    let real = File::from(crate::host::tty::copy_of(std::io::stderr())?);
+    let (read, write) = crate::host::tty::pipe(true)?;
+    // Atomic: a concurrent writer sees either the old stderr or the new one.
+    crate::host::tty::redirect_stderr(&write)?;
+    drop(write);
+    let pump = StderrPump::start(File::from(read), real, CAPACITY)?;
+    let _ = INSTALLED.set(pump.shared.clone());
+    Ok(pump)
 }
 
 /// [`StderrPump::flush`] on the pump [`install`] set up; true at once when there is none.
@@ -88,24 +78,6 @@ pub fn flush_installed(stalled: Duration, at_most: Duration) -> bool {
     INSTALLED
         .get()
         .is_none_or(|shared| shared.flush(stalled, at_most))
-}
-
-/// A pipe, both ends close-on-exec, the read end non-blocking.
-fn pipe() -> std::io::Result<(File, File)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills both descriptors on success; each is owned by one File below.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let read = File::from_raw_fd(fds[0]);
-        let write = File::from_raw_fd(fds[1]);
-        let flags = libc::fcntl(fds[0], libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fds[0], libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok((read, write))
-    }
 }
 
 impl StderrPump {
@@ -175,17 +147,7 @@ impl Shared {
 
     fn drain_forever(&self) {
         loop {
-            let mut poll = libc::pollfd {
-                fd: self.pipe.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd for the duration of the call.
-            let ready = unsafe { libc::poll(&mut poll, 1, -1) };
-            if ready < 0 {
-                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
+            if crate::host::tty::wait_readable(&self.pipe, None).is_err() {
                 return;
             }
             let _draining = lock(&self.draining);
@@ -279,6 +241,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use std::sync::mpsc;
+
+    /// A pipe as two files, the read end non-blocking.
+    fn pipe() -> std::io::Result<(File, File)> {
+        let (read, write) = crate::host::tty::pipe(true)?;
+        Ok((File::from(read), File::from(write)))
+    }
 
     /// A pump between two pipes of the test's own: (write end standing for fd 2, pump, read
     /// end of the "real" stderr).

@@ -8,7 +8,6 @@
 //! render nothing else while one is open.
 
 use std::io::{IsTerminal, Write};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use toolbox::host::{ApprovalRequest, QuestionKind};
@@ -116,12 +115,8 @@ pub(crate) fn ask(request: &ApprovalRequest, still_waiting: impl Fn() -> bool) -
     // What went to stderr before (the call's own line) shows first.
     toolbox::stderr_pump::flush_installed(Duration::from_millis(100), Duration::from_millis(500));
     let colour = std::env::var_os("NO_COLOR").is_none();
-    let fd = tty.as_raw_fd();
     // Keys typed before the question was on the screen are not its answer.
-    // SAFETY: `fd` is the open terminal held by `tty` for the whole call.
-    unsafe {
-        libc::tcflush(fd, libc::TCIFLUSH);
-    }
+    toolbox::host::tty::discard_typed_ahead(&tty);
     let question = question_text(request, colour);
     let _ = tty.write_all(question.as_bytes());
     let _ = tty.flush();
@@ -209,37 +204,27 @@ enum Line {
 /// Reads one line from the terminal, checking every [`CHECK_EVERY`] that the call still
 /// waits for it.
 fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Line {
-    let fd = tty.as_raw_fd();
+    use toolbox::host::tty::{self, Readiness};
     let mut line = Vec::new();
     loop {
-        let mut poll = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
+        let hung_up = match tty::wait_readable(&*tty, Some(CHECK_EVERY)) {
+            Err(_) => return Line::HungUp,
+            Ok(Readiness::TimedOut) => {
+                if !still_waiting() {
+                    return Line::StoppedWaiting;
+                }
+                continue;
+            }
+            Ok(Readiness::Readable { hung_up }) => hung_up,
         };
-        // SAFETY: one valid pollfd, and the count says one.
-        let ready = unsafe { libc::poll(&mut poll, 1, CHECK_EVERY.as_millis() as i32) };
-        if ready < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Line::HungUp;
-        }
-        if ready == 0 {
-            if !still_waiting() {
-                return Line::StoppedWaiting;
-            }
-            continue;
-        }
         let mut buf = [0u8; 256];
-        // SAFETY: `buf` is valid for its length, `fd` stays open.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
+        let n = match tty::read(&*tty, &mut buf) {
+            Ok(n) => n,
+            Err(_) => return Line::HungUp,
+        };
+        if n == 0 {
             // Nothing to read, yet no hang-up: Ctrl-D was typed.
-            if n == 0 && poll.revents & libc::POLLHUP == 0 {
+            if !hung_up {
                 if line.is_empty() {
                     return Line::EndOfInput;
                 }
@@ -247,7 +232,7 @@ fn read_line(tty: &mut std::fs::File, still_waiting: &impl Fn() -> bool) -> Line
             }
             return Line::HungUp;
         }
-        line.extend_from_slice(&buf[..n as usize]);
+        line.extend_from_slice(&buf[..n]);
         if let Some(end) = line.iter().position(|&b| b == b'\n') {
             return Line::Read(String::from_utf8_lossy(&line[..end]).into_owned());
         }
@@ -271,7 +256,8 @@ fn question_text(request: &ApprovalRequest, colour: bool) -> String {
             request.preview.to_text(colour),
         );
     }
-    let tool = toolbox::core::preview::terminal_safe(&request.tool);
+    // Named as the call named it (`write_file`), as the model and the MCP form say it.
+    let tool = toolbox::core::preview::terminal_safe(request.shown_tool());
     format!(
         // ESC[0m: attributes off (a hidden or coloured text before cannot carry over);
         // ESC[?25h: the cursor shown.

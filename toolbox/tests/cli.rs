@@ -354,8 +354,9 @@ fn approve_ask_prompts_on_a_terminal() {
         let screen = term.wait_for("toolbox asks: allow ", 1, Duration::from_secs(60));
         term.type_keys(&format!("{answer}\n"));
         let (code, _) = term.finish(Duration::from_secs(60));
+        // Named as the call named it.
         assert!(
-            screen.contains("allow file_manager__write (risk file_write)"),
+            screen.contains("allow write_file (risk file_write)"),
             "{screen}"
         );
         // What the call will do: the path, new or replaced, the content as lines.

@@ -74,7 +74,7 @@ pub async fn spawn(mut command: Command) -> Result<Spawned, std::io::Error> {
             janitor_send('+', s.pid as u32);
         }
         if let Err(Ok(s)) = tx.send(spawned) {
-            crate::process::signal_group(s.pid, libc::SIGKILL);
+            crate::process::signal_group(s.pid, crate::process::KILL);
             janitor_send('-', s.pid as u32);
             reap_later(s.pid);
         }

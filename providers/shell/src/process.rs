@@ -103,6 +103,9 @@ pub fn bash_command(
     cmd
 }
 
+/// SIGKILL, for callers outside this module (the OS calls stay here).
+pub(crate) const KILL: libc::c_int = libc::SIGKILL;
+
 /// Sends `signal` to every process of the group `pgid`. Errors (no such group) are ignored:
 /// the group being gone is the goal.
 pub fn signal_group(pgid: i32, signal: i32) {
