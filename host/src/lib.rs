@@ -46,6 +46,7 @@ pub mod secrets;
 mod skill;
 mod spool_file;
 mod state_file;
+pub mod stdio;
 pub mod tty;
 mod workspace;
 

@@ -353,11 +353,7 @@ fn os_calls_stay_in_host() {
         ),
         (
             "mcp/src/stdio/transport.rs",
-            "stdin/stdout juggling and the epoll gate of the stdio transport (to move to host)",
-        ),
-        (
-            "mcp/src/stdio/writer.rs",
-            "a pipe for the writer's test seam (to move to host::tty)",
+            "tokio's AsyncFd::register_with_interest, which is unsafe (no libc: host::stdio)",
         ),
         (
             "toolbox/src/main.rs",

@@ -2,7 +2,7 @@
 //! module documentation of [`super`]).
 
 use std::cell::RefCell;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -103,17 +103,18 @@ pub(super) async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispa
         if state.ended {
             break;
         }
-        let raw = reader.fd.get_ref().input();
+        let input = reader.fd.get_ref().input();
         let read = match ready {
             // Read until the input says EAGAIN, even after a short read: the runtime sees
             // stdin through the gate, which reports new input but not a hang-up, so an end of
             // input that came with the last lines is only learnt by reading again.
-            Some(mut guard) => match guard.try_io(|_| transport::read_chunk(raw, &mut state.chunk))
-            {
-                Ok(read) => read,
-                Err(_would_block) => continue,
-            },
-            None => match transport::read_chunk(raw, &mut state.chunk) {
+            Some(mut guard) => {
+                match guard.try_io(|_| transport::read_chunk(input, &mut state.chunk)) {
+                    Ok(read) => read,
+                    Err(_would_block) => continue,
+                }
+            }
+            None => match transport::read_chunk(input, &mut state.chunk) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 read => read,
             },
@@ -182,7 +183,7 @@ pub(super) fn start_call(call: Call) {
 
 impl IdleWork for SharedInput {
     fn fd(&self) -> RawFd {
-        self.fd.get_ref().input()
+        self.fd.get_ref().input().as_raw_fd()
     }
 
     fn finished(&self) -> bool {
@@ -200,7 +201,7 @@ impl IdleWork for SharedInput {
         }
         // Input that came while the serving task held back is its to read now. Checked after
         // opening the gate: anything later wakes the serving task through it.
-        if !watching && transport::readable_now(self.fd()) {
+        if !watching && transport::readable_now(self.fd.get_ref().input()) {
             self.nudge.notify_one();
         }
     }
@@ -211,8 +212,7 @@ impl IdleWork for SharedInput {
         if state.ended {
             return;
         }
-        let raw = self.fd();
-        match transport::read_chunk(raw, &mut state.chunk) {
+        match transport::read_chunk(self.fd.get_ref().input(), &mut state.chunk) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(e) => {

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use tokio::io::unix::AsyncFd;
@@ -111,7 +111,7 @@ impl Output {
         if let Sink::Polled(fd) = &self.sink {
             if state.queue.is_empty() && !state.busy {
                 loop {
-                    match raw_write(fd.as_raw_fd(), &text[written..]) {
+                    match raw_write(fd.get_ref(), &text[written..]) {
                         Ok(n) => {
                             written += n;
                             if written == text.len() {
@@ -181,7 +181,7 @@ impl Output {
                     self.drained.notify_waiters();
                     return;
                 };
-                match guard.try_io(|fd| raw_write(fd.as_raw_fd(), &head.text[head.written..])) {
+                match guard.try_io(|fd| raw_write(fd.get_ref(), &head.text[head.written..])) {
                     Ok(Ok(n)) => {
                         head.written += n;
                         if head.written == head.text.len() {
@@ -270,21 +270,13 @@ impl Output {
 mod tests {
     use super::*;
     use std::io::Read;
-    use std::os::fd::FromRawFd;
 
     use super::super::transport::set_nonblocking;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_pipe_queues_lines_in_order_and_caps_notifications() {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills both descriptors, each owned below.
-        let (read, write) = unsafe {
-            assert_eq!(
-                libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK),
-                0
-            );
-            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
-        };
+        let (read, write) = toolbox_host::tty::pipe(true).unwrap();
+        set_nonblocking(&write, true).unwrap();
         let out = Output::from_fd(write, true).unwrap();
         // Fill the pipe without reading: lines of 1000 bytes until one is queued.
         let line = |n: usize| {
@@ -309,7 +301,7 @@ mod tests {
         // Read everything back: every line whole and in order.
         let reader = std::thread::spawn(move || {
             let mut file = std::fs::File::from(read);
-            set_nonblocking(file.as_raw_fd(), false).unwrap();
+            set_nonblocking(&file, false).unwrap();
             let mut all = Vec::new();
             file.read_to_end(&mut all).unwrap();
             all
