@@ -52,8 +52,8 @@ impl Permissions {
     /// The gate of a call whose turn asked for `request`, under these permissions as the
     /// ceiling: for each risk the stricter decision of the two wins, so a request (a turn's
     /// mode, its legacy flags) can lower what runs but never raise it.
-    pub fn narrowed(&self, request: &Permissions) -> Gate {
-        Gate {
+    pub fn narrowed(&self, request: &Permissions) -> CallPermissions {
+        CallPermissions {
             ceiling: *self,
             request: Some(*request),
         }
@@ -89,21 +89,21 @@ impl Permissions {
 
 /// The permissions one call is gated by: the process's ceiling, narrowed by its turn's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gate {
+pub struct CallPermissions {
     ceiling: Permissions,
     request: Option<Permissions>,
 }
 
-impl From<Permissions> for Gate {
+impl From<Permissions> for CallPermissions {
     fn from(ceiling: Permissions) -> Self {
-        Gate {
+        CallPermissions {
             ceiling,
             request: None,
         }
     }
 }
 
-impl Gate {
+impl CallPermissions {
     /// The permission mode in force: the turn's, never above the process's.
     pub fn mode(&self) -> PermissionMode {
         match self.request {

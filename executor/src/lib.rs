@@ -27,7 +27,8 @@ pub mod trajectory;
 
 pub use approval::{ApprovalDecision, ApprovalQueue, ApprovalTicket};
 pub use config::{
-    user_config_path, Decision, ExecutorConfig, Gate, LoadOptions, PermissionMode, Permissions,
+    user_config_path, CallPermissions, Decision, ExecutorConfig, LoadOptions, PermissionMode,
+    Permissions,
 };
 pub use executor::{CallStatus, ErrorKind, Finished, ToolCallInfo, ToolExecutor, ToolRequest};
 pub use registry::{RegisteredTool, Registry};

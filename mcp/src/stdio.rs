@@ -65,7 +65,7 @@
 //! hands out (`ToolProvider::idle_slot`, found through the executor's registry: no global,
 //! and the provider names no front end), and the Python thread waits on it
 //! (`poll`) together with its job queue's eventfd. The runtime polls stdin through an epoll
-//! instance of its own (`transport::Gate`), closed while the Python thread watches: a request
+//! instance of its own (`transport::EpollGate`), closed while the Python thread watches: a request
 //! then wakes that thread alone, not also a runtime worker on the other CPU. That thread
 //! reads and parses the line, starts the call in place (`handoff::spawn_here`: permission
 //! gate, provider, the job queued to itself), runs the cell and writes the reply, with no

@@ -59,7 +59,7 @@ async fn dispatch_chunk(
 /// and writes the reply: one thread from request to reply. Meanwhile (`watched`) this task
 /// leaves the input alone; whenever the thread turns to something else, this task reads.
 /// Both read and dispatch under one lock, so requests are handled in the order they came.
-pub(super) async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispatcher) {
+pub(super) async fn serve_polled(fd: AsyncFd<transport::EpollGate>, dispatcher: Dispatcher) {
     let slot = dispatcher.idle_slot();
     let reader = Arc::new(SharedInput {
         fd,
@@ -140,7 +140,7 @@ pub(super) async fn serve_polled(fd: AsyncFd<transport::Gate>, dispatcher: Dispa
 /// The protocol input and what reads it, shared by the serving task and an idle thread.
 struct SharedInput {
     /// Closed while `watched`, so that a request does not wake a runtime worker too.
-    fd: AsyncFd<transport::Gate>,
+    fd: AsyncFd<transport::EpollGate>,
     state: tokio::sync::Mutex<InputState>,
     /// The idle thread is waiting on the input: the serving task leaves it alone.
     watched: AtomicBool,

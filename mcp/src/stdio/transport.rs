@@ -1,7 +1,7 @@
 //! The protocol's own copies of stdin and stdout, and reading stdin on the async runtime.
 //!
 //! Fast path (a pipe, socket or terminal, which is what MCP clients give): the descriptors
-//! are non-blocking and registered with the runtime's epoll, stdin through a [`Gate`] of its
+//! are non-blocking and registered with the runtime's epoll, stdin through a [`EpollGate`] of its
 //! own. The task serving the connection reads stdin itself (or, once embedded Python runs,
 //! the Python thread does while it is idle: see `serve_polled`), and a call's task writes its
 //! reply itself with one `write(2)` (see `writer`): no thread hand-off anywhere between a
@@ -24,7 +24,7 @@ pub(super) const READ_CHUNK: usize = 64 * 1024;
 // The protocol's descriptors: host's stdio module does the system calls.
 
 pub(super) use toolbox_host::stdio::{
-    set_nonblocking, take_stdin, take_stdout, write as raw_write, EpollGate as Gate,
+    set_nonblocking, take_stdin, take_stdout, write as raw_write, EpollGate,
 };
 
 /// Registers a non-blocking descriptor with the runtime, or hands it back blocking when epoll
@@ -64,7 +64,7 @@ pub(super) fn readable_now(fd: impl AsFd) -> bool {
 pub(super) enum Input {
     /// Read when epoll (or the idle thread's poll) says there is something (see
     /// `serve_polled`).
-    Polled(AsyncFd<Gate>),
+    Polled(AsyncFd<EpollGate>),
     /// Chunks from a reader thread (empty: end of input). Bounded, so the thread reads at
     /// most a few chunks ahead of the server.
     Thread(ThreadInput),
@@ -74,7 +74,7 @@ impl Input {
     /// The protocol's stdin: polled when it can be, else read by a thread.
     pub(super) fn from_fd(fd: OwnedFd, nonblocking: bool) -> io::Result<Input> {
         if nonblocking {
-            let gate = match Gate::new(fd)? {
+            let gate = match EpollGate::new(fd)? {
                 Ok(gate) => gate,
                 Err(fd) => return Input::from_reader(unpollable(fd)),
             };

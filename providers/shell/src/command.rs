@@ -17,7 +17,7 @@ use toolbox_host::{OutputStream, ToolContext};
 use crate::capture::{HeadTail, Utf8Stream};
 use crate::config::{SandboxMode, ShellConfig};
 use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
-use crate::{host, jobs, object_schema, prop, Shell, TOOLSET};
+use crate::{forker, jobs, object_schema, prop, Shell, TOOLSET};
 use toolbox_host::sandbox::{PreparedSandbox, ProtectSpec};
 
 pub(crate) const NAME: &str = "shell";
@@ -305,10 +305,10 @@ async fn start_foreground(p: &Prepared) -> std::io::Result<process::Spawned> {
     #[cfg(target_env = "gnu")]
     if p.sandbox.is_none() && p.limits.is_none() {
         let spawned = process::spawn_posix(&p.command, &p.cwd, &p.config.command_env())?;
-        host::janitor_send('+', spawned.pid as u32);
+        forker::janitor_send('+', spawned.pid as u32);
         return Ok(spawned);
     }
-    host::spawn(build(p)).await
+    forker::spawn(build(p)).await
 }
 
 async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {

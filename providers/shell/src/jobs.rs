@@ -25,7 +25,7 @@ use crate::command::{self, Prepared};
 use crate::process::{
     self, describe_status, human_duration, Group, OutputSink, Running, Stop, POST_KILL_DRAIN,
 };
-use crate::{host, object_schema, prop, Shell, TOOLSET};
+use crate::{forker, object_schema, prop, Shell, TOOLSET};
 
 pub(crate) const OUTPUT: &str = "shell_output";
 pub(crate) const KILL: &str = "shell_kill";
@@ -291,7 +291,7 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
         }
     }
     let started = Instant::now();
-    let spawned = host::spawn(command::build(&p))
+    let spawned = forker::spawn(command::build(&p))
         .await
         .map_err(|e| command::spawn_error(tool, &p, e))?;
     let group = Group::new(spawned.pid);
@@ -322,9 +322,9 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
     let grace = p.config.kill_grace;
     // Held until the job ends: dropping it removes the job's limit cgroup.
     let limits = p.limits.clone();
-    let host = host::handle()?;
+    let forker = forker::handle()?;
     let supervised = job.clone();
-    host.spawn(async move {
+    forker.spawn(async move {
         let job = supervised;
         let end = match Running::with_group(spawned, group, started) {
             Ok(running) => {

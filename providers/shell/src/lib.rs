@@ -32,7 +32,7 @@
 mod capture;
 mod command;
 pub mod config;
-mod host;
+mod forker;
 mod jobs;
 mod process;
 mod sleep;

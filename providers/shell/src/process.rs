@@ -33,7 +33,7 @@ use tokio::net::unix::pipe;
 use toolbox_host::limits::PreparedLimits;
 use toolbox_host::OutputStream;
 
-use crate::host;
+use crate::forker;
 use toolbox_host::sandbox::PreparedSandbox;
 
 /// How long output is still read after SIGKILL before the call gives up on the pipes.
@@ -224,7 +224,7 @@ pub struct Outcome {
 
 /// A just-started command: the leader's pid (also its process group and session id) and
 /// the read ends of its stdout and stderr pipes. Nothing reaps the leader but [`Running`]
-/// (or [`host::reap_later`]), with `waitpid` on this pid.
+/// (or [`forker::reap_later`]), with `waitpid` on this pid.
 #[derive(Debug)]
 pub struct Spawned {
     pub pid: i32,
@@ -246,7 +246,7 @@ impl Spawned {
             _ => {
                 // Cannot happen with piped stdio; do not leave the command running if it does.
                 signal_group(pid, libc::SIGKILL);
-                host::reap_later(pid);
+                forker::reap_later(pid);
                 Err(std::io::Error::other(
                     "the command's output pipes are missing",
                 ))
@@ -462,13 +462,13 @@ impl Running {
         }
         self.unreaped = false;
         *reaped = true;
-        host::janitor_send('-', self.group.pid as u32);
+        forker::janitor_send('-', self.group.pid as u32);
         match try_reap(self.group.pid) {
             Reap::Exited(status) => Some(status),
             Reap::Gone => None,
             Reap::StillRunning => {
                 // Not exited even after SIGKILL (blocked in the kernel): reap it later.
-                host::reap_later(self.group.pid);
+                forker::reap_later(self.group.pid);
                 None
             }
         }
@@ -770,7 +770,7 @@ mod tests {
     async fn run(script: &str, timeout: Option<Duration>, grace: Duration) -> (Outcome, Collect) {
         let dir = std::env::temp_dir();
         let cmd = bash_command(script, &dir, std::env::vars_os().collect(), None, None);
-        let spawned = host::spawn(cmd).await.unwrap();
+        let spawned = forker::spawn(cmd).await.unwrap();
         let running = Running::new(spawned, Instant::now()).unwrap();
         assert!(running.exit.is_pidfd(), "this kernel has pidfd");
         let mut sink = Collect(Vec::new());

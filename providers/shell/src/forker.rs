@@ -27,11 +27,12 @@ use tokio::runtime::Handle;
 
 use crate::process::{try_reap, Reap, Spawned};
 
-static HOST: OnceLock<Result<Handle, String>> = OnceLock::new();
+static FORKER: OnceLock<Result<Handle, String>> = OnceLock::new();
 
 /// The handle of the provider thread's runtime, starting the thread on first use.
 pub fn handle() -> Result<&'static Handle> {
-    HOST.get_or_init(start)
+    FORKER
+        .get_or_init(start)
         .as_ref()
         .map_err(|e| anyhow!("cannot start the shell provider's thread: {e}"))
 }
@@ -66,9 +67,9 @@ fn start() -> Result<Handle, String> {
 /// If the caller stops waiting (its future is dropped), the new process group is killed and
 /// reaped instead of being left running unsupervised.
 pub async fn spawn(mut command: Command) -> Result<Spawned, std::io::Error> {
-    let host = handle().map_err(std::io::Error::other)?;
+    let forker = handle().map_err(std::io::Error::other)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    host.spawn(async move {
+    forker.spawn(async move {
         let spawned = command.spawn().and_then(Spawned::from_child);
         if let Ok(s) = &spawned {
             janitor_send('+', s.pid as u32);
@@ -89,10 +90,10 @@ pub fn reap_later(pid: i32) {
     if !matches!(try_reap(pid), Reap::StillRunning) {
         return;
     }
-    let Ok(host) = handle() else {
+    let Ok(forker) = handle() else {
         return;
     };
-    host.spawn(async move {
+    forker.spawn(async move {
         while matches!(try_reap(pid), Reap::StillRunning) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
