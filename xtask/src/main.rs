@@ -140,23 +140,40 @@ fn bundles() -> Result<()> {
         if !status.success() {
             bail!("bundle {label}: cargo build failed");
         }
-        let out = Command::new(target_dir.join("debug/toolbox"))
-            .args(["tools", "--json", "--mode", "full", "--workspace"])
-            .arg(&scratch)
-            .env_remove("TOOLBOX_CONFIG")
-            .output()
-            .context("running toolbox tools")?;
-        if !out.status.success() {
-            bail!(
-                "bundle {label}: toolbox tools failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        // Both vocabularies: the data agent's family is listed only in its own. Each row names
+        // its canonical tool (`canonical` when the listed name is another word).
+        let mut got: Vec<String> = Vec::new();
+        for vocabulary in ["canonical", "data-agent"] {
+            let out = Command::new(target_dir.join("debug/toolbox"))
+                .args([
+                    "tools",
+                    "--json",
+                    "--mode",
+                    "full",
+                    "--vocabulary",
+                    vocabulary,
+                ])
+                .arg("--workspace")
+                .arg(&scratch)
+                .env_remove("TOOLBOX_CONFIG")
+                .output()
+                .context("running toolbox tools")?;
+            if !out.status.success() {
+                bail!(
+                    "bundle {label}: toolbox tools failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let listed: Vec<Value> = serde_json::from_slice(&out.stdout)?;
+            for row in &listed {
+                let name = row["canonical"].as_str().or(row["name"].as_str());
+                if let Some(name) = name {
+                    if !got.iter().any(|g| g == name) {
+                        got.push(name.to_string());
+                    }
+                }
+            }
         }
-        let listed: Vec<Value> = serde_json::from_slice(&out.stdout)?;
-        let mut got: Vec<String> = listed
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_string))
-            .collect();
         let mut want: Vec<String> = members
             .iter()
             .flat_map(|p| by_provider[*p].iter().cloned())
