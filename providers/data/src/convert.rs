@@ -20,7 +20,7 @@ use crate::template::Template;
 use crate::write::{Out, RejectKind, Sink};
 use crate::{fast, parallel, source};
 use crate::{
-    format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, Limits, OnError,
+    format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, InputLimits, OnError,
     TOOLSET,
 };
 
@@ -124,7 +124,7 @@ struct Plan {
     limit: Option<u64>,
     template: Option<Template>,
     on_error: OnError,
-    limits: Limits,
+    limits: InputLimits,
     guard_formulas: bool,
     /// How CSV and TSV cells are typed (no template).
     typing: Typing,
@@ -207,7 +207,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         limit,
         template,
         on_error,
-        limits: Limits::from_ctx(ctx)?,
+        limits: InputLimits::from_ctx(ctx)?,
         guard_formulas,
         typing,
     };

@@ -12,7 +12,7 @@ use crate::progress::Progress;
 use crate::records::{self, BadKind, Flow, Item};
 use crate::source::{self, Body, ReadOptions};
 use crate::stats::{self, Inferred, Table};
-use crate::{format_prop, max_rows_prop, read_opts, reply, sheet_prop, Limits, TOOLSET};
+use crate::{format_prop, max_rows_prop, read_opts, reply, sheet_prop, InputLimits, TOOLSET};
 
 /// The tool's name.
 pub const NAME: &str = "data__inspect";
@@ -93,7 +93,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         .clamp(1, 2000) as usize;
     let typing = Typing::from_args(&args)?;
     args.finish()?;
-    let limits = Limits::from_ctx(ctx)?;
+    let limits = InputLimits::from_ctx(ctx)?;
     let ws = ctx.workspace.clone();
     let p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let cancel = ctx.cancel.clone();
@@ -129,7 +129,7 @@ fn file(
     ws: &Workspace,
     p: &WsPath,
     opts: &ReadOptions,
-    limits: &Limits,
+    limits: &InputLimits,
     sample: usize,
     max_rows: Option<u64>,
     max_columns: usize,
@@ -269,7 +269,7 @@ fn folder(
     ws: &Workspace,
     p: &WsPath,
     opts: &ReadOptions,
-    limits: &Limits,
+    limits: &InputLimits,
     max_rows: Option<u64>,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Value> {
@@ -310,7 +310,7 @@ fn walk(
     at: &WsPath,
     depth: usize,
     opts: &ReadOptions,
-    limits: &Limits,
+    limits: &InputLimits,
     max_rows: u64,
     cancelled: &dyn Fn() -> bool,
     files: &mut Vec<Value>,
@@ -379,7 +379,7 @@ fn count_rows(
     file: std::fs::File,
     shown: String,
     opts: &ReadOptions,
-    limits: &Limits,
+    limits: &InputLimits,
     max_rows: u64,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Value> {

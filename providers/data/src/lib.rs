@@ -11,7 +11,7 @@
 //! reported), JSON (an array of objects), JSONL, Parquet and `.xlsx` (read only), with gzip
 //! and zstd read transparently. Every file is opened beneath the workspace root
 //! ([`source`]), read as a stream of records ([`records`]), and every input limit is a
-//! documented `[data]` key ([`Limits`]): nothing is held whole but an xlsx sheet's shared
+//! documented `[data]` key ([`InputLimits`]): nothing is held whole but an xlsx sheet's shared
 //! strings.
 
 #![deny(missing_docs)]
@@ -63,7 +63,7 @@ const KEYS: &[&str] = &[
 /// The input limits, each a `[data]` key. A file that passes one is refused with an error
 /// naming the key, never read until memory runs out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct InputLimits {
     /// The longest line of JSONL, or record of CSV/TSV (quoted newlines included), in bytes.
     pub max_line_bytes: u64,
     /// The longest single value (a CSV cell, a string in a record), in bytes.
@@ -92,13 +92,13 @@ pub const MAX_EXPANSION_RATIO: u64 = 200;
 /// The expansion ratio is only checked past this many decompressed bytes.
 pub const RATIO_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
 
-impl Default for Limits {
+impl Default for InputLimits {
     fn default() -> Self {
         DEFAULTS
     }
 }
 
-const DEFAULTS: Limits = Limits {
+const DEFAULTS: InputLimits = InputLimits {
     max_line_bytes: 64 * 1024 * 1024,
     max_cell_bytes: 16 * 1024 * 1024,
     max_decompressed_bytes: 16 * 1024 * 1024 * 1024,
@@ -135,13 +135,13 @@ toolbox_core::workspace_config_rules!(
     ]
 );
 
-impl Limits {
+impl InputLimits {
     /// The `[data]` table of the call's configuration, defaults for what it leaves out.
-    pub fn from_ctx(ctx: &ToolContext) -> Result<Limits> {
-        let read = || -> Result<Limits> {
+    pub fn from_ctx(ctx: &ToolContext) -> Result<InputLimits> {
+        let read = || -> Result<InputLimits> {
             let t = ConfigTable::from_config(&ctx.config, "data", KEYS)?;
             let d = DEFAULTS;
-            Ok(Limits {
+            Ok(InputLimits {
                 max_line_bytes: t
                     .u64_in("max_line_bytes", 16, u64::MAX)?
                     .unwrap_or(d.max_line_bytes),

@@ -18,7 +18,7 @@ use serde_json::{Map, Number, Value};
 use crate::csvtypes::{self, ColType, Sniffer, Typing, SAMPLE_BYTES, SAMPLE_ROWS};
 use crate::format::Format;
 use crate::source::{Body, Source};
-use crate::Limits;
+use crate::InputLimits;
 
 /// A record's fields, in order.
 pub type Fields = Vec<(Arc<str>, Value)>;
@@ -134,7 +134,7 @@ pub type Cancelled<'a> = &'a dyn Fn() -> bool;
 /// TSV cells arrive as text.
 pub fn read(
     src: Source,
-    limits: &Limits,
+    limits: &InputLimits,
     sheet: Option<&str>,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
@@ -147,7 +147,7 @@ pub fn read(
 /// [`End::types`] holds the columns' types.
 pub fn read_typed(
     src: Source,
-    limits: &Limits,
+    limits: &InputLimits,
     sheet: Option<&str>,
     typing: Option<&Typing>,
     cancelled: Cancelled<'_>,
@@ -198,7 +198,7 @@ fn read_csv(
     r: Box<dyn BufRead>,
     d: crate::source::Dialect,
     meter: &crate::source::Meter,
-    limits: &Limits,
+    limits: &InputLimits,
     typing: Option<&Typing>,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
@@ -215,7 +215,7 @@ pub fn csv_item(
     rec: &csv::ByteRecord,
     header: &[Arc<str>],
     types: &[ColType],
-    limits: &Limits,
+    limits: &InputLimits,
 ) -> Item {
     match csv_fields(rec, header, types, limits) {
         Ok(fields) => Item::Record(Record { at, fields }),
@@ -229,7 +229,7 @@ pub fn csv_item(
 
 impl CsvRow<'_> {
     /// The row as [`read_typed`] gives it (see [`csv_item`]).
-    pub fn into_item(self, limits: &Limits) -> Item {
+    pub fn into_item(self, limits: &InputLimits) -> Item {
         match self {
             CsvRow::Bad(bad) => bad,
             CsvRow::Row {
@@ -410,7 +410,7 @@ fn read_csv_rows(
 pub fn check_csv_cell<'a>(
     name: &str,
     raw: &'a [u8],
-    limits: &Limits,
+    limits: &InputLimits,
 ) -> std::result::Result<&'a str, (BadKind, String)> {
     if raw.len() as u64 > limits.max_cell_bytes {
         return Err((
@@ -435,7 +435,7 @@ fn csv_fields(
     rec: &csv::ByteRecord,
     header: &[Arc<str>],
     types: &[ColType],
-    limits: &Limits,
+    limits: &InputLimits,
 ) -> RowResult {
     let mut fields = Vec::with_capacity(header.len());
     for (i, (name, raw)) in header.iter().zip(rec.iter()).enumerate() {
@@ -490,7 +490,7 @@ fn next_line(r: &mut dyn BufRead, buf: &mut Vec<u8>, max: u64) -> io::Result<Opt
 
 fn read_jsonl(
     r: Box<dyn BufRead>,
-    limits: &Limits,
+    limits: &InputLimits,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
@@ -503,7 +503,7 @@ fn read_jsonl(
 }
 
 /// The record (or bad row) of JSONL line `at`, as [`read`] gives it.
-pub fn jsonl_item(at: u64, bytes: &[u8], limits: &Limits, cancelled: Cancelled<'_>) -> Item {
+pub fn jsonl_item(at: u64, bytes: &[u8], limits: &InputLimits, cancelled: Cancelled<'_>) -> Item {
     match parse_record(bytes, limits, cancelled) {
         Ok(fields) => Item::Record(Record { at, fields }),
         Err((kind, why)) => Item::Bad {
@@ -531,7 +531,7 @@ pub enum JsonlLine<'a> {
 /// are skipped and lines over `max_line_bytes` reported, as [`read`] does.
 pub fn read_jsonl_raw(
     src: Source,
-    limits: &Limits,
+    limits: &InputLimits,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(JsonlLine<'_>) -> Result<Flow>,
 ) -> Result<End> {
@@ -548,7 +548,7 @@ pub fn read_jsonl_raw(
 
 fn read_jsonl_lines(
     mut r: Box<dyn BufRead>,
-    limits: &Limits,
+    limits: &InputLimits,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(JsonlLine<'_>) -> Result<Flow>,
 ) -> Result<End> {
@@ -590,7 +590,7 @@ fn read_jsonl_lines(
 }
 
 /// Parses one JSON object, keeping its keys in order.
-fn parse_record(bytes: &[u8], limits: &Limits, cancelled: Cancelled<'_>) -> RowResult {
+fn parse_record(bytes: &[u8], limits: &InputLimits, cancelled: Cancelled<'_>) -> RowResult {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let parsed = ElementSeed::new(limits, cancelled)
         .deserialize(&mut de)
@@ -614,7 +614,7 @@ fn parse_record(bytes: &[u8], limits: &Limits, cancelled: Cancelled<'_>) -> RowR
 /// How an error for a record with too many keys begins (a bad row, counted as too large).
 const TOO_MANY_KEYS: &str = "the record has more than";
 
-fn check_cells(fields: Vec<(Arc<str>, Value)>, limits: &Limits) -> RowResult {
+fn check_cells(fields: Vec<(Arc<str>, Value)>, limits: &InputLimits) -> RowResult {
     for (k, v) in &fields {
         if let Value::String(s) = v {
             if s.len() as u64 > limits.max_cell_bytes {
@@ -649,7 +649,7 @@ struct ElementSeed<'a> {
 }
 
 impl<'a> ElementSeed<'a> {
-    fn new(limits: &Limits, cancelled: Cancelled<'a>) -> Self {
+    fn new(limits: &InputLimits, cancelled: Cancelled<'a>) -> Self {
         ElementSeed {
             max_keys: limits.max_record_keys,
             cancelled,
@@ -754,14 +754,14 @@ impl<'de> Visitor<'de> for ElementVisitor<'_> {
 fn read_json(
     r: Box<dyn BufRead>,
     meter: &crate::source::Meter,
-    limits: &Limits,
+    limits: &InputLimits,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {
     struct Seed<'a> {
         f: &'a mut dyn FnMut(Item) -> Result<Flow>,
         meter: &'a crate::source::Meter,
-        limits: &'a Limits,
+        limits: &'a InputLimits,
         cancelled: Cancelled<'a>,
         stop: &'a mut Option<anyhow::Result<()>>,
     }
@@ -952,9 +952,9 @@ mod wide_record_tests {
 
     #[test]
     fn keys_past_the_limit_are_a_bad_row_and_repeats_still_take_the_last_value() {
-        let limits = Limits {
+        let limits = InputLimits {
             max_record_keys: 1000,
-            ..Limits::default()
+            ..InputLimits::default()
         };
         let (kind, why) = parse_record(&wide(1001), &limits, &|| false).unwrap_err();
         assert_eq!(kind, BadKind::TooLarge);
@@ -976,9 +976,9 @@ mod wide_record_tests {
 
     #[test]
     fn a_cancelled_call_stops_inside_one_wide_record() {
-        let limits = Limits {
+        let limits = InputLimits {
             max_record_keys: 1_000_000,
-            ..Limits::default()
+            ..InputLimits::default()
         };
         let (kind, why) = parse_record(&wide(20_000), &limits, &|| true).unwrap_err();
         assert_eq!(kind, BadKind::Malformed);

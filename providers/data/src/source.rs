@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Result};
 use toolbox_host::{PathError, Workspace, WsPath};
 
 use crate::format::{Compression, Format};
-use crate::{Limits, MAX_EXPANSION_RATIO, RATIO_FLOOR_BYTES};
+use crate::{InputLimits, MAX_EXPANSION_RATIO, RATIO_FLOOR_BYTES};
 
 /// How much of the content is read ahead to sniff its format and CSV dialect.
 const SNIFF_BYTES: usize = 64 * 1024;
@@ -115,7 +115,7 @@ struct Guard<R> {
     inner: R,
     meter: Meter,
     compressed: Option<Rc<Cell<u64>>>,
-    limits: Limits,
+    limits: InputLimits,
 }
 
 impl<R: Read> Read for Guard<R> {
@@ -178,7 +178,12 @@ pub fn path_error(e: PathError, shown: &str) -> anyhow::Error {
 }
 
 /// Opens `p` and decides how to read it.
-pub fn open(ws: &Workspace, p: &WsPath, opts: &ReadOptions, limits: &Limits) -> Result<Source> {
+pub fn open(
+    ws: &Workspace,
+    p: &WsPath,
+    opts: &ReadOptions,
+    limits: &InputLimits,
+) -> Result<Source> {
     let shown = ws.show(p);
     let (file, size) = ws.open_read_sized(p).map_err(|e| path_error(e, &shown))?;
     open_file(file, size, shown, opts, limits)
@@ -190,7 +195,7 @@ pub fn open_file(
     size: u64,
     shown: String,
     opts: &ReadOptions,
-    limits: &Limits,
+    limits: &InputLimits,
 ) -> Result<Source> {
     let (claimed, named_compression) = Format::from_name(&shown);
     let mut magic = [0u8; 4];

@@ -16,7 +16,7 @@ use crate::progress::Progress;
 use crate::records::{self, place_word, Flow, Item, Record};
 use crate::source;
 use crate::{
-    format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, Limits, OnError,
+    format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, InputLimits, OnError,
     TOOLSET,
 };
 
@@ -111,7 +111,7 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         None => None,
         Some(s) => Some(compile(s)?),
     };
-    let limits = Limits::from_ctx(ctx)?;
+    let limits = InputLimits::from_ctx(ctx)?;
     let ws = ctx.workspace.clone();
     let p = ws.locate(given).map_err(|e| anyhow!("{NAME}: {e}"))?;
     let cancel = ctx.cancel.clone();
@@ -203,7 +203,7 @@ struct Job {
     nonempty: Vec<String>,
     on_error: OnError,
     max_errors: usize,
-    limits: Limits,
+    limits: InputLimits,
 }
 
 /// A 128-bit digest of a value, from two differently keyed hashers: seen-before checks keep

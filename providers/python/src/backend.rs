@@ -23,7 +23,7 @@ use toolbox_host::limits::Limits;
 use toolbox_host::ToolContext;
 
 use crate::config::PythonConfig;
-use crate::reap::SessionLimits;
+use crate::evict::SessionLimits;
 
 /// One of the places Python code runs.
 pub(crate) trait Backend {
@@ -42,12 +42,12 @@ pub(crate) trait Backend {
     /// what happened to the session.
     async fn run(&self, request: RunRequest, call: &Call<'_>) -> Result<RunResult>;
 
-    /// Gives back the state of the sessions [`crate::reap`]'s rule says should go (never a
+    /// Gives back the state of the sessions [`crate::evict`]'s rule says should go (never a
     /// session with a call running); `incoming`, the backend's own key of a session about to
     /// run a call, is never one of them and counts as live. A call looks when
     /// [`Call::look`] says so, or when its session has nothing yet; the sweeper
     /// ([`crate::sessions`]) looks once a minute with no `incoming`.
-    fn reap(&self, limits: SessionLimits, incoming: Option<&str>);
+    fn evict(&self, limits: SessionLimits, incoming: Option<&str>);
 }
 
 /// The call a run belongs to, as the backends need it.
@@ -62,8 +62,8 @@ pub(crate) struct Call<'a> {
     pub cwd: Arc<OwnedFd>,
     /// `[limits]`, which only the isolated backend can apply.
     pub limits: Limits,
-    /// Whether this call looks for sessions to reap (at most once a second; see
-    /// [`Backend::reap`]).
+    /// Whether this call looks for sessions to evict (at most once a second; see
+    /// [`Backend::evict`]).
     pub look: bool,
     /// `[python] sandbox`, prepared for this session (isolated backend only).
     pub sandbox: Option<Arc<toolbox_host::sandbox::PreparedSandbox>>,

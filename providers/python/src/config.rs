@@ -12,7 +12,7 @@ use toolbox_core::trust::Tighten;
 use toolbox_core::ConfigTable;
 use toolbox_host::ToolContext;
 
-use crate::reap::SessionLimits;
+use crate::evict::SessionLimits;
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};
 
 /// Where run_python_code executes.
@@ -102,7 +102,7 @@ pub struct PythonConfig {
     pub kernel: Option<KernelTarget>,
     /// How long a kernel may take to start, or to answer when toolbox connects.
     pub kernel_timeout: Duration,
-    /// When idle sessions give their state back (see [`crate::reap`]).
+    /// When idle sessions give their state back (see [`crate::evict`]).
     pub session_limits: SessionLimits,
     /// The OS sandbox of the isolated worker (`[python] sandbox`, also set by `--sandbox`):
     /// the shell's, with toolbox's own files kept read-only. Only the isolated backend can
@@ -210,10 +210,10 @@ impl PythonConfig {
             kernel,
             kernel_timeout: millis("kernel_timeout_ms", DEFAULT_KERNEL_TIMEOUT)?,
             session_limits: SessionLimits {
-                idle: millis("session_idle_ms", crate::reap::DEFAULT_SESSION_IDLE)?,
+                idle: millis("session_idle_ms", crate::evict::DEFAULT_SESSION_IDLE)?,
                 max_live: t
                     .u64_in("max_live_sessions", 1, 100_000)?
-                    .map_or(crate::reap::DEFAULT_MAX_LIVE_SESSIONS, |n| n as usize),
+                    .map_or(crate::evict::DEFAULT_MAX_LIVE_SESSIONS, |n| n as usize),
             },
             sandbox,
             sandbox_network: t.bool("sandbox_network")?.unwrap_or(false),

@@ -44,7 +44,7 @@ use toolbox_host::handoff::{IdleSlot, IdleWork};
 use toolbox_host::ToolContext;
 
 use crate::backend::{Backend, Call, RunRequest, RunResult};
-use crate::reap::SessionLimits;
+use crate::evict::SessionLimits;
 use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION, DRIVER_SOURCE};
 
 /// How long a timed-out run gets to stop after it was interrupted before the interpreter is
@@ -356,10 +356,10 @@ impl Namespaces {
         (call, cleared)
     }
 
-    /// Takes out of the table the sessions [`crate::reap`]'s rule says should go (`incoming`
+    /// Takes out of the table the sessions [`crate::evict`]'s rule says should go (`incoming`
     /// never; it counts as live) and notes why; `forget` is handed their keys while the
     /// table is still locked.
-    fn reap(
+    fn evict(
         &self,
         limits: SessionLimits,
         incoming: Option<&str>,
@@ -376,13 +376,13 @@ impl Namespaces {
             if l.running > 0 {
                 busy += 1;
             } else {
-                live.push(crate::reap::Candidate {
+                live.push(crate::evict::Candidate {
                     key: key.clone(),
                     last_used: l.last_used,
                 });
             }
         }
-        let chosen = crate::reap::choose(live, busy, usize::from(incoming.is_some()), limits, now);
+        let chosen = crate::evict::choose(live, busy, usize::from(incoming.is_some()), limits, now);
         if chosen.is_empty() {
             return;
         }
@@ -677,7 +677,7 @@ impl Backend for Embedded<'_> {
         // A new session always looks: a burst of them must not pass the cap before the next
         // look.
         if call.look || self.namespaces.is_new(&key) {
-            self.reap(call.config.session_limits, Some(&key));
+            self.evict(call.config.session_limits, Some(&key));
         }
         let (live, cleared) = self.namespaces.begin_call(&key);
         let tells_folders = request.folders.is_some();
@@ -706,12 +706,12 @@ impl Backend for Embedded<'_> {
         Ok(result)
     }
 
-    /// Clears the namespaces [`crate::reap`]'s rule says should go.
-    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+    /// Clears the namespaces [`crate::evict`]'s rule says should go.
+    fn evict(&self, limits: SessionLimits, incoming: Option<&str>) {
         let Some(Ok(interpreter)) = INTERPRETER.get() else {
             return;
         };
-        self.namespaces.reap(limits, incoming, |keys| {
+        self.namespaces.evict(limits, incoming, |keys| {
             // Queued while the table is locked: a later call of one of them is queued after
             // it, so it finds a fresh namespace, and its note.
             let (reply, _) = oneshot::channel();

@@ -31,7 +31,7 @@ use tokio::sync::OwnedMutexGuard;
 use toolbox_host::limits::{Counters, Limits, PreparedLimits};
 
 use crate::backend::{Backend, Call, RunRequest, RunResult};
-use crate::reap::{Reaped, SessionLimits, SlotState, Slots};
+use crate::evict::{Evicted, SessionLimits, SlotState, Slots};
 use crate::DRIVER_SOURCE;
 
 /// How much of a worker's own stderr (crash reports) is kept for the error message.
@@ -60,7 +60,7 @@ impl SlotState for Slot {
         self.last_used
     }
 
-    fn give_back(&mut self, why: &Reaped) {
+    fn give_back(&mut self, why: &Evicted) {
         if let Some(mut worker) = self.worker.take() {
             worker.kill();
         }
@@ -402,9 +402,9 @@ impl Backend for Isolated<'_> {
         run(self.workers, request, call).await
     }
 
-    /// Stops the workers [`crate::reap`]'s rule says should go.
-    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
-        self.workers.reap(limits, incoming);
+    /// Stops the workers [`crate::evict`]'s rule says should go.
+    fn evict(&self, limits: SessionLimits, incoming: Option<&str>) {
+        self.workers.evict(limits, incoming);
     }
 }
 
@@ -427,7 +427,7 @@ async fn run(workers: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Res
     // A session about to start a worker always looks: a burst of new sessions must not pass
     // the cap before the next look.
     if call.look || workers.is_empty(&key) {
-        workers.reap(sessions, Some(&key));
+        workers.evict(sessions, Some(&key));
     }
     let slot = workers.slot(&key);
     let slot = tokio::select! {

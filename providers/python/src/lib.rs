@@ -33,7 +33,7 @@
 //!   (`RunRequest`) and result (`RunResult`) that pass between them and `run.rs`.
 //! - `embedded.rs`, `isolated.rs`, `jupyter/` (`kernel.rs`, `lifecycle.rs`, `execute.rs`,
 //!   `render.rs`, `process.rs`, `spec.rs`, `wire.rs`): the backends.
-//! - `sessions.rs`: every session's state, for all backends, in one structure; `reap.rs`:
+//! - `sessions.rs`: every session's state, for all backends, in one structure; `evict.rs`:
 //!   the rule by which idle sessions give it back.
 //! - `config.rs` (`[python]`), `pyvalue.rs` (JSON ↔ Python objects for the embedded
 //!   driver), and `common.rs`, a leaf every other module may use (the build interpreter,
@@ -47,12 +47,12 @@ mod backend_tests;
 mod common;
 mod config;
 pub mod embedded;
+pub mod evict;
 mod install;
 pub mod isolated;
 pub mod jupyter;
 mod lookup;
 mod pyvalue;
-pub mod reap;
 mod render;
 pub mod run;
 mod sessions;

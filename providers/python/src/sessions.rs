@@ -3,7 +3,7 @@
 //! [`Sessions`] holds what each backend keeps per session: the embedded interpreter's
 //! namespaces ([`embedded::Namespaces`]), the isolated workers and the Jupyter kernels (each a
 //! [`Slots`] table), which sessions were told where their code runs, and the clock that says
-//! when to look for sessions to reap ([`crate::reap`]'s rule) and runs the sweeper.
+//! when to look for sessions to evict ([`crate::evict`]'s rule) and runs the sweeper.
 //!
 //! There is one per process, [`Sessions::shared`]: the embedded interpreter is one per
 //! process (its namespaces are that interpreter's), and the `python` `CodeRunner` is a plain
@@ -24,9 +24,9 @@ use toolbox_host::ToolContext;
 
 use crate::backend::Backend;
 use crate::embedded::{self, Embedded};
+use crate::evict::{SessionLimits, Slots, LOOK_EVERY, SWEEP_EVERY};
 use crate::isolated::{self, Isolated};
 use crate::jupyter::{self, Jupyter};
-use crate::reap::{SessionLimits, Slots, LOOK_EVERY, SWEEP_EVERY};
 
 /// See the module's documentation.
 #[derive(Default)]
@@ -43,7 +43,7 @@ pub(crate) struct Sessions {
     clock: Mutex<Clock>,
 }
 
-/// When the sessions were last looked at for reaping, and by which rule.
+/// When the sessions were last looked at for eviction, and by which rule.
 #[derive(Default)]
 struct Clock {
     /// The rule in force: the latest configuration a call brought.
@@ -90,7 +90,7 @@ impl Sessions {
     }
 
     /// Called as a call starts, with its configuration's rule: records the rule, starts the
-    /// sweeper once, and says whether this call should look for sessions to reap now (at
+    /// sweeper once, and says whether this call should look for sessions to evict now (at
     /// most once a [`LOOK_EVERY`]).
     pub fn on_call(&'static self, limits: SessionLimits) -> bool {
         let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,9 +119,9 @@ impl Sessions {
     /// Every backend looks once, by the rule in force.
     pub fn sweep(&self) {
         let limits = self.clock.lock().unwrap_or_else(|e| e.into_inner()).limits;
-        self.isolated().reap(limits, None);
-        self.jupyter().reap(limits, None);
-        self.embedded().reap(limits, None);
+        self.isolated().evict(limits, None);
+        self.jupyter().evict(limits, None);
+        self.embedded().evict(limits, None);
     }
 
     /// Whether this is the first `run_python_code` call of the call's session in this

@@ -10,7 +10,7 @@ use calamine::{DataRef, Reader, Xlsx};
 use serde_json::{Number, Value};
 
 use super::{header_names, Cancelled, End, Flow, Item, Record};
-use crate::Limits;
+use crate::InputLimits;
 
 /// Checks every entry of the workbook's zip before calamine opens it (calamine reads the
 /// shared-strings table whole, and a text node whole): each entry's declared and actual size
@@ -18,7 +18,7 @@ use crate::Limits;
 /// shared-strings table within `max_xlsx_strings_bytes` and `max_xlsx_strings`; no text in
 /// any XML part (a cell, a shared string, a tag) longer than `max_cell_bytes`. Entries are
 /// inflated through a fixed buffer, so the check itself holds little.
-pub fn check_zip(file: &File, limits: &Limits, cancelled: Cancelled<'_>) -> Result<()> {
+pub fn check_zip(file: &File, limits: &InputLimits, cancelled: Cancelled<'_>) -> Result<()> {
     use crate::{MAX_EXPANSION_RATIO, RATIO_FLOOR_BYTES};
     use std::io::{Read, Seek};
     let mut reader = file.try_clone()?;
@@ -143,7 +143,7 @@ pub fn check_zip(file: &File, limits: &Limits, cancelled: Cancelled<'_>) -> Resu
 pub fn read(
     file: File,
     sheet: Option<&str>,
-    limits: &Limits,
+    limits: &InputLimits,
     cancelled: Cancelled<'_>,
     f: &mut dyn FnMut(Item) -> Result<Flow>,
 ) -> Result<End> {

@@ -1,6 +1,6 @@
 //! A kernel's lifecycle: the slots calls find their kernel in, attaching to a kernel or
 //! starting one (and waiting until it listens and answers), installing toolbox's helper,
-//! restarting a kernel that died or would not stop, reaping idle ones, and shutting down the
+//! restarting a kernel that died or would not stop, evicting idle ones, and shutting down the
 //! kernels toolbox started when it exits.
 
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use super::process::{self, Process};
 use super::spec::{self, InterruptMode};
 use super::wire::{self, Channels, ConnectionInfo, Received, Session};
 use crate::config::{KernelTarget, PythonConfig};
-use crate::reap::{Reaped, SlotState, Slots};
+use crate::evict::{Evicted, SlotState, Slots};
 
 /// toolbox's helper inside IPython kernels.
 const HELPER_SOURCE: &str = include_str!("helper.py");
@@ -60,7 +60,7 @@ impl SlotState for Slot {
         self.last_used
     }
 
-    fn give_back(&mut self, why: &Reaped) {
+    fn give_back(&mut self, why: &Evicted) {
         if let Some(mut kernel) = self.kernel.take() {
             if let Some(process) = kernel.process.as_mut() {
                 process.kill();

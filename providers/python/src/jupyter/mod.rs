@@ -58,7 +58,7 @@ use toolbox_host::ToolContext;
 
 use crate::backend::{Backend, Call, RunRequest, RunResult, Source};
 use crate::config::PythonConfig;
-use crate::reap::{SessionLimits, Slots};
+use crate::evict::{SessionLimits, Slots};
 use execute::{run_request, Ending, Exec, InFlight, Timing, INTERRUPT_GRACE};
 pub(crate) use kernel::Slot;
 use lifecycle::{ensure_kernel, install_helper, restart, slot_key};
@@ -75,10 +75,10 @@ impl Backend for Jupyter<'_> {
         run(self.kernels, request, call).await
     }
 
-    /// Stops the kernels toolbox started that [`crate::reap`]'s rule says should go (an
+    /// Stops the kernels toolbox started that [`crate::evict`]'s rule says should go (an
     /// attached kernel is its owner's: never).
-    fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
-        self.kernels.reap(limits, incoming);
+    fn evict(&self, limits: SessionLimits, incoming: Option<&str>) {
+        self.kernels.evict(limits, incoming);
     }
 }
 
@@ -113,7 +113,7 @@ async fn run(kernels: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Res
     // A slot about to start a kernel always looks: a burst of new sessions must not pass
     // the cap before the next look.
     if call.look || kernels.is_empty(&key) {
-        kernels.reap(config.session_limits, Some(&key));
+        kernels.evict(config.session_limits, Some(&key));
     }
     let slot = kernels.slot(&key);
     let slot = tokio::select! {

@@ -53,18 +53,18 @@ impl Default for SessionLimits {
 
 /// Why a session lost its state, told to its next call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reaped {
+pub enum Evicted {
     /// It was idle for longer than `session_idle_ms`.
     Idle(Duration),
     /// Other sessions needed the room (`max_live_sessions`).
     Room(usize),
 }
 
-impl Reaped {
+impl Evicted {
     /// Completes "this session's Python {what} …", e.g. with `done` = "was stopped".
     pub fn why(&self, done: &str) -> String {
         match self {
-            Reaped::Idle(idle) => format!(
+            Evicted::Idle(idle) => format!(
                 "{done} after {} without a call ([python] session_idle_ms)",
                 humantime::format_duration(if *idle >= Duration::from_secs(1) {
                     Duration::from_secs(idle.as_secs())
@@ -72,14 +72,14 @@ impl Reaped {
                     Duration::from_millis(idle.as_millis() as u64)
                 })
             ),
-            Reaped::Room(max) => format!(
+            Evicted::Room(max) => format!(
                 "{done} to make room for other sessions ([python] max_live_sessions = {max})"
             ),
         }
     }
 }
 
-/// One live session a backend could reap: its key and when its last call ended.
+/// One live session a backend could evict: its key and when its last call ended.
 pub struct Candidate<K> {
     /// The backend's own handle on it.
     pub key: K,
@@ -87,7 +87,7 @@ pub struct Candidate<K> {
     pub last_used: Instant,
 }
 
-/// Which of `live` (sessions with no call running) to reap, and why, given `busy` more
+/// Which of `live` (sessions with no call running) to evict, and why, given `busy` more
 /// sessions that are running a call now and `incoming` about to start one.
 pub fn choose<K>(
     mut live: Vec<Candidate<K>>,
@@ -95,14 +95,14 @@ pub fn choose<K>(
     incoming: usize,
     limits: SessionLimits,
     now: Instant,
-) -> Vec<(K, Reaped)> {
-    let mut reaped = Vec::new();
+) -> Vec<(K, Evicted)> {
+    let mut evicted = Vec::new();
     live.sort_by_key(|c| c.last_used);
     let mut kept = Vec::with_capacity(live.len());
     for c in live {
         let idle = now.saturating_duration_since(c.last_used);
         if idle >= limits.idle {
-            reaped.push((c.key, Reaped::Idle(limits.idle)));
+            evicted.push((c.key, Evicted::Idle(limits.idle)));
         } else {
             kept.push(c);
         }
@@ -110,9 +110,9 @@ pub fn choose<K>(
     let total = kept.len() + busy + incoming;
     let over = total.saturating_sub(limits.max_live.max(1));
     for c in kept.into_iter().take(over) {
-        reaped.push((c.key, Reaped::Room(limits.max_live)));
+        evicted.push((c.key, Evicted::Room(limits.max_live)));
     }
-    reaped
+    evicted
 }
 
 /// What a backend keeps in one slot of a [`Slots`] table (a session's worker, a kernel).
@@ -134,12 +134,12 @@ pub(crate) trait SlotState: Default + Send + 'static {
     fn last_used(&self) -> Option<Instant>;
     /// Gives back what it holds (kills the worker or the kernel) and notes why, for the next
     /// call.
-    fn give_back(&mut self, why: &Reaped);
+    fn give_back(&mut self, why: &Evicted);
 }
 
 /// A table of slots by key, each behind its own lock: a call holds its slot's lock for as
 /// long as it runs, so calls of one slot run one at a time and a slot being used is never
-/// reaped.
+/// evicted.
 pub(crate) struct Slots<S> {
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<S>>>>,
 }
@@ -172,7 +172,7 @@ impl<S: SlotState> Slots<S> {
     /// Gives back what the rule says should go; `incoming` (a slot about to run a call) is
     /// never one of them, and counts as live. Slots left holding nothing, with nothing to
     /// tell, are forgotten.
-    pub fn reap(&self, limits: SessionLimits, incoming: Option<&str>) {
+    pub fn evict(&self, limits: SessionLimits, incoming: Option<&str>) {
         let slots: Vec<(String, Arc<tokio::sync::Mutex<S>>)> = self
             .lock()
             .iter()
@@ -248,9 +248,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("idle", Reaped::Idle(limits.idle)),
-                ("a", Reaped::Room(3)),
-                ("c", Reaped::Room(3)),
+                ("idle", Evicted::Idle(limits.idle)),
+                ("a", Evicted::Room(3)),
+                ("c", Evicted::Room(3)),
             ]
         );
         assert!(choose(Vec::<Candidate<&str>>::new(), 10, 1, limits, now).is_empty());
@@ -259,10 +259,10 @@ mod tests {
     #[test]
     fn the_notes_name_the_keys() {
         assert_eq!(
-            Reaped::Idle(Duration::from_secs(1800)).why("was stopped"),
+            Evicted::Idle(Duration::from_secs(1800)).why("was stopped"),
             "was stopped after 30m without a call ([python] session_idle_ms)"
         );
-        assert!(Reaped::Room(64)
+        assert!(Evicted::Room(64)
             .why("was cleared")
             .starts_with("was cleared to make room"));
     }
