@@ -578,17 +578,15 @@ function authMessage(data) {
     : 'This server needs a token (' + why + '). Enter it:';
 }
 
-/** One API call: JSON in and out; a 401 asks for the token and retries. */
-async function api(method, path, body) {
+/**
+ * One request whose answer is JSON: `init()` makes its fetch options (the token included) for
+ * each try; a 401 asks for the token and retries; an error answer throws an ApiError.
+ */
+async function request(path, init) {
   for (;;) {
-    const init = { method, headers: authHeaders({ Accept: 'application/json' }) };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
     let response;
     try {
-      response = await fetch(path, init);
+      response = await fetch(path, init());
     } catch (e) {
       throw new ApiError(0, 'cannot reach the server (' + e.message + ')');
     }
@@ -602,6 +600,18 @@ async function api(method, path, body) {
     }
     return data;
   }
+}
+
+/** One API call: JSON in and out. */
+function api(method, path, body) {
+  return request(path, () => {
+    const init = { method, headers: authHeaders({ Accept: 'application/json' }) };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    return init;
+  });
 }
 
 const sessionPath = (sid, rest) => '/api/sessions/' + enc(sid) + rest;
@@ -895,30 +905,12 @@ function selectSession(sid) {
 }
 
 /** PUTs one file into the session's input/ folder, streamed; a 401 asks for the token. */
-async function uploadFile(sid, file) {
-  const path = sessionPath(sid, '/input/' + enc(file.name));
-  for (;;) {
-    const init = {
-      method: 'PUT',
-      headers: authHeaders({ Accept: 'application/json', 'Content-Type': 'application/octet-stream' }),
-      body: file,
-    };
-    let response;
-    try {
-      response = await fetch(path, init);
-    } catch (e) {
-      throw new ApiError(0, 'cannot reach the server (' + e.message + ')');
-    }
-    const data = await response.json().catch(() => null);
-    if (response.status === 401) {
-      await askToken(authMessage(data));
-      continue;
-    }
-    if (!response.ok) {
-      throw new ApiError(response.status, (data && data.error) || response.statusText || 'failed');
-    }
-    return data;
-  }
+function uploadFile(sid, file) {
+  return request(sessionPath(sid, '/input/' + enc(file.name)), () => ({
+    method: 'PUT',
+    headers: authHeaders({ Accept: 'application/json', 'Content-Type': 'application/octet-stream' }),
+    body: file,
+  }));
 }
 
 function bytesText(n) {
