@@ -130,9 +130,22 @@ fn crates_depend_only_on_the_layers_below_them() {
     }
 }
 
+/// The repository's root.
+fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `path` under `base`, as text.
+fn relative(path: &std::path::Path, base: &std::path::Path) -> String {
+    path.strip_prefix(base)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The crates' source folders: every `Cargo.toml` of the workspace but the root's.
 fn crate_dirs() -> Vec<std::path::PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = repo_root();
     let mut dirs = Vec::new();
     for parent in [root.clone(), root.join("providers")] {
         for entry in std::fs::read_dir(&parent).unwrap() {
@@ -257,7 +270,7 @@ fn crates_deny_missing_docs() {
 /// map fails here.
 #[test]
 fn the_map_names_every_crate_and_every_source_file() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = repo_root();
     let map = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
     // Each level-2 section whose heading ends with a crate's source folder in backticks.
     let mut sections: BTreeMap<String, String> = BTreeMap::new();
@@ -281,11 +294,7 @@ fn the_map_names_every_crate_and_every_source_file() {
     }
     let mut missing = Vec::new();
     for dir in crate_dirs() {
-        let rel = dir
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let rel = relative(&dir, &root);
         let folder = format!("{rel}/src/");
         let Some(section) = sections.get(&folder) else {
             missing.push(format!("no section `## … (`{folder}`)`"));
@@ -293,12 +302,7 @@ fn the_map_names_every_crate_and_every_source_file() {
         };
         let mut files: Vec<String> = sources(&dir.join("src"))
             .into_iter()
-            .map(|(path, _)| {
-                path.strip_prefix(dir.join("src"))
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
-            })
+            .map(|(path, _)| relative(&path, &dir.join("src")))
             .collect();
         files.sort();
         for file in files {
@@ -360,23 +364,15 @@ fn os_calls_stay_in_host() {
             "calls host's unsafe start-up functions (secrets::capture_and_scrub, withhold)",
         ),
     ];
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = repo_root();
     let mut found = Vec::new();
     for dir in crate_dirs() {
-        let rel = dir
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let rel = relative(&dir, &root);
         if rel == "host" || rel == "tests" {
             continue;
         }
         for (path, text) in sources(&dir.join("src")) {
-            let name = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let name = relative(&path, &root);
             if name.ends_with("tests.rs") || name.contains("/tests/") {
                 continue;
             }
