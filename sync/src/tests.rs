@@ -1,10 +1,18 @@
 //! The store through a local folder: round trips, increments, epochs, damage.
+//!
+//! Every test starts from a [`Fixture`]: a local store and a workspace, with the claims,
+//! syncs and restores the tests repeat. It lives here, not in toolbox-tests: it is built on
+//! this crate's own types (`SessionStore`, `StateStore`), and a toolbox-tests that linked
+//! toolbox-sync would give these unit tests a second copy of the crate whose types are not
+//! this one's.
 
-use std::path::Path;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 
+use tempfile::TempDir;
 use toolbox_core::SessionId;
 
-use crate::{SessionStore, StateStore, StoreRules, SyncError};
+use crate::{Epoch, RestoreReport, SessionStore, StateStore, StoreRules, SyncError, SyncReport};
 
 // The store knows a database only from a provider's declaration: these tests declare the
 // memory provider's (the memory crate is not linked into them), and a second database to
@@ -12,16 +20,109 @@ use crate::{SessionStore, StateStore, StoreRules, SyncError};
 toolbox_host::register_state_file!("memory", ".toolbox/memory.sqlite", SqliteDatabase);
 toolbox_host::register_state_file!("test", ".toolbox/deeper/notes.db", SqliteDatabase);
 
-fn store(dir: &Path) -> StateStore {
-    StateStore::open(&format!("file://{}", dir.display())).unwrap()
+/// A local store (`file://` on a folder of its own) and a workspace beside it, both removed
+/// when the fixture is dropped; the session is always `s1`.
+struct Fixture {
+    store_dir: TempDir,
+    ws: TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            store_dir: tempfile::tempdir().unwrap(),
+            ws: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The store's folder, which its `file://` URL names.
+    fn store_dir(&self) -> &Path {
+        self.store_dir.path()
+    }
+
+    /// The workspace a host syncs.
+    fn ws(&self) -> &Path {
+        self.ws.path()
+    }
+
+    /// Writes `text` at `rel` in the workspace.
+    fn write(&self, rel: &str, text: &str) {
+        write(self.ws(), rel, text);
+    }
+
+    /// The store, opened as a host opens it.
+    fn store(&self) -> StateStore {
+        StateStore::open(&format!("file://{}", self.store_dir().display())).unwrap()
+    }
+
+    /// Claims `epoch` of the session, with the default rules.
+    async fn claim(&self, epoch: u64) -> Result<SessionStore, SyncError> {
+        SessionStore::claim(self.store(), sid(), epoch, StoreRules::default()).await
+    }
+
+    /// Claims the lowest free epoch (`--epoch next`); the future owns what it needs, so it
+    /// can be spawned.
+    fn claim_next(&self) -> impl Future<Output = Result<SessionStore, SyncError>> + Send + 'static {
+        SessionStore::claim_epoch(self.store(), sid(), Epoch::Next, StoreRules::default())
+    }
+
+    /// A host that claimed `epoch` and synced the workspace once, and what that sync did.
+    async fn synced(&self, epoch: u64) -> (SessionStore, SyncReport) {
+        let mut host = self.claim(epoch).await.unwrap();
+        let report = host.sync(self.ws(), None).await.unwrap();
+        (host, report)
+    }
+
+    /// A host that claimed `epoch` and restored the store into a new folder: the host, what
+    /// the restore did, and the folder.
+    async fn restored(&self, epoch: u64) -> (SessionStore, RestoreReport, TempDir) {
+        let target = tempfile::tempdir().unwrap();
+        let mut host = self.claim(epoch).await.unwrap();
+        let report = host.restore_into(target.path()).await.unwrap();
+        (host, report, target)
+    }
+
+    /// Claims `epoch` and restores into `target`, which must be refused with a message
+    /// containing each of `needles` and leave `target` as it was. The error.
+    async fn refused_restore_into(&self, epoch: u64, target: &Path, needles: &[&str]) -> SyncError {
+        let before = tree(target);
+        let result = self.claim(epoch).await.unwrap().restore_into(target).await;
+        let e = assert_err_contains(result, needles);
+        assert_eq!(tree(target), before, "a refused restore left files behind");
+        e
+    }
+
+    /// [`Fixture::refused_restore_into`] a new, empty folder: nothing may be left in it.
+    async fn refused_restore(&self, epoch: u64, needles: &[&str]) -> SyncError {
+        let target = tempfile::tempdir().unwrap();
+        let e = self
+            .refused_restore_into(epoch, target.path(), needles)
+            .await;
+        assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+        e
+    }
+
+    /// The blob file of content `sha` in the store.
+    fn blob(&self, sha: &str) -> PathBuf {
+        self.store_dir().join(format!("blobs/{}/{sha}", &sha[..2]))
+    }
 }
 
 fn sid() -> SessionId {
     SessionId::parse("s1").unwrap()
 }
 
-async fn claim(dir: &Path, epoch: u64) -> Result<SessionStore, SyncError> {
-    SessionStore::claim(store(dir), sid(), epoch, StoreRules::default()).await
+/// The error of `result`, which must be one whose message contains each of `needles`.
+fn assert_err_contains<T: std::fmt::Debug>(
+    result: Result<T, SyncError>,
+    needles: &[&str],
+) -> SyncError {
+    let e = result.expect_err("an error");
+    let text = e.to_string();
+    for needle in needles {
+        assert!(text.contains(needle), "expected {needle:?} in: {text}");
+    }
+    e
 }
 
 fn write(root: &Path, rel: &str, text: &str) {
@@ -55,32 +156,27 @@ fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[tokio::test]
 async fn a_sync_restores_elsewhere_and_only_changes_are_uploaded() {
-    let (store_dir, ws, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    write(ws.path(), "a.txt", "alpha");
-    write(ws.path(), "src/b.py", "print('b')");
-    write(ws.path(), ".toolbox/sessions/s1/messages.jsonl", "{}\n");
-    write(ws.path(), "node_modules/x/y.js", "skip me");
+    let fx = Fixture::new();
+    fx.write("a.txt", "alpha");
+    fx.write("src/b.py", "print('b')");
+    fx.write(".toolbox/sessions/s1/messages.jsonl", "{}\n");
+    fx.write("node_modules/x/y.js", "skip me");
     std::fs::set_permissions(
-        ws.path().join("src/b.py"),
+        fx.ws().join("src/b.py"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    let first = host.sync(ws.path(), None).await.unwrap();
+    let (mut host, first) = fx.synced(1).await;
     assert!(first.moved_head);
     assert_eq!(
         (first.files, first.uploaded_blobs, first.read_files),
         (3, 3, 3)
     );
-    let again = host.sync(ws.path(), None).await.unwrap();
+    let again = host.sync(fx.ws(), None).await.unwrap();
     assert!(!again.moved_head, "{again:?}");
     assert_eq!((again.read_files, again.uploaded_blobs), (0, 0));
-    write(ws.path(), "a.txt", "alpha, changed");
-    let one = host.sync(ws.path(), Some("turn_9".into())).await.unwrap();
+    fx.write("a.txt", "alpha, changed");
+    let one = host.sync(fx.ws(), Some("turn_9".into())).await.unwrap();
     assert!(one.moved_head);
     assert_eq!(
         (one.read_files, one.uploaded_blobs, one.uploaded_bytes),
@@ -88,11 +184,10 @@ async fn a_sync_restores_elsewhere_and_only_changes_are_uploaded() {
     );
     assert!(one.manifest_bytes > 0);
 
-    let mut next = claim(store_dir.path(), 2).await.unwrap();
-    let restored = next.restore_into(elsewhere.path()).await.unwrap();
+    let (mut next, restored, elsewhere) = fx.restored(2).await;
     assert_eq!((restored.files, restored.from_epoch), (3, 1));
     assert_eq!(restored.open_turn.as_deref(), Some("turn_9"));
-    let mut expected = tree(ws.path());
+    let mut expected = tree(fx.ws());
     expected.retain(|(p, _)| !p.starts_with("node_modules"));
     assert_eq!(tree(elsewhere.path()), expected);
     let mode = std::fs::metadata(elsewhere.path().join("src/b.py"))
@@ -115,19 +210,18 @@ async fn a_sync_restores_elsewhere_and_only_changes_are_uploaded() {
 
 #[tokio::test]
 async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
-    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    write(ws.path(), "a.txt", "one");
-    let mut old = claim(store_dir.path(), 1).await.unwrap();
-    old.sync(ws.path(), None).await.unwrap();
-    match claim(store_dir.path(), 1).await {
+    let fx = Fixture::new();
+    fx.write("a.txt", "one");
+    let (mut old, _) = fx.synced(1).await;
+    match fx.claim(1).await {
         Err(SyncError::EpochTaken { epoch: 1, .. }) => {}
         other => panic!("{other:?}"),
     }
-    let new = claim(store_dir.path(), 3).await.unwrap();
+    let new = fx.claim(3).await.unwrap();
     let fence = new.head().clone();
     assert_eq!(fence.epoch, 3);
-    write(ws.path(), "a.txt", "late write of the old host");
-    match old.sync(ws.path(), None).await {
+    fx.write("a.txt", "late write of the old host");
+    match old.sync(fx.ws(), None).await {
         Err(SyncError::Superseded {
             epoch: 1, newer: 3, ..
         }) => {}
@@ -135,7 +229,7 @@ async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
     }
     // Even past the fence check, the old host cannot move HEAD: its next place is taken.
     assert_eq!(new.latest_head().await.unwrap().unwrap(), fence);
-    match claim(store_dir.path(), 2).await {
+    match fx.claim(2).await {
         Err(SyncError::Superseded { newer: 3, .. }) => {}
         other => panic!("{other:?}"),
     }
@@ -143,15 +237,12 @@ async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
 
 #[tokio::test]
 async fn epoch_next_takes_the_lowest_free_epoch_and_racers_each_get_their_own() {
-    use crate::Epoch;
-    let dir = tempfile::tempdir().unwrap();
-    let next =
-        || SessionStore::claim_epoch(store(dir.path()), sid(), Epoch::Next, StoreRules::default());
-    assert_eq!(next().await.unwrap().epoch(), 1);
-    claim(dir.path(), 5).await.unwrap();
-    assert_eq!(next().await.unwrap().epoch(), 6);
+    let fx = Fixture::new();
+    assert_eq!(fx.claim_next().await.unwrap().epoch(), 1);
+    fx.claim(5).await.unwrap();
+    assert_eq!(fx.claim_next().await.unwrap().epoch(), 6);
     // Eight hosts asking for the next epoch at once: eight different epochs above 6.
-    let racers: Vec<_> = (0..8).map(|_| tokio::spawn(next())).collect();
+    let racers: Vec<_> = (0..8).map(|_| tokio::spawn(fx.claim_next())).collect();
     let mut won = Vec::new();
     for racer in racers {
         won.push(racer.await.unwrap().unwrap().epoch());
@@ -161,7 +252,7 @@ async fn epoch_next_takes_the_lowest_free_epoch_and_racers_each_get_their_own() 
     assert_eq!(won.len(), 8, "{won:?}");
     assert!(won[0] > 6, "{won:?}");
     let newest = *won.last().unwrap();
-    let latest = claim(dir.path(), 1).await;
+    let latest = fx.claim(1).await;
     assert!(
         matches!(
             latest,
@@ -169,7 +260,7 @@ async fn epoch_next_takes_the_lowest_free_epoch_and_racers_each_get_their_own() 
         ),
         "{latest:?}"
     );
-    assert_eq!(next().await.unwrap().epoch(), newest + 1);
+    assert_eq!(fx.claim_next().await.unwrap().epoch(), newest + 1);
     assert_eq!("next".parse::<Epoch>(), Ok(Epoch::Next));
     assert_eq!("7".parse::<Epoch>(), Ok(Epoch::Exactly(7)));
     for bad in ["0", "", "-3", "next2", "1.5"] {
@@ -182,70 +273,42 @@ async fn epoch_next_takes_the_lowest_free_epoch_and_racers_each_get_their_own() 
 
 #[tokio::test]
 async fn a_corrupt_or_missing_blob_refuses_the_restore_and_leaves_nothing() {
-    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    write(ws.path(), "a.txt", "alpha");
-    write(ws.path(), "b.txt", "beta");
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    host.sync(ws.path(), None).await.unwrap();
-    let sha = crate::sha256_hex(b"beta");
-    let blob = store_dir.path().join(format!("blobs/{}/{sha}", &sha[..2]));
+    let fx = Fixture::new();
+    fx.write("a.txt", "alpha");
+    fx.write("b.txt", "beta");
+    fx.synced(1).await;
+    let blob = fx.blob(&crate::sha256_hex(b"beta"));
     std::fs::write(&blob, "bet4").unwrap();
-    let target = tempfile::tempdir().unwrap();
-    let e = claim(store_dir.path(), 2)
-        .await
-        .unwrap()
-        .restore_into(target.path())
-        .await
-        .unwrap_err();
-    let text = e.to_string();
-    assert!(matches!(e, SyncError::Corrupt { .. }), "{text}");
-    assert!(text.contains("b.txt") && text.contains("damaged"), "{text}");
-    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    let e = fx.refused_restore(2, &["b.txt", "damaged"]).await;
+    assert!(matches!(e, SyncError::Corrupt { .. }), "{e}");
     std::fs::remove_file(&blob).unwrap();
-    let e = claim(store_dir.path(), 3)
-        .await
-        .unwrap()
-        .restore_into(target.path())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("missing"), "{e}");
-    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    fx.refused_restore(3, &["missing"]).await;
     // Into a folder that is not empty: refused, whatever the store holds.
+    let target = tempfile::tempdir().unwrap();
     write(target.path(), "mine.txt", "x");
-    let e = claim(store_dir.path(), 4)
-        .await
-        .unwrap()
-        .restore_into(target.path())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("not empty"), "{e}");
+    fx.refused_restore_into(4, target.path(), &["not empty"])
+        .await;
 }
 
 #[tokio::test]
 async fn a_damaged_manifest_is_refused() {
-    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    write(ws.path(), "a.txt", "alpha");
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    host.sync(ws.path(), None).await.unwrap();
+    let fx = Fixture::new();
+    fx.write("a.txt", "alpha");
+    let (host, _) = fx.synced(1).await;
     let key = host.head().manifest.clone().unwrap();
-    let path = store_dir.path().join(&key);
+    let path = fx.store_dir().join(&key);
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("a.txt", "../x");
     std::fs::write(&path, text).unwrap();
-    let e = claim(store_dir.path(), 2).await.unwrap_err();
-    assert!(e.to_string().contains("checksum"), "{e}");
+    assert_err_contains(fx.claim(2).await, &["checksum"]);
 }
 
 #[tokio::test]
 async fn the_memory_store_is_copied_with_what_its_wal_holds() {
-    let (store_dir, ws, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    std::fs::create_dir(ws.path().join(".toolbox")).unwrap();
-    let db = ws.path().join(".toolbox/memory.sqlite");
+    let fx = Fixture::new();
+    std::fs::create_dir(fx.ws().join(".toolbox")).unwrap();
+    let db = fx.ws().join(".toolbox/memory.sqlite");
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
@@ -254,16 +317,14 @@ async fn the_memory_store_is_copied_with_what_its_wal_holds() {
     .unwrap();
     // The row is in the -wal file, not yet in the database file.
     assert!(
-        std::fs::metadata(ws.path().join(".toolbox/memory.sqlite-wal"))
+        std::fs::metadata(fx.ws().join(".toolbox/memory.sqlite-wal"))
             .unwrap()
             .len()
             > 0
     );
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    let report = host.sync(ws.path(), None).await.unwrap();
+    let (_host, report) = fx.synced(1).await;
     assert_eq!(report.files, 1, "{report:?}");
-    let mut next = claim(store_dir.path(), 2).await.unwrap();
-    next.restore_into(elsewhere.path()).await.unwrap();
+    let (_next, _, elsewhere) = fx.restored(2).await;
     assert!(!elsewhere.path().join(".toolbox/memory.sqlite-wal").exists());
     let copy = rusqlite::Connection::open(elsewhere.path().join(".toolbox/memory.sqlite")).unwrap();
     let v: String = copy.query_row("SELECT v FROM m", [], |r| r.get(0)).unwrap();
@@ -275,17 +336,16 @@ async fn the_memory_store_is_copied_with_what_its_wal_holds() {
 async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
     let (mut before_fence, mut superseded) = (0, 0);
     for round in 0..30 {
-        let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        write(ws.path(), "a.txt", "one");
-        let mut old = claim(store_dir.path(), 1).await.unwrap();
-        old.sync(ws.path(), None).await.unwrap();
-        write(ws.path(), "a.txt", &format!("racing {round}"));
-        let store_path = store_dir.path().to_path_buf();
+        let fx = Fixture::new();
+        fx.write("a.txt", "one");
+        let (mut old, _) = fx.synced(1).await;
+        fx.write("a.txt", &format!("racing {round}"));
+        let ws = fx.ws().to_path_buf();
         let racing = tokio::spawn(async move {
-            let result = old.sync(ws.path(), None).await;
+            let result = old.sync(&ws, None).await;
             (result, old.head().clone())
         });
-        let new = claim(&store_path, 2).await.unwrap();
+        let new = fx.claim(2).await.unwrap();
         let fence = new.head().index;
         let (result, old_head) = racing.await.unwrap();
         match result {
@@ -306,53 +366,37 @@ async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
 
 #[tokio::test]
 async fn a_growing_large_file_uploads_only_its_last_piece() {
-    let (store_dir, ws, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
+    let fx = Fixture::new();
     let chunk = crate::manifest::CHUNK;
     let mut log: Vec<u8> = (0..chunk * 2 + chunk / 2)
         .map(|i| (i % 251) as u8)
         .collect();
-    std::fs::write(ws.path().join("events.jsonl"), &log).unwrap();
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    let first = host.sync(ws.path(), None).await.unwrap();
+    std::fs::write(fx.ws().join("events.jsonl"), &log).unwrap();
+    let (mut host, first) = fx.synced(1).await;
     assert_eq!(
         (first.uploaded_blobs, first.uploaded_bytes),
         (3, log.len() as u64)
     );
     log.extend_from_slice(b"one more line\n");
-    std::fs::write(ws.path().join("events.jsonl"), &log).unwrap();
-    let grown = host.sync(ws.path(), None).await.unwrap();
+    std::fs::write(fx.ws().join("events.jsonl"), &log).unwrap();
+    let grown = host.sync(fx.ws(), None).await.unwrap();
     assert_eq!(
         (grown.uploaded_blobs, grown.uploaded_bytes),
         (1, (chunk / 2 + 14) as u64),
         "{grown:?}"
     );
-    let mut next = claim(store_dir.path(), 2).await.unwrap();
-    next.restore_into(elsewhere.path()).await.unwrap();
+    let (next, _, elsewhere) = fx.restored(2).await;
     assert_eq!(
         std::fs::read(elsewhere.path().join("events.jsonl")).unwrap(),
         log
     );
     // A damaged piece refuses the restore.
     let piece = &next.manifest().unwrap().files[0].chunks[1];
-    let path = store_dir
-        .path()
-        .join(format!("blobs/{}/{piece}", &piece[..2]));
+    let path = fx.blob(piece);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[7] ^= 1;
     std::fs::write(&path, bytes).unwrap();
-    let target = tempfile::tempdir().unwrap();
-    let e = claim(store_dir.path(), 3)
-        .await
-        .unwrap()
-        .restore_into(target.path())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("damaged"), "{e}");
-    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    fx.refused_restore(3, &["damaged"]).await;
 }
 
 /// Rewrites the manifest HEAD names with `change`, and HEAD's checksum of it, as someone
@@ -381,21 +425,15 @@ fn forge_manifest(store_dir: &Path, change: impl FnOnce(&mut serde_json::Value))
 /// restore takes it too: sync and restore share one rule for stored paths.
 #[tokio::test]
 async fn a_name_that_syncs_is_a_name_that_restores() {
-    let (store_dir, ws, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    write(ws.path(), "notes\\draft.md", "draft");
-    write(ws.path(), "a b/c:d?.txt", "odd");
+    let fx = Fixture::new();
+    fx.write("notes\\draft.md", "draft");
+    fx.write("a b/c:d?.txt", "odd");
     let long = format!("{}/x", "d".repeat(250));
-    write(ws.path(), &long, "deep");
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    let report = host.sync(ws.path(), None).await.unwrap();
+    fx.write(&long, "deep");
+    let (_host, report) = fx.synced(1).await;
     assert_eq!(report.files, 3, "{report:?}");
-    let mut next = claim(store_dir.path(), 2).await.unwrap();
-    next.restore_into(elsewhere.path()).await.unwrap();
-    assert_eq!(tree(elsewhere.path()), tree(ws.path()));
+    let (_next, _, elsewhere) = fx.restored(2).await;
+    assert_eq!(tree(elsewhere.path()), tree(fx.ws()));
 }
 
 /// Issue 37, point 4: restore streams each piece to a file while hashing, checks sizes
@@ -404,38 +442,25 @@ async fn a_name_that_syncs_is_a_name_that_restores() {
 /// manifest says.
 #[tokio::test]
 async fn hostile_sizes_in_a_manifest_are_refused_before_anything_is_read() {
-    let (store_dir, ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    write(ws.path(), "a.txt", "alpha");
+    let fx = Fixture::new();
+    fx.write("a.txt", "alpha");
     let big = vec![7u8; crate::manifest::CHUNK * 2 + 10];
-    std::fs::write(ws.path().join("big.bin"), &big).unwrap();
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    host.sync(ws.path(), None).await.unwrap();
+    std::fs::write(fx.ws().join("big.bin"), &big).unwrap();
+    fx.synced(1).await;
     // A 2 MiB file claimed as one blob: refused (a file over a piece is stored in pieces).
-    let big_sha = crate::sha256_hex(&big);
-    let whole = store_dir
-        .path()
-        .join(format!("blobs/{}/{big_sha}", &big_sha[..2]));
+    let whole = fx.blob(&crate::sha256_hex(&big));
     std::fs::create_dir_all(whole.parent().unwrap()).unwrap();
     std::fs::write(&whole, &big).unwrap();
-    forge_manifest(store_dir.path(), |m| {
+    forge_manifest(fx.store_dir(), |m| {
         for f in m["files"].as_array_mut().unwrap() {
             if f["path"] == "big.bin" {
                 f.as_object_mut().unwrap().remove("chunks");
             }
         }
     });
-    let target = tempfile::tempdir().unwrap();
-    let e = claim(store_dir.path(), 2)
-        .await
-        .unwrap()
-        .restore_into(target.path())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("big.bin"), "{e}");
-    assert!(e.to_string().contains("pieces"), "{e}");
-    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    fx.refused_restore(2, &["big.bin", "pieces"]).await;
     // 64 GiB claimed: refused for the disk, before a byte is fetched.
-    forge_manifest(store_dir.path(), |m| {
+    forge_manifest(fx.store_dir(), |m| {
         let files = m["files"].as_array_mut().unwrap();
         files.retain(|f| f["path"] != "big.bin");
         let pieces = 64 * 1024;
@@ -445,44 +470,28 @@ async fn hostile_sizes_in_a_manifest_are_refused_before_anything_is_read() {
             "chunks": vec![sha.clone(); pieces]
         }));
     });
-    let e = claim(store_dir.path(), 3)
-        .await
-        .unwrap()
-        .restore_into(target.path())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("free"), "{e}");
-    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    fx.refused_restore(3, &["free"]).await;
 }
 
 /// Issue 37, point 4: a planted `epochs/18446744073709551615` must not make `--epoch next`
 /// wrap around to 0 (or panic): it is refused, naming the epoch.
 #[tokio::test]
 async fn the_highest_epoch_does_not_wrap() {
-    use crate::Epoch;
-    let dir = tempfile::tempdir().unwrap();
-    claim(dir.path(), 1).await.unwrap();
-    let planted = dir.path().join("sessions/s1/epochs/18446744073709551615");
+    let fx = Fixture::new();
+    fx.claim(1).await.unwrap();
+    let planted = fx
+        .store_dir()
+        .join("sessions/s1/epochs/18446744073709551615");
     std::fs::write(&planted, "{}").unwrap();
-    let got =
-        SessionStore::claim_epoch(store(dir.path()), sid(), Epoch::Next, StoreRules::default())
-            .await;
-    let Err(e) = got else {
-        panic!("the wrapped epoch was claimed")
-    };
-    assert!(e.to_string().contains("18446744073709551615"), "{e}");
+    assert_err_contains(fx.claim_next().await, &["18446744073709551615"]);
 }
 
 /// Any declared database is copied through the backup, wherever it is, and its side files
 /// are left out; an undeclared one is copied as plain files, `-wal` included.
 #[tokio::test]
 async fn a_database_is_backed_up_because_a_provider_declared_it() {
-    let (store_dir, ws, elsewhere) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    std::fs::create_dir_all(ws.path().join(".toolbox/deeper")).unwrap();
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.ws().join(".toolbox/deeper")).unwrap();
     let wal_db = |path: &Path| {
         let conn = rusqlite::Connection::open(path).unwrap();
         conn.execute_batch(
@@ -492,12 +501,10 @@ async fn a_database_is_backed_up_because_a_provider_declared_it() {
         .unwrap();
         conn
     };
-    let _declared = wal_db(&ws.path().join(".toolbox/deeper/notes.db"));
-    let _undeclared = wal_db(&ws.path().join("plain.db"));
-    let mut host = claim(store_dir.path(), 1).await.unwrap();
-    host.sync(ws.path(), None).await.unwrap();
-    let mut next = claim(store_dir.path(), 2).await.unwrap();
-    next.restore_into(elsewhere.path()).await.unwrap();
+    let _declared = wal_db(&fx.ws().join(".toolbox/deeper/notes.db"));
+    let _undeclared = wal_db(&fx.ws().join("plain.db"));
+    fx.synced(1).await;
+    let (_next, _, elsewhere) = fx.restored(2).await;
     let restored = elsewhere.path();
     assert!(!restored.join(".toolbox/deeper/notes.db-wal").exists());
     let copy = rusqlite::Connection::open(restored.join(".toolbox/deeper/notes.db")).unwrap();
