@@ -127,7 +127,7 @@ pub struct ToolInfo {
     pub names: BTreeMap<Vocabulary, String>,
     /// JSON Schema of the structured value the tool returns beside its text (MCP's
     /// `outputSchema`), when it has one. Set with [`ToolInfo::output_schema`]; the tool then
-    /// returns a [`ToolOutput`] with that value (see [`ToolOutput::to_value`]).
+    /// returns a [`ToolOutput`] with that value (see [`ToolOutput::new`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
     /// Whether the tool reaches beyond the workspace and this machine (the web, a remote
@@ -288,23 +288,31 @@ impl ToolInfo {
     }
 }
 
-/// Key of the object a tool returns for a [`ToolOutput`]; chosen so no tool's ordinary result
-/// has it.
-const STRUCTURED_KEY: &str = "$toolbox_structured";
-
-/// A result with two faces: the text the model reads and a structured value a program reads
-/// (MCP `structuredContent`, `"structured"` in the HTTP API, `ToolCallInfo::structured`).
+/// What a tool returns: the text the model reads and, for a tool that declares an output
+/// schema ([`ToolInfo::output_schema`]), a structured value a program reads (MCP
+/// `structuredContent`, `"structured"` in the HTTP API, `ToolCallInfo::structured`).
 ///
-/// A provider's `call_tool` returns a `serde_json::Value`; a tool with a structured result
-/// returns [`ToolOutput::to_value`] and declares the value's schema with
-/// [`ToolInfo::output_schema`]. The executor splits it again ([`ToolOutput::from_value`]): the
-/// model gets exactly `text`, as if the tool had returned the string.
+/// The model gets exactly `text`. A structured value from a tool that declares no output
+/// schema is dropped by the executor, since no client was told its shape.
+///
+/// ```
+/// use serde_json::json;
+/// use toolbox_core::ToolOutput;
+///
+/// let plain = ToolOutput::from("3 files");
+/// assert_eq!((plain.text.as_str(), plain.structured), ("3 files", None));
+/// // A JSON value that is not a string reaches the model as pretty JSON.
+/// let json = ToolOutput::from(json!({"rows": 2}));
+/// assert_eq!(json.text, "{\n  \"rows\": 2\n}");
+/// let both = ToolOutput::new("2 rows", json!({"rows": 2}));
+/// assert_eq!(both.structured, Some(json!({"rows": 2})));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
     /// What the model sees.
     pub text: String,
-    /// What a program reads: a JSON object matching the tool's output schema.
-    pub structured: Value,
+    /// What a program reads: a JSON object matching the tool's output schema, if it has one.
+    pub structured: Option<Value>,
 }
 
 impl ToolOutput {
@@ -312,34 +320,40 @@ impl ToolOutput {
     pub fn new(text: impl Into<String>, structured: Value) -> Self {
         ToolOutput {
             text: text.into(),
-            structured,
+            structured: Some(structured),
         }
     }
 
-    /// The value a provider returns from `call_tool`.
-    pub fn to_value(self) -> Value {
-        serde_json::json!({ STRUCTURED_KEY: { "text": self.text, "structured": self.structured } })
+    /// A result of text only.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            text: text.into(),
+            structured: None,
+        }
     }
+}
 
-    /// Splits a tool's returned value: `Ok(output)` for a [`ToolOutput`], else the value
-    /// back unchanged.
-    pub fn from_value(value: Value) -> Result<ToolOutput, Value> {
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        ToolOutput::text(text)
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        ToolOutput::text(text)
+    }
+}
+
+/// A string as it is; any other JSON value as pretty JSON text, with no structured value.
+impl From<Value> for ToolOutput {
+    fn from(value: Value) -> Self {
         match value {
-            Value::Object(mut map) if map.len() == 1 && map.contains_key(STRUCTURED_KEY) => {
-                match map.remove(STRUCTURED_KEY) {
-                    Some(Value::Object(mut inner)) => {
-                        match (inner.remove("text"), inner.remove("structured")) {
-                            (Some(Value::String(text)), Some(structured)) => {
-                                Ok(ToolOutput { text, structured })
-                            }
-                            _ => Err(Value::Object(inner)),
-                        }
-                    }
-                    Some(other) => Err(other),
-                    None => Err(Value::Null),
-                }
-            }
-            other => Err(other),
+            Value::String(text) => ToolOutput::text(text),
+            other => ToolOutput::text(
+                serde_json::to_string_pretty(&other)
+                    .unwrap_or_else(|e| format!("<unprintable result: {e}>")),
+            ),
         }
     }
 }
@@ -392,14 +406,13 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_output_survives_the_value_round_trip_and_plain_values_pass() {
+    fn a_tool_output_is_text_and_an_optional_value() {
         let out = ToolOutput::new("text", serde_json::json!({"exit_code": 0}));
-        assert_eq!(ToolOutput::from_value(out.clone().to_value()), Ok(out));
-        let plain = serde_json::json!({"a": 1});
-        assert_eq!(ToolOutput::from_value(plain.clone()), Err(plain));
+        assert_eq!(out.structured, Some(serde_json::json!({"exit_code": 0})));
         assert_eq!(
-            ToolOutput::from_value(Value::String("s".into())),
-            Err(Value::String("s".into()))
+            ToolOutput::from(Value::String("s".into())),
+            ToolOutput::text("s")
         );
+        assert_eq!(ToolOutput::from(serde_json::json!([1])).text, "[\n  1\n]");
     }
 }

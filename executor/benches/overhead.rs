@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
-use toolbox_core::ToolInfo;
+use toolbox_core::{ToolInfo, ToolOutput};
 use toolbox_executor::{ExecutorConfig, PermissionMode, Registry, ToolExecutor, ToolRequest};
 use toolbox_host::{EventSink, ToolContext, ToolProvider};
 
@@ -29,10 +29,8 @@ impl ToolProvider for Echo {
         _tool: &str,
         args: Value,
         _ctx: &ToolContext,
-    ) -> anyhow::Result<Value> {
-        Ok(Value::String(
-            args["text"].as_str().unwrap_or("").to_string(),
-        ))
+    ) -> anyhow::Result<ToolOutput> {
+        Ok(ToolOutput::text(args["text"].as_str().unwrap_or("")))
     }
 }
 

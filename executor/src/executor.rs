@@ -780,8 +780,13 @@ impl ToolExecutor {
         let call = AssertUnwindSafe(tool.provider.call_tool(name, arguments, &ctx)).catch_unwind();
         tokio::pin!(call);
         let declares_structure = tool.info.output_schema.is_some();
-        let finish = |result: std::thread::Result<anyhow::Result<Value>>| match result {
-            Ok(Ok(value)) => Ok(split_tool_result(value, declares_structure)),
+        let finish = |result: std::thread::Result<anyhow::Result<ToolOutput>>| match result {
+            // A structured value goes out only from a tool that declared its shape: no client
+            // was told the shape of any other.
+            Ok(Ok(output)) => Ok((
+                output.text,
+                output.structured.filter(|_| declares_structure),
+            )),
             Ok(Err(err)) => Err((ErrorKind::Tool, said_as(format!("{err:#}"), name, shown))),
             Err(panic) => Err((
                 ErrorKind::Panic,
@@ -1135,25 +1140,5 @@ fn normalize_arguments(tool: &str, arguments: &Value) -> Result<Value> {
         Value::String(text) => serde_json::from_str::<Value>(text)
             .map_err(|e| anyhow!("{tool}: arguments are not valid JSON: {e}")),
         other => Ok(other.clone()),
-    }
-}
-
-/// A tool's value as the model's text and, for a [`ToolOutput`] of a tool that declares an
-/// output schema, the structured value beside it. A tool that returns a `ToolOutput` without
-/// declaring a schema still gives the model its text; the value is dropped, since no client
-/// was told its shape.
-fn split_tool_result(value: Value, declares_structure: bool) -> (String, Option<Value>) {
-    match ToolOutput::from_value(value) {
-        Ok(output) => (output.text, declares_structure.then_some(output.structured)),
-        Err(value) => (stringify_tool_result(value), None),
-    }
-}
-
-/// Strings go to the model as they are; anything else as pretty JSON.
-fn stringify_tool_result(value: Value) -> String {
-    match value {
-        Value::String(s) => s,
-        other => serde_json::to_string_pretty(&other)
-            .unwrap_or_else(|e| format!("<unprintable result: {e}>")),
     }
 }

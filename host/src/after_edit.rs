@@ -1,7 +1,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde_json::Value;
+use toolbox_core::ToolOutput;
 
 use crate::{inventory, ToolContext};
 
@@ -25,19 +25,23 @@ pub struct AfterEdit {
 
 inventory::collect!(AfterEdit);
 
-/// Runs every linked [`AfterEdit`] check on `path` and appends what they say to a text
-/// result (other results are returned unchanged).
-pub async fn with_after_edit(result: Value, path: Option<&str>, ctx: &ToolContext) -> Value {
-    let (Value::String(mut text), Some(path)) = (result.clone(), path) else {
+/// Runs every linked [`AfterEdit`] check on `path` and appends what they say to the text a
+/// tool returns.
+pub async fn with_after_edit(
+    mut result: ToolOutput,
+    path: Option<&str>,
+    ctx: &ToolContext,
+) -> ToolOutput {
+    let Some(path) = path else {
         return result;
     };
     for hook in inventory::iter::<AfterEdit> {
         if let Some(note) = (hook.check)(path, ctx).await {
-            text.push_str("\n\n");
-            text.push_str(&note);
+            result.text.push_str("\n\n");
+            result.text.push_str(&note);
         }
     }
-    Value::String(text)
+    result
 }
 
 /// Registers an [`AfterEdit`] check at link time.

@@ -59,7 +59,9 @@ pub use context::{
 pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
 pub use paths::{operator_path, show_name};
-pub use provider::{registered_providers, ProviderRegistration, ToolProvider};
+pub use provider::{
+    output, registered_providers, ProviderRegistration, ToolFn, ToolFuture, ToolProvider, Tools,
+};
 pub use question::{
     call_gates, no_validation, AskFuture, Asker, CallGate, CallPolicy, GateCall, PersonAnswer,
     QuestionKind,

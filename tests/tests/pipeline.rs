@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Args, ToolInfo, ToolOutput, ToolRisk};
 use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
 use toolbox_executor::{
     ApprovalDecision, CallStatus, ErrorKind, ExecutorConfig, PermissionMode, Registry,
@@ -39,13 +39,25 @@ impl ToolProvider for TestTools {
             ToolInfo::new("sh", "Shell.", obj.clone()).risk(ToolRisk::Shell),
             ToolInfo::new("py", "Python.", obj.clone()).risk(ToolRisk::Python),
             // Served by a runtime, as call_agent is: the executor refuses it by the flag.
-            ToolInfo::new("relay", "Intercepted.", obj).intercepted(),
+            ToolInfo::new("relay", "Intercepted.", obj.clone()).intercepted(),
+            // Both return a structured value; only the first told clients its shape.
+            ToolInfo::new("shaped", "Structured.", obj.clone())
+                .output_schema(json!({"type": "object"})),
+            ToolInfo::new("unshaped", "Structured, undeclared.", obj),
         ]
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> anyhow::Result<Value> {
+    async fn call_tool(
+        &self,
+        tool: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> anyhow::Result<ToolOutput> {
         let a = Args::new(tool, &args)?;
-        match tool {
+        let value = match tool {
+            "shaped" | "unshaped" => {
+                return Ok(ToolOutput::new("two rows", json!({"rows": 2})));
+            }
             "echo" => Ok(Value::String(a.str("text", &["content"])?.to_string())),
             "sleepy" => {
                 let ms = a.opt_u64("ms", &[])?.unwrap_or(10);
@@ -78,7 +90,8 @@ impl ToolProvider for TestTools {
                 "{tool} ran in session {}",
                 ctx.session_id
             ))),
-        }
+        };
+        value.map(ToolOutput::from)
     }
 }
 
@@ -104,6 +117,21 @@ fn executor_in(root: &std::path::Path, mode: PermissionMode, events: EventSink) 
 
 fn req(id: &str, name: &str, args: Value) -> ToolRequest {
     ToolRequest::new(id, name, args).session("s1")
+}
+
+#[tokio::test]
+async fn a_structured_value_goes_out_only_from_a_tool_that_declared_its_shape() {
+    let (_d, exec) = setup(PermissionMode::Full, EventSink::none());
+    let shaped = exec.run(req("1", "shaped", json!({}))).await;
+    assert_eq!(shaped.result, "two rows");
+    assert_eq!(shaped.structured, Some(json!({"rows": 2})));
+    let unshaped = exec.run(req("2", "unshaped", json!({}))).await;
+    assert_eq!(unshaped.result, "two rows");
+    assert_eq!(unshaped.structured, None, "no client was told its shape");
+    // A JSON value that is not a string reaches the model as pretty JSON.
+    let slept = exec.run(req("3", "sleepy", json!({"ms": 1}))).await;
+    assert_eq!(slept.result, "{\n  \"slept_ms\": 1\n}");
+    assert_eq!(slept.structured, None);
 }
 
 #[tokio::test]

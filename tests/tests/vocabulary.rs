@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 use toolbox as _;
-use toolbox_core::{AgentDef, SessionId, ToolOutput, Vocabulary};
+use toolbox_core::{AgentDef, SessionId, Vocabulary};
 use toolbox_executor::{
     trajectory, ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor, ToolRequest,
 };
@@ -230,13 +230,6 @@ async fn info_envelope(exec: &ToolExecutor) -> String {
     exec.run(ToolRequest::new("c4", "shell", json!({"command": "true"})))
         .await
         .envelope()
-}
-
-#[test]
-fn a_tool_output_is_only_structured_for_a_tool_that_declares_a_schema() {
-    // The value a provider returns round-trips; anything else passes through unchanged.
-    let out = ToolOutput::new("text", json!({"a": 1}));
-    assert_eq!(ToolOutput::from_value(out.clone().to_value()), Ok(out));
 }
 
 /// Tool calls a model makes when it knows only the names it was shown: one per tool, with

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
+use toolbox_core::ToolOutput;
 use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_host::{PathError, ToolContext};
 
@@ -130,7 +131,7 @@ struct Plan {
     typing: Typing,
 }
 
-pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
     let given = args.str("path", &["input", "file_path"])?;
     let output = args.str("output", &["output_path", "out"])?;

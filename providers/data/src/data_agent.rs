@@ -30,16 +30,6 @@ pub(crate) const NORMALIZE: &str = "data_agent_normalize_dataset_draft";
 pub(crate) const TRAINING: &str = "data_agent_export_training_jsonl";
 pub(crate) const PLANNING_EVAL: &str = "data_agent_export_planning_eval_csv";
 
-/// Every name of this module, for the provider's dispatch.
-pub(crate) const NAMES: [&str; 6] = [
-    LOAD_INPUTS,
-    VALIDATE,
-    EXPORT,
-    NORMALIZE,
-    TRAINING,
-    PLANNING_EVAL,
-];
-
 /// The formats an export may write.
 const EXPORT_FORMATS: &[&str] = &["jsonl", "json", "csv", "tsv", "parquet"];
 
@@ -271,7 +261,7 @@ enum Job {
 }
 
 /// Runs one of this module's tools.
-pub(crate) async fn run(tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let out = match job(tool, &args) {
         Err(e) => Err(e),
         Ok(Job::Inspect(call)) => inspect::run(call, ctx).await,
@@ -396,22 +386,20 @@ async fn normalize(
     output: String,
     required: Vec<String>,
     ctx: &ToolContext,
-) -> Result<Value> {
-    let converted = convert::run(call, ctx).await?;
+) -> Result<ToolOutput> {
+    let written = convert::run(call, ctx).await?;
     if required.is_empty() {
-        return Ok(converted);
+        return Ok(written);
     }
-    let written = ToolOutput::from_value(converted)
-        .map_err(|_| anyhow!("the conversion returned no report"))?;
-    let real = written.structured["output"]
-        .as_str()
+    let real = written
+        .structured
+        .as_ref()
+        .and_then(|s| s["output"].as_str())
         .unwrap_or(&output)
         .to_string();
     let checked = validate::run(json!({"path": output, "required_nonempty": required}), ctx)
         .await
         .map_err(|e| anyhow!("{output} was written, but checking it failed: {e:#}"))?;
-    let checked =
-        ToolOutput::from_value(checked).map_err(|_| anyhow!("the check returned no report"))?;
     let text = format!(
         "{}\n\nChecked {real} for required fields:\n{}",
         written.text, checked.text
@@ -419,8 +407,7 @@ async fn normalize(
     Ok(ToolOutput::new(
         text,
         json!({"written": written.structured, "checked": checked.structured}),
-    )
-    .to_value())
+    ))
 }
 
 /// A file name's stem for a default output name: its last component, without extensions

@@ -3,6 +3,7 @@
 use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
 use toolbox_core::schema::{integer_in, object_schema, prop};
+use toolbox_core::ToolOutput;
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::{Dir, EntryKind, ToolContext, Workspace, WsPath};
 
@@ -81,7 +82,7 @@ pub(crate) fn info() -> ToolInfo {
     .aliases(&["inspect_data"])
 }
 
-pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
     let given = args.str("path", &["file_path", "file"])?;
     let opts = read_opts(&args)?;

@@ -32,15 +32,15 @@ mod template;
 mod validate;
 mod write;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::schema::{integer_in, prop, string_enum};
 use toolbox_core::trust::Tighten;
-use toolbox_core::{Args, ConfigTable, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{Args, ConfigTable, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 toolbox_host::register_provider!("data", || Arc::new(DataProvider::default()));
 
@@ -186,21 +186,30 @@ impl ToolProvider for DataProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        let mut tools = vec![inspect::info(), validate::info(), convert::info()];
-        tools.extend(data_agent::infos());
-        tools
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            inspect::NAME => inspect::run(args, ctx).await,
-            validate::NAME => validate::run(args, ctx).await,
-            convert::NAME => convert::run(args, ctx).await,
-            other if data_agent::NAMES.contains(&other) => data_agent::run(other, args, ctx).await,
-            other => Err(anyhow!("data has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
+
+/// Every data tool, each listed once.
+static TOOLS: LazyLock<Tools<DataProvider>> = LazyLock::new(|| {
+    Tools::<DataProvider>::new("data")
+        .tool(inspect::info(), |_, _, args, ctx| {
+            output(inspect::run(args, ctx))
+        })
+        .tool(validate::info(), |_, _, args, ctx| {
+            output(validate::run(args, ctx))
+        })
+        .tool(convert::info(), |_, _, args, ctx| {
+            output(convert::run(args, ctx))
+        })
+        .family(data_agent::infos(), |_, tool, args, ctx| {
+            output(data_agent::run(tool, args, ctx))
+        })
+});
 
 /// The rules of working with data that every data tool's description carries, so a model
 /// meets them whichever tool it reads first.
@@ -315,8 +324,8 @@ fn read_opts(args: &Args<'_>) -> Result<source::ReadOptions> {
 
 /// Pretty JSON text for the model, and the same object as the structured result for
 /// programs (MCP `structuredContent`, `"structured"` over HTTP, `ToolCallInfo::structured`).
-fn reply(v: &Value) -> Result<Value> {
-    Ok(toolbox_core::ToolOutput::new(serde_json::to_string_pretty(v)?, v.clone()).to_value())
+fn reply(v: &Value) -> Result<ToolOutput> {
+    Ok(ToolOutput::new(serde_json::to_string_pretty(v)?, v.clone()))
 }
 
 /// Every data tool's structured result: the object its text shows, key for key (see

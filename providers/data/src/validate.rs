@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 use toolbox_core::schema::{integer_in, object_schema, prop};
+use toolbox_core::ToolOutput;
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::{ToolContext, Workspace};
 
@@ -76,7 +77,7 @@ pub(crate) fn info() -> ToolInfo {
     .aliases(&["validate_data"])
 }
 
-pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
     let given = args.str("path", &["file_path", "file"])?;
     let schema_arg = args.opt_value("schema", &["json_schema"]).cloned();

@@ -34,8 +34,9 @@ mod write;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use std::sync::LazyLock;
+use toolbox_core::{Preview, ToolInfo, ToolOutput};
+use toolbox_host::{output, with_after_edit, ToolContext, ToolProvider, Tools};
 
 toolbox_host::register_provider!("file_manager", || std::sync::Arc::new(
     FileManager::default()
@@ -58,37 +59,11 @@ impl ToolProvider for FileManager {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![
-            list::info(),
-            read::info(),
-            write::info(),
-            edit::info(),
-            glob::info(),
-            grep::info(),
-        ]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        // Canonical names only: aliases live in each tool's `info()` and the registry resolves
-        // them before the call gets here.
-        match tool {
-            list::NAME => list::run(args, ctx).await,
-            read::NAME => read::run(args, ctx).await,
-            // What another provider has to say about the file just written (the lsp
-            // provider's diagnostics) is appended through host's AfterEdit hook.
-            write::NAME | edit::NAME => {
-                let path = after_edit_path(&args);
-                let out = if tool == write::NAME {
-                    write::run(args, ctx).await?
-                } else {
-                    edit::run(args, ctx).await?
-                };
-                Ok(toolbox_host::with_after_edit(out, path.as_deref(), ctx).await)
-            }
-            glob::NAME => glob::run(args, ctx).await,
-            grep::NAME => grep::run(args, ctx).await,
-            other => Err(anyhow!("file_manager has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 
     fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
@@ -99,6 +74,31 @@ impl ToolProvider for FileManager {
         }
     }
 }
+
+/// Every file_manager tool, each listed once.
+static TOOLS: LazyLock<Tools<FileManager>> = LazyLock::new(|| {
+    Tools::<FileManager>::new("file_manager")
+        .tool(list::info(), |_, _, args, ctx| output(list::run(args, ctx)))
+        .tool(read::info(), |_, _, args, ctx| output(read::run(args, ctx)))
+        // What another provider has to say about the file just written (the lsp provider's
+        // diagnostics) is appended through host's AfterEdit hook.
+        .tool(write::info(), |_, _, args, ctx| {
+            Box::pin(async move {
+                let path = after_edit_path(&args);
+                let out = write::run(args, ctx).await?;
+                Ok(with_after_edit(out.into(), path.as_deref(), ctx).await)
+            })
+        })
+        .tool(edit::info(), |_, _, args, ctx| {
+            Box::pin(async move {
+                let path = after_edit_path(&args);
+                let out = edit::run(args, ctx).await?;
+                Ok(with_after_edit(out.into(), path.as_deref(), ctx).await)
+            })
+        })
+        .tool(glob::info(), |_, _, args, ctx| output(glob::run(args, ctx)))
+        .tool(grep::info(), |_, _, args, ctx| output(grep::run(args, ctx)))
+});
 
 /// The path a write or edit names (`path` or its alias `file_path`), for the after-edit hook.
 fn after_edit_path(args: &Value) -> Option<String> {
@@ -147,8 +147,7 @@ mod test_support {
     /// Calls a tool through the provider; Ok carries the text result, Err the message.
     pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
         match FileManager::default().call_tool(tool, args, ctx).await {
-            Ok(Value::String(s)) => Ok(s),
-            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
+            Ok(output) => Ok(output.text),
             Err(e) => Err(e.to_string()),
         }
     }

@@ -26,13 +26,14 @@
 mod config;
 mod generate;
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ParsedCache, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{ParsedCache, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 pub use crate::generate::NAME;
 
@@ -52,14 +53,11 @@ impl ToolProvider for ImageGen {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![generate::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            generate::NAME => generate::run(self, args, ctx).await,
-            other => Err(anyhow!("image_gen has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
 
@@ -94,3 +92,10 @@ impl ImageGen {
         Ok((*client).clone())
     }
 }
+
+/// Every image_gen tool, each listed once.
+static TOOLS: LazyLock<Tools<ImageGen>> = LazyLock::new(|| {
+    Tools::<ImageGen>::new("image_gen").tool(generate::info(), |p, _, args, ctx| {
+        output(generate::run(p, args, ctx))
+    })
+});

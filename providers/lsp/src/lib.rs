@@ -32,11 +32,12 @@ mod rpc;
 mod server;
 mod symbols;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use std::sync::LazyLock;
+use toolbox_core::{Preview, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 toolbox_host::register_provider!("lsp", || std::sync::Arc::new(LspProvider::default()));
 
@@ -56,26 +57,11 @@ impl ToolProvider for LspProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![
-            symbols::info(),
-            nav::info_definition(),
-            nav::info_references(),
-            nav::info_hover(),
-            diagnostics::info(),
-            rename::info(),
-        ]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            symbols::NAME => symbols::run(args, ctx).await,
-            nav::DEFINITION => nav::run(nav::DEFINITION, args, ctx).await,
-            nav::REFERENCES => nav::run(nav::REFERENCES, args, ctx).await,
-            nav::HOVER => nav::run(nav::HOVER, args, ctx).await,
-            diagnostics::NAME => diagnostics::run(args, ctx).await,
-            rename::NAME => rename::run(args, ctx).await,
-            other => Err(anyhow!("lsp has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 
     fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
@@ -84,3 +70,26 @@ impl ToolProvider for LspProvider {
             .flatten()
     }
 }
+
+/// Every lsp tool, each listed once.
+static TOOLS: LazyLock<Tools<LspProvider>> = LazyLock::new(|| {
+    Tools::<LspProvider>::new("lsp")
+        .tool(symbols::info(), |_, _, args, ctx| {
+            output(symbols::run(args, ctx))
+        })
+        .tool(nav::info_definition(), |_, _, args, ctx| {
+            output(nav::run(nav::DEFINITION, args, ctx))
+        })
+        .tool(nav::info_references(), |_, _, args, ctx| {
+            output(nav::run(nav::REFERENCES, args, ctx))
+        })
+        .tool(nav::info_hover(), |_, _, args, ctx| {
+            output(nav::run(nav::HOVER, args, ctx))
+        })
+        .tool(diagnostics::info(), |_, _, args, ctx| {
+            output(diagnostics::run(args, ctx))
+        })
+        .tool(rename::info(), |_, _, args, ctx| {
+            output(rename::run(args, ctx))
+        })
+});

@@ -30,15 +30,15 @@ pub mod store;
 pub mod text;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use toolbox_core::schema::prop;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{Args, ConfigTable, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{Args, ConfigTable, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::store::{Location, Memory, Store, Stores};
 
@@ -87,26 +87,33 @@ impl ToolProvider for MemoryProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![
-            save::info(),
-            search::info(),
-            list::info(),
-            get::info(),
-            delete::info(),
-        ]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            save::NAME => save::run(self, args, ctx).await,
-            search::NAME => search::run(self, args, ctx).await,
-            list::NAME => list::run(self, args, ctx).await,
-            get::NAME => get::run(self, args, ctx).await,
-            delete::NAME => delete::run(self, args, ctx).await,
-            other => Err(anyhow!("memory has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
+
+/// Every memory tool, each listed once.
+static TOOLS: LazyLock<Tools<MemoryProvider>> = LazyLock::new(|| {
+    Tools::<MemoryProvider>::new("memory")
+        .tool(save::info(), |p, _, args, ctx| {
+            output(save::run(p, args, ctx))
+        })
+        .tool(search::info(), |p, _, args, ctx| {
+            output(search::run(p, args, ctx))
+        })
+        .tool(list::info(), |p, _, args, ctx| {
+            output(list::run(p, args, ctx))
+        })
+        .tool(get::info(), |p, _, args, ctx| {
+            output(get::run(p, args, ctx))
+        })
+        .tool(delete::info(), |p, _, args, ctx| {
+            output(delete::run(p, args, ctx))
+        })
+});
 
 /// The `[memory]` table.
 #[derive(Debug, Clone)]

@@ -29,7 +29,7 @@ async fn call_with(
     let mut ctx = ToolContext::new(ws.clone(), "s1", "c1", tool);
     ctx.config = Arc::new(config);
     let out = p.call_tool(tool, args, &ctx).await?;
-    Ok(out.as_str().unwrap().to_string())
+    Ok(out.text)
 }
 
 async fn save(p: &MemoryProvider, ws: &Workspace, args: Value) -> i64 {

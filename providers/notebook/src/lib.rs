@@ -26,8 +26,9 @@ mod run_cell;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider, Workspace, WsPath};
+use std::sync::LazyLock;
+use toolbox_core::{Args, ToolInfo, ToolOutput};
+use toolbox_host::{output, with_after_edit, ToolContext, ToolProvider, Tools, Workspace, WsPath};
 
 use crate::nb::Notebook;
 
@@ -51,26 +52,11 @@ impl ToolProvider for NotebookProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![inspect::info(), edit::info(), run_cell::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        // Canonical names only: the registry resolves aliases before the call gets here.
-        match tool {
-            inspect::NAME => inspect::run(args, ctx).await,
-            edit::NAME => {
-                // What another provider has to say about the file just written (host's
-                // AfterEdit hook) is appended.
-                let path = ["path", "notebook_path"]
-                    .iter()
-                    .find_map(|k| args.get(*k).and_then(Value::as_str))
-                    .map(str::to_string);
-                let out = edit::run(args, ctx).await?;
-                Ok(toolbox_host::with_after_edit(out, path.as_deref(), ctx).await)
-            }
-            run_cell::NAME => run_cell::run(args, ctx).await,
-            other => Err(anyhow!("notebook has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 
     fn preview(
@@ -85,6 +71,29 @@ impl ToolProvider for NotebookProvider {
         }
     }
 }
+
+/// Every notebook tool, each listed once.
+static TOOLS: LazyLock<Tools<NotebookProvider>> = LazyLock::new(|| {
+    Tools::<NotebookProvider>::new("notebook")
+        .tool(inspect::info(), |_, _, args, ctx| {
+            output(inspect::run(args, ctx))
+        })
+        // What another provider has to say about the file just written (host's AfterEdit
+        // hook) is appended.
+        .tool(edit::info(), |_, _, args, ctx| {
+            Box::pin(async move {
+                let path = ["path", "notebook_path"]
+                    .iter()
+                    .find_map(|k| args.get(*k).and_then(Value::as_str))
+                    .map(str::to_string);
+                let out = edit::run(args, ctx).await?;
+                Ok(with_after_edit(out.into(), path.as_deref(), ctx).await)
+            })
+        })
+        .tool(run_cell::info(), |_, _, args, ctx| {
+            output(run_cell::run(args, ctx))
+        })
+});
 
 /// A notebook the model named: parsed (not yet opened) against the call's workspace.
 #[derive(Clone)]
@@ -210,8 +219,7 @@ pub(crate) mod test_support {
 
     pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
         match NotebookProvider::default().call_tool(tool, args, ctx).await {
-            Ok(Value::String(s)) => Ok(s),
-            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
+            Ok(output) => Ok(output.text),
             Err(e) => Err(format!("{e:#}")),
         }
     }

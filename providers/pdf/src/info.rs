@@ -42,7 +42,7 @@ fn output_schema() -> Value {
     })
 }
 
-pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
     let given = args.str("path", &["file_path"])?;
     args.finish()?;
@@ -84,5 +84,5 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         }
     }
     structured["metadata"] = Value::Object(metadata);
-    Ok(ToolOutput::new(out.trim_end(), structured).to_value())
+    Ok(ToolOutput::new(out.trim_end(), structured))
 }

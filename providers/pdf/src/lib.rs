@@ -30,9 +30,10 @@ mod search;
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
+use std::sync::LazyLock;
 use toolbox_core::schema::prop;
-use toolbox_core::{Args, ConfigTable, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{Args, ConfigTable, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::doc::Pdf;
 
@@ -67,16 +68,11 @@ impl ToolProvider for PdfProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![info::info(), read::info(), search::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            info::NAME => info::run(args, ctx).await,
-            read::NAME => read::run(args, ctx).await,
-            search::NAME => search::run(args, ctx).await,
-            other => Err(anyhow!("pdf has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
 
@@ -84,6 +80,16 @@ impl ToolProvider for PdfProvider {
 fn path_prop() -> Value {
     prop("string", "Path of the PDF file in the workspace.")
 }
+
+/// Every pdf tool, each listed once.
+static TOOLS: LazyLock<Tools<PdfProvider>> = LazyLock::new(|| {
+    Tools::<PdfProvider>::new("pdf")
+        .tool(info::info(), |_, _, args, ctx| output(info::run(args, ctx)))
+        .tool(read::info(), |_, _, args, ctx| output(read::run(args, ctx)))
+        .tool(search::info(), |_, _, args, ctx| {
+            output(search::run(args, ctx))
+        })
+});
 
 /// The `pages` property of the text tools.
 fn pages_prop() -> Value {

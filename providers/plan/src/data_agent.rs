@@ -95,20 +95,20 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
     ]
 }
 
-/// Runs one of this module's tools; `None` when `tool` is none of them.
+/// Runs one of this module's tools.
 pub(crate) async fn run(
     p: &PlanProvider,
     tool: &str,
     args: Value,
     ctx: &ToolContext,
-) -> Option<Result<Value>> {
-    Some(match tool {
+) -> Result<Value> {
+    match tool {
         PREPARE_GOAL => prepare(p, ctx, PREPARE_GOAL, "goal", &args),
         PREPARE_PLAN => prepare(p, ctx, PREPARE_PLAN, "steps", &args),
         CONFIRM_GOAL => confirm(p, ctx, CONFIRM_GOAL, Part::Goal, &args).await,
         CONFIRM_PLAN => confirm(p, ctx, CONFIRM_PLAN, Part::Plan, &args).await,
-        _ => return None,
-    })
+        other => Err(anyhow::anyhow!("plan has no tool named {other}")),
+    }
 }
 
 fn prepare(

@@ -33,15 +33,15 @@ mod show;
 pub mod state;
 mod update;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use toolbox_core::schema::{object_schema, prop, string_enum};
 use toolbox_core::trust::Tighten;
-use toolbox_core::{ConfigTable, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{ConfigTable, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::state::{Plan, Status, Step, MAX_NOTE_CHARS, MAX_TITLE_CHARS};
 
@@ -117,32 +117,36 @@ impl ToolProvider for PlanProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![
-            set::info(),
-            update::info(),
-            show::info(),
-            request_review::info(),
-            info::info(),
-        ]
-        .into_iter()
-        .chain(data_agent::infos())
-        .collect()
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            set::NAME => set::run(self, args, ctx),
-            update::NAME => update::run(self, args, ctx),
-            show::NAME => show::run(args, ctx),
-            request_review::NAME => request_review::run(self, args, ctx).await,
-            info::NAME => info::run(args, ctx),
-            other => match data_agent::run(self, other, args, ctx).await {
-                Some(result) => result,
-                None => Err(anyhow!("plan has no tool named {other}")),
-            },
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
+
+/// Every plan tool, each listed once.
+static TOOLS: LazyLock<Tools<PlanProvider>> = LazyLock::new(|| {
+    Tools::<PlanProvider>::new("plan")
+        .tool(set::info(), |p, _, args, ctx| {
+            output(std::future::ready(set::run(p, args, ctx)))
+        })
+        .tool(update::info(), |p, _, args, ctx| {
+            output(std::future::ready(update::run(p, args, ctx)))
+        })
+        .tool(show::info(), |_, _, args, ctx| {
+            output(std::future::ready(show::run(args, ctx)))
+        })
+        .tool(request_review::info(), |p, _, args, ctx| {
+            output(request_review::run(p, args, ctx))
+        })
+        .tool(info::info(), |_, _, args, ctx| {
+            output(std::future::ready(info::run(args, ctx)))
+        })
+        .family(data_agent::infos(), |p, tool, args, ctx| {
+            output(data_agent::run(p, tool, args, ctx))
+        })
+});
 
 /// The `[plan]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -26,11 +26,7 @@ async fn call(
     tool: &str,
     args: Value,
 ) -> anyhow::Result<String> {
-    p.call_tool(tool, args, ctx).await.map(|v| {
-        v.as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| v.to_string())
-    })
+    p.call_tool(tool, args, ctx).await.map(|output| output.text)
 }
 
 #[tokio::test]
@@ -370,7 +366,12 @@ async fn session_info_tells_where_and_what() {
         json!({"shell": {"sandbox": "read-only"}, "limits": {"memory_mb": 512},
         "plan": {"require_confirmed": ["shell"]}}),
     );
-    let out = p.call_tool("session__info", json!({}), &c).await.unwrap();
+    let text = p
+        .call_tool("session__info", json!({}), &c)
+        .await
+        .unwrap()
+        .text;
+    let out: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(out["session_id"], "s1");
     assert_eq!(out["permission_mode"], "auto");
     assert_eq!(out["risk_classes"]["shell"], "ask");

@@ -57,11 +57,12 @@ mod render;
 pub mod run;
 mod sessions;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use std::sync::LazyLock;
+use toolbox_core::{Preview, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 pub use common::{
     BUILD_PYTHON_BASE_PREFIX, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_LIBDIR, BUILD_PYTHON_PREFIX,
@@ -106,17 +107,11 @@ impl ToolProvider for PythonProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![run::info(), install::info(), lookup::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        // Canonical names only: the registry resolves aliases before the call gets here.
-        match tool {
-            run::NAME => run::run_tool(self.sessions, args, ctx).await,
-            install::NAME => install::run(self.sessions, args, ctx).await,
-            lookup::NAME => lookup::run(args, ctx).await,
-            other => Err(anyhow!("python has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 
     fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
@@ -132,6 +127,20 @@ impl ToolProvider for PythonProvider {
         Some(embedded::idle_slot())
     }
 }
+
+/// Every python tool, each listed once.
+static TOOLS: LazyLock<Tools<PythonProvider>> = LazyLock::new(|| {
+    Tools::<PythonProvider>::new("python")
+        .tool(run::info(), |p, _, args, ctx| {
+            output(run::run_tool(p.sessions, args, ctx))
+        })
+        .tool(install::info(), |p, _, args, ctx| {
+            output(install::run(p.sessions, args, ctx))
+        })
+        .tool(lookup::info(), |_, _, args, ctx| {
+            output(lookup::run(args, ctx))
+        })
+});
 
 /// Schema builders shared by every provider.
 pub(crate) use toolbox_core::schema::{object_schema, prop};
@@ -169,19 +178,14 @@ pub(crate) mod test_support {
     /// the message.
     pub async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, String> {
         let result = PythonProvider::default().call_tool(tool, args, ctx).await;
-        let text = result.map(|v| match toolbox_core::ToolOutput::from_value(v) {
-            Ok(output) => Value::String(output.text),
-            Err(v) => v,
-        });
-        match text {
-            Ok(Value::String(s)) => Ok(match s.strip_prefix(crate::run::WORKING_FOLDER_NOTE) {
+        match result.map(|output| output.text) {
+            Ok(s) => Ok(match s.strip_prefix(crate::run::WORKING_FOLDER_NOTE) {
                 Some(rest) => rest
                     .split_once('\n')
                     .map(|(_, r)| r.to_string())
                     .unwrap_or_default(),
                 None => s,
             }),
-            Ok(other) => panic!("{tool} returned a non-string result: {other}"),
             Err(e) => Err(format!("{e:#}")),
         }
     }

@@ -79,7 +79,7 @@ pub(crate) async fn run_tool(
     sessions: &'static Sessions,
     args: Value,
     ctx: &ToolContext,
-) -> Result<Value> {
+) -> Result<ToolOutput> {
     let a = Args::new(NAME, &args)?;
     let code = a.opt_str("code", &["content"])?;
     let script = a.opt_nonempty_str("script_path", &[])?;
@@ -171,7 +171,7 @@ pub(crate) async fn run_tool(
             );
         }
     }
-    Ok(ToolOutput::new(text, structured).to_value())
+    Ok(ToolOutput::new(text, structured))
 }
 
 /// The start of the note a new session's first result begins with (see `run_tool`).

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use toolbox_host::{ToolContext, ToolProvider, Workspace};
 use toolbox_python::PythonProvider;
 
@@ -20,11 +20,7 @@ async fn run(ctx: &ToolContext, code: &str, timeout_ms: Option<u64>) -> Result<S
         .await
     {
         // The text the model sees; the structured result beside it is not looked at here.
-        Ok(value) => match toolbox_core::ToolOutput::from_value(value) {
-            Ok(output) => Ok(without_folder_note(output.text)),
-            Err(Value::String(s)) => Ok(without_folder_note(s)),
-            Err(other) => panic!("non-string result {other}"),
-        },
+        Ok(output) => Ok(without_folder_note(output.text)),
         Err(e) => Err(format!("{e:#}")),
     }
 }

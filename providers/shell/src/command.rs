@@ -128,7 +128,7 @@ pub(crate) struct Prepared {
     pub config: Arc<ShellConfig>,
 }
 
-pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
+pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let a = Args::new(NAME, &args)?;
     let command = a.str("command", &["cmd"])?;
     if command.trim().is_empty() {
@@ -201,7 +201,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     if background {
         return jobs::start(shell, prepared, ctx).await.map(|text| {
             let structured = json!({"background": true, "exit_code": null, "message": text});
-            ToolOutput::new(text, structured).to_value()
+            ToolOutput::new(text, structured)
         });
     }
     foreground(prepared, ctx).await
@@ -311,7 +311,7 @@ async fn start_foreground(p: &Prepared) -> std::io::Result<process::Spawned> {
     forker::spawn(build(p)).await
 }
 
-async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
+async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<ToolOutput> {
     let started = Instant::now();
     let spawned = start_foreground(&p)
         .await
@@ -410,7 +410,7 @@ async fn foreground(p: Prepared, ctx: &ToolContext) -> Result<Value> {
         return Err(anyhow!(text));
     }
     match outcome.stopped {
-        None => Ok(ToolOutput::new(text, structured).to_value()),
+        None => Ok(ToolOutput::new(text, structured)),
         Some(_) => Err(anyhow!(text)),
     }
 }

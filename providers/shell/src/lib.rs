@@ -37,13 +37,13 @@ mod jobs;
 mod process;
 mod sleep;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{Preview, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{Preview, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::config::{ConfigCache, ShellConfig};
 
@@ -90,24 +90,11 @@ impl ToolProvider for Shell {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![
-            command::info(),
-            jobs::output_info(),
-            jobs::kill_info(),
-            sleep::info(),
-        ]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        // Canonical names only: aliases live in each tool's `info()` and the registry resolves
-        // them before the call gets here.
-        match tool {
-            command::NAME => command::run(self, args, ctx).await,
-            jobs::OUTPUT => jobs::output(self, args, ctx).await,
-            jobs::KILL => jobs::kill(self, args, ctx).await,
-            sleep::NAME => sleep::run(self, args, ctx).await,
-            other => Err(anyhow!("shell has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 
     fn preview(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Option<Preview> {
@@ -117,6 +104,23 @@ impl ToolProvider for Shell {
         }
     }
 }
+
+/// Every shell tool, each listed once.
+static TOOLS: LazyLock<Tools<Shell>> = LazyLock::new(|| {
+    Tools::<Shell>::new("shell")
+        .tool(command::info(), |p, _, args, ctx| {
+            output(command::run(p, args, ctx))
+        })
+        .tool(jobs::output_info(), |p, _, args, ctx| {
+            output(jobs::output(p, args, ctx))
+        })
+        .tool(jobs::kill_info(), |p, _, args, ctx| {
+            output(jobs::kill(p, args, ctx))
+        })
+        .tool(sleep::info(), |p, _, args, ctx| {
+            output(sleep::run(p, args, ctx))
+        })
+});
 
 /// Schema builders shared by every provider.
 use toolbox_core::schema::{object_schema, prop};
@@ -151,14 +155,8 @@ mod test_support {
         tool: &str,
         args: Value,
     ) -> Result<String, String> {
-        match shell
-            .call_tool(tool, args, ctx)
-            .await
-            .map(toolbox_core::ToolOutput::from_value)
-        {
-            Ok(Ok(output)) => Ok(output.text),
-            Ok(Err(Value::String(s))) => Ok(s),
-            Ok(Err(other)) => panic!("{tool} returned a non-string result: {other}"),
+        match shell.call_tool(tool, args, ctx).await {
+            Ok(output) => Ok(output.text),
             Err(e) => Err(format!("{e:#}")),
         }
     }

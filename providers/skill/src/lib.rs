@@ -33,13 +33,13 @@ pub mod registry;
 mod resource;
 mod script;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::ToolInfo;
-use toolbox_host::{ToolContext, ToolProvider, Workspace};
+use toolbox_core::{ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools, Workspace};
 
 pub use frontmatter::SkillMd;
 pub use lookup::rank;
@@ -69,16 +69,11 @@ impl ToolProvider for SkillProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![load::info(), lookup::info(), resource::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            load::NAME => load::run(args, ctx).await,
-            lookup::NAME => lookup::run(args, ctx).await,
-            resource::NAME => resource::run(args, ctx).await,
-            other => Err(anyhow!("skill has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
 
@@ -93,6 +88,18 @@ async fn discover(tool: &'static str, ctx: &ToolContext) -> Result<Arc<SkillSet>
     .map(Arc::new)
     .map_err(|e| anyhow!("{tool}: invalid configuration: {e:#}"))
 }
+
+/// Every skill tool, each listed once.
+static TOOLS: LazyLock<Tools<SkillProvider>> = LazyLock::new(|| {
+    Tools::<SkillProvider>::new("skill")
+        .tool(load::info(), |_, _, args, ctx| output(load::run(args, ctx)))
+        .tool(lookup::info(), |_, _, args, ctx| {
+            output(lookup::run(args, ctx))
+        })
+        .tool(resource::info(), |_, _, args, ctx| {
+            output(resource::run(args, ctx))
+        })
+});
 
 /// A skill name from a model, parsed; the error names the tool.
 fn parse_name(tool: &str, raw: &str) -> Result<SkillName> {

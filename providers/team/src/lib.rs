@@ -22,13 +22,13 @@
 mod call;
 mod list;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::ToolInfo;
-use toolbox_host::{ToolContext, ToolProvider};
+use toolbox_core::{ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 pub use list::NAME as LIST_AGENTS;
 pub use toolbox_core::agent::CALL_AGENT;
@@ -51,17 +51,22 @@ impl ToolProvider for TeamProvider {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![list::info(), call::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            list::NAME => list::run(args, ctx).await,
-            CALL_AGENT => call::run(args),
-            other => Err(anyhow!("team has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
+
+/// Every team tool, each listed once.
+static TOOLS: LazyLock<Tools<TeamProvider>> = LazyLock::new(|| {
+    Tools::<TeamProvider>::new("team")
+        .tool(list::info(), |_, _, args, ctx| output(list::run(args, ctx)))
+        .tool(call::info(), |_, _, args, _| {
+            output(std::future::ready(call::run(args)))
+        })
+});
 
 #[cfg(test)]
 mod tests;

@@ -57,6 +57,8 @@ async fn list_agents_shows_the_agents_and_the_skipped_files() {
         .call_tool(LIST_AGENTS, json!({}), &ctx(ws.path(), config))
         .await
         .unwrap();
+    // The model reads the list as JSON text.
+    let out: Value = serde_json::from_str(&out.text).unwrap();
     let writer_source = format!("{}/writer.md", team.path().display());
     assert_eq!(
         out,
@@ -88,6 +90,7 @@ async fn list_agents_takes_no_arguments_and_call_agent_needs_the_runtime() {
         .call_tool(LIST_AGENTS, Value::Null, &c)
         .await
         .unwrap();
+    let out: Value = serde_json::from_str(&out.text).unwrap();
     assert_eq!(out["agents"][0]["name"], "default");
     assert!(out.get("skipped").is_none());
     let e = provider

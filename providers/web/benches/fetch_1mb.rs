@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use serde_json::{json, Value};
+use serde_json::json;
 use toolbox_host::{ToolContext, ToolProvider, Workspace};
 
 const MAX_CONNECTIONS: usize = 50_000;
@@ -117,10 +117,10 @@ fn fetch(c: &mut Criterion) {
     for format in ["html", "markdown", "text"] {
         let args = json!({"url": url, "format": format, "max_chars": 2_000_000});
         // One call outside the timing shows the output is real.
-        let first: Value = rt
+        let first = rt
             .block_on(provider.call_tool("web_fetch", args.clone(), &ctx))
             .expect("web_fetch works");
-        let chars = first.as_str().map(|s| s.chars().count()).unwrap_or(0);
+        let chars = first.text.chars().count();
         eprintln!("web_fetch format={format}: {bytes} bytes of HTML -> {chars} characters");
         group.bench_function(format, |b| {
             b.iter(|| {

@@ -32,8 +32,9 @@ mod search;
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ParsedCache, ToolInfo};
-use toolbox_host::{ToolContext, ToolProvider};
+use std::sync::LazyLock;
+use toolbox_core::{ParsedCache, ToolInfo, ToolOutput};
+use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::config::WebConfig;
 use crate::http::Clients;
@@ -69,14 +70,21 @@ impl ToolProvider for Web {
     }
 
     fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![fetch::info(), search::info()]
+        TOOLS.infos()
     }
 
-    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<Value> {
-        match tool {
-            fetch::NAME => fetch::run(self.clients(ctx)?, args, ctx).await,
-            search::NAME => search::run(self.clients(ctx)?, args, ctx).await,
-            other => Err(anyhow!("web has no tool named {other}")),
-        }
+    async fn call_tool(&self, tool: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        TOOLS.call(self, tool, args, ctx).await
     }
 }
+
+/// Every web tool, each listed once.
+static TOOLS: LazyLock<Tools<Web>> = LazyLock::new(|| {
+    Tools::<Web>::new("web")
+        .tool(fetch::info(), |p, _, args, ctx| {
+            output(async move { fetch::run(p.clients(ctx)?, args, ctx).await })
+        })
+        .tool(search::info(), |p, _, args, ctx| {
+            output(async move { search::run(p.clients(ctx)?, args, ctx).await })
+        })
+});
