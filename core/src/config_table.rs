@@ -178,6 +178,190 @@ impl<'a> ConfigTable<'a> {
     }
 }
 
+/// What a config key holds, with its bounds: see [`Key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// A whole number in `min..=max` (no upper bound when `max` is `u64::MAX`).
+    Integer {
+        /// The least value.
+        min: u64,
+        /// The greatest value.
+        max: u64,
+    },
+    /// `true` or `false`.
+    Boolean,
+    /// A string.
+    String,
+    /// One of these strings, compared exactly.
+    Choice(&'static [&'static str]),
+    /// A list of strings.
+    StringList,
+    /// Anything else (a nested table, a value of more than one shape), read with
+    /// [`ConfigTable::get`] and parsed by the provider.
+    Other,
+}
+
+/// One key of a provider's `[table]`, declared once: its name, what it holds, and what an
+/// untrusted workspace's `toolbox.toml` may do with it ([`Tighten`](crate::trust::Tighten);
+/// `None`: only the operator may set it). A [`Table`] lists its keys; the table's unknown-key
+/// check, its trust rules and its typed reads all come from that one list.
+///
+/// ```
+/// use serde_json::json;
+/// use toolbox_core::config_table::{Key, Table};
+/// use toolbox_core::trust::Tighten;
+///
+/// const MAX_JOBS: Key = Key::integer("max_jobs", 1, 64).workspace(Tighten::AtMost(8));
+/// const SANDBOX: Key = Key::choice("sandbox", &["off", "read-only"]);
+/// const SHELL: Table = Table::new("shell", &[MAX_JOBS, SANDBOX]);
+///
+/// let config = json!({"shell": {"max_jobs": 4}});
+/// let table = SHELL.read(&config)?;
+/// assert_eq!(MAX_JOBS.u64(&table)?, Some(4));
+/// assert_eq!(SANDBOX.one_of(&table)?, None);
+/// assert_eq!(SHELL.rule("max_jobs"), Some(Tighten::AtMost(8)));
+/// assert_eq!(SHELL.rule("sandbox"), None);
+///
+/// let config = json!({"shell": {"max_jobs": 99}});
+/// assert_eq!(
+///     MAX_JOBS.u64(&SHELL.read(&config)?).unwrap_err().to_string(),
+///     "[shell] max_jobs must be between 1 and 64, got 99"
+/// );
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    /// The key's name.
+    pub name: &'static str,
+    /// What it holds.
+    pub kind: KeyKind,
+    /// What a workspace may do with it.
+    pub workspace: Option<crate::trust::Tighten>,
+}
+
+impl Key {
+    const fn of(name: &'static str, kind: KeyKind) -> Key {
+        Key {
+            name,
+            kind,
+            workspace: None,
+        }
+    }
+
+    /// A whole number in `min..=max` (`u64::MAX`: no upper bound).
+    pub const fn integer(name: &'static str, min: u64, max: u64) -> Key {
+        Key::of(name, KeyKind::Integer { min, max })
+    }
+
+    /// `true` or `false`.
+    pub const fn boolean(name: &'static str) -> Key {
+        Key::of(name, KeyKind::Boolean)
+    }
+
+    /// A string.
+    pub const fn string(name: &'static str) -> Key {
+        Key::of(name, KeyKind::String)
+    }
+
+    /// One of `choices`.
+    pub const fn choice(name: &'static str, choices: &'static [&'static str]) -> Key {
+        Key::of(name, KeyKind::Choice(choices))
+    }
+
+    /// A list of strings.
+    pub const fn strings(name: &'static str) -> Key {
+        Key::of(name, KeyKind::StringList)
+    }
+
+    /// A value the provider parses itself.
+    pub const fn other(name: &'static str) -> Key {
+        Key::of(name, KeyKind::Other)
+    }
+
+    /// What an untrusted workspace may do with it.
+    pub const fn workspace(mut self, rule: crate::trust::Tighten) -> Key {
+        self.workspace = Some(rule);
+        self
+    }
+
+    /// The whole number, within the declared bounds, if set.
+    pub fn u64(&self, table: &ConfigTable<'_>) -> Result<Option<u64>> {
+        let KeyKind::Integer { min, max } = self.kind else {
+            panic!("[{}] {} is not declared as a number", table.name, self.name)
+        };
+        table.u64_in(self.name, min, max)
+    }
+
+    /// `true` or `false`, if set.
+    pub fn bool(&self, table: &ConfigTable<'_>) -> Result<Option<bool>> {
+        debug_assert_eq!(self.kind, KeyKind::Boolean, "{}", self.name);
+        table.bool(self.name)
+    }
+
+    /// The string, if set.
+    pub fn str<'a>(&self, table: &ConfigTable<'a>) -> Result<Option<&'a str>> {
+        debug_assert_eq!(self.kind, KeyKind::String, "{}", self.name);
+        table.string(self.name)
+    }
+
+    /// One of the declared choices, if set.
+    pub fn one_of(&self, table: &ConfigTable<'_>) -> Result<Option<&'static str>> {
+        let KeyKind::Choice(choices) = self.kind else {
+            panic!("[{}] {} is not declared as a choice", table.name, self.name)
+        };
+        table.one_of(self.name, choices)
+    }
+
+    /// The list of strings, if set.
+    pub fn string_list(&self, table: &ConfigTable<'_>) -> Result<Option<Vec<String>>> {
+        debug_assert_eq!(self.kind, KeyKind::StringList, "{}", self.name);
+        table.string_list(self.name)
+    }
+
+    /// The raw value, if set (not `null`).
+    pub fn value<'a>(&self, table: &ConfigTable<'a>) -> Option<&'a Value> {
+        table.get(self.name)
+    }
+}
+
+/// A provider's `[table]`: its name and every key it understands (see [`Key`]). Register it
+/// with [`register_table!`](crate::register_table) so the executor knows what a workspace may
+/// set in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    /// The table's name, as in `[name]`.
+    pub name: &'static str,
+    /// Every key it understands.
+    pub keys: &'static [Key],
+}
+
+impl Table {
+    /// The table `[name]` of `keys`.
+    pub const fn new(name: &'static str, keys: &'static [Key]) -> Table {
+        Table { name, keys }
+    }
+
+    /// Reads this table from the whole configuration (`ToolContext::config`), refusing keys
+    /// it does not declare.
+    pub fn read<'a>(&self, config: &'a Value) -> Result<ConfigTable<'a>> {
+        self.read_value(config.get(self.name))
+    }
+
+    /// Reads `value` as this table (`None` and `null`: an empty table).
+    pub fn read_value<'a>(&self, value: Option<&'a Value>) -> Result<ConfigTable<'a>> {
+        let known: Vec<&str> = self.keys.iter().map(|k| k.name).collect();
+        ConfigTable::new(self.name, value, &known)
+    }
+
+    /// What a workspace may do with `key`; `None`: it may not set it.
+    pub fn rule(&self, key: &str) -> Option<crate::trust::Tighten> {
+        self.keys
+            .iter()
+            .find(|k| k.name == key)
+            .and_then(|k| k.workspace)
+    }
+}
+
 /// `"a", "b" or "c"`.
 pub fn quoted_choices(choices: &[&str]) -> String {
     let quoted: Vec<String> = choices.iter().map(|c| format!("{c:?}")).collect();

@@ -18,8 +18,9 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+mod arg;
 mod args;
-mod config_table;
+pub mod config_table;
 pub mod error;
 pub mod frontmatter;
 pub mod panic;
@@ -33,8 +34,9 @@ pub mod trust;
 pub use agent::{
     AgentDef, AgentName, AgentProblem, AgentSet, AgentsConfig, CallAgentArgs, InvalidAgentName,
 };
+pub use arg::{Arg, ArgKind, Prop};
 pub use args::{json_kind, Args};
-pub use config_table::{ConfigTable, ParsedCache};
+pub use config_table::{ConfigTable, Key, ParsedCache, Table};
 pub use permission::{Decision, PermissionMode};
 pub use preview::{BlockKind, Preview, PreviewBlock};
 pub use session::{InvalidSessionId, SessionId};

@@ -8,6 +8,26 @@ pub fn prop(kind: &str, description: &str) -> Value {
     json!({ "type": kind, "description": description })
 }
 
+/// The closed object schema of a tool's declared arguments (see [`Arg`](crate::Arg)): each
+/// property with its type and bounds, and `required` listing the ones declared required.
+pub fn object(props: &[crate::arg::Prop]) -> Value {
+    let properties: Map<String, Value> = props
+        .iter()
+        .map(|p| (p.name.to_string(), p.schema.clone()))
+        .collect();
+    let required: Vec<&str> = props
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name)
+        .collect();
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
 /// A closed object schema (`additionalProperties: false`) of the given properties.
 pub fn object_schema(properties: &[(&str, Value)], required: &[&str]) -> Value {
     let props: Map<String, Value> = properties

@@ -7,8 +7,10 @@
 //! workspace may set and in which direction, with [`workspace_config_rules!`](crate::workspace_config_rules). A key with no
 //! rule is refused when an untrusted workspace sets it.
 
+use crate::config_table::Table;
+
 /// How a workspace may change one key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tighten {
     /// A whole number that may only go down from the operator's value (or this default).
     AtMost(u64),
@@ -30,28 +32,33 @@ pub enum Tighten {
     AddToList(&'static [&'static str]),
 }
 
-/// The rules for one `[table]` of the configuration.
-pub struct TableRules {
-    /// The table's name, as in `[table]`.
-    pub table: &'static str,
-    /// Each key a workspace may set, and how.
-    pub rules: &'static [(&'static str, Tighten)],
-}
+/// One registered `[table]`: what a workspace may set in it is each [`Key`]'s rule.
+///
+/// [`Key`]: crate::config_table::Key
+pub struct Registered(pub Table);
 
-inventory::collect!(TableRules);
+inventory::collect!(Registered);
 
-impl TableRules {
-    /// The rule for `key`; `None` means a workspace may not set it.
-    pub fn rule(&self, key: &str) -> Option<Tighten> {
-        self.rules.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
-    }
-}
-
-/// The rules registered for `table`, if any crate linked in declared them.
-pub fn table_rules(table: &str) -> Option<&'static TableRules> {
-    inventory::iter::<TableRules>
+/// The table registered as `table`, if any crate linked in declared it.
+pub fn table_rules(table: &str) -> Option<&'static Table> {
+    inventory::iter::<Registered>
         .into_iter()
-        .find(|r| r.table == table)
+        .map(|r| &r.0)
+        .find(|r| r.name == table)
+}
+
+/// Registers a provider's [`Table`] (a `const`), so the executor knows which of its keys an
+/// untrusted workspace may set, and how.
+///
+/// ```ignore
+/// const SHELL: Table = Table::new("shell", &[MAX_JOBS, SANDBOX]);
+/// toolbox_core::register_table!(SHELL);
+/// ```
+#[macro_export]
+macro_rules! register_table {
+    ($table:expr) => {
+        $crate::inventory::submit! { $crate::trust::Registered($table) }
+    };
 }
 
 /// Declares which keys of a config table an untrusted workspace may set, and how.
@@ -66,7 +73,9 @@ pub fn table_rules(table: &str) -> Option<&'static TableRules> {
 macro_rules! workspace_config_rules {
     ($table:expr, [$(($key:expr, $rule:expr)),* $(,)?]) => {
         $crate::inventory::submit! {
-            $crate::trust::TableRules { table: $table, rules: &[$(($key, $rule)),*] }
+            $crate::trust::Registered($crate::config_table::Table::new($table, &[$(
+                $crate::config_table::Key::other($key).workspace($rule)
+            ),*]))
         }
     };
 }

@@ -227,7 +227,7 @@ fn the_agents_table_is_checked() {
     assert!(e.to_string().contains("must be folder paths"), "{e}");
     // An untrusted workspace may set nothing in [agents].
     let rules = crate::trust::table_rules("agents").expect("[agents] declares its rules");
-    assert!(rules.rules.is_empty());
+    assert!(rules.keys.iter().all(|k| k.workspace.is_none()));
 }
 
 #[test]

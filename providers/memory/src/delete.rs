@@ -2,11 +2,11 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::object_schema;
+use toolbox_core::schema::object;
 use toolbox_core::{ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
-use crate::{header, id_prop, MemoryProvider, TOOLSET};
+use crate::{header, MemoryProvider, ID, TOOLSET};
 
 pub(crate) const NAME: &str = "memory__delete";
 
@@ -15,7 +15,7 @@ pub(crate) fn info() -> ToolInfo {
         NAME,
         "Delete one memory by its id, for a note that is wrong or no longer true (save \
          the corrected note first). This cannot be undone.",
-        object_schema(&[("id", id_prop("The memory's id, e.g. 12."))], &["id"]),
+        object(&[ID.doc("The memory's id, e.g. 12.")]),
     )
     .risk(ToolRisk::FileWrite)
     .toolsets(&[TOOLSET])

@@ -2,11 +2,11 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::object_schema;
+use toolbox_core::schema::object;
 use toolbox_core::ToolInfo;
 use toolbox_host::ToolContext;
 
-use crate::{header, id_prop, MemoryProvider, TOOLSET};
+use crate::{header, MemoryProvider, ID, TOOLSET};
 
 pub(crate) const NAME: &str = "memory__get";
 
@@ -15,7 +15,7 @@ pub(crate) fn info() -> ToolInfo {
         NAME,
         "Read one memory in full by its id (as shown by memory__search or memory__list): \
          title, date, tags and the whole text.",
-        object_schema(&[("id", id_prop("The memory's id, e.g. 12."))], &["id"]),
+        object(&[ID.doc("The memory's id, e.g. 12.")]),
     )
     .toolsets(&[TOOLSET])
 }

@@ -35,9 +35,8 @@ use std::sync::{Arc, LazyLock};
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::schema::prop;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{Args, ConfigTable, ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Args, Key, Table, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::store::{Location, Memory, Store, Stores};
@@ -49,8 +48,6 @@ toolbox_host::register_state_file!("memory", ".toolbox/memory.sqlite", SqliteDat
 
 /// The toolset every memory tool belongs to.
 const TOOLSET: &str = "memory";
-/// Every key `[memory]` understands.
-const KEYS: &[&str] = &["path", "max_text_bytes"];
 /// A memory's text may be at most this long unless `[memory] max_text_bytes` says otherwise.
 pub const DEFAULT_MAX_TEXT_BYTES: u64 = 64 * 1024;
 /// The highest `[memory] max_text_bytes` an operator may set.
@@ -61,12 +58,22 @@ const MAX_TITLE_BYTES: usize = 1024;
 const MAX_TAGS: usize = 16;
 const MAX_TAG_CHARS: usize = 64;
 
-// An untrusted workspace's toolbox.toml may only lower [memory] max_text_bytes. `path` is the
-// operator's alone: a repository must not point an agent's memory at a file of its choosing.
-toolbox_core::workspace_config_rules!(
-    "memory",
-    [("max_text_bytes", Tighten::AtMost(DEFAULT_MAX_TEXT_BYTES))]
-);
+/// `[memory] path`: the operator's alone, since a repository must not point an agent's
+/// memory at a file of its choosing.
+const PATH: Key = Key::string("path");
+/// `[memory] max_text_bytes`: an untrusted workspace may only lower it.
+const MAX_TEXT_BYTES: Key = Key::integer("max_text_bytes", 1, MAX_TEXT_BYTES_CEILING)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_TEXT_BYTES));
+/// The `[memory]` table.
+const TABLE: Table = Table::new("memory", &[PATH, MAX_TEXT_BYTES]);
+toolbox_core::register_table!(TABLE);
+
+/// The `id` argument of `memory__get` and `memory__delete`.
+const ID: Arg = Arg::integer("id", 0, None)
+    .aliases(&["memory_id"])
+    .required();
+/// The `tags` argument.
+const TAGS: Arg = Arg::strings("tags").aliases(&["tag"]);
 
 /// The `memory` provider: the open stores, shared by every call.
 #[derive(Default)]
@@ -124,13 +131,13 @@ struct Settings {
 
 fn settings(ctx: &ToolContext) -> Result<Settings> {
     let read = || -> Result<Settings> {
-        let table = ConfigTable::from_config(&ctx.config, "memory", KEYS)?;
-        let location = match table.string("path")? {
+        let table = TABLE.read(&ctx.config)?;
+        let location = match PATH.str(&table)? {
             None => Location::Workspace(ctx.workspace.clone()),
             Some(p) => Location::Operator(operator_path(p)?),
         };
-        let max_text_bytes = table
-            .u64_in("max_text_bytes", 1, MAX_TEXT_BYTES_CEILING)?
+        let max_text_bytes = MAX_TEXT_BYTES
+            .u64(&table)?
             .unwrap_or(DEFAULT_MAX_TEXT_BYTES);
         Ok(Settings {
             location,
@@ -208,11 +215,10 @@ impl MemoryProvider {
 
 /// The `id` argument: a whole number, or the `#12` form the tools print.
 fn id_arg(args: &Args<'_>) -> Result<i64> {
-    let id = match args.opt_u64("id", &["memory_id"]) {
-        Ok(Some(id)) => Some(id),
-        Ok(None) => None,
-        Err(e) => match args.opt_str("id", &["memory_id"]) {
-            Ok(Some(s)) => Some(
+    let id = match ID.opt_u64(args) {
+        Ok(id) => id,
+        Err(e) => match ID.opt_value(args) {
+            Some(Value::String(s)) => Some(
                 s.trim()
                     .trim_start_matches('#')
                     .parse::<u64>()
@@ -229,7 +235,7 @@ fn id_arg(args: &Args<'_>) -> Result<i64> {
 /// be non-empty; duplicates are dropped. Tags compare exactly (case included).
 fn tags_arg(args: &Args<'_>) -> Result<Vec<String>> {
     let tool = args.tool();
-    let given = args.opt_str_list("tags", &["tag"])?.unwrap_or_default();
+    let given = TAGS.opt_str_list(args)?.unwrap_or_default();
     let mut tags: Vec<String> = Vec::new();
     for raw in given {
         for tag in raw.split(',') {
@@ -252,20 +258,6 @@ fn tags_arg(args: &Args<'_>) -> Result<Vec<String>> {
         );
     }
     Ok(tags)
-}
-
-/// The `tags` property.
-fn tags_prop(description: &str) -> Value {
-    serde_json::json!({
-        "type": "array",
-        "items": {"type": "string"},
-        "description": description,
-    })
-}
-
-/// The `id` property.
-fn id_prop(description: &str) -> Value {
-    prop("integer", description)
 }
 
 /// `2025-06-01T10:20:30Z`.

@@ -3,16 +3,17 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::store::Page;
-use crate::{header, tags_arg, tags_note, tags_prop, text, MemoryProvider, TOOLSET};
+use crate::{header, tags_arg, tags_note, text, MemoryProvider, TAGS, TOOLSET};
 
 pub(crate) const NAME: &str = "memory__list";
 const DEFAULT_LIMIT: u64 = 20;
-const MAX_LIMIT: u64 = 100;
+const LIMIT: Arg = Arg::integer("limit", 1, Some(100)).default(DEFAULT_LIMIT);
+const OFFSET: Arg = Arg::integer("offset", 0, None).default(0);
 /// Characters of each memory's text shown in a listing.
 const PREVIEW_CHARS: usize = 160;
 
@@ -22,27 +23,11 @@ pub(crate) fn info() -> ToolInfo {
         "List memories, newest first: id, title, date, tags and the start of the text. \
          Filter by tags (a memory must carry every tag given); page with offset. To find \
          memories about something, use memory__search instead.",
-        object_schema(
-            &[
-                (
-                    "tags",
-                    tags_prop("Only memories carrying all of these tags (exact match)."),
-                ),
-                (
-                    "limit",
-                    integer_in(
-                        &format!("How many to show (default {DEFAULT_LIMIT})."),
-                        1,
-                        Some(MAX_LIMIT),
-                    ),
-                ),
-                (
-                    "offset",
-                    integer_in("How many of the newest to skip (default 0).", 0, None),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            TAGS.doc("Only memories carrying all of these tags (exact match)."),
+            LIMIT.doc(format!("How many to show (default {DEFAULT_LIMIT}).")),
+            OFFSET.doc("How many of the newest to skip (default 0)."),
+        ]),
     )
     .toolsets(&[TOOLSET])
 }
@@ -50,8 +35,9 @@ pub(crate) fn info() -> ToolInfo {
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
     let tags = tags_arg(&args)?;
-    let limit = args.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
-    let offset = args.u64_in("offset", &[], 0, 0, i64::MAX as u64)?;
+    let limit = LIMIT.u64(&args)?;
+    // The store counts in i64: an offset past that skips everything either way.
+    let offset = OFFSET.u64(&args)?.min(i64::MAX as u64);
     args.finish()?;
     let filter = tags.clone();
     let page = p

@@ -2,16 +2,18 @@
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
 use crate::{
-    settings, tags_arg, tags_prop, text, MemoryProvider, MAX_TAGS, MAX_TAG_CHARS, MAX_TITLE_BYTES,
+    settings, tags_arg, text, MemoryProvider, MAX_TAGS, MAX_TAG_CHARS, MAX_TITLE_BYTES, TAGS,
     TOOLSET,
 };
 
 pub(crate) const NAME: &str = "memory__save";
+const TEXT: Arg = Arg::string("text").aliases(&["content"]).required();
+const TITLE: Arg = Arg::string("title");
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -20,21 +22,14 @@ pub(crate) fn info() -> ToolInfo {
          preference, a result worth finding again. Returns the new memory's id. Write the \
          text so it makes sense on its own later; add a short title and tags to find it \
          by (memory__search, memory__list).",
-        object_schema(
-            &[
-                ("text", prop("string", "What to remember (any language).")),
-                ("title", prop("string", "A short title (optional).")),
-                (
-                    "tags",
-                    tags_prop(&format!(
-                        "Tags to file it under, e.g. [\"project-x\", \"decision\"] (optional; \
-                         at most {MAX_TAGS}, each up to {MAX_TAG_CHARS} characters; they \
-                         compare exactly)."
-                    )),
-                ),
-            ],
-            &["text"],
-        ),
+        object(&[
+            TEXT.doc("What to remember (any language)."),
+            TITLE.doc("A short title (optional)."),
+            TAGS.doc(format!(
+                "Tags to file it under, e.g. [\"project-x\", \"decision\"] (optional; at \
+                 most {MAX_TAGS}, each up to {MAX_TAG_CHARS} characters; they compare exactly)."
+            )),
+        ]),
     )
     .risk(ToolRisk::FileWrite)
     .toolsets(&[TOOLSET])
@@ -43,7 +38,7 @@ pub(crate) fn info() -> ToolInfo {
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
     let max = settings(ctx)?.max_text_bytes;
-    let body = args.str("text", &["content"])?;
+    let body = TEXT.str(&args)?;
     if body.trim().is_empty() {
         bail!(
             "{NAME}: text is empty; a memory needs 1 to {max} bytes of text ([memory] max_text_bytes)"
@@ -55,8 +50,8 @@ pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> R
             body.len()
         );
     }
-    let title = args
-        .opt_str("title", &[])?
+    let title = TITLE
+        .opt_str(&args)?
         .map(text::one_line)
         .filter(|t| !t.is_empty());
     if let Some(t) = &title {

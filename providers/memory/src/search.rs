@@ -2,15 +2,16 @@
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
-use crate::{header, tags_arg, tags_note, tags_prop, MemoryProvider, TOOLSET};
+use crate::{header, tags_arg, tags_note, MemoryProvider, TAGS, TOOLSET};
 
 pub(crate) const NAME: &str = "memory__search";
 const DEFAULT_LIMIT: u64 = 10;
-const MAX_LIMIT: u64 = 50;
+const QUERY: Arg = Arg::string("query").aliases(&["q"]).required();
+const LIMIT: Arg = Arg::integer("limit", 1, Some(50)).default(DEFAULT_LIMIT);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -20,36 +21,25 @@ pub(crate) fn info() -> ToolInfo {
          exact phrase come first, then those with every word, then those with some; the \
          title counts most. Each result has its id, title, date, tags and an excerpt with \
          the matches in **bold**; read a whole memory with memory__get.",
-        object_schema(
-            &[
-                ("query", prop("string", "Words or a phrase to look for.")),
-                (
-                    "tags",
-                    tags_prop("Only memories carrying all of these tags (exact match)."),
-                ),
-                (
-                    "limit",
-                    integer_in(
-                        &format!("How many results at most (default {DEFAULT_LIMIT})."),
-                        1,
-                        Some(MAX_LIMIT),
-                    ),
-                ),
-            ],
-            &["query"],
-        ),
+        object(&[
+            QUERY.doc("Words or a phrase to look for."),
+            TAGS.doc("Only memories carrying all of these tags (exact match)."),
+            LIMIT.doc(format!(
+                "How many results at most (default {DEFAULT_LIMIT})."
+            )),
+        ]),
     )
     .toolsets(&[TOOLSET])
 }
 
 pub(crate) async fn run(p: &MemoryProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let query = args.str("query", &["q"])?.to_string();
+    let query = QUERY.str(&args)?.to_string();
     if query.trim().is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
     let tags = tags_arg(&args)?;
-    let limit = args.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let limit = LIMIT.u64(&args)? as usize;
     args.finish()?;
     let (q, filter) = (query.clone(), tags.clone());
     let hits = p
