@@ -53,12 +53,16 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Value};
 
-use crate::config_table::ConfigTable;
+use crate::config_table::{Key, Table};
 use crate::frontmatter::{self, set_once, OtherKeys, ScalarText, SplitError};
 
-// An untrusted workspace's toolbox.toml may set nothing in [agents]: `dirs` would let a
-// repository point toolbox at folders outside it, whose prompts would then steer agents.
-crate::workspace_config_rules!("agents", []);
+/// `[agents] dirs`. An untrusted workspace's toolbox.toml may set nothing in [agents]: `dirs`
+/// would let a repository point toolbox at folders outside it, whose prompts would then steer
+/// agents.
+const DIRS: Key = Key::strings("dirs");
+/// The `[agents]` table.
+const TABLE: Table = Table::new("agents", &[DIRS]);
+crate::register_table!(TABLE);
 
 /// The tool through which one agent runs another: declared by the team provider (with
 /// [`call_agent_info`]), served by the agent runtime, which parses its arguments with
@@ -397,8 +401,8 @@ impl AgentsConfig {
     /// Reads `[agents]` from the whole configuration (`ToolContext::config`): only `dirs`, a
     /// list of folder paths, is known.
     pub fn from_config(config: &Value) -> anyhow::Result<Self> {
-        let table = ConfigTable::from_config(config, "agents", &["dirs"])?;
-        let dirs = table.string_list("dirs")?.unwrap_or_default();
+        let table = TABLE.read(config)?;
+        let dirs = DIRS.string_list(&table)?.unwrap_or_default();
         if let Some(bad) = dirs
             .iter()
             .find(|d| d.trim().is_empty() || d.contains('\0'))

@@ -42,5 +42,5 @@ pub use preview::{BlockKind, Preview, PreviewBlock};
 pub use session::{InvalidSessionId, SessionId};
 pub use tool::{ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 
-/// Re-exported so [`workspace_config_rules!`] works without naming `inventory`.
+/// Re-exported so [`register_table!`] works without naming `inventory`.
 pub use inventory;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::SessionId;
+use toolbox_core::{Key, SessionId, Table};
 use toolbox_executor::{ApprovalDecision, PermissionMode, Permissions, ToolExecutor};
 use toolbox_host::CancellationToken;
 
@@ -37,23 +37,18 @@ pub const DEFAULT_MAX_PARALLEL_CALLS: u64 = 8;
 /// The default of `[runtime] max_calls_per_turn`.
 pub const DEFAULT_MAX_CALLS_PER_TURN: u64 = 500;
 
-/// The keys `[runtime]` accepts.
-const RUNTIME_KEYS: &[&str] = &["max_parallel_calls", "max_calls_per_turn", "vocabulary"];
-
 // A workspace's toolbox.toml may lower the fan-out caps, never raise them.
-toolbox_core::workspace_config_rules!(
+const MAX_PARALLEL_CALLS: Key = Key::integer("max_parallel_calls", 1, 256)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_PARALLEL_CALLS));
+const MAX_CALLS_PER_TURN: Key = Key::integer("max_calls_per_turn", 1, 100_000)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_CALLS_PER_TURN));
+const VOCABULARY: Key = Key::choice("vocabulary", &["canonical", "data-agent"]);
+/// The `[runtime]` table.
+const TABLE: Table = Table::new(
     "runtime",
-    [
-        (
-            "max_parallel_calls",
-            Tighten::AtMost(DEFAULT_MAX_PARALLEL_CALLS)
-        ),
-        (
-            "max_calls_per_turn",
-            Tighten::AtMost(DEFAULT_MAX_CALLS_PER_TURN)
-        ),
-    ]
+    &[MAX_PARALLEL_CALLS, MAX_CALLS_PER_TURN, VOCABULARY],
 );
+toolbox_core::register_table!(TABLE);
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
@@ -71,19 +66,15 @@ impl RuntimeOptions {
     /// The defaults, with `[runtime]` of `config` over them (unknown keys and values out of
     /// range are refused, naming them).
     pub fn from_config(config: &toolbox_executor::ExecutorConfig) -> anyhow::Result<Self> {
-        let table = toolbox_core::ConfigTable::new(
-            "runtime",
-            config.providers.get("runtime"),
-            RUNTIME_KEYS,
-        )?;
+        let table = TABLE.read_value(config.providers.get("runtime"))?;
         let mut options = RuntimeOptions::default();
-        if let Some(n) = table.u64_in("max_parallel_calls", 1, 256)? {
+        if let Some(n) = MAX_PARALLEL_CALLS.u64(&table)? {
             options.max_parallel_calls = n as usize;
         }
-        if let Some(n) = table.u64_in("max_calls_per_turn", 1, 100_000)? {
+        if let Some(n) = MAX_CALLS_PER_TURN.u64(&table)? {
             options.max_calls_per_turn = n as u32;
         }
-        if let Some(v) = table.one_of("vocabulary", &["canonical", "data-agent"])? {
+        if let Some(v) = VOCABULARY.one_of(&table)? {
             options.vocabulary = v.parse().map_err(anyhow::Error::msg)?;
         }
         Ok(options)

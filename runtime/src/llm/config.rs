@@ -9,8 +9,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use toolbox_core::config_table::KeyKind;
 use toolbox_core::trust::Tighten;
-use toolbox_core::ConfigTable;
+use toolbox_core::{Key, Table};
 
 use super::{LlmError, LlmErrorKind};
 
@@ -38,43 +39,48 @@ const MIN_MAX_RESPONSE_BYTES: u64 = 1024;
 /// The largest `max_response_bytes` accepted: 1 GiB.
 const MAX_MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 
-/// Every key `[llm]` understands.
-pub const KEYS: &[&str] = &[
-    "provider",
-    "base_url",
-    "model",
-    "api_key_env",
-    "connect_timeout_ms",
-    "idle_timeout_ms",
-    "request_timeout_ms",
-    "max_retries",
-    "max_tokens",
+const U32_MAX: u64 = u32::MAX as u64;
+const PROVIDER: Key = Key::string("provider");
+const BASE_URL: Key = Key::string("base_url");
+const MODEL: Key = Key::string("model");
+const API_KEY_ENV: Key = Key::string("api_key_env");
+const CONNECT_TIMEOUT_MS: Key = Key::integer("connect_timeout_ms", 1, U32_MAX)
+    .workspace(Tighten::AtMost(DEFAULT_CONNECT_TIMEOUT_MS));
+const IDLE_TIMEOUT_MS: Key =
+    Key::integer("idle_timeout_ms", 1, U32_MAX).workspace(Tighten::AtMost(DEFAULT_IDLE_TIMEOUT_MS));
+const REQUEST_TIMEOUT_MS: Key = Key::integer("request_timeout_ms", 1, U32_MAX)
+    .workspace(Tighten::AtMost(DEFAULT_REQUEST_TIMEOUT_MS));
+const MAX_RETRIES: Key = Key::integer("max_retries", 0, MAX_MAX_RETRIES)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_RETRIES as u64));
+const MAX_TOKENS: Key =
+    Key::integer("max_tokens", 1, U32_MAX).workspace(Tighten::AtMost(DEFAULT_MAX_TOKENS as u64));
+const MAX_RESPONSE_BYTES: Key = Key::integer(
     "max_response_bytes",
-];
+    MIN_MAX_RESPONSE_BYTES,
+    MAX_MAX_RESPONSE_BYTES,
+)
+.workspace(Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES));
 
-// What an untrusted workspace's toolbox.toml may set in [llm]: shorter timeouts, fewer
-// retries, shorter answers, smaller responses. The provider, URL, model and key variable are the operator's
-// alone: a repository must not redirect prompts or keys to a server of its choosing.
-toolbox_core::workspace_config_rules!(
+/// The `[llm]` table. What an untrusted workspace's toolbox.toml may set: shorter timeouts,
+/// fewer retries, shorter answers, smaller responses. The provider, URL, model and key
+/// variable are the operator's alone: a repository must not redirect prompts or keys to a
+/// server of its choosing.
+pub const TABLE: Table = Table::new(
     "llm",
-    [
-        (
-            "connect_timeout_ms",
-            Tighten::AtMost(DEFAULT_CONNECT_TIMEOUT_MS)
-        ),
-        ("idle_timeout_ms", Tighten::AtMost(DEFAULT_IDLE_TIMEOUT_MS)),
-        (
-            "request_timeout_ms",
-            Tighten::AtMost(DEFAULT_REQUEST_TIMEOUT_MS)
-        ),
-        ("max_retries", Tighten::AtMost(DEFAULT_MAX_RETRIES as u64)),
-        ("max_tokens", Tighten::AtMost(DEFAULT_MAX_TOKENS as u64)),
-        (
-            "max_response_bytes",
-            Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES)
-        ),
-    ]
+    &[
+        PROVIDER,
+        BASE_URL,
+        MODEL,
+        API_KEY_ENV,
+        CONNECT_TIMEOUT_MS,
+        IDLE_TIMEOUT_MS,
+        REQUEST_TIMEOUT_MS,
+        MAX_RETRIES,
+        MAX_TOKENS,
+        MAX_RESPONSE_BYTES,
+    ],
 );
+toolbox_core::register_table!(TABLE);
 
 /// Which wire format the model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,9 +186,11 @@ impl LlmConfig {
         table: Option<&Value>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, LlmError> {
-        let t = ConfigTable::new("llm", table, KEYS).map_err(|e| config_error(e.to_string()))?;
-        let string = |key: &str| -> Result<Option<String>, LlmError> {
-            t.string(key)
+        let t = TABLE
+            .read_value(table)
+            .map_err(|e| config_error(e.to_string()))?;
+        let string = |key: &Key| -> Result<Option<String>, LlmError> {
+            key.str(&t)
                 .map(|s| s.map(str::to_string))
                 .map_err(|e| config_error(e.to_string()))
         };
@@ -190,7 +198,7 @@ impl LlmConfig {
 
         // The provider first: the defaults of base_url and api_key_env follow it.
         let mut provider = LlmProvider::default();
-        if let Some(name) = string("provider")? {
+        if let Some(name) = string(&PROVIDER)? {
             provider = LlmProvider::parse(&name).ok_or_else(|| {
                 config_error(format!(
                     "[llm] provider must be \"openai\" or \"anthropic\", got {name:?}"
@@ -207,30 +215,32 @@ impl LlmConfig {
 
         // Each value with where it came from, for the error messages.
         let pick_string =
-            |key: &str, var_name: &str| -> Result<Option<(String, String)>, LlmError> {
+            |key: &Key, var_name: &str| -> Result<Option<(String, String)>, LlmError> {
                 if let Some(v) = var(var_name) {
                     return Ok(Some((v, var_name.to_string())));
                 }
-                Ok(string(key)?.map(|v| (v, format!("[llm] {key}"))))
+                Ok(string(key)?.map(|v| (v, format!("[llm] {}", key.name))))
             };
-        let pick_number =
-            |key: &str, var_name: &str, min: u64, max: u64| -> Result<Option<u64>, LlmError> {
-                if let Some(v) = var(var_name) {
-                    let n: u64 = v.trim().parse().map_err(|_| {
-                        config_error(format!("{var_name} must be a whole number, got {v:?}"))
-                    })?;
-                    if n < min || n > max {
-                        return Err(config_error(format!(
-                            "{var_name} must be between {min} and {max}, got {n}"
-                        )));
-                    }
-                    return Ok(Some(n));
+        // A variable is held to the bounds its key declares.
+        let pick_number = |key: &Key, var_name: &str| -> Result<Option<u64>, LlmError> {
+            let KeyKind::Integer { min, max } = key.kind else {
+                unreachable!("[llm] {} is a number", key.name)
+            };
+            if let Some(v) = var(var_name) {
+                let n: u64 = v.trim().parse().map_err(|_| {
+                    config_error(format!("{var_name} must be a whole number, got {v:?}"))
+                })?;
+                if n < min || n > max {
+                    return Err(config_error(format!(
+                        "{var_name} must be between {min} and {max}, got {n}"
+                    )));
                 }
-                t.u64_in(key, min, max)
-                    .map_err(|e| config_error(e.to_string()))
-            };
+                return Ok(Some(n));
+            }
+            key.u64(&t).map_err(|e| config_error(e.to_string()))
+        };
 
-        let (base_url, base_url_from) = pick_string("base_url", "TOOLBOX_LLM_BASE_URL")?
+        let (base_url, base_url_from) = pick_string(&BASE_URL, "TOOLBOX_LLM_BASE_URL")?
             .unwrap_or_else(|| {
                 (
                     provider.default_base_url().to_string(),
@@ -238,10 +248,10 @@ impl LlmConfig {
                 )
             });
         let base_url = check_base_url(&base_url, &base_url_from)?;
-        let model = pick_string("model", "TOOLBOX_LLM_MODEL")?
+        let model = pick_string(&MODEL, "TOOLBOX_LLM_MODEL")?
             .map(|(m, _)| m.trim().to_string())
             .unwrap_or_default();
-        let api_key_env = match pick_string("api_key_env", "TOOLBOX_LLM_API_KEY_ENV")? {
+        let api_key_env = match pick_string(&API_KEY_ENV, "TOOLBOX_LLM_API_KEY_ENV")? {
             None => provider.default_api_key_env().to_string(),
             Some((name, from)) => {
                 let name = name.trim().to_string();
@@ -253,10 +263,9 @@ impl LlmConfig {
                 name
             }
         };
-        let u32_max: u64 = u32::MAX.into();
-        let timeout = |key: &str, var_name: &str, default: u64| -> Result<Duration, LlmError> {
+        let timeout = |key: &Key, var_name: &str, default: u64| -> Result<Duration, LlmError> {
             Ok(Duration::from_millis(
-                pick_number(key, var_name, 1, u32_max)?.unwrap_or(default),
+                pick_number(key, var_name)?.unwrap_or(default),
             ))
         };
         Ok(LlmConfig {
@@ -265,31 +274,26 @@ impl LlmConfig {
             model,
             api_key_env,
             connect_timeout: timeout(
-                "connect_timeout_ms",
+                &CONNECT_TIMEOUT_MS,
                 "TOOLBOX_LLM_CONNECT_TIMEOUT_MS",
                 DEFAULT_CONNECT_TIMEOUT_MS,
             )?,
             idle_timeout: timeout(
-                "idle_timeout_ms",
+                &IDLE_TIMEOUT_MS,
                 "TOOLBOX_LLM_IDLE_TIMEOUT_MS",
                 DEFAULT_IDLE_TIMEOUT_MS,
             )?,
             request_timeout: timeout(
-                "request_timeout_ms",
+                &REQUEST_TIMEOUT_MS,
                 "TOOLBOX_LLM_TIMEOUT_MS",
                 DEFAULT_REQUEST_TIMEOUT_MS,
             )?,
-            max_retries: pick_number("max_retries", "TOOLBOX_LLM_MAX_RETRIES", 0, MAX_MAX_RETRIES)?
+            max_retries: pick_number(&MAX_RETRIES, "TOOLBOX_LLM_MAX_RETRIES")?
                 .map_or(DEFAULT_MAX_RETRIES, |n| n as u32),
-            max_tokens: pick_number("max_tokens", "TOOLBOX_LLM_MAX_TOKENS", 1, u32_max)?
+            max_tokens: pick_number(&MAX_TOKENS, "TOOLBOX_LLM_MAX_TOKENS")?
                 .map_or(DEFAULT_MAX_TOKENS, |n| n as u32),
-            max_response_bytes: pick_number(
-                "max_response_bytes",
-                "TOOLBOX_LLM_MAX_RESPONSE_BYTES",
-                MIN_MAX_RESPONSE_BYTES,
-                MAX_MAX_RESPONSE_BYTES,
-            )?
-            .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
+            max_response_bytes: pick_number(&MAX_RESPONSE_BYTES, "TOOLBOX_LLM_MAX_RESPONSE_BYTES")?
+                .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
         })
     }
 
