@@ -2,11 +2,11 @@
 
 use anyhow::Result;
 use serde_json::{json, Map, Value};
-use toolbox_core::schema::object_schema;
+use toolbox_core::schema::object;
 use toolbox_core::{Args, ToolInfo, ToolOutput};
 use toolbox_host::ToolContext;
 
-use crate::{doc, open, path_prop, TOOLSET};
+use crate::{doc, open, path_prop, PATH, TOOLSET};
 
 pub(crate) const NAME: &str = "pdf__info";
 
@@ -16,7 +16,7 @@ pub(crate) fn info() -> ToolInfo {
         "Describe a PDF file: page count, metadata (title, author, subject, creator, \
          producer, creation and modification dates) and whether it is encrypted. Cheap; \
          use it before reading a long document.",
-        object_schema(&[("path", path_prop())], &["path"]),
+        object(&[path_prop()]),
     )
     .toolsets(&[TOOLSET])
     .output_schema(output_schema())
@@ -44,7 +44,7 @@ fn output_schema() -> Value {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
-    let given = args.str("path", &["file_path"])?;
+    let given = PATH.str(&args)?;
     args.finish()?;
     let (pdf, shown) = open(NAME, given, ctx).await?;
     let mut out = format!("file: {shown}\n");

@@ -31,8 +31,8 @@ use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::LazyLock;
-use toolbox_core::schema::prop;
-use toolbox_core::{Args, ConfigTable, ToolInfo, ToolOutput};
+use toolbox_core::trust::Tighten;
+use toolbox_core::{Arg, Args, Key, Prop, Table, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::doc::Pdf;
@@ -46,14 +46,17 @@ const TOOLSET: &str = "documents";
 /// file is parsed in memory.
 const DEFAULT_MAX_FILE_BYTES: u64 = 200 * 1024 * 1024;
 
-// An untrusted workspace's toolbox.toml may only lower [pdf] max_file_bytes.
-toolbox_core::workspace_config_rules!(
-    "pdf",
-    [(
-        "max_file_bytes",
-        toolbox_core::trust::Tighten::AtMost(DEFAULT_MAX_FILE_BYTES)
-    )]
-);
+/// `[pdf] max_file_bytes`: an untrusted workspace's toolbox.toml may only lower it.
+const MAX_FILE_BYTES: Key =
+    Key::integer("max_file_bytes", 1, u64::MAX).workspace(Tighten::AtMost(DEFAULT_MAX_FILE_BYTES));
+/// The `[pdf]` table.
+const TABLE: Table = Table::new("pdf", &[MAX_FILE_BYTES]);
+toolbox_core::register_table!(TABLE);
+
+/// The `path` argument every pdf tool takes.
+const PATH: Arg = Arg::string("path").aliases(&["file_path"]).required();
+/// The `pages` argument of the text tools.
+const PAGES: Arg = Arg::string("pages").aliases(&["page"]);
 
 /// The `pdf` provider. It holds no state: every call reads its file afresh.
 #[derive(Debug, Default, Clone)]
@@ -77,8 +80,8 @@ impl ToolProvider for PdfProvider {
 }
 
 /// The `path` property every pdf tool takes.
-fn path_prop() -> Value {
-    prop("string", "Path of the PDF file in the workspace.")
+fn path_prop() -> Prop {
+    PATH.doc("Path of the PDF file in the workspace.")
 }
 
 /// Every pdf tool, each listed once.
@@ -92,11 +95,8 @@ static TOOLS: LazyLock<Tools<PdfProvider>> = LazyLock::new(|| {
 });
 
 /// The `pages` property of the text tools.
-fn pages_prop() -> Value {
-    prop(
-        "string",
-        "Pages to use, e.g. \"1-3,7\" or \"10-\" (default: all pages).",
-    )
+fn pages_prop() -> Prop {
+    PAGES.doc("Pages to use, e.g. \"1-3,7\" or \"10-\" (default: all pages).")
 }
 
 /// Resolves, size-checks, reads and parses the file named by `path`, on the blocking pool.
@@ -138,26 +138,30 @@ async fn open(tool: &'static str, given: &str, ctx: &ToolContext) -> Result<(Pdf
     Ok((pdf, shown))
 }
 
-/// `[pdf] max_file_bytes`, read through [`ConfigTable`] on every call (one key).
+/// `[pdf] max_file_bytes`, read through [`TABLE`] on every call (one key).
 fn max_file_bytes(ctx: &ToolContext) -> Result<u64> {
-    let read = || {
-        ConfigTable::from_config(&ctx.config, "pdf", &["max_file_bytes"])?.u64_in(
-            "max_file_bytes",
-            1,
-            u64::MAX,
-        )
-    };
+    let read = || MAX_FILE_BYTES.u64(&TABLE.read(&ctx.config)?);
     let max = read().map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))?;
     Ok(max.unwrap_or(DEFAULT_MAX_FILE_BYTES))
 }
 
 /// The `pages` argument as text; a bare number is accepted too.
 fn pages_arg(tool: &str, args: &Args<'_>) -> Result<Option<String>> {
-    match args.opt_str("pages", &["page"]) {
+    match PAGES.opt_str(args) {
         Ok(v) => Ok(v.map(str::to_string)),
-        Err(_) => match args.opt_u64("pages", &["page"]) {
-            Ok(n) => Ok(n.map(|n| n.to_string())),
-            Err(_) => bail!("{tool}: argument `pages` must be a string like \"1-3,7\""),
+        Err(_) => match PAGES.opt_value(args).and_then(whole_number) {
+            Some(n) => Ok(Some(n.to_string())),
+            None => bail!("{tool}: argument `pages` must be a string like \"1-3,7\""),
         },
     }
+}
+
+/// A non-negative whole number (`7`, or `7.0`), as `Args` reads an integer.
+fn whole_number(value: &Value) -> Option<u64> {
+    let n = value.as_number()?;
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
+            .map(|f| f as u64)
+    })
 }

@@ -2,14 +2,15 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
-use crate::{doc, open, pages, pages_arg, pages_prop, path_prop, TOOLSET};
+use crate::{doc, open, pages, pages_arg, pages_prop, path_prop, PATH, TOOLSET};
 
 pub(crate) const NAME: &str = "pdf__read";
 const DEFAULT_MAX_CHARS: u64 = 40_000;
+const MAX_CHARS: Arg = Arg::integer("max_chars", 1, Some(5_000_000)).default(DEFAULT_MAX_CHARS);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -17,32 +18,22 @@ pub(crate) fn info() -> ToolInfo {
         "Extract the text of a PDF file, all pages or the pages you name, with a \
          `--- page N ---` line before each page. Output is capped at max_chars; the \
          note at the end says which pages to ask for next.",
-        object_schema(
-            &[
-                ("path", path_prop()),
-                ("pages", pages_prop()),
-                (
-                    "max_chars",
-                    integer_in(
-                        &format!(
-                            "Return at most this many characters (default {DEFAULT_MAX_CHARS})."
-                        ),
-                        1,
-                        None,
-                    ),
-                ),
-            ],
-            &["path"],
-        ),
+        object(&[
+            path_prop(),
+            pages_prop(),
+            MAX_CHARS.doc(format!(
+                "Return at most this many characters (default {DEFAULT_MAX_CHARS})."
+            )),
+        ]),
     )
     .toolsets(&[TOOLSET])
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let given = args.str("path", &["file_path"])?;
+    let given = PATH.str(&args)?;
     let spec = pages_arg(NAME, &args)?;
-    let max_chars = args.u64_in("max_chars", &[], DEFAULT_MAX_CHARS, 1, 5_000_000)? as usize;
+    let max_chars = MAX_CHARS.u64(&args)? as usize;
     args.finish()?;
     let (pdf, shown) = open(NAME, given, ctx).await?;
     pdf.ensure_readable(&shown)

@@ -3,14 +3,16 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
-use crate::{open, pages, pages_arg, pages_prop, path_prop, TOOLSET};
+use crate::{open, pages, pages_arg, pages_prop, path_prop, PATH, TOOLSET};
 
 pub(crate) const NAME: &str = "pdf__search";
 const DEFAULT_MAX_RESULTS: u64 = 20;
+const QUERY: Arg = Arg::string("query").aliases(&["pattern"]).required();
+const MAX_RESULTS: Arg = Arg::integer("max_results", 1, Some(500)).default(DEFAULT_MAX_RESULTS);
 /// Characters of context shown on each side of a search match.
 const CONTEXT_CHARS: usize = 80;
 
@@ -20,36 +22,28 @@ pub(crate) fn info() -> ToolInfo {
         "Search the text of a PDF file for a phrase (case-insensitive; line breaks \
          and runs of spaces in the PDF match a single space). Returns each match with \
          its page number and the surrounding text.",
-        object_schema(
-            &[
-                ("path", path_prop()),
-                ("query", prop("string", "The text to look for.")),
-                ("pages", pages_prop()),
-                (
-                    "max_results",
-                    integer_in(
-                        &format!("Show at most this many matches (default {DEFAULT_MAX_RESULTS})."),
-                        1,
-                        Some(500),
-                    ),
-                ),
-            ],
-            &["path", "query"],
-        ),
+        object(&[
+            path_prop(),
+            QUERY.doc("The text to look for."),
+            pages_prop(),
+            MAX_RESULTS.doc(format!(
+                "Show at most this many matches (default {DEFAULT_MAX_RESULTS})."
+            )),
+        ]),
     )
     .toolsets(&[TOOLSET])
 }
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let given = args.str("path", &["file_path"])?;
-    let query = args.str("query", &["pattern"])?;
+    let given = PATH.str(&args)?;
+    let query = QUERY.str(&args)?;
     let needle = fold(&normalize_space(query));
     if needle.is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
     let spec = pages_arg(NAME, &args)?;
-    let max_results = args.u64_in("max_results", &[], DEFAULT_MAX_RESULTS, 1, 500)? as usize;
+    let max_results = MAX_RESULTS.u64(&args)? as usize;
     args.finish()?;
     let (pdf, shown) = open(NAME, given, ctx).await?;
     pdf.ensure_readable(&shown)
