@@ -36,20 +36,19 @@ use anyhow::Result;
 use serde_json::Value;
 
 use crate::containment::{self, CgroupVersion, Mode};
-use toolbox_core::ConfigTable;
+use toolbox_core::trust::Tighten;
+use toolbox_core::{Key, Table};
 
-/// The keys `[limits]` accepts.
-pub const KEYS: &[&str] = &["memory_mb", "processes", "cpu_seconds"];
-
-// An untrusted workspace's toolbox.toml may set or lower a limit, never lift one.
-toolbox_core::workspace_config_rules!(
-    "limits",
-    [
-        ("memory_mb", toolbox_core::trust::Tighten::Limit),
-        ("processes", toolbox_core::trust::Tighten::Limit),
-        ("cpu_seconds", toolbox_core::trust::Tighten::Limit),
-    ]
-);
+// Each limit is 0 (no limit) or at least the least value bash or Python can start under, which
+// `Limits::from_config` checks. The memory ceiling is far above anything real and keeps the
+// byte count below u64::MAX. An untrusted workspace's toolbox.toml may set or lower a limit,
+// never lift one.
+const MEMORY_MB: Key = Key::integer("memory_mb", 0, 1 << 30).workspace(Tighten::Limit);
+const PROCESSES: Key = Key::integer("processes", 0, u64::MAX).workspace(Tighten::Limit);
+const CPU_SECONDS: Key = Key::integer("cpu_seconds", 0, u64::MAX).workspace(Tighten::Limit);
+/// The `[limits]` table.
+pub const TABLE: Table = Table::new("limits", &[MEMORY_MB, PROCESSES, CPU_SECONDS]);
+toolbox_core::register_table!(TABLE);
 
 /// Seconds between SIGXCPU (the soft CPU limit) and SIGKILL (the hard one, or a caller's
 /// watchdog for a renewable limit).
@@ -81,23 +80,21 @@ impl Limits {
     /// Reads `[limits]` from the whole configuration (`ToolContext::config`); errors name the
     /// key.
     pub fn from_config(config: &Value) -> Result<Self> {
-        let t = ConfigTable::from_config(config, "limits", KEYS)?;
+        let t = TABLE.read(config)?;
         // Below these, bash or Python cannot even start, which would only look like a bug.
-        // The memory ceiling is far above anything real and keeps the byte count below
-        // u64::MAX.
-        let limit = |key: &str, min: u64, max: u64| -> Result<Option<u64>> {
-            match t.u64_in(key, 0, max)? {
+        let limit = |key: &Key, min: u64| -> Result<Option<u64>> {
+            match key.u64(&t)? {
                 None | Some(0) => Ok(None),
                 Some(n) if n < min => {
-                    Err(t.invalid(key, &format!("at least {min} (or 0 for no limit)")))
+                    Err(t.invalid(key.name, &format!("at least {min} (or 0 for no limit)")))
                 }
                 Some(n) => Ok(Some(n)),
             }
         };
         Ok(Limits {
-            memory_mb: limit("memory_mb", 32, 1 << 30)?,
-            processes: limit("processes", 2, u64::MAX)?,
-            cpu_seconds: limit("cpu_seconds", 1, u64::MAX)?,
+            memory_mb: limit(&MEMORY_MB, 32)?,
+            processes: limit(&PROCESSES, 2)?,
+            cpu_seconds: limit(&CPU_SECONDS, 1)?,
         })
     }
 
