@@ -12,20 +12,22 @@
 //! calling thread instead, see `process::spawn_posix`; they have no death signal and rely
 //! on the janitor alone.)
 //!
+//! The forker knows nothing of supervision: `process` uses it to start and reap, and it
+//! uses only host (`toolbox_host::sandbox` for the system calls).
+//!
 //! **Why a janitor.** `PR_SET_PDEATHSIG` reaches only the process we forked (bash), not the
 //! processes bash starts. Every command's session is therefore registered with toolbox's
 //! janitor (`toolbox_host::containment`), a small process that kills the process group and
 //! every process of each session still registered when toolbox dies, however it dies. In
 //! cgroup mode the janitor also kills toolbox's whole cgroup, which holds every command.
 
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use tokio::runtime::Handle;
-
-use crate::process::{try_reap, Reap, Spawned};
+use toolbox_host::sandbox::{self, PipedChild, Reap, Signal};
 
 static FORKER: OnceLock<Result<Handle, String>> = OnceLock::new();
 
@@ -66,16 +68,16 @@ fn start() -> Result<Handle, String> {
 ///
 /// If the caller stops waiting (its future is dropped), the new process group is killed and
 /// reaped instead of being left running unsupervised.
-pub async fn spawn(mut command: Command) -> Result<Spawned, std::io::Error> {
+pub async fn spawn(mut command: Command) -> Result<PipedChild, std::io::Error> {
     let forker = handle().map_err(std::io::Error::other)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     forker.spawn(async move {
-        let spawned = command.spawn().and_then(Spawned::from_child);
+        let spawned = command.spawn().and_then(piped);
         if let Ok(s) = &spawned {
             janitor_send('+', s.pid as u32);
         }
         if let Err(Ok(s)) = tx.send(spawned) {
-            crate::process::signal_group(s.pid, crate::process::KILL);
+            sandbox::signal_group(s.pid, Signal::KILL);
             janitor_send('-', s.pid as u32);
             reap_later(s.pid);
         }
@@ -84,17 +86,38 @@ pub async fn spawn(mut command: Command) -> Result<Spawned, std::io::Error> {
         .map_err(|_| std::io::Error::other("the shell provider's thread went away"))?
 }
 
+/// Takes over a child started by std: its pid and the read ends of its pipes. The `Child`
+/// value is dropped: that neither kills nor waits for the process, which is reaped by pid.
+fn piped(mut child: Child) -> std::io::Result<PipedChild> {
+    let pid = child.id() as i32;
+    match (child.stdout.take(), child.stderr.take()) {
+        (Some(out), Some(err)) => Ok(PipedChild {
+            pid,
+            stdout: out.into(),
+            stderr: err.into(),
+        }),
+        _ => {
+            // Cannot happen with piped stdio; do not leave the command running if it does.
+            sandbox::signal_group(pid, Signal::KILL);
+            reap_later(pid);
+            Err(std::io::Error::other(
+                "the command's output pipes are missing",
+            ))
+        }
+    }
+}
+
 /// Reaps a child that has been sent SIGKILL but may not have exited yet, without blocking
 /// anyone: the provider thread polls it until it is gone.
 pub fn reap_later(pid: i32) {
-    if !matches!(try_reap(pid), Reap::StillRunning) {
+    if !matches!(sandbox::try_reap(pid), Reap::StillRunning) {
         return;
     }
     let Ok(forker) = handle() else {
         return;
     };
     forker.spawn(async move {
-        while matches!(try_reap(pid), Reap::StillRunning) {
+        while matches!(sandbox::try_reap(pid), Reap::StillRunning) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });

@@ -18,23 +18,29 @@
 //! (`server &`) survives the call. The leader is reaped only at the very end: while it is an
 //! unreaped zombie its pid cannot be reused, so signalling the group can never hit a
 //! stranger.
+//!
+//! The system calls (the child's setup between fork and exec, `posix_spawn`, signals,
+//! `waitpid`, the pidfd) are host's (`toolbox_host::sandbox`); this module decides when to
+//! make them. It uses the [`forker`] to start and reap, never the other way round.
 
 use std::future::Future;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::pin::Pin;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::unix::pipe;
 use toolbox_host::limits::PreparedLimits;
+use toolbox_host::sandbox::{self, ChildSetup, ExitWatch, PreparedSandbox, Reap, Signal};
 use toolbox_host::OutputStream;
 
 use crate::forker;
-use toolbox_host::sandbox::PreparedSandbox;
+/// A just-started command: the leader's pid (also its process group and session id) and
+/// the read ends of its stdout and stderr pipes. Nothing reaps the leader but [`Running`]
+/// (or [`forker::reap_later`]), with `waitpid` on this pid.
+pub use toolbox_host::sandbox::PipedChild as Spawned;
 
 /// How long output is still read after SIGKILL before the call gives up on the pipes.
 pub const POST_KILL_DRAIN: Duration = Duration::from_millis(500);
@@ -49,8 +55,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// if one is given.
 ///
 /// Everything that allocates (the environment, the limit cgroup, the sandbox's ruleset and
-/// filters) is built here or earlier, before the fork; the `pre_exec` hook only makes system
-/// calls, which is all that is safe in the child of a multi-threaded process.
+/// filters) is built here or earlier, before the fork; host's [`ChildSetup`] only makes
+/// system calls in the child, which is all that is safe in the child of a multi-threaded
+/// process.
 pub fn bash_command(
     script: &str,
     cwd: &std::path::Path,
@@ -67,85 +74,30 @@ pub fn bash_command(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the hook runs between fork and exec and only makes raw system calls (no
-    // allocation, no locks); the sandbox data it reads was fully built before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            // A session of its own: its own process group (pgid = pid, so the group can be
-            // signalled as a whole) and no controlling terminal, so a command that opens
-            // /dev/tty (ssh or sudo asking for a password) fails at once instead of hanging
-            // until the timeout.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Die with toolbox. The signal follows the forking thread, which is the provider's
-            // own immortal thread (see host.rs).
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // toolbox may have died between fork and prctl; then nobody will ever send it.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            // Limits before the sandbox: joining the limit cgroup writes to a descriptor
-            // opened before the fork, which must happen before a new user namespace.
-            if let Some(limits) = &limits {
-                limits.apply_in_child()?;
-            }
-            if let Some(sandbox) = &sandbox {
-                sandbox.apply_in_child()?;
-            }
-            Ok(())
-        });
-    }
+    // A session of its own: its own process group (pgid = pid, so the group can be signalled
+    // as a whole) and no controlling terminal, so a command that opens /dev/tty (ssh or sudo
+    // asking for a password) fails at once instead of hanging until the timeout. It dies
+    // with toolbox: the signal follows the forking thread, which is the provider's own
+    // immortal thread (see forker.rs).
+    ChildSetup::new()
+        .own_session()
+        .die_with_parent()
+        .limits(limits)
+        .sandbox(sandbox)
+        .apply_to(&mut cmd);
     cmd
-}
-
-/// SIGKILL, for callers outside this module (the OS calls stay here).
-pub(crate) const KILL: libc::c_int = libc::SIGKILL;
-
-/// Sends `signal` to every process of the group `pgid`. Errors (no such group) are ignored:
-/// the group being gone is the goal.
-pub fn signal_group(pgid: i32, signal: i32) {
-    if pgid > 1 {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
-    }
-}
-
-/// Every process on the system, as far as `/proc` shows it at this moment (core's one
-/// `/proc` reader).
-fn processes() -> impl Iterator<Item = toolbox_host::containment::ProcStat> {
-    toolbox_host::containment::processes().into_iter()
-}
-
-/// Sends `signal` to every process whose session is `sid` (found by reading `/proc`), to
-/// reach processes that left the command's process group but not its session.
-pub fn signal_session(sid: i32, signal: i32) {
-    for p in processes() {
-        if p.session == sid && p.pid != sid {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(p.pid, signal);
-            }
-        }
-    }
 }
 
 /// Whether a live (not zombie) process is left in the group `pgid`, or with `session` also
 /// in the session of the same id.
 fn anything_left(pgid: i32, session: bool) -> bool {
     // Fast path, and the usual answer: not even a zombie is left in the group.
-    // SAFETY: signal 0 only checks for existence.
-    let group_empty = unsafe { libc::kill(-pgid, 0) } != 0;
-    if group_empty && !session {
+    if !sandbox::group_exists(pgid) && !session {
         return false;
     }
-    processes().any(|p| p.state != 'Z' && (p.pgrp == pgid || (session && p.session == pgid)))
+    toolbox_host::containment::processes()
+        .into_iter()
+        .any(|p| p.state != 'Z' && (p.pgrp == pgid || (session && p.session == pgid)))
 }
 
 /// After the final SIGKILL: waits until the killed processes are really gone (a signal is
@@ -180,19 +132,19 @@ impl Group {
         self.pid
     }
 
-    pub fn signal(&self, signal: i32, whole_session: bool) {
+    pub fn signal(&self, signal: Signal, whole_session: bool) {
         let reaped = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
         if !*reaped {
-            signal_group(self.pid, signal);
+            sandbox::signal_group(self.pid, signal);
             if whole_session {
-                signal_session(self.pid, signal);
+                sandbox::signal_session(self.pid, signal);
             }
         }
     }
 
     /// SIGKILL to the group and the session, now; for drops, where nothing can be awaited.
     pub fn kill_now(&self) {
-        self.signal(libc::SIGKILL, true);
+        self.signal(Signal::KILL, true);
     }
 }
 
@@ -222,41 +174,9 @@ pub struct Outcome {
     pub pipes_left_open: bool,
 }
 
-/// A just-started command: the leader's pid (also its process group and session id) and
-/// the read ends of its stdout and stderr pipes. Nothing reaps the leader but [`Running`]
-/// (or [`forker::reap_later`]), with `waitpid` on this pid.
-#[derive(Debug)]
-pub struct Spawned {
-    pub pid: i32,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-}
-
-impl Spawned {
-    /// Takes over a child started by std (the fork path). The `Child` value is dropped: that
-    /// neither kills nor waits for the process, which is reaped here by pid.
-    pub fn from_child(mut child: Child) -> std::io::Result<Self> {
-        let pid = child.id() as i32;
-        match (child.stdout.take(), child.stderr.take()) {
-            (Some(out), Some(err)) => Ok(Spawned {
-                pid,
-                stdout: out.into(),
-                stderr: err.into(),
-            }),
-            _ => {
-                // Cannot happen with piped stdio; do not leave the command running if it does.
-                signal_group(pid, libc::SIGKILL);
-                forker::reap_later(pid);
-                Err(std::io::Error::other(
-                    "the command's output pipes are missing",
-                ))
-            }
-        }
-    }
-}
-
 /// Starts `bash -c SCRIPT` with `posix_spawn` in a new session (`POSIX_SPAWN_SETSID`),
-/// stdin from /dev/null and stdout/stderr into fresh pipes.
+/// stdin from /dev/null and stdout/stderr into fresh pipes (host's
+/// [`sandbox::spawn_in_session`]).
 ///
 /// This is the fast path for foreground commands without a sandbox: glibc's posix_spawn
 /// uses `clone(CLONE_VM | CLONE_VFORK)`, so toolbox's memory is neither copied nor
@@ -269,143 +189,7 @@ pub fn spawn_posix(
     cwd: &std::path::Path,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
 ) -> std::io::Result<Spawned> {
-    use std::ffi::{c_char, CString};
-    use std::mem::MaybeUninit;
-    use std::os::fd::AsRawFd;
-    use std::os::unix::ffi::OsStrExt;
-
-    fn check(rc: i32) -> std::io::Result<()> {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::from_raw_os_error(rc))
-        }
-    }
-    struct Actions(MaybeUninit<libc::posix_spawn_file_actions_t>);
-    impl Drop for Actions {
-        fn drop(&mut self) {
-            // SAFETY: only constructed after a successful init.
-            unsafe { libc::posix_spawn_file_actions_destroy(self.0.as_mut_ptr()) };
-        }
-    }
-    struct Attr(MaybeUninit<libc::posix_spawnattr_t>);
-    impl Drop for Attr {
-        fn drop(&mut self) {
-            // SAFETY: only constructed after a successful init.
-            unsafe { libc::posix_spawnattr_destroy(self.0.as_mut_ptr()) };
-        }
-    }
-
-    let argv_owned = [
-        CString::new("bash")?,
-        CString::new("-c")?,
-        CString::new(script)?,
-    ];
-    let mut argv: Vec<*mut c_char> = argv_owned
-        .iter()
-        .map(|a| a.as_ptr() as *mut c_char)
-        .collect();
-    argv.push(std::ptr::null_mut());
-    let env_owned = env
-        .iter()
-        .map(|(k, v)| {
-            let mut entry = Vec::with_capacity(k.len() + v.len() + 1);
-            entry.extend_from_slice(k.as_bytes());
-            entry.push(b'=');
-            entry.extend_from_slice(v.as_bytes());
-            CString::new(entry)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut envp: Vec<*mut c_char> = env_owned
-        .iter()
-        .map(|e| e.as_ptr() as *mut c_char)
-        .collect();
-    envp.push(std::ptr::null_mut());
-    let cwd = CString::new(cwd.as_os_str().as_bytes())?;
-
-    // All close-on-exec: the child gets them only as the dup2'd 0, 1 and 2.
-    let (out_r, out_w) = std::io::pipe()?;
-    let (err_r, err_w) = std::io::pipe()?;
-    let devnull = std::fs::File::open("/dev/null")?;
-
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: every pointer handed to libc points into a value that outlives the call, the
-    // argv and envp arrays are NUL-terminated, and actions/attr are initialised before use
-    // and destroyed by their guards.
-    unsafe {
-        let mut actions = Actions(MaybeUninit::uninit());
-        check(libc::posix_spawn_file_actions_init(actions.0.as_mut_ptr()))?;
-        let a = actions.0.as_mut_ptr();
-        check(libc::posix_spawn_file_actions_adddup2(
-            a,
-            devnull.as_raw_fd(),
-            0,
-        ))?;
-        check(libc::posix_spawn_file_actions_adddup2(
-            a,
-            out_w.as_raw_fd(),
-            1,
-        ))?;
-        check(libc::posix_spawn_file_actions_adddup2(
-            a,
-            err_w.as_raw_fd(),
-            2,
-        ))?;
-        check(libc::posix_spawn_file_actions_addchdir_np(a, cwd.as_ptr()))?;
-
-        let mut attr = Attr(MaybeUninit::uninit());
-        check(libc::posix_spawnattr_init(attr.0.as_mut_ptr()))?;
-        let t = attr.0.as_mut_ptr();
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        check(libc::posix_spawnattr_setsigmask(t, &empty))?;
-        // Rust ignores SIGPIPE; the command must get the default (die on a broken pipe), as
-        // std's own spawn arranges too.
-        let mut defaults: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut defaults);
-        libc::sigaddset(&mut defaults, libc::SIGPIPE);
-        check(libc::posix_spawnattr_setsigdefault(t, &defaults))?;
-        check(libc::posix_spawnattr_setflags(
-            t,
-            libc::POSIX_SPAWN_SETSID
-                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
-        ))?;
-        check(libc::posix_spawnp(
-            &mut pid,
-            argv[0],
-            a,
-            t,
-            argv.as_ptr(),
-            envp.as_ptr(),
-        ))?;
-    }
-    Ok(Spawned {
-        pid,
-        stdout: out_r.into(),
-        stderr: err_r.into(),
-    })
-}
-
-/// What `waitpid(WNOHANG)` says about a child.
-pub enum Reap {
-    Exited(ExitStatus),
-    StillRunning,
-    /// Not our child (any more): someone else reaped it.
-    Gone,
-}
-
-pub fn try_reap(pid: i32) -> Reap {
-    let mut status = 0;
-    // SAFETY: plain system call with a valid out pointer.
-    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    if rc == pid {
-        Reap::Exited(ExitStatus::from_raw(status))
-    } else if rc == 0 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-        Reap::StillRunning
-    } else {
-        Reap::Gone
-    }
+    sandbox::spawn_in_session(&["bash", "-c", script], cwd, env)
 }
 
 /// A started command: its pipes, an exit watch and the leader to reap.
@@ -463,7 +247,7 @@ impl Running {
         self.unreaped = false;
         *reaped = true;
         forker::janitor_send('-', self.group.pid as u32);
-        match try_reap(self.group.pid) {
+        match sandbox::try_reap(self.group.pid) {
             Reap::Exited(status) => Some(status),
             Reap::Gone => None,
             Reap::StillRunning => {
@@ -484,69 +268,6 @@ impl Drop for Running {
             let _ = self.reap();
         }
     }
-}
-
-/// Watches for the leader's exit without reaping it (so its pid stays reserved).
-enum ExitWatch {
-    /// Readable once the process has exited.
-    Pidfd(AsyncFd<OwnedFd>),
-    /// Kernels without pidfd (before 5.3): poll `waitid(WNOWAIT)`.
-    Poll(i32),
-}
-
-impl ExitWatch {
-    fn new(pid: i32) -> Self {
-        // SAFETY: plain system call; the returned fd is owned below.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd >= 0 {
-            // SAFETY: fd is a new, valid descriptor that nothing else owns.
-            let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-            // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and the same
-            // for the AsyncFd's whole life.
-            let registered =
-                unsafe { AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE) };
-            if let Ok(async_fd) = registered {
-                return ExitWatch::Pidfd(async_fd);
-            }
-        }
-        ExitWatch::Poll(pid)
-    }
-
-    async fn exited(&self) {
-        match self {
-            ExitWatch::Pidfd(fd) => {
-                // Readiness stays set once the process is gone; the guard is not cleared.
-                let _ = fd.readable().await;
-            }
-            ExitWatch::Poll(pid) => {
-                while !exited_without_reaping(*pid) {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        }
-    }
-
-    #[cfg(test)]
-    fn is_pidfd(&self) -> bool {
-        matches!(self, ExitWatch::Pidfd(_))
-    }
-}
-
-/// Whether the child `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`).
-fn exited_without_reaping(pid: i32) -> bool {
-    // SAFETY: siginfo_t is plain data that waitid fills in.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is a valid, writable siginfo_t; WNOWAIT leaves the child unreaped.
-    let rc = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
-    // SAFETY: si_pid is valid to read after a successful waitid.
-    rc < 0 || unsafe { info.si_pid() } != 0
 }
 
 async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> usize {
@@ -598,7 +319,7 @@ pub async fn supervise(
         match phase {
             Phase::Running if run.exited => {
                 // bash is done; whatever it left in its group gets the grace period.
-                run.group.signal(libc::SIGTERM, false);
+                run.group.signal(Signal::TERM, false);
                 phase = Phase::Terminating {
                     since: Instant::now(),
                     swept: false,
@@ -608,7 +329,7 @@ pub async fn supervise(
             Phase::Terminating { swept, .. } if run.done() => {
                 // Processes that closed their output (`daemon >/dev/null &`) are invisible to
                 // the pipes; the final SIGKILL takes them too.
-                run.group.signal(libc::SIGKILL, swept);
+                run.group.signal(Signal::KILL, swept);
                 swept_session = swept;
                 break;
             }
@@ -647,14 +368,14 @@ pub async fn supervise(
                         // Still holding the pipes shortly after SIGTERM although bash has
                         // exited: something may have left the group; find it by session.
                         if !swept {
-                            run.group.signal(libc::SIGTERM, true);
+                            run.group.signal(Signal::TERM, true);
                         }
                         phase = Phase::Terminating { since, swept: true };
                     }
                     Phase::Terminating { .. } => {
                         // Something still holds the pipes or bash is still alive after the
                         // grace: kill the group and anything that left it.
-                        run.group.signal(libc::SIGKILL, true);
+                        run.group.signal(Signal::KILL, true);
                         swept_session = true;
                         phase = Phase::Killed { since: now };
                     }
@@ -685,7 +406,7 @@ pub async fn supervise(
 
 /// Timeout, cancellation or kill: SIGTERM to the group and to anything that left it.
 fn begin_termination(run: &Running, phase: &mut Phase) {
-    run.group.signal(libc::SIGTERM, true);
+    run.group.signal(Signal::TERM, true);
     *phase = Phase::Terminating {
         since: Instant::now(),
         swept: true,
@@ -698,30 +419,9 @@ pub fn describe_status(status: Option<ExitStatus>) -> String {
         None => "exit status unknown".to_string(),
         Some(s) => match (s.code(), s.signal()) {
             (Some(code), _) => format!("exit code {code}"),
-            (None, Some(sig)) => format!("killed by signal {sig} ({})", signal_name(sig)),
+            (None, Some(sig)) => format!("killed by signal {sig} ({})", sandbox::signal_name(sig)),
             _ => format!("ended with status {s}"),
         },
-    }
-}
-
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGSYS => "SIGSYS",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        _ => "signal",
     }
 }
 
