@@ -38,7 +38,7 @@ use std::sync::{Arc, LazyLock};
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::{ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Key, Table, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools, Workspace};
 
 pub use frontmatter::SkillMd;
@@ -49,9 +49,17 @@ pub use registry::{Skill, SkillConfig, SkillSet, Skipped};
 toolbox_host::register_provider!("skill", || Arc::new(SkillProvider::default()));
 toolbox_host::register_skill_resolver!("skill", script::resolve);
 
-// An untrusted workspace's toolbox.toml may set nothing in [skill]: `dirs` would let a
-// repository point toolbox at folders outside it.
-toolbox_core::workspace_config_rules!("skill", []);
+/// `[skill] dirs`: more skill roots. An untrusted workspace's toolbox.toml may not set it
+/// (nor anything in `[skill]`): it would let a repository point toolbox at folders outside it.
+const DIRS: Key = Key::strings("dirs");
+/// The `[skill]` table.
+const TABLE: Table = Table::new("skill", &[DIRS]);
+toolbox_core::register_table!(TABLE);
+
+/// The `name` argument of `skill` and `skill_resource` (each adds its own aliases).
+const NAME_ARG: Arg = Arg::string("name").required();
+/// The description of the `name` argument.
+const NAME_DOC: &str = "The skill's name, e.g. \"pdf-report\".";
 
 /// The toolset every skill tool belongs to.
 const TOOLSET: &str = "skills";

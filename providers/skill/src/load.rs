@@ -2,15 +2,17 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{ToolContext, SKILL_REF_PREFIX};
 
 use crate::files::{self, human_size};
 use crate::registry::Skill;
-use crate::{discover, find, parse_name, TOOLSET};
+use crate::{discover, find, parse_name, NAME_ARG, NAME_DOC, TOOLSET};
 
 pub const NAME: &str = "skill";
+/// The skill to load.
+const SKILL: Arg = NAME_ARG.aliases(&["skill", "command"]);
 
 pub fn info() -> ToolInfo {
     ToolInfo::new(
@@ -21,13 +23,7 @@ pub fn info() -> ToolInfo {
          follow its instructions. Paths in the instructions are relative to the skill's \
          folder: read those files with skill_resource, and run its Python scripts with \
          run_python_code and script_path \"skill:<name>/<path>\". skill_lookup finds skills.",
-        object_schema(
-            &[(
-                "name",
-                prop("string", "The skill's name, e.g. \"pdf-report\"."),
-            )],
-            &["name"],
-        ),
+        object(&[SKILL.doc(NAME_DOC)]),
     )
     .risk(ToolRisk::Read)
     .aliases(&["Skill"])
@@ -37,7 +33,7 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let name = parse_name(NAME, a.str("name", &["skill", "command"])?)?;
+    let name = parse_name(NAME, SKILL.str(&a)?)?;
     a.finish()?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();

@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
 use crate::registry::{Skill, SkillSet};
@@ -11,7 +11,8 @@ use crate::{discover, TOOLSET};
 
 pub const NAME: &str = "skill_lookup";
 const DEFAULT_LIMIT: u64 = 20;
-const MAX_LIMIT: u64 = 200;
+const QUERY: Arg = Arg::string("query").aliases(&["q"]);
+const LIMIT: Arg = Arg::integer("limit", 1, Some(200)).default(DEFAULT_LIMIT);
 /// Longer queries are refused (a query is a few words).
 const MAX_QUERY_CHARS: usize = 500;
 
@@ -23,27 +24,13 @@ pub fn info() -> ToolInfo {
          how well their name and description match. Without a query, every skill is listed. \
          Also says which skill folders were skipped and why. Load a skill with the skill tool \
          before doing a task it describes.",
-        object_schema(
-            &[
-                (
-                    "query",
-                    prop(
-                        "string",
-                        "Words to look for in skill names and descriptions, e.g. \"pdf report\" \
-                         (default: list every skill).",
-                    ),
-                ),
-                (
-                    "limit",
-                    integer_in(
-                        "How many skills to show (1-200, default 20).",
-                        1,
-                        Some(MAX_LIMIT),
-                    ),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            QUERY.doc(
+                "Words to look for in skill names and descriptions, e.g. \"pdf report\" \
+                 (default: list every skill).",
+            ),
+            LIMIT.doc("How many skills to show (1-200, default 20)."),
+        ]),
     )
     .risk(ToolRisk::Read)
     .toolsets(&[TOOLSET])
@@ -51,13 +38,13 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let query = a.opt_nonempty_str("query", &["q"])?.map(str::trim);
+    let query = QUERY.opt_nonempty_str(&a)?.map(str::trim);
     if let Some(q) = query {
         if q.chars().count() > MAX_QUERY_CHARS {
             anyhow::bail!("{NAME}: the query is longer than {MAX_QUERY_CHARS} characters");
         }
     }
-    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let limit = LIMIT.u64(&a)? as usize;
     a.finish()?;
     let set = discover(NAME, ctx).await?;
     Ok(Value::String(render(&set, query, limit)))

@@ -20,11 +20,11 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::ConfigTable;
 use toolbox_host::{Dir, EntryKind, Workspace};
 
 use crate::frontmatter::{self, SkillMd, MAX_SKILL_MD_BYTES};
 use crate::name::SkillName;
+use crate::{DIRS, TABLE};
 
 /// At most this many entries of one root are looked at.
 pub const MAX_CANDIDATES_PER_ROOT: usize = 1000;
@@ -42,8 +42,8 @@ pub struct SkillConfig {
 impl SkillConfig {
     /// Reads `[skill]` from the whole configuration (`ToolContext::config`).
     pub fn from_config(config: &Value) -> Result<Self> {
-        let table = ConfigTable::from_config(config, "skill", &["dirs"])?;
-        let dirs = table.string_list("dirs")?.unwrap_or_default();
+        let table = TABLE.read(config)?;
+        let dirs = DIRS.string_list(&table)?.unwrap_or_default();
         if let Some(empty) = dirs
             .iter()
             .find(|d| d.trim().is_empty() || d.contains('\0'))

@@ -3,16 +3,21 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
 use crate::files::{self, SkillPath};
-use crate::{discover, find, parse_name, TOOLSET};
+use crate::{discover, find, parse_name, NAME_ARG, NAME_DOC, TOOLSET};
 
 pub const NAME: &str = "skill_resource";
 const DEFAULT_LIMIT: u64 = 2000;
-const MAX_LIMIT: u64 = 20_000;
+/// The skill whose file is read.
+const SKILL: Arg = NAME_ARG.aliases(&["skill"]);
+const PATH: Arg = Arg::string("path").aliases(&["file_path"]).required();
+/// 0 is read as 1, as it always was.
+const OFFSET: Arg = Arg::integer("offset", 0, None).default(1);
+const LIMIT: Arg = Arg::integer("limit", 1, Some(20_000)).default(DEFAULT_LIMIT);
 
 pub fn info() -> ToolInfo {
     ToolInfo::new(
@@ -23,36 +28,12 @@ pub fn info() -> ToolInfo {
          shown, use offset and limit to page through longer files. Only files inside the \
          skill's folder can be read; binary files are refused (use them from Python). The \
          skill's own instructions come from the skill tool.",
-        object_schema(
-            &[
-                (
-                    "name",
-                    prop("string", "The skill's name, e.g. \"pdf-report\"."),
-                ),
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "The file, relative to the skill's folder, e.g. references/guide.md.",
-                    ),
-                ),
-                (
-                    "offset",
-                    prop(
-                        "integer",
-                        "1-based number of the first line to show (default 1).",
-                    ),
-                ),
-                (
-                    "limit",
-                    prop(
-                        "integer",
-                        "How many lines to show (default 2000, max 20000).",
-                    ),
-                ),
-            ],
-            &["name", "path"],
-        ),
+        object(&[
+            SKILL.doc(NAME_DOC),
+            PATH.doc("The file, relative to the skill's folder, e.g. references/guide.md."),
+            OFFSET.doc("1-based number of the first line to show (default 1)."),
+            LIMIT.doc("How many lines to show (default 2000, max 20000)."),
+        ]),
     )
     .risk(ToolRisk::Read)
     .toolsets(&[TOOLSET])
@@ -60,16 +41,16 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let name = parse_name(NAME, a.str("name", &["skill"])?)?;
-    let raw_path = a
-        .opt_nonempty_str("path", &["file_path"])?
-        .ok_or_else(|| a.missing("path"))?;
+    let name = parse_name(NAME, SKILL.str(&a)?)?;
+    let raw_path = PATH
+        .opt_nonempty_str(&a)?
+        .ok_or_else(|| a.missing(PATH.name))?;
     let path = SkillPath::parse(raw_path).map_err(|e| anyhow!("{NAME}: {e}"))?;
     if path.is_skill_md() {
         bail!("{NAME}: SKILL.md is the skill's instructions: load them with skill {{\"name\": \"{name}\"}}");
     }
-    let offset = a.opt_u64("offset", &[])?.unwrap_or(1).max(1);
-    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    let offset = OFFSET.u64(&a)?.max(1);
+    let limit = LIMIT.u64(&a)?;
     a.finish()?;
     let set = discover(NAME, ctx).await?;
     let skill = find(NAME, &set, &name)?.clone();
