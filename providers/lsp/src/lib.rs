@@ -18,6 +18,7 @@
 //! `position` turns `symbol` / `line` / `column` into LSP positions.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod after_edit;
 mod call;

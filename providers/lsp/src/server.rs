@@ -18,7 +18,6 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -29,7 +28,7 @@ use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use toolbox_host::limits::{Limits, PreparedLimits};
-use toolbox_host::sandbox::{PreparedSandbox, SandboxRules};
+use toolbox_host::sandbox::{self, ChildSetup, PreparedSandbox, SandboxRules, Signal};
 use toolbox_host::CancellationToken;
 
 use crate::config::{find_program, ServerSpec};
@@ -685,24 +684,13 @@ fn spawn_child(
         .env("XDG_DATA_HOME", private.home.join(".local/share"))
         .env("XDG_STATE_HOME", private.home.join(".local/state"))
         .env_remove("XDG_RUNTIME_DIR");
-    // SAFETY: the hook runs between fork and exec and only makes raw system calls (no
-    // allocation, no locks); everything it reads (the limit data, the sandbox) was built
-    // before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            // A session of its own: the whole server can be killed as a group, and it has no
-            // controlling terminal.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Limits first: joining the limit cgroup must happen before a new user namespace.
-            limits.apply_in_child()?;
-            if let Some(sandbox) = &sandbox {
-                sandbox.apply_in_child()?;
-            }
-            Ok(())
-        });
-    }
+    // A session of its own: the whole server can be killed as a group, and it has no
+    // controlling terminal. Then its limits and its sandbox (host's one child setup).
+    ChildSetup::new()
+        .own_session()
+        .limits(Some(limits))
+        .sandbox(sandbox)
+        .apply_to(&mut cmd);
     cmd.spawn()
 }
 
@@ -851,12 +839,7 @@ fn shebang_interpreter(program: &Path) -> Option<PathBuf> {
 }
 
 fn kill_group(pid: i32) {
-    if pid > 1 {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
-    }
+    sandbox::signal_group(pid, Signal::KILL);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
