@@ -16,7 +16,7 @@
 //! changes nothing.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -29,6 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::OwnedMutexGuard;
 use toolbox_host::limits::{Counters, Limits, PreparedLimits};
+use toolbox_host::sandbox::{self, send_fd, ChildSetup, PreparedSandbox, Signal};
 
 use crate::backend::{Backend, Call, RunRequest, RunResult};
 use crate::evict::{Evicted, SessionLimits, SlotState, Slots};
@@ -91,37 +92,6 @@ pub struct Worker {
 /// The worker's descriptor for the socket its folders come over.
 const FOLDER_SOCKET_FD: RawFd = 3;
 
-/// Sends `fd` over `socket` (`SCM_RIGHTS`, with one byte of data).
-fn send_fd(socket: &UnixStream, fd: RawFd) -> std::io::Result<()> {
-    #[repr(C, align(8))]
-    struct Control([u8; 64]);
-    let byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_ptr() as *mut libc::c_void,
-        iov_len: 1,
-    };
-    let mut control = Control([0; 64]);
-    // SAFETY: a msghdr over live buffers; CMSG_* compute offsets inside `control`, which is
-    // large enough and aligned for one header carrying one descriptor.
-    unsafe {
-        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.0.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        if libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 impl Worker {
     /// Starts `python -E -u -c <driver> --serve` in the folder `cwd` (held open), in a new
     /// process group, under `limits` (`renewable`: the CPU limit is renewed before each call,
@@ -131,12 +101,11 @@ impl Worker {
         cwd: &OwnedFd,
         limits: Limits,
         renewable: bool,
-        sandbox: Option<Arc<toolbox_host::sandbox::PreparedSandbox>>,
+        sandbox: Option<Arc<PreparedSandbox>>,
     ) -> Result<Worker> {
         let (folders, theirs) =
             UnixStream::pair().context("cannot make the Python worker's folder socket")?;
         let theirs: OwnedFd = theirs.into();
-        let (theirs_fd, cwd_fd) = (theirs.as_raw_fd(), cwd.as_raw_fd());
         let mut command = crate::common::python_command(interpreter);
         command
             .args(["-E", "-u", "-c", DRIVER_SOURCE, "--serve"])
@@ -153,41 +122,20 @@ impl Worker {
                 limits.prepare()
             })
         });
-        if let Some(prepared) = &prepared {
-            let hook = prepared.clone();
-            // SAFETY: apply_in_child only makes system calls on data built before the fork.
-            unsafe {
-                command.pre_exec(move || hook.apply_in_child());
-            }
-        }
-        // After the limits hook, which may use descriptors of its own that fd 3 would replace.
-        // SAFETY: only async-signal-safe system calls on descriptors opened before the fork.
-        unsafe {
-            command.pre_exec(move || {
-                // Starts in the folder held, not in whatever its name points at now.
-                if libc::fchdir(cwd_fd) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if theirs_fd == FOLDER_SOCKET_FD {
-                    // dup2 onto itself would keep close-on-exec.
-                    if libc::fcntl(theirs_fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(theirs_fd, FOLDER_SOCKET_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let summary = sandbox.as_ref().map(|s| s.summary().to_string());
-        if let Some(sandbox) = sandbox {
+        if sandbox.is_some() {
             command.env("TOOLBOX_FOLDER_BY_NAME", "1");
-            // Last: the mounts, then Landlock and seccomp; nothing after may mount or widen.
-            // SAFETY: apply_in_child only makes system calls on data built before the fork.
-            unsafe {
-                command.pre_exec(move || sandbox.apply_in_child());
-            }
         }
+        // In the child: the limits; the folder held, not whatever its name points at now;
+        // the folder socket as fd 3 (after the limits, which may use descriptors of their own
+        // that fd 3 would replace); last the sandbox (the mounts, then Landlock and seccomp;
+        // nothing after may mount or widen).
+        ChildSetup::new()
+            .limits(prepared.clone())
+            .enter_folder(cwd.as_fd())
+            .place_fd(theirs.as_fd(), FOLDER_SOCKET_FD)
+            .sandbox(sandbox)
+            .apply_to(command.as_std_mut());
         let mut child = command
             .spawn()
             .with_context(|| format!("cannot start the Python worker {}", interpreter.display()))?;
@@ -229,7 +177,7 @@ impl Worker {
     /// inside its own mounts.
     fn send_folder(&self, folder: &OwnedFd) -> std::io::Result<()> {
         if self.sandbox.is_none() {
-            return send_fd(&self.folders, folder.as_raw_fd());
+            return send_fd(&self.folders, folder.as_fd());
         }
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
@@ -295,10 +243,8 @@ impl Worker {
     /// Kills the worker's whole process group (it and whatever it started).
     pub fn kill(&mut self) {
         if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
-            // SAFETY: signalling a process group we created; a stale id is harmless (ESRCH).
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
+            // A process group we created; a stale id is harmless (ESRCH).
+            sandbox::signal_group(pid, Signal::KILL);
         }
         let _ = self.child.start_kill();
     }
@@ -352,14 +298,14 @@ async fn cpu_watchdog(watch: Option<(i32, Duration)>) {
 fn describe_status(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     if let Some(signal) = status.signal() {
-        let name = match signal {
-            libc::SIGSEGV => " (SIGSEGV, a segmentation fault)",
-            libc::SIGABRT => " (SIGABRT)",
-            libc::SIGKILL => " (SIGKILL; out of memory?)",
-            libc::SIGBUS => " (SIGBUS)",
-            libc::SIGFPE => " (SIGFPE)",
-            libc::SIGILL => " (SIGILL)",
-            libc::SIGTERM => " (SIGTERM)",
+        let name = match sandbox::signal_name(signal) {
+            "SIGSEGV" => " (SIGSEGV, a segmentation fault)",
+            "SIGABRT" => " (SIGABRT)",
+            "SIGKILL" => " (SIGKILL; out of memory?)",
+            "SIGBUS" => " (SIGBUS)",
+            "SIGFPE" => " (SIGFPE)",
+            "SIGILL" => " (SIGILL)",
+            "SIGTERM" => " (SIGTERM)",
             _ => "",
         };
         format!("was killed by signal {signal}{name}")

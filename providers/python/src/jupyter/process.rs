@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use toolbox_host::sandbox::{self, Signal};
 
 use super::spec::{is_bare_python, KernelSpec};
 use super::wire::{random_hex, ConnectionInfo};
@@ -68,10 +69,8 @@ pub fn running(pid: i32) -> bool {
 
 /// SIGKILL to process group `pid`.
 pub fn kill_group(pid: i32) {
-    // SAFETY: signalling a process group toolbox created; a group that is gone is ESRCH.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
-    }
+    // A process group toolbox created; a group that is gone is ESRCH.
+    sandbox::signal_group(pid, Signal::KILL);
     if let Some(c) = toolbox_host::containment::current() {
         c.unregister_group(pid);
     }
@@ -235,10 +234,8 @@ impl Process {
 
     /// Interrupts the kernel with SIGINT to its process group, as Jupyter does.
     pub fn sigint(&self) {
-        // SAFETY: signalling the process group we created; a stale id is harmless (ESRCH).
-        unsafe {
-            libc::kill(-self.pid, libc::SIGINT);
-        }
+        // The process group we created; a stale id is harmless (ESRCH).
+        sandbox::signal_group(self.pid, Signal::INT);
     }
 
     /// Kills the kernel's process group (it and whatever it started).
@@ -302,11 +299,11 @@ impl Drop for Process {
 pub fn describe_status(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     if let Some(signal) = status.signal() {
-        let name = match signal {
-            libc::SIGKILL => " (SIGKILL)",
-            libc::SIGSEGV => " (SIGSEGV, a segmentation fault)",
-            libc::SIGTERM => " (SIGTERM)",
-            libc::SIGABRT => " (SIGABRT)",
+        let name = match sandbox::signal_name(signal) {
+            "SIGKILL" => " (SIGKILL)",
+            "SIGSEGV" => " (SIGSEGV, a segmentation fault)",
+            "SIGTERM" => " (SIGTERM)",
+            "SIGABRT" => " (SIGABRT)",
             _ => "",
         };
         format!("was killed by signal {signal}{name}")
