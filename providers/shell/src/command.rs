@@ -10,17 +10,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, Preview, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, Preview, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 use toolbox_host::limits::{Counters, Limits, PreparedLimits};
 use toolbox_host::{OutputStream, ToolContext};
 
 use crate::capture::{HeadTail, Utf8Stream};
-use crate::config::{SandboxMode, ShellConfig};
+use crate::config::{SandboxMode, ShellConfig, DEFAULT_MAX_TIMEOUT_MS};
 use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
-use crate::{forker, jobs, object_schema, prop, Shell, TOOLSET};
+use crate::{forker, jobs, Shell, TOOLSET};
 use toolbox_host::sandbox::{PreparedSandbox, ProtectSpec};
 
 pub(crate) const NAME: &str = "shell";
+const COMMAND: Arg = Arg::string("command").aliases(&["cmd"]).required();
+const CWD: Arg = Arg::string("cwd").aliases(&["workdir"]);
+/// At most `[shell] max_timeout_ms`: a larger value is capped to it, with a note, not refused
+/// (the schema states the default limit).
+const TIMEOUT_MS: Arg = Arg::integer("timeout_ms", 1, Some(DEFAULT_MAX_TIMEOUT_MS));
+const RUN_IN_BACKGROUND: Arg = Arg::boolean("run_in_background");
+/// Free text for people; accepted so a model that sends it is not refused.
+const DESCRIPTION: Arg = Arg::string("description");
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -38,51 +47,23 @@ pub(crate) fn info() -> ToolInfo {
          process control. It is not for Python analysis, JSON/CSV conversion or installing \
          packages (use run_python_code, the data__ tools and kernel_install); never run \
          `python …` here: run a script with run_python_code's script_path.",
-        object_schema(
-            &[
-                (
-                    "command",
-                    prop(
-                        "string",
-                        "The bash command line to run, e.g. `ls -la && make test`.",
-                    ),
-                ),
-                (
-                    "cwd",
-                    prop(
-                        "string",
-                        "Working directory, relative to the workspace (`output/`, `scratchpad/` \
-                         and `input/` name this session's folders). Default: the session \
-                         scratchpad.",
-                    ),
-                ),
-                (
-                    "timeout_ms",
-                    prop(
-                        "integer",
-                        "Stop the command after this many milliseconds (default 120000, at most \
-                         600000). With run_in_background, a lifetime limit for the job \
-                         (default: none).",
-                    ),
-                ),
-                (
-                    "run_in_background",
-                    prop(
-                        "boolean",
-                        "Start the command as a background job and return its job id at once \
-                         (default false). Use for dev servers and watchers.",
-                    ),
-                ),
-                (
-                    "description",
-                    prop(
-                        "string",
-                        "A few words on what the command does, for the user (not executed).",
-                    ),
-                ),
-            ],
-            &["command"],
-        ),
+        object(&[
+            COMMAND.doc("The bash command line to run, e.g. `ls -la && make test`."),
+            CWD.doc(
+                "Working directory, relative to the workspace (`output/`, `scratchpad/` and \
+                 `input/` name this session's folders). Default: the session scratchpad.",
+            ),
+            TIMEOUT_MS.doc(format!(
+                "Stop the command after this many milliseconds (default 120000, at most \
+                 {DEFAULT_MAX_TIMEOUT_MS}). With run_in_background, a lifetime limit for the job \
+                 (default: none)."
+            )),
+            RUN_IN_BACKGROUND.doc(
+                "Start the command as a background job and return its job id at once (default \
+                 false). Use for dev servers and watchers.",
+            ),
+            DESCRIPTION.doc("A few words on what the command does, for the user (not executed)."),
+        ]),
     )
     .risk(ToolRisk::Shell)
     .aliases(&["bash"])
@@ -130,18 +111,17 @@ pub(crate) struct Prepared {
 
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let a = Args::new(NAME, &args)?;
-    let command = a.str("command", &["cmd"])?;
+    let command = COMMAND.str(&a)?;
     if command.trim().is_empty() {
         bail!("{NAME}: argument `command` is empty");
     }
     if command.contains('\0') {
         bail!("{NAME}: argument `command` contains a NUL byte");
     }
-    let cwd_arg = a.opt_nonempty_str("cwd", &["workdir"])?;
-    let timeout_arg = a.opt_u64("timeout_ms", &[])?;
-    let background = a.bool_or("run_in_background", &[], false)?;
-    // Free text for people; accepted so a model that sends it is not refused.
-    let _ = a.opt_str("description", &[])?;
+    let cwd_arg = CWD.opt_nonempty_str(&a)?;
+    let timeout_arg = TIMEOUT_MS.opt_u64_at_least(&a)?;
+    let background = RUN_IN_BACKGROUND.bool(&a)?;
+    let _ = DESCRIPTION.opt_str(&a)?;
     a.finish()?;
 
     let config = shell.config(ctx)?;
@@ -150,7 +130,6 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     // Before anything is started: what starts afterwards is inside toolbox's containment.
     toolbox_host::containment::ensure();
     let (timeout, capped_from) = match timeout_arg {
-        Some(0) => bail!("{NAME}: argument `timeout_ms` must be at least 1"),
         Some(ms) if ms > config.max_timeout.as_millis() as u64 => (config.max_timeout, Some(ms)),
         Some(ms) => (Duration::from_millis(ms), None),
         None => (config.default_timeout, None),
@@ -212,8 +191,8 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
 /// Changes nothing (the scratchpad is not even created).
 pub(crate) fn preview(shell: &Shell, args: &Value, ctx: &ToolContext) -> Option<Preview> {
     let a = Args::new(NAME, args).ok()?;
-    let command = a.str("command", &["cmd"]).ok()?;
-    let cwd = match a.opt_nonempty_str("cwd", &["workdir"]).ok()? {
+    let command = COMMAND.str(&a).ok()?;
+    let cwd = match CWD.opt_nonempty_str(&a).ok()? {
         None => ctx
             .workspace
             .display_real(&ctx.workspace.session_dir("scratchpad")),
@@ -226,7 +205,7 @@ pub(crate) fn preview(shell: &Shell, args: &Value, ctx: &ToolContext) -> Option<
             }
         },
     };
-    let background = a.bool_or("run_in_background", &[], false).unwrap_or(false);
+    let background = RUN_IN_BACKGROUND.bool(&a).unwrap_or(false);
     let sandbox = match shell.config(ctx).map(|c| c.sandbox) {
         Ok(SandboxMode::Off) | Err(_) => {
             "off (the command can do whatever your user can)".to_string()
@@ -234,7 +213,7 @@ pub(crate) fn preview(shell: &Shell, args: &Value, ctx: &ToolContext) -> Option<
         Ok(mode) => format!("{} (the OS sandbox of [shell] sandbox)", mode.as_str()),
     };
     let mut fields = vec![("working folder", cwd.clone()), ("sandbox", sandbox)];
-    if let Ok(Some(ms)) = a.opt_u64("timeout_ms", &[]) {
+    if let Ok(Some(ms)) = TIMEOUT_MS.opt_u64_at_least(&a) {
         fields.push(("timeout", format!("{ms} ms")));
     }
     if background {
@@ -850,7 +829,10 @@ mod tests {
         let e = call(&ctx, NAME, json!({"command": "true", "timeout_ms": 0}))
             .await
             .unwrap_err();
-        assert!(e.contains("`timeout_ms` must be at least 1"), "{e}");
+        assert!(
+            e.contains("`timeout_ms` must be between 1 and 600000, got 0"),
+            "{e}"
+        );
         let ok = call(
             &ctx,
             NAME,

@@ -1,7 +1,8 @@
 //! The `[shell]` configuration table: defaults, limits and the sandbox choice.
 //!
-//! The table is read with [`ConfigTable`]: unknown keys are refused so a misspelt limit does
-//! not silently leave the default in place.
+//! Each key is declared once ([`Key`]), with its bounds and what a workspace may do with it;
+//! the table ([`Table`]) refuses unknown keys, so a misspelt limit does not silently leave the
+//! default in place.
 
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{ConfigTable, ParsedCache};
+use toolbox_core::{Key, ParsedCache, Table};
 
 /// Environment variables removed from every command unless `[shell] deny_env` says otherwise.
 ///
@@ -48,88 +49,101 @@ pub struct ShellConfig {
     pub max_jobs: usize,
 }
 
+/// `[shell] default_timeout_ms` when not set.
+const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// `[shell] max_timeout_ms` when not set: also the `maximum` the `shell` tool's schema states
+/// for `timeout_ms` (a larger value is capped to the configured limit, not refused).
+pub(crate) const DEFAULT_MAX_TIMEOUT_MS: u64 = 600_000;
+const DEFAULT_KILL_GRACE_MS: u64 = 2_000;
+const DEFAULT_CAPTURE_BYTES: u64 = 1024 * 1024;
+const DEFAULT_MAX_SLEEP_SECONDS: u64 = 300;
+const DEFAULT_JOB_BUFFER_BYTES: u64 = 1024 * 1024;
+const DEFAULT_MAX_JOBS: u64 = 16;
+
 impl Default for ShellConfig {
     fn default() -> Self {
         ShellConfig {
-            default_timeout: Duration::from_millis(120_000),
-            max_timeout: Duration::from_millis(600_000),
-            kill_grace: Duration::from_millis(2_000),
-            max_capture_bytes: 1024 * 1024,
+            default_timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
+            max_timeout: Duration::from_millis(DEFAULT_MAX_TIMEOUT_MS),
+            kill_grace: Duration::from_millis(DEFAULT_KILL_GRACE_MS),
+            max_capture_bytes: DEFAULT_CAPTURE_BYTES as usize,
             deny_env: DEFAULT_DENY_ENV.iter().map(|s| s.to_string()).collect(),
-            max_sleep_seconds: 300,
+            max_sleep_seconds: DEFAULT_MAX_SLEEP_SECONDS,
             sandbox: SandboxMode::Off,
             sandbox_network: false,
-            job_buffer_bytes: 1024 * 1024,
-            max_jobs: 16,
+            job_buffer_bytes: DEFAULT_JOB_BUFFER_BYTES as usize,
+            max_jobs: DEFAULT_MAX_JOBS as usize,
         }
     }
 }
 
-// What an untrusted workspace's toolbox.toml may set in [shell]: only tightenings. The
-// defaults here must match `ShellConfig::default()`.
-toolbox_core::workspace_config_rules!(
-    "shell",
-    [
-        ("default_timeout_ms", Tighten::AtMost(120_000)),
-        ("max_timeout_ms", Tighten::AtMost(600_000)),
-        ("kill_grace_ms", Tighten::AtMost(2_000)),
-        ("max_capture_bytes", Tighten::AtMost(1024 * 1024)),
-        ("deny_env", Tighten::AddToList(DEFAULT_DENY_ENV)),
-        ("max_sleep_seconds", Tighten::AtMost(300)),
-        ("sandbox", toolbox_host::sandbox::MODE_RULE),
-        ("sandbox_network", toolbox_host::sandbox::NETWORK_RULE),
-        ("job_buffer_bytes", Tighten::AtMost(1024 * 1024)),
-        ("max_jobs", Tighten::AtMost(16)),
-    ]
-);
+// Each key of [shell], with what an untrusted workspace's toolbox.toml may do with it: only
+// tighten it. The defaults the rules start from are `ShellConfig::default()`'s.
+const DEFAULT_TIMEOUT: Key =
+    Key::integer("default_timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(DEFAULT_TIMEOUT_MS));
+const MAX_TIMEOUT: Key =
+    Key::integer("max_timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(DEFAULT_MAX_TIMEOUT_MS));
+const KILL_GRACE: Key =
+    Key::integer("kill_grace_ms", 0, u64::MAX).workspace(Tighten::AtMost(DEFAULT_KILL_GRACE_MS));
+const MAX_CAPTURE_BYTES: Key = Key::integer("max_capture_bytes", 1024, usize::MAX as u64)
+    .workspace(Tighten::AtMost(DEFAULT_CAPTURE_BYTES));
+const DENY_ENV: Key = Key::strings("deny_env").workspace(Tighten::AddToList(DEFAULT_DENY_ENV));
+const MAX_SLEEP_SECONDS: Key = Key::integer("max_sleep_seconds", 0, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_SLEEP_SECONDS));
+/// A string, not a choice: [`SandboxMode::parse`] also takes other spellings.
+const SANDBOX: Key = Key::string("sandbox").workspace(toolbox_host::sandbox::MODE_RULE);
+const SANDBOX_NETWORK: Key =
+    Key::boolean("sandbox_network").workspace(toolbox_host::sandbox::NETWORK_RULE);
+const JOB_BUFFER_BYTES: Key = Key::integer("job_buffer_bytes", 1024, usize::MAX as u64)
+    .workspace(Tighten::AtMost(DEFAULT_JOB_BUFFER_BYTES));
+const MAX_JOBS: Key =
+    Key::integer("max_jobs", 0, usize::MAX as u64).workspace(Tighten::AtMost(DEFAULT_MAX_JOBS));
 
-const KEYS: &[&str] = &[
-    "default_timeout_ms",
-    "max_timeout_ms",
-    "kill_grace_ms",
-    "max_capture_bytes",
-    "deny_env",
-    "max_sleep_seconds",
-    "sandbox",
-    "sandbox_network",
-    "job_buffer_bytes",
-    "max_jobs",
-];
+/// The `[shell]` table.
+const TABLE: Table = Table::new(
+    "shell",
+    &[
+        DEFAULT_TIMEOUT,
+        MAX_TIMEOUT,
+        KILL_GRACE,
+        MAX_CAPTURE_BYTES,
+        DENY_ENV,
+        MAX_SLEEP_SECONDS,
+        SANDBOX,
+        SANDBOX_NETWORK,
+        JOB_BUFFER_BYTES,
+        MAX_JOBS,
+    ],
+);
+toolbox_core::register_table!(TABLE);
 
 impl ShellConfig {
     /// Reads the `[shell]` table; `None` (no table) gives the defaults.
     pub fn from_table(table: Option<&Value>) -> Result<Self> {
-        let t = ConfigTable::new("shell", table, KEYS)?;
+        let t = TABLE.read_value(table)?;
         let d = ShellConfig::default();
-        let ms = |key: &str, min: u64, default: Duration| -> Result<Duration> {
-            Ok(t.u64_in(key, min, u64::MAX)?
-                .map(Duration::from_millis)
-                .unwrap_or(default))
+        let ms = |key: Key, default: Duration| -> Result<Duration> {
+            Ok(key.u64(&t)?.map(Duration::from_millis).unwrap_or(default))
         };
-        let bytes = |key: &str, default: usize| -> Result<usize> {
-            Ok(t.u64_in(key, 1024, usize::MAX as u64)?
-                .map_or(default, |n| n as usize))
+        let bytes = |key: Key, default: usize| -> Result<usize> {
+            Ok(key.u64(&t)?.map_or(default, |n| n as usize))
         };
-        let sandbox = match t.string("sandbox")? {
+        let sandbox = match SANDBOX.str(&t)? {
             None => d.sandbox,
             Some(text) => SandboxMode::parse(text)
-                .ok_or_else(|| t.invalid("sandbox", SandboxMode::EXPECTED))?,
+                .ok_or_else(|| t.invalid(SANDBOX.name, SandboxMode::EXPECTED))?,
         };
         let c = ShellConfig {
-            default_timeout: ms("default_timeout_ms", 1, d.default_timeout)?,
-            max_timeout: ms("max_timeout_ms", 1, d.max_timeout)?,
-            kill_grace: ms("kill_grace_ms", 0, d.kill_grace)?,
-            max_capture_bytes: bytes("max_capture_bytes", d.max_capture_bytes)?,
-            deny_env: t.string_list("deny_env")?.unwrap_or(d.deny_env),
-            max_sleep_seconds: t
-                .u64_in("max_sleep_seconds", 0, u64::MAX)?
-                .unwrap_or(d.max_sleep_seconds),
+            default_timeout: ms(DEFAULT_TIMEOUT, d.default_timeout)?,
+            max_timeout: ms(MAX_TIMEOUT, d.max_timeout)?,
+            kill_grace: ms(KILL_GRACE, d.kill_grace)?,
+            max_capture_bytes: bytes(MAX_CAPTURE_BYTES, d.max_capture_bytes)?,
+            deny_env: DENY_ENV.string_list(&t)?.unwrap_or(d.deny_env),
+            max_sleep_seconds: MAX_SLEEP_SECONDS.u64(&t)?.unwrap_or(d.max_sleep_seconds),
             sandbox,
-            sandbox_network: t.bool("sandbox_network")?.unwrap_or(d.sandbox_network),
-            job_buffer_bytes: bytes("job_buffer_bytes", d.job_buffer_bytes)?,
-            max_jobs: t
-                .u64_in("max_jobs", 0, usize::MAX as u64)?
-                .map_or(d.max_jobs, |n| n as usize),
+            sandbox_network: SANDBOX_NETWORK.bool(&t)?.unwrap_or(d.sandbox_network),
+            job_buffer_bytes: bytes(JOB_BUFFER_BYTES, d.job_buffer_bytes)?,
+            max_jobs: MAX_JOBS.u64(&t)?.map_or(d.max_jobs, |n| n as usize),
         };
         if c.default_timeout > c.max_timeout {
             bail!(
@@ -201,6 +215,24 @@ mod tests {
         assert!(e(json!({"deny_env": "X"}))
             .contains("[shell] deny_env must be a list of strings, got \"X\""));
         assert!(e(json!({"sandbox_network": 1})).contains("true or false"));
+    }
+
+    #[test]
+    fn a_workspace_may_only_tighten() {
+        let rules = toolbox_core::trust::table_rules("shell").expect("[shell] is registered");
+        assert_eq!(rules.rule("max_jobs"), Some(Tighten::AtMost(16)));
+        assert_eq!(rules.rule("max_timeout_ms"), Some(Tighten::AtMost(600_000)));
+        assert_eq!(
+            rules.rule("deny_env"),
+            Some(Tighten::AddToList(DEFAULT_DENY_ENV))
+        );
+        assert_eq!(
+            rules.rule("sandbox"),
+            Some(toolbox_host::sandbox::MODE_RULE)
+        );
+        let names: Vec<&str> = rules.keys.iter().map(|k| k.name).collect();
+        assert_eq!(names.len(), 10);
+        assert!(rules.keys.iter().all(|k| k.workspace.is_some()));
     }
 
     #[test]

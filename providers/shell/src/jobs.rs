@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 use tokio::sync::Notify;
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::limits::Counters;
 use toolbox_host::{CancellationToken, OutputStream, ToolContext};
 
@@ -25,7 +26,7 @@ use crate::command::{self, Prepared};
 use crate::process::{
     self, describe_status, human_duration, Group, OutputSink, Running, Stop, POST_KILL_DRAIN,
 };
-use crate::{forker, object_schema, prop, Shell, TOOLSET};
+use crate::{forker, Shell, TOOLSET};
 
 pub(crate) const OUTPUT: &str = "shell_output";
 pub(crate) const KILL: &str = "shell_kill";
@@ -33,6 +34,9 @@ pub(crate) const KILL: &str = "shell_kill";
 const KEEP_FINISHED: usize = 32;
 /// The longest `shell_output` may wait for news.
 const MAX_WAIT_MS: u64 = 60_000;
+/// The `job_id` argument of `shell_output` and `shell_kill`.
+const JOB_ID: Arg = Arg::string("job_id").aliases(&["id"]).required();
+const WAIT_MS: Arg = Arg::integer("wait_ms", 0, Some(MAX_WAIT_MS)).default(0);
 
 pub(crate) fn output_info() -> ToolInfo {
     ToolInfo::new(
@@ -42,23 +46,13 @@ pub(crate) fn output_info() -> ToolInfo {
          waits up to that long for new output or the job's end first — e.g. for a dev server \
          to print that it is ready. Unread output beyond 1 MiB per stream is dropped oldest \
          first, and the result says how much.",
-        object_schema(
-            &[
-                (
-                    "job_id",
-                    prop("string", "The job id that shell returned, e.g. `job-1`."),
-                ),
-                (
-                    "wait_ms",
-                    prop(
-                        "integer",
-                        "Wait up to this many milliseconds for new output or the job's end \
-                         (default 0, at most 60000).",
-                    ),
-                ),
-            ],
-            &["job_id"],
-        ),
+        object(&[
+            JOB_ID.doc("The job id that shell returned, e.g. `job-1`."),
+            WAIT_MS.doc(format!(
+                "Wait up to this many milliseconds for new output or the job's end (default 0, \
+                 at most {MAX_WAIT_MS})."
+            )),
+        ]),
     )
     .aliases(&["bash_output"])
     .toolsets(&[TOOLSET])
@@ -69,13 +63,7 @@ pub(crate) fn kill_info() -> ToolInfo {
         KILL,
         "Stop a background job: SIGTERM to its whole process group, SIGKILL shortly after if \
          anything is still running. Returns how it ended and any output not read yet.",
-        object_schema(
-            &[(
-                "job_id",
-                prop("string", "The job id that shell returned, e.g. `job-1`."),
-            )],
-            &["job_id"],
-        ),
+        object(&[JOB_ID.doc("The job id that shell returned, e.g. `job-1`.")]),
     )
     .risk(ToolRisk::Shell)
     .aliases(&["bash_kill"])
@@ -425,8 +413,8 @@ fn one_line(command: &str) -> String {
 
 pub(crate) async fn output(shell: &Shell, args: Value, _ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(OUTPUT, &args)?;
-    let id = a.str("job_id", &["id"])?;
-    let wait = a.u64_in("wait_ms", &[], 0, 0, MAX_WAIT_MS)?;
+    let id = JOB_ID.str(&a)?;
+    let wait = WAIT_MS.u64(&a)?;
     a.finish()?;
     let job = shell.jobs.find(OUTPUT, id)?;
     if wait > 0 {
@@ -437,7 +425,7 @@ pub(crate) async fn output(shell: &Shell, args: Value, _ctx: &ToolContext) -> Re
 
 pub(crate) async fn kill(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(KILL, &args)?;
-    let id = a.str("job_id", &["id"])?;
+    let id = JOB_ID.str(&a)?;
     a.finish()?;
     let job = shell.jobs.find(KILL, id)?;
     if !job.running() {

@@ -122,9 +122,6 @@ static TOOLS: LazyLock<Tools<Shell>> = LazyLock::new(|| {
         })
 });
 
-/// Schema builders shared by every provider.
-use toolbox_core::schema::{object_schema, prop};
-
 #[cfg(test)]
 mod test_support {
     use std::path::Path;

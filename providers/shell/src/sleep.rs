@@ -5,13 +5,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::process::human_duration;
-use crate::{object_schema, prop, Shell, TOOLSET};
+use crate::{Shell, TOOLSET};
 
 pub(crate) const NAME: &str = "sleep";
+/// At least 0. A wait above `[shell] max_sleep_seconds` is capped to it, with a note, not
+/// refused; that limit is the operator's, so the schema states no maximum.
+const SECONDS: Arg = Arg::number("seconds", Some(0.0), None)
+    .aliases(&["duration"])
+    .required();
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -19,13 +25,7 @@ pub(crate) fn info() -> ToolInfo {
         "Wait for a number of seconds (fractions allowed, at most 300 by default) without \
          running anything, e.g. to give a background job time to start before reading its \
          output. Prefer shell_output with wait_ms when waiting for a job's output.",
-        object_schema(
-            &[(
-                "seconds",
-                prop("number", "How long to wait, in seconds, e.g. 2 or 0.5."),
-            )],
-            &["seconds"],
-        ),
+        object(&[SECONDS.doc("How long to wait, in seconds, e.g. 2 or 0.5.")]),
     )
     .toolsets(&[TOOLSET])
     .named(Vocabulary::DataAgent, "sleep")
@@ -33,13 +33,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let Some(seconds) = a.opt_f64("seconds", &["duration"])? else {
-        return Err(a.missing("seconds"));
+    let Some(seconds) = SECONDS.opt_f64(&a)? else {
+        return Err(a.missing(SECONDS.name));
     };
     a.finish()?;
-    if seconds < 0.0 {
-        bail!("{NAME}: argument `seconds` must be a non-negative number, got {seconds}");
-    }
     let max = shell.config(ctx)?.max_sleep_seconds;
     let (wait, note) = if seconds > max as f64 {
         (
@@ -86,10 +83,7 @@ mod tests {
             "sleep requires seconds"
         );
         let e = call(&ctx, NAME, json!({"seconds": -1})).await.unwrap_err();
-        assert_eq!(
-            e,
-            "sleep: argument `seconds` must be a non-negative number, got -1"
-        );
+        assert_eq!(e, "sleep: argument `seconds` must be at least 0, got -1");
         let e = call(&ctx, NAME, json!({"seconds": 1, "ms": 2}))
             .await
             .unwrap_err();
