@@ -220,8 +220,9 @@ impl PreparedLimits {
     }
 
     /// Puts the calling process under the limits: joins the limit cgroup and sets the
-    /// rlimits. Runs in the forked child before exec, so it only makes system calls.
-    pub fn apply_in_child(&self) -> std::io::Result<()> {
+    /// rlimits. Runs in the forked child before exec (from
+    /// [`ChildSetup`](crate::sandbox::ChildSetup)'s hook), so it only makes system calls.
+    pub(crate) fn apply_in_child(&self) -> std::io::Result<()> {
         for fd in &self.join {
             // "0" is the writing process itself.
             // SAFETY: write on a descriptor this (copied) process owns, from a static buffer.
@@ -630,11 +631,9 @@ mod tests {
         let p = Arc::new(p);
         let mut cmd = std::process::Command::new("bash");
         cmd.args(["-c", "ulimit -v; ulimit -t"]);
-        let hook = p.clone();
-        // SAFETY: apply_in_child only makes system calls.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || hook.apply_in_child());
-        }
+        crate::sandbox::ChildSetup::new()
+            .limits(Some(p.clone()))
+            .apply_to(&mut cmd);
         let out = cmd.output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "65536\n5\n");
     }

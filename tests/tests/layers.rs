@@ -329,31 +329,18 @@ fn os_calls_stay_in_host() {
     const ALLOWED: &[(&str, &str)] = &[
         (
             "providers/python/src/embedded.rs",
-            "the embedded interpreter is CPython's C API (pyo3)",
-        ),
-        (
-            "providers/python/src/isolated.rs",
-            "the worker's pre_exec (rlimits, process group, signals) between fork and exec",
-        ),
-        (
-            "providers/python/src/jupyter/process.rs",
-            "the kernel's pre_exec between fork and exec",
+            "the embedded interpreter is CPython's C API (pyo3), and its thread's wake-ups \
+             (an eventfd, poll, pthread_kill with SIGUSR2) are that interpreter's",
         ),
         (
             "providers/python/src/install.rs",
-            "pip's pre_exec between fork and exec",
+            "kills pip's process group with libc::kill; host::sandbox::signal_group can \
+             take it over",
         ),
         (
             "providers/python/src/lookup.rs",
-            "the lookup helper's pre_exec between fork and exec",
-        ),
-        (
-            "providers/shell/src/process.rs",
-            "the command's pre_exec between fork and exec (to move to host::sandbox)",
-        ),
-        (
-            "providers/lsp/src/server.rs",
-            "the server's pre_exec between fork and exec (to move to host::sandbox)",
+            "kills the lookup helper's process group with libc::kill; \
+             host::sandbox::signal_group can take it over",
         ),
         (
             "mcp/src/stdio/transport.rs",

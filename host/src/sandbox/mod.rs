@@ -377,7 +377,7 @@ impl PreparedSandbox {
     /// Switches the sandbox on for the calling process. Runs in the forked child before
     /// exec (from [`ChildSetup`]'s hook), so it makes system calls only: no allocation, no
     /// locks.
-    pub fn apply_in_child(&self) -> std::io::Result<()> {
+    pub(crate) fn apply_in_child(&self) -> std::io::Result<()> {
         // The mounts first: once Landlock and seccomp are on, nothing can mount any more.
         if let Some(mounts) = &self.mounts {
             mounts.apply()?;
