@@ -329,17 +329,17 @@ impl Dir {
     /// Replaces `name` atomically with `bytes` (temporary file, then rename).
     pub fn write_atomic(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
         use std::io::Write;
-        crate::workspace::replace_in(self, name, |f| f.write_all(bytes))
+        replace_in(self, name, |f| f.write_all(bytes))
     }
 
-    /// Replaces `name` atomically with what `fill` writes into the temporary file; see
-    /// [`Workspace::write_atomic`](crate::Workspace::write_atomic).
+    /// Replaces `name` atomically with what `fill` writes into the temporary file, as
+    /// [`write_atomic`](Self::write_atomic) does with its bytes.
     pub fn replace_with(
         &self,
         name: &OsStr,
         fill: impl FnOnce(&mut File) -> io::Result<()>,
     ) -> io::Result<()> {
-        crate::workspace::replace_in(self, name, fill)
+        replace_in(self, name, fill)
     }
 
     /// Opens the folder at `path`, following links: for a folder the operator named (a
@@ -424,4 +424,86 @@ pub(crate) fn regular_file_sized(fd: OwnedFd, name: &OsStr) -> io::Result<(File,
         ));
     }
     Ok((File::from(fd), st.st_size as u64))
+}
+
+/// Replaces `name` in `dir` atomically with what `fill` writes: the content goes to a fresh
+/// temporary file created in the same folder by descriptor, is flushed to disk, takes over the
+/// old file's permission bits and is renamed over the name in one step. If anything fails
+/// before the rename, the old file is untouched and the temporary file is removed. A
+/// read-only file is refused (a rename would replace it regardless of the user's intent); a
+/// folder is refused; a link at the name is replaced, never written through.
+pub(crate) fn replace_in(
+    dir: &Dir,
+    name: &OsStr,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mode = match dir.symlink_metadata(name) {
+        Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::Directory => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    "it is a folder, not a file",
+                ))
+            }
+            rustix::fs::FileType::RegularFile if st.st_mode & 0o222 == 0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the file is read-only",
+                ))
+            }
+            rustix::fs::FileType::RegularFile => Some(st.st_mode & 0o7777),
+            rustix::fs::FileType::Symlink => {
+                return Err(io::Error::other("it is a symbolic link; toolbox does not replace or write through links (write to the file it points to)",
+                ))
+            }
+            _ => {
+                return Err(io::Error::other("it is not a regular file",
+                ))
+            }
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    // Keep the name well under the usual 255-byte limit.
+    let base: String = name.to_string_lossy().chars().take(80).collect();
+    let mut created = None;
+    for _ in 0..64 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let candidate = OsString::from(format!(".{base}.{}.{n}.toolbox-tmp", std::process::id()));
+        match create_new_child(dir.as_fd(), &candidate) {
+            Ok(f) => {
+                created = Some((candidate, f));
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((tmp_name, mut file)) = created else {
+        return Err(io::Error::other("no free temporary file name"));
+    };
+    let result = (|| {
+        fill(&mut file)?;
+        if let Some(mode) = mode {
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        file.sync_all()?;
+        drop(file);
+        rustix::fs::renameat(dir.as_fd(), &tmp_name, dir.as_fd(), name)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            // Make the rename itself durable; failure here does not undo a completed replace.
+            let _ = rustix::fs::fsync(dir.as_fd());
+            Ok(())
+        }
+        Err(e) => {
+            let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp_name, rustix::fs::AtFlags::empty());
+            Err(e)
+        }
+    }
 }
