@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod lsp;
 pub mod scripted_llm;
 
 use std::path::{Path, PathBuf};
@@ -89,25 +90,87 @@ pub async fn ok(exec: &ToolExecutor, name: &str, args: Value) -> String {
 /// Runs a call the tool itself must refuse with a message containing `want`, and returns
 /// the message.
 pub async fn fails(exec: &ToolExecutor, name: &str, args: Value, want: &str) -> String {
-    let info = call(exec, name, args.clone()).await;
-    assert_eq!(
-        info.status,
-        CallStatus::Error,
-        "{name} {args}: {}",
-        info.result
-    );
-    assert_eq!(
-        info.error_kind,
-        Some(ErrorKind::Tool),
-        "{name} {args}: {}",
-        info.result
-    );
-    assert!(
-        info.result.contains(want),
-        "{name} {args}: expected {want:?} in: {}",
-        info.result
-    );
-    info.result
+    assert_error(&call(exec, name, args).await, ErrorKind::Tool, &[want])
+}
+
+/// Something that may have failed, as the tests see it: a call's [`ToolCallInfo`], a
+/// `Result`, a JSON envelope `{"status": …, "result": …}` (the HTTP API's, `toolbox
+/// call`'s), or an MCP tool result read as `(is_error, text)`.
+pub trait Outcome {
+    /// The error's message when it failed; else what it gave instead, for the panic.
+    fn error_message(self) -> Result<String, String>;
+
+    /// What it was, for a panic's message (a call's tool and arguments).
+    fn label(&self) -> String {
+        String::new()
+    }
+}
+
+impl Outcome for &ToolCallInfo {
+    fn label(&self) -> String {
+        format!("{} {}: ", self.tool, self.arguments)
+    }
+
+    fn error_message(self) -> Result<String, String> {
+        match self.status {
+            CallStatus::Error => Ok(self.result.clone()),
+            _ => Err(format!("{:?}: {}", self.status, self.result)),
+        }
+    }
+}
+
+impl<T, E: std::fmt::Display> Outcome for Result<T, E> {
+    fn error_message(self) -> Result<String, String> {
+        match self {
+            Err(e) => Ok(e.to_string()),
+            Ok(_) => Err(format!("Ok(<{}>)", std::any::type_name::<T>())),
+        }
+    }
+}
+
+impl Outcome for &Value {
+    fn error_message(self) -> Result<String, String> {
+        match (self["status"].as_str(), self["result"].as_str()) {
+            (Some("error"), Some(message)) => Ok(message.to_string()),
+            _ => Err(self.to_string()),
+        }
+    }
+}
+
+impl Outcome for (bool, String) {
+    fn error_message(self) -> Result<String, String> {
+        match self {
+            (true, text) => Ok(text),
+            (false, text) => Err(format!("not an error: {text}")),
+        }
+    }
+}
+
+/// Asserts that `outcome` failed with a message containing each of `needles`, and returns
+/// the message.
+#[track_caller]
+pub fn assert_err_contains(outcome: impl Outcome, needles: &[&str]) -> String {
+    let label = outcome.label();
+    let message = match outcome.error_message() {
+        Ok(message) => message,
+        Err(instead) => panic!("{label}expected an error containing {needles:?}, got {instead}"),
+    };
+    for needle in needles {
+        assert!(
+            message.contains(needle),
+            "{label}expected {needle:?} in the error: {message}"
+        );
+    }
+    message
+}
+
+/// Asserts that the call `info` ended `error` of `kind`, with a message containing each of
+/// `needles`, and returns the message.
+#[track_caller]
+pub fn assert_error(info: &ToolCallInfo, kind: ErrorKind, needles: &[&str]) -> String {
+    let message = assert_err_contains(info, needles);
+    assert_eq!(info.error_kind, Some(kind), "{}{message}", info.label());
+    message
 }
 
 /// The test venv's python (scripts/test.sh exports `TOOLBOX_TEST_PYTHON`); it has the

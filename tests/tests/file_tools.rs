@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 use toolbox_executor::{CallStatus, ErrorKind, PermissionMode, ToolRequest};
 
 use toolbox as _;
-use toolbox_tests::{call, executor};
+use toolbox_tests::{assert_error, call, executor};
 
 #[tokio::test]
 async fn path_escapes_are_refused_by_every_tool() {
@@ -45,13 +45,7 @@ async fn path_escapes_are_refused_by_every_tool() {
     ];
     for (tool, args) in cases {
         let info = call(&exec, tool, args.clone()).await;
-        assert_eq!(
-            info.status,
-            CallStatus::Error,
-            "{tool} {args} -> {}",
-            info.result
-        );
-        let r = info.result.to_lowercase();
+        let r = assert_error(&info, ErrorKind::Tool, &[]).to_lowercase();
         assert!(
             r.contains("outside the workspace") || r.contains("nul byte"),
             "{tool} {args}: unclear refusal: {}",
@@ -84,7 +78,7 @@ async fn session_routing_applies_to_file_tools() {
     let other = exec
         .run(ToolRequest::new("t", "read_file", json!({"path": "output/report.md"})).session("s2"))
         .await;
-    assert_eq!(other.status, CallStatus::Error);
+    assert_error(&other, ErrorKind::Tool, &[]);
 }
 
 /// docs/server.md: a workspace folder named like a logical one (`input/`) is reached by its
@@ -132,8 +126,7 @@ async fn read_only_refuses_writes_and_edits() {
             json!({"path": "a.txt", "old_string": "keep", "new_string": "changed"}),
         ),
     ] {
-        let info = call(&exec, tool, args).await;
-        assert_eq!(info.error_kind, Some(ErrorKind::Denied), "{}", info.result);
+        assert_error(&call(&exec, tool, args).await, ErrorKind::Denied, &[]);
     }
     assert_eq!(
         std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
@@ -190,9 +183,7 @@ async fn a_huge_glob_is_a_clear_error_not_a_panic() {
     ];
     for (tool, args, message) in cases {
         let info = call(&exec, tool, args).await;
-        assert_eq!(info.status, CallStatus::Error, "{tool}");
-        assert_eq!(info.error_kind, Some(ErrorKind::Tool), "{tool}");
-        assert_eq!(info.result, message);
+        assert_eq!(assert_error(&info, ErrorKind::Tool, &[]), message);
     }
     // At the limit the glob is accepted, and the executor keeps serving.
     let info = call(

@@ -314,8 +314,11 @@ async fn no_endpoint_configured_says_how_to_configure_one() {
 async fn it_is_a_file_write_tool_in_the_images_toolset() {
     let server = serve(images_endpoint);
     let (_d, exec) = executor(config_for(&server), PermissionMode::ReadOnly);
-    let info = call(&exec, json!({"prompt": "crab"})).await;
-    assert_eq!(info.error_kind, Some(ErrorKind::Denied), "{}", info.result);
+    toolbox_tests::assert_error(
+        &call(&exec, json!({"prompt": "crab"})).await,
+        ErrorKind::Denied,
+        &[],
+    );
     assert!(server.requests.lock().unwrap().is_empty());
     let hidden = exec
         .resolve_agent_tool_schemas(

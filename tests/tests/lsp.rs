@@ -6,39 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use toolbox as _;
-use toolbox_executor::{PermissionMode, ToolExecutor};
-use toolbox_tests::{executor_with, fails, ok, test_python};
-
-/// pylsp: `TOOLBOX_TEST_PYLSP`, else the one beside the test venv's python.
-fn pylsp() -> String {
-    if let Ok(p) = std::env::var("TOOLBOX_TEST_PYLSP") {
-        return p;
-    }
-    let python = test_python();
-    let p = python.parent().unwrap().join("pylsp");
-    assert!(
-        p.exists(),
-        "{} is missing: scripts/test.sh installs python-lsp-server (tests/requirements.txt)",
-        p.display()
-    );
-    p.display().to_string()
-}
-
-fn clangd() -> String {
-    let p = toolbox_tests_which("clangd");
-    p.unwrap_or_else(|| panic!("clangd is not on PATH: scripts/test.sh installs it (apt clangd)"))
-}
-
-fn toolbox_tests_which(name: &str) -> Option<String> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .map(|p| p.display().to_string())
-}
-
-fn fake() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/fake_lsp.py").to_string()
-}
+use toolbox_executor::{ErrorKind, PermissionMode, ToolExecutor};
+use toolbox_tests::lsp::{clangd, fake_lsp, pylsp, python3, write_c_project};
+use toolbox_tests::{executor_with, fails, ok};
 
 fn lsp_table(servers: Value) -> Value {
     json!({"builtin_servers": false, "servers": servers, "index_wait_s": 20})
@@ -270,30 +240,6 @@ async fn python_rename_across_three_files() {
     assert!(out.contains("pkg/util.py\n  1:5: def add_one(x):"), "{out}");
 }
 
-fn write_c_project(root: &Path) {
-    write(root, "util.h", "#pragma once\nint add(int a, int b);\n");
-    write(
-        root,
-        "util.c",
-        "#include \"util.h\"\n\nint add(int a, int b) { return a + b; }\n",
-    );
-    write(
-        root,
-        "main.c",
-        "#include \"util.h\"\n\nint main(void) {\n    return add(1, 2);\n}\n",
-    );
-    let dir = root.display().to_string();
-    let db: Vec<Value> = ["util.c", "main.c"]
-        .iter()
-        .map(|f| json!({"directory": dir, "file": format!("{dir}/{f}"), "arguments": ["cc", "-c", f]}))
-        .collect();
-    write(
-        root,
-        "compile_commands.json",
-        &serde_json::to_string(&db).unwrap(),
-    );
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn c_with_clangd() {
     let table = lsp_table(json!({"clangd": {"command": [clangd()], "extensions": ["c", "h"]}}));
@@ -437,14 +383,10 @@ async fn bad_cases_are_clear_errors() {
     .await;
 }
 
-fn python3() -> PathBuf {
-    PathBuf::from(toolbox_tests_which("python3").expect("python3 on PATH"))
-}
-
 #[tokio::test]
 async fn a_server_that_never_answers_initialize() {
     let table = json!({"builtin_servers": false, "init_timeout_s": 1,
-        "servers": {"mute": {"command": [python3(), fake(), "silent"], "extensions": ["py"]}}});
+        "servers": {"mute": {"command": [python3(), fake_lsp(), "silent"], "extensions": ["py"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
     write(dir.path(), "a.py", "x = 1\n");
     fails(
@@ -459,7 +401,7 @@ async fn a_server_that_never_answers_initialize() {
 #[tokio::test]
 async fn a_server_that_crashes_mid_request() {
     let table = json!({"builtin_servers": false,
-        "servers": {"crashy": {"command": [python3(), fake(), "crash"], "extensions": ["py"]}}});
+        "servers": {"crashy": {"command": [python3(), fake_lsp(), "crash"], "extensions": ["py"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
     write(dir.path(), "a.py", "x = 1\n");
     let err = fails(
@@ -477,7 +419,7 @@ async fn a_server_killed_mid_call_is_restarted_once() {
     // A name in the server's own home, which survives its restart (its only writable folder).
     let marker = format!("killed-once-{}", std::process::id());
     let table = json!({"builtin_servers": false,
-        "servers": {"flaky": {"command": [python3(), fake(), "killed", marker], "extensions": ["py"]}}});
+        "servers": {"flaky": {"command": [python3(), fake_lsp(), "killed", marker], "extensions": ["py"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
     write(dir.path(), "a.py", "def hello():\n    pass\n");
     let out = ok(
@@ -581,7 +523,7 @@ async fn servers_run_without_network_and_with_the_workspace_read_only() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.txt"), "OUTSIDE-SECRET-42").unwrap();
     let table = json!({"builtin_servers": false,
-        "servers": {"probe": {"command": [python3(), fake(), "probe", port, outside.path()],
+        "servers": {"probe": {"command": [python3(), fake_lsp(), "probe", port, outside.path()],
                               "extensions": ["py"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
     write(dir.path(), "a.py", "x = 1\n");
@@ -687,7 +629,7 @@ async fn a_notebook_edit_gets_the_running_servers_new_errors() {
     // at once, and the hook gives up silently when the bound is hit.
     let table = json!({"builtin_servers": false, "diagnostics_after_edit": true,
         "diagnostics_wait_ms": 30000,
-        "servers": {"nbfake": {"command": [python3(), fake(), "diagnose"], "extensions": ["ipynb"]}}});
+        "servers": {"nbfake": {"command": [python3(), fake_lsp(), "diagnose"], "extensions": ["ipynb"]}}});
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
     write(
         dir.path(),
@@ -734,7 +676,7 @@ async fn the_rename_that_runs_is_the_one_approved() {
     use toolbox_host::{EventSink, ToolEvent};
     for change_before_answer in [false, true] {
         let table = json!({"builtin_servers": false,
-            "servers": {"shifty": {"command": [python3(), fake(), "shifty"], "extensions": ["py"]}}});
+            "servers": {"shifty": {"command": [python3(), fake_lsp(), "shifty"], "extensions": ["py"]}}});
         let shown: Arc<Mutex<Vec<String>>> = Arc::default();
         let slot: Arc<OnceLock<(ToolExecutor, PathBuf)>> = Arc::default();
         let events = {
@@ -773,7 +715,7 @@ async fn the_rename_that_runs_is_the_one_approved() {
         assert!(!preview.contains("other.py"), "{preview}");
         assert_eq!(read(dir.path(), "other.py"), "hello\n", "a file nobody saw");
         if change_before_answer {
-            assert!(got.result.contains("changed since"), "{}", got.result);
+            toolbox_tests::assert_error(&got, ErrorKind::Tool, &["changed since"]);
             assert_eq!(read(dir.path(), "a.py"), "hello = 2\n");
         } else {
             assert!(got.result.contains("1 file"), "{}", got.result);

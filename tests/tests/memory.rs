@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
-use toolbox_executor::{PermissionMode, ToolExecutor};
+use toolbox_executor::{ErrorKind, PermissionMode, ToolExecutor};
 
 use toolbox as _;
-use toolbox_tests::{call, executor, executor_in, executor_with, fails, ok};
+use toolbox_tests::{assert_error, call, executor, executor_in, executor_with, fails, ok};
 
 async fn save(exec: &ToolExecutor, args: Value) -> i64 {
     let out = ok(exec, "memory__save", args).await;
@@ -297,9 +297,9 @@ async fn bad_input_gets_errors_that_say_what_to_do() {
 async fn risky_tools_are_file_writes() {
     let (_dir, exec) = executor(PermissionMode::ReadOnly);
     let info = call(&exec, "memory__save", json!({"text": "x"})).await;
-    assert!(!info.is_done(), "{}", info.result);
+    assert_error(&info, ErrorKind::Denied, &[]);
     let info = call(&exec, "memory__delete", json!({"id": 1})).await;
-    assert!(!info.is_done(), "{}", info.result);
+    assert_error(&info, ErrorKind::Denied, &[]);
     // Reading an empty workspace works and creates no database.
     let (dir, exec) = executor(PermissionMode::ReadOnly);
     assert_eq!(
@@ -359,12 +359,7 @@ async fn a_corrupt_file_is_named_and_left_alone() {
     std::fs::write(&path, &bytes).unwrap();
     let exec = executor_in(dir.path(), PermissionMode::Full);
     let info = call(&exec, "memory__search", json!({"query": "note"})).await;
-    assert!(!info.is_done(), "{}", info.result);
-    assert!(
-        info.result.contains(".toolbox/memory.sqlite"),
-        "{}",
-        info.result
-    );
+    assert_error(&info, ErrorKind::Tool, &[".toolbox/memory.sqlite"]);
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
-use toolbox_executor::{CallStatus, PermissionMode, ToolCallInfo, ToolExecutor};
+use toolbox_executor::{CallStatus, ErrorKind, PermissionMode, ToolCallInfo, ToolExecutor};
 
 use toolbox as _;
-use toolbox_tests::test_python;
+use toolbox_tests::{assert_error, test_python};
 
 fn executor(toml: &str) -> (tempfile::TempDir, ToolExecutor) {
     toolbox_tests::executor_toml(PermissionMode::Full, toml)
@@ -222,14 +222,10 @@ async fn an_old_notebook_is_upgraded_and_a_broken_one_left_alone() {
             json!({"path": "broken.ipynb", "index": 0}),
         ),
     ] {
-        let info = call(&exec, tool, args).await;
-        assert_eq!(info.status, CallStatus::Error, "{tool}");
-        assert!(
-            info.result.contains(
-                "broken.ipynb is not a valid nbformat 4 notebook: cell 0: `metadata` is missing"
-            ),
-            "{tool}: {}",
-            info.result
+        assert_error(
+            &call(&exec, tool, args).await,
+            ErrorKind::Tool,
+            &["broken.ipynb is not a valid nbformat 4 notebook: cell 0: `metadata` is missing"],
         );
         assert_eq!(
             std::fs::read(&bad).unwrap(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolbox_executor::{ApprovalDecision, CallStatus, ErrorKind, PermissionMode, ToolExecutor};
 use toolbox_host::{ApprovalRequest, EventSink, QuestionKind, ToolEvent};
-use toolbox_tests::{call, executor_with_events, SESSION};
+use toolbox_tests::{assert_err_contains, assert_error, call, executor_with_events, SESSION};
 
 use toolbox as _;
 
@@ -110,8 +110,7 @@ async fn the_gate_refuses_before_any_approval_question() {
     });
     let write = json!({"path": "a.txt", "content": "a"});
     let held = call(&exec, "file_manager__write", write.clone()).await;
-    assert_eq!(held.error_kind, Some(ErrorKind::Denied), "{}", held.result);
-    assert!(held.result.contains("plan__set"), "{}", held.result);
+    assert_error(&held, ErrorKind::Denied, &["plan__set"]);
     assert!(asked.lock().unwrap().is_empty(), "refused before asking");
     call(&exec, "plan__set", json!({"steps": ["Write a.txt"]})).await;
     call(&exec, "plan__request_review", json!({"part": "plan"})).await;
@@ -201,12 +200,7 @@ async fn no_file_tool_can_write_the_review_that_opens_the_gate() {
         ),
     ] {
         let got = call(&exec, tool, args).await;
-        assert_eq!(got.status, CallStatus::Error, "{tool}: {}", got.result);
-        assert!(
-            got.result.contains("toolbox's own folder"),
-            "{tool}: {}",
-            got.result
-        );
+        assert_error(&got, ErrorKind::Tool, &["toolbox's own folder"]);
     }
     assert_eq!(
         std::fs::read(plan_file(&dir, "s1")).unwrap(),
@@ -214,7 +208,7 @@ async fn no_file_tool_can_write_the_review_that_opens_the_gate() {
         "the plan is untouched"
     );
     let held = call(&exec, "bash", json!({"command": "echo ran"})).await;
-    assert_eq!(held.error_kind, Some(ErrorKind::Denied), "{}", held.result);
+    assert_error(&held, ErrorKind::Denied, &[]);
     // The session's own folders are still the tools' to write.
     let out = call(
         &exec,
@@ -239,8 +233,7 @@ async fn a_plan_written_by_code_or_edited_after_review_reads_as_a_draft() {
     let wrote = call(&exec, "run_python_code", json!({"code": code})).await;
     assert_eq!(wrote.status, CallStatus::Done, "{}", wrote.result);
     let held = call(&exec, "shell", json!({"command": "echo ran"})).await;
-    assert_eq!(held.error_kind, Some(ErrorKind::Denied), "{}", held.result);
-    assert!(held.result.contains("the plan is draft"), "{}", held.result);
+    assert_error(&held, ErrorKind::Denied, &["the plan is draft"]);
     let shown = call(&exec, "plan__show", json!({})).await;
     assert!(
         shown.result.contains("claimed more than toolbox recorded"),
@@ -273,18 +266,13 @@ async fn a_plan_written_by_code_or_edited_after_review_reads_as_a_draft() {
     let edited = text.replace("List the files", "Delete the files");
     std::fs::write(plan_file(&dir, "s1"), &edited).unwrap();
     let held = call(&exec, "shell", json!({"command": "echo ran"})).await;
-    assert_eq!(held.error_kind, Some(ErrorKind::Denied), "{}", held.result);
+    assert_error(&held, ErrorKind::Denied, &[]);
     // and so does copying one session's confirmed plan into another's.
     std::fs::write(plan_file(&dir, "s1"), &text).unwrap();
     std::fs::create_dir_all(plan_file(&dir, "s2").parent().unwrap()).unwrap();
     std::fs::write(plan_file(&dir, "s2"), &text).unwrap();
     let other = toolbox_tests::call_in(&exec, "s2", "shell", json!({"command": "echo ran"})).await;
-    assert_eq!(
-        other.error_kind,
-        Some(ErrorKind::Denied),
-        "{}",
-        other.result
-    );
+    assert_error(&other, ErrorKind::Denied, &[]);
     let ran = call(&exec, "shell", json!({"command": "echo ran"})).await;
     assert_eq!(
         ran.status,
@@ -308,17 +296,7 @@ async fn require_confirmed_names_tools_by_any_name_and_refuses_unknown_ones() {
     ] {
         let (_dir, exec) = gated(held);
         let got = call(&exec, tool, args).await;
-        assert_eq!(
-            got.error_kind,
-            Some(ErrorKind::Denied),
-            "{held}: {}",
-            got.result
-        );
-        assert!(
-            got.result.contains(&format!("{held:?}")),
-            "{held}: {}",
-            got.result
-        );
+        assert_error(&got, ErrorKind::Denied, &[&format!("{held:?}")]);
     }
     // A name no tool answers to would hold nothing back: the executor refuses to start.
     let dir = tempfile::tempdir().unwrap();
@@ -327,12 +305,10 @@ async fn require_confirmed_names_tools_by_any_name_and_refuses_unknown_ones() {
         "plan".into(),
         json!({"require_confirmed": ["shell", "bsh", "write_fil"]}),
     );
-    let e = ToolExecutor::new(config)
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(e.contains("\"bsh\", \"write_fil\""), "{e}");
-    assert!(e.contains("neither a risk class"), "{e}");
+    assert_err_contains(
+        ToolExecutor::new(config),
+        &["\"bsh\", \"write_fil\"", "neither a risk class"],
+    );
 }
 
 /// Point 1's last part: under `[python] sandbox` (the isolated worker, as `--sandbox` gives)
@@ -406,19 +382,14 @@ print("\n".join(results))
         )],
     );
     let refused = call(&exec, "run_python_code", json!({"code": "1"})).await;
-    assert_eq!(refused.status, CallStatus::Error);
-    assert!(
-        refused.result.contains("needs backend = \"isolated\""),
-        "{}",
-        refused.result
-    );
+    assert_error(&refused, ErrorKind::Tool, &["needs backend = \"isolated\""]);
 }
 
 /// Point 1's other routes: an `lsp__rename` whose server edits the plan, and a shell command
 /// (not held) writing a confirmed plan while Python is held.
 #[tokio::test]
 async fn neither_a_language_servers_edit_nor_a_shell_command_confirms_a_plan() {
-    let fake = concat!(env!("CARGO_MANIFEST_DIR"), "/fake_lsp.py");
+    let fake = toolbox_tests::lsp::fake_lsp();
     let python = toolbox_tests::test_python();
     let (dir, exec) = toolbox_tests::executor_with(
         PermissionMode::Full,
@@ -441,12 +412,7 @@ async fn neither_a_language_servers_edit_nor_a_shell_command_confirms_a_plan() {
         json!({"path": "a.py", "line": 1, "column": 1, "new_name": "y"}),
     )
     .await;
-    assert_eq!(renamed.status, CallStatus::Error, "{}", renamed.result);
-    assert!(
-        renamed.result.contains("toolbox's own folder"),
-        "{}",
-        renamed.result
-    );
+    assert_error(&renamed, ErrorKind::Tool, &["toolbox's own folder"]);
     assert_eq!(std::fs::read(plan_file(&dir, "s1")).unwrap(), before);
     // Shell is not held here, and writes the file (unsandboxed code can); it confirms nothing.
     let forged = forged_plan("Run anything");
@@ -461,5 +427,5 @@ async fn neither_a_language_servers_edit_nor_a_shell_command_confirms_a_plan() {
         .unwrap()
         .contains("Run anything"));
     let held = call(&exec, "run_python_code", json!({"code": "print(1)"})).await;
-    assert_eq!(held.error_kind, Some(ErrorKind::Denied), "{}", held.result);
+    assert_error(&held, ErrorKind::Denied, &[]);
 }

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use toolbox as _;
 use toolbox_core::BlockKind;
-use toolbox_executor::{ApprovalDecision, PermissionMode, ToolExecutor, ToolRequest};
+use toolbox_executor::{ApprovalDecision, ErrorKind, PermissionMode, ToolExecutor, ToolRequest};
 use toolbox_host::{ApprovalRequest, EventSink, ToolEvent};
-use toolbox_tests::{executor_with_events, write_file};
+use toolbox_tests::{assert_error, executor_with_events, write_file};
 
 type Slot = Arc<Mutex<Option<ToolExecutor>>>;
 
@@ -56,7 +56,7 @@ async fn preview_of(
     let info = exec
         .run(ToolRequest::new("c1", tool, args).session("s1"))
         .await;
-    assert!(!info.is_done(), "{info:?}");
+    assert_error(&info, ErrorKind::Denied, &[]);
     let request = seen.lock().unwrap().pop().expect("an approval request");
     let text = request.preview.to_text(false);
     // Never the arguments as escaped JSON.

@@ -13,7 +13,7 @@ use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
 use toolbox_executor::{CallStatus, ErrorKind, PermissionMode};
 
 use toolbox as _;
-use toolbox_tests::{call_in, exchange, executor_in};
+use toolbox_tests::{assert_error, call_in, exchange, executor_in};
 
 /// Everything under `root`: each path with its type and, for files, the content; links with
 /// their target. Two equal snapshots mean nothing was created, changed or removed.
@@ -86,12 +86,10 @@ async fn invalid_session_ids_are_refused_and_write_nothing_anywhere() {
             ("run_python_code", json!({"code": "open('made.txt','w')"})),
         ] {
             let info = call_in(&exec, sid, tool, args).await;
-            assert_eq!(info.status, CallStatus::Error, "{sid:?} {tool}");
-            assert_eq!(info.error_kind, Some(ErrorKind::InvalidRequest));
+            let message = assert_error(&info, ErrorKind::InvalidRequest, &[]);
             assert!(
-                info.result.starts_with("invalid session id"),
-                "{sid:?}: {}",
-                info.result
+                message.starts_with("invalid session id"),
+                "{sid:?} {tool}: {message}"
             );
         }
     }
@@ -166,12 +164,7 @@ async fn planted_links_in_toolbox_folders_are_refused_and_nothing_goes_through_t
         ),
     ] {
         let info = call_in(&exec, "evil", tool, args).await;
-        assert_eq!(info.status, CallStatus::Error, "{tool}: {}", info.result);
-        assert!(
-            info.result.contains("symbolic link"),
-            "{tool}: {}",
-            info.result
-        );
+        assert_error(&info, ErrorKind::Tool, &["symbolic link"]);
     }
     assert_eq!(
         snapshot(outside.path()),
@@ -192,7 +185,7 @@ async fn paths_are_resolved_on_disk_not_by_string() {
     let typo = format!("{}-typo/../ws/a.txt", root.display());
     for path in ["a.txt/.", "a.txt/", "missing/../a.txt", typo.as_str()] {
         let info = call_in(&exec, "s", "file_manager__read", json!({ "path": path })).await;
-        assert_eq!(info.status, CallStatus::Error, "{path}: {}", info.result);
+        assert_error(&info, ErrorKind::Tool, &[]);
     }
     let info = call_in(
         &exec,
@@ -220,8 +213,7 @@ async fn hard_links_to_outside_files_are_never_changed() {
         json!({"path": "linked.txt", "content": "more\n", "append": true}),
     )
     .await;
-    assert_eq!(info.status, CallStatus::Error);
-    assert!(info.result.contains("hard links"), "{}", info.result);
+    assert_error(&info, ErrorKind::Tool, &["hard links"]);
     // A replace or an edit makes a new file; the outside name keeps its content.
     let info = call_in(
         &exec,

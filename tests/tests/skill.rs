@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde_json::json;
 use toolbox_executor::{ExecutorConfig, PermissionMode};
-use toolbox_tests::{call, executor, executor_with, fails, ok, write_file, write_skill, SESSION};
+use toolbox_tests::{
+    assert_err_contains, call, executor, executor_with, fails, ok, write_file, write_skill, SESSION,
+};
 
 // Links every provider of the full bundle (skill and python among them).
 use toolbox as _;
@@ -394,12 +396,10 @@ async fn configured_dirs_are_the_operators_and_a_workspace_cannot_add_one() {
         format!("[skill]\ndirs = [{:?}]\n", user_root.to_str().unwrap()),
     );
     let mut config = ExecutorConfig::new(ws.path());
-    let e = config
-        .apply_workspace_restrictions()
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("[skill] dirs = ["), "{e}");
-    assert!(e.contains("a workspace may not set this key"), "{e}");
+    assert_err_contains(
+        config.apply_workspace_restrictions(),
+        &["[skill] dirs = [", "a workspace may not set this key"],
+    );
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! agent runtime serves, refused by the executor.
 
 use serde_json::{json, Value};
-use toolbox_executor::{CallStatus, ErrorKind, PermissionMode};
-use toolbox_tests::{call, executor, executor_with, ok, write_file};
+use toolbox_executor::{ErrorKind, PermissionMode};
+use toolbox_tests::{assert_error, call, executor, executor_with, ok, write_file};
 
 // Links every provider of the full bundle (team among them).
 use toolbox as _;
@@ -55,12 +55,9 @@ async fn call_agent_is_refused_outside_a_runtime() {
         json!({"agent": "default", "task": "say hi"}),
     )
     .await;
-    assert_eq!(info.status, CallStatus::Error);
-    assert_eq!(info.error_kind, Some(ErrorKind::InvalidRequest));
-    assert!(
-        info.result
-            .contains("served by the agent runtime, which must intercept it"),
-        "{}",
-        info.result
+    assert_error(
+        &info,
+        ErrorKind::InvalidRequest,
+        &["served by the agent runtime, which must intercept it"],
     );
 }

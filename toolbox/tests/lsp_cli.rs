@@ -4,47 +4,18 @@
 //! dies, and no server left running after toolbox is killed with SIGKILL.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use toolbox_tests::assert_err_contains;
+use toolbox_tests::lsp::{clangd, fake_lsp, pylsp, python3, write_c_project};
 
 mod common;
 
 const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// pylsp: `TOOLBOX_TEST_PYLSP`, else the one beside the test venv's python.
-fn pylsp() -> String {
-    if let Ok(p) = std::env::var("TOOLBOX_TEST_PYLSP") {
-        return p;
-    }
-    let python = std::env::var("TOOLBOX_TEST_PYTHON").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../target/test-venv/bin/python"
-        )
-        .into()
-    });
-    let p = Path::new(&python).parent().unwrap().join("pylsp");
-    assert!(
-        p.exists(),
-        "{} is missing: scripts/test.sh installs python-lsp-server",
-        p.display()
-    );
-    p.display().to_string()
-}
-
-fn fake() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fake_lsp.py").to_string()
-}
 
 fn write(root: &Path, rel: &str, text: &str) {
     let p = root.join(rel);
@@ -223,34 +194,13 @@ fn python_project_over_mcp() {
 
 #[test]
 fn c_project_over_mcp() {
-    let clangd = which("clangd").expect("clangd on PATH (scripts/test.sh installs it)");
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path();
-    write(root, "util.h", "#pragma once\nint add(int a, int b);\n");
-    write(
-        root,
-        "util.c",
-        "#include \"util.h\"\n\nint add(int a, int b) { return a + b; }\n",
-    );
-    write(
-        root,
-        "main.c",
-        "#include \"util.h\"\n\nint main(void) {\n    return add(1, 2);\n}\n",
-    );
-    let dir = root.display().to_string();
-    let db: Vec<Value> = ["util.c", "main.c"]
-        .iter()
-        .map(|f| json!({"directory": dir, "file": format!("{dir}/{f}"), "arguments": ["cc", "-c", f]}))
-        .collect();
-    write(
-        root,
-        "compile_commands.json",
-        &serde_json::to_string(&db).unwrap(),
-    );
+    write_c_project(root);
     let cfg = format!(
         "[lsp]\nbuiltin_servers = false\ndiagnostics_after_edit = true\n\
          [lsp.servers.clangd]\ncommand = [{:?}]\nextensions = [\"c\", \"h\"]\n",
-        clangd.display().to_string()
+        clangd()
     );
     let mut mcp = Mcp::start(root, &cfg);
     let out = mcp.ok(
@@ -292,27 +242,14 @@ fn c_project_over_mcp() {
 /// search: a note says so) and C (clangd, which finds `add`).
 #[test]
 fn a_symbol_query_without_path_searches_every_language() {
-    let clangd = which("clangd").expect("clangd on PATH (scripts/test.sh installs it)");
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path();
     py_project(root);
-    write(
-        root,
-        "csrc/util.h",
-        "#pragma once\nint add(int a, int b);\n",
-    );
-    write(
-        root,
-        "csrc/util.c",
-        "#include \"util.h\"\n\nint add(int a, int b) { return a + b; }\n",
-    );
-    let dir = root.join("csrc").display().to_string();
-    let db = json!([{"directory": dir, "file": format!("{dir}/util.c"), "arguments": ["cc", "-c", "util.c"]}]);
-    write(root, "csrc/compile_commands.json", &db.to_string());
+    write_c_project(&root.join("csrc"));
     let cfg = format!(
         "{}[lsp.servers.clangd]\ncommand = [{:?}]\nextensions = [\"c\", \"h\"]\n",
         config(""),
-        clangd.display().to_string()
+        clangd()
     );
     let mut mcp = Mcp::start(root, &cfg);
     let out = mcp.ok("lsp__symbols", json!({"query": "add"}));
@@ -325,18 +262,14 @@ fn a_symbol_query_without_path_searches_every_language() {
         "{out}"
     );
     // With path, only that file's language is asked, as before.
-    let (err, out) = mcp.call("lsp__symbols", json!({"query": "add", "path": "main.py"}));
-    assert!(err, "{out}");
-    assert!(
-        out.contains("`pylsp` does not search workspace symbols"),
-        "{out}"
+    assert_err_contains(
+        mcp.call("lsp__symbols", json!({"query": "add", "path": "main.py"})),
+        &["`pylsp` does not search workspace symbols"],
     );
     // Neither argument: the error names both.
-    let (err, out) = mcp.call("lsp__symbols", json!({}));
-    assert!(err, "{out}");
-    assert!(
-        out.contains("requires path") && out.contains("or query"),
-        "{out}"
+    assert_err_contains(
+        mcp.call("lsp__symbols", json!({})),
+        &["requires path", "or query"],
     );
 }
 
@@ -346,32 +279,27 @@ fn broken_servers_over_mcp() {
     let root = ws.path();
     write(root, "a.py", "x = 1\n");
     write(root, "b.pyw", "x = 1\n");
-    let python = which("python3").unwrap().display().to_string();
+    let python = python3();
     let cfg = format!(
         "[lsp]\nbuiltin_servers = false\ninit_timeout_s = 1\n\
          [lsp.servers.mute]\ncommand = [{python:?}, {f:?}, \"silent\"]\nextensions = [\"py\"]\n\
          [lsp.servers.crashy]\ncommand = [{python:?}, {f:?}, \"crash\"]\nextensions = [\"pyw\"]\n",
-        f = fake()
+        f = fake_lsp()
     );
     let mut mcp = Mcp::start(root, &cfg);
-    let (err, text) = mcp.call("lsp__symbols", json!({"path": "a.py"}));
-    assert!(
-        err && text.contains("did not answer `initialize` within 1 s"),
-        "{text}"
+    assert_err_contains(
+        mcp.call("lsp__symbols", json!({"path": "a.py"})),
+        &["did not answer `initialize` within 1 s"],
     );
-    let (err, text) = mcp.call(
-        "lsp__definition",
-        json!({"path": "b.pyw", "line": 1, "column": 1}),
-    );
-    assert!(
-        err && text.contains(
-            "crashed during the call, and again after a restart: it exited with status 3"
+    assert_err_contains(
+        mcp.call(
+            "lsp__definition",
+            json!({"path": "b.pyw", "line": 1, "column": 1}),
         ),
-        "{text}"
+        &["crashed during the call, and again after a restart: it exited with status 3"],
     );
     // toolbox still serves.
-    let (err, _) = mcp.call("lsp__symbols", json!({"path": "../a.py"}));
-    assert!(err);
+    assert_err_contains(mcp.call("lsp__symbols", json!({"path": "../a.py"})), &[]);
 }
 
 /// Processes whose working folder is `root` and whose command line mentions `needle`.
