@@ -24,10 +24,10 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use serve_common::{serve_command, Req, Server, Sse, EVENT_LIMIT, IO_LIMIT};
+use serve_common::{file_store, host_command, wait_until, Req, Server, Sse, EVENT_LIMIT, IO_LIMIT};
 
 /// The router's own token (the clients').
 const ROUTER_TOKEN: &str = "router-token-0123456789abcdef";
@@ -246,26 +246,8 @@ fn serve_adapter(mut stream: TcpStream, state: &Mutex<AdapterState>, store: &Pat
         // The host starts outside the lock: other sessions are placed meanwhile.
         drop(s);
         let ws = top.join(&node);
-        std::fs::create_dir_all(&ws).unwrap();
         let token = host_token();
-        let store_url = format!("file://{}", store.display());
-        let epoch_text = epoch.to_string();
-        let mut cmd = serve_command(
-            &ws,
-            None,
-            &[
-                "--mode",
-                "full",
-                "--session",
-                sid,
-                "--epoch",
-                &epoch_text,
-                "--state-store",
-                &store_url,
-                "--sync-every",
-                "300ms",
-            ],
-        );
+        let mut cmd = host_command(&ws, None, sid, epoch, &file_store(store), Some("300ms"));
         cmd.env("TOOLBOX_SERVE_TOKEN", &token);
         let server = Server::spawn(cmd, &ws);
         let url = format!("http://{}", server.addr);
@@ -338,23 +320,6 @@ fn router(top: &Path, adapter: &Adapter) -> Server {
     Server::spawn(cmd, &ws).with_token(ROUTER_TOKEN)
 }
 
-fn call(router: &Server, sid: &str, tool: &str, args: Value) -> Value {
-    let r = router.post(&format!("/api/sessions/{sid}/tools/{tool}"), &args);
-    assert_eq!(r.status, 200, "{}", r.text());
-    let body = r.json();
-    assert_eq!(body["status"], "done", "{body}");
-    body
-}
-
-/// Polls (bounded) until `done` holds.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + EVENT_LIMIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Whether the newest manifest of `sid` in the store lists `path`.
 fn synced(store: &Path, sid: &str, path: &str) -> bool {
     let dir = store.join("sessions").join(sid).join("manifests");
@@ -403,8 +368,7 @@ fn calls_reach_the_sessions_host_with_the_routers_token_and_host_tokens_stay_ins
         .assert_error(400, "session id");
 
     // A call through the router runs on the session's host, in its workspace.
-    call(
-        &router,
+    router.call_done(
         sid,
         "file_manager__write",
         json!({"path": "notes/a.txt", "content": "through the router\n"}),
@@ -415,12 +379,7 @@ fn calls_reach_the_sessions_host_with_the_routers_token_and_host_tokens_stay_ins
         std::fs::read_to_string(ws.join("notes/a.txt")).unwrap(),
         "through the router\n"
     );
-    let read = call(
-        &router,
-        sid,
-        "file_manager__read",
-        json!({"path": "notes/a.txt"}),
-    );
+    let read = router.call_done(sid, "file_manager__read", json!({"path": "notes/a.txt"}));
     assert!(
         read["result"]
             .as_str()
@@ -473,8 +432,7 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
     let router = router(top.path(), &adapter);
     let sid = "mover";
 
-    call(
-        &router,
+    router.call_done(
         sid,
         "file_manager__write",
         json!({"path": "plan.md", "content": "1. survive\n"}),
@@ -486,12 +444,7 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
 
     // The next call finds the connection refused, asks the adapter once with the stale
     // epoch, and runs on the new host.
-    let read = call(
-        &router,
-        sid,
-        "file_manager__read",
-        json!({"path": "plan.md"}),
-    );
+    let read = router.call_done(sid, "file_manager__read", json!({"path": "plan.md"}));
     assert!(
         read["result"].as_str().unwrap().contains("1. survive"),
         "{read}"
@@ -513,7 +466,7 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
     drop(sse);
 
     // A Last-Event-ID of the host's own epoch reaches it: it sends only what came after.
-    call(&router, sid, "shell", json!({"command": "echo moved"}));
+    router.call_done(sid, "shell", json!({"command": "echo moved"}));
     let all = events_after(&router, sid, "2:0");
     let first = all.next();
     assert_eq!(first.kind(), "session_resumed");
@@ -529,7 +482,7 @@ fn a_call_in_flight_when_its_host_dies_is_never_sent_again() {
     let adapter = Adapter::start(top.path());
     let router = router(top.path(), &adapter);
     let sid = "inflight";
-    call(&router, sid, "file_manager__list", json!({}));
+    router.call_done(sid, "file_manager__list", json!({}));
     let (_, _, ws) = adapter.host_of(sid);
     let running = {
         let req = router
@@ -548,7 +501,7 @@ fn a_call_in_flight_when_its_host_dies_is_never_sent_again() {
     // The router did not look the session up again for it, so nothing ran it twice.
     assert_eq!(adapter.ensures(), vec![(sid.to_string(), None)]);
     // The next call is placed at the next epoch.
-    call(&router, sid, "file_manager__list", json!({}));
+    router.call_done(sid, "file_manager__list", json!({}));
     assert_eq!(adapter.host_of(sid).0, 2);
 }
 
@@ -587,8 +540,7 @@ fn a_superseded_host_makes_the_router_look_up_once_and_no_capacity_is_503_with_r
         s.stubs
             .push_back((format!("http://{stub}"), host_token(), 1));
     });
-    call(
-        &router,
+    router.call_done(
         sid,
         "file_manager__write",
         json!({"path": "x.txt", "content": "x"}),
@@ -669,14 +621,12 @@ fn mcp_through_the_router_and_a_merged_session_list() {
     let adapter = Adapter::start(top.path());
     let router = router(top.path(), &adapter);
 
-    call(
-        &router,
+    router.call_done(
         "one",
         "file_manager__write",
         json!({"path": "hello.md", "content": "hello from one\n"}),
     );
-    call(
-        &router,
+    router.call_done(
         "two",
         "file_manager__write",
         json!({"path": "t.md", "content": "two\n"}),

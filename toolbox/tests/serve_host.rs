@@ -18,7 +18,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{ends_with_tool_result, last_user_text, serve_command, Server, EVENT_LIMIT};
+use serve_common::{
+    ends_with_tool_result, file_store, host_args, host_command, last_user_text, wait_until, Server,
+    EVENT_LIMIT,
+};
+use toolbox_tests::assert_err_contains;
 use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 
 const SID: &str = "moving";
@@ -35,25 +39,7 @@ fn host_every(
     llm: Option<&ScriptedLlm>,
     every: &str,
 ) -> Server {
-    std::fs::create_dir_all(ws).unwrap();
-    let url = format!("file://{}", store.display());
-    let epoch = epoch.to_string();
-    let cmd = serve_command(
-        ws,
-        llm,
-        &[
-            "--mode",
-            "full",
-            "--session",
-            SID,
-            "--epoch",
-            &epoch,
-            "--state-store",
-            &url,
-            "--sync-every",
-            every,
-        ],
-    );
+    let cmd = host_command(ws, llm, SID, epoch, &file_store(store), Some(every));
     Server::spawn(cmd, ws)
 }
 
@@ -97,15 +83,6 @@ fn head_manifest(store: &Path) -> Value {
     }
 }
 
-/// Polls (bounded) until `done` holds.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + EVENT_LIMIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Every file under `root` with its content, but the session's events file (which each host
 /// appends to) and SQLite's memory store and its side files (compared through the memory
 /// tools instead).
@@ -140,14 +117,6 @@ fn tree_all(root: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-fn call(server: &Server, tool: &str, args: Value) -> Value {
-    let r = server.post(&format!("/api/sessions/{SID}/tools/{tool}"), &args);
-    assert_eq!(r.status, 200, "{}", r.text());
-    let body = r.json();
-    assert_eq!(body["status"], "done", "{body}");
-    body
-}
-
 fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let top = tempfile::tempdir().unwrap();
     let store = top.path().join("store");
@@ -175,13 +144,13 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     // Other sessions are not served here.
     let other = old.get("/api/sessions/elsewhere/messages");
     assert_eq!(other.status, 404, "{}", other.text());
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "notes/plan.md", "content": "1. build\n"}),
     );
-    call(
-        &old,
+    old.call_done(
+        SID,
         "memory__save",
         json!({"title": "port", "text": "the service listens on 8123"}),
     );
@@ -295,7 +264,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
         last["content"].as_str().unwrap().contains("interrupted"),
         "{last}"
     );
-    let found = call(&new, "memory__search", json!({"query": "service listens"}));
+    let found = new.call_done(SID, "memory__search", json!({"query": "service listens"}));
     assert!(
         found["result"].as_str().unwrap().contains("8123"),
         "{found}"
@@ -324,8 +293,8 @@ fn a_stopped_host_resumed_elsewhere_never_moves_head_and_exits() {
         }
     });
     let mut old = host(&node_a, &store, 1, Some(&llm));
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "a.txt", "content": "before"}),
     );
@@ -368,13 +337,13 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
     let (_top, store, node_a, node_b) = dirs();
     let llm = ScriptedLlm::start_with(|_| Scripted::text("hello back"));
     let mut old = host(&node_a, &store, 1, Some(&llm));
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "src/main.py", "content": "print(1)\n"}),
     );
-    call(
-        &old,
+    old.call_done(
+        SID,
         "memory__save",
         json!({"title": "owner", "text": "ask Ada about the cache"}),
     );
@@ -388,15 +357,9 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
     let before = tree(&node_a);
 
     // The same epoch again: refused, nothing served.
-    std::fs::create_dir_all(&node_b).unwrap();
-    let url = format!("file://{}", store.display());
-    let out = serve_command(
-        &node_b,
-        None,
-        &["--session", SID, "--epoch", "1", "--state-store", &url],
-    )
-    .output()
-    .unwrap();
+    let out = host_command(&node_b, None, SID, 1, &file_store(&store), None)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("epoch 1 was claimed already"), "{stderr}");
@@ -417,7 +380,7 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
         2,
         "{messages}"
     );
-    let found = call(&new, "memory__search", json!({"query": "Ada"}));
+    let found = new.call_done(SID, "memory__search", json!({"query": "Ada"}));
     assert!(
         found["result"].as_str().unwrap().contains("cache"),
         "{found}"
@@ -433,8 +396,8 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
         "{}",
         old.stderr()
     );
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "kept.txt", "content": "from epoch 1"}),
     );
@@ -455,15 +418,10 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
         "from epoch 1"
     );
 
-    let url = format!("file://{}", store.display());
     for bad in ["0", "soon", "1.5"] {
-        let out = serve_command(
-            &node_a,
-            None,
-            &["--session", SID, "--epoch", bad, "--state-store", &url],
-        )
-        .output()
-        .unwrap();
+        let out = host_command(&node_a, None, SID, bad, &file_store(&store), None)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "--epoch {bad}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -512,8 +470,8 @@ fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
     let (_top, store, node_a, node_b) = dirs();
     // No periodic sync: only the one on SIGTERM can store late.txt.
     let mut old = host_every(&node_a, &store, 1, None, "1h");
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "data.csv", "content": "a,b\n1,2\n"}),
     );
@@ -548,15 +506,9 @@ fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
         "a,b\n1,3\n",
     )
     .unwrap();
-    std::fs::create_dir_all(&node_b).unwrap();
-    let url = format!("file://{}", store.display());
-    let out = serve_command(
-        &node_b,
-        None,
-        &["--session", SID, "--epoch", "2", "--state-store", &url],
-    )
-    .output()
-    .unwrap();
+    let out = host_command(&node_b, None, SID, 2, &file_store(&store), None)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -627,22 +579,7 @@ impl Moto {
     }
 
     fn command(&self, ws: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> std::process::Command {
-        std::fs::create_dir_all(ws).unwrap();
-        let epoch = epoch.to_string();
-        let mut cmd = serve_command(
-            ws,
-            llm,
-            &[
-                "--mode",
-                "full",
-                "--session",
-                SID,
-                "--epoch",
-                &epoch,
-                "--state-store",
-                "s3://toolbox-test/stores/one",
-            ],
-        );
+        let mut cmd = host_command(ws, llm, SID, epoch, "s3://toolbox-test/stores/one", None);
         cmd.env(
             "AWS_ENDPOINT_URL",
             format!("http://127.0.0.1:{}", self.port),
@@ -667,13 +604,13 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
     let (top, _store, node_a, node_b) = dirs();
     let moto = Moto::start();
     let mut old = moto.host(&node_a, 1, None);
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "report.md", "content": "# done\n"}),
     );
-    call(
-        &old,
+    old.call_done(
+        SID,
         "memory__save",
         json!({"title": "s3", "text": "stored in moto"}),
     );
@@ -685,7 +622,7 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
     let new = moto.host(&node_b, 2, None);
     assert_eq!(tree(&node_b), before);
     assert_eq!(new.events(SID, None).until("session_resumed").len(), 1);
-    let found = call(&new, "memory__search", json!({"query": "moto"}));
+    let found = new.call_done(SID, "memory__search", json!({"query": "moto"}));
     assert!(
         found["result"].as_str().unwrap().contains("stored in"),
         "{found}"
@@ -712,32 +649,18 @@ fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let url = format!("file://{}", store.display());
-    let start = |ws: &Path, epoch: &str| {
+    let url = file_store(&store);
+    // On the same port each time (the client reconnects to it), so not host_command's.
+    let start = |ws: &Path, epoch: u64| {
         std::fs::create_dir_all(ws).unwrap();
         let mut cmd = common::toolbox(ws);
-        cmd.args([
-            "serve",
-            "--listen",
-            &listen,
-            "--mode",
-            "full",
-            "--session",
-            SID,
-        ])
-        .args([
-            "--epoch",
-            epoch,
-            "--state-store",
-            &url,
-            "--sync-every",
-            "300ms",
-        ]);
+        cmd.args(["serve", "--listen", &listen])
+            .args(host_args(SID, epoch, &url, Some("300ms")));
         Server::spawn(cmd, ws)
     };
-    let mut old = start(&node_a, "1");
-    call(
-        &old,
+    let mut old = start(&node_a, 1);
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "notes/plan.md", "content": "1. move\n"}),
     );
@@ -760,7 +683,7 @@ fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
     });
     old.signal(libc::SIGKILL);
     old.wait_exit(EVENT_LIMIT).expect("SIGKILL ends it");
-    let _new = start(&node_b, "2");
+    let _new = start(&node_b, 2);
     writeln!(client.stdin.as_mut().unwrap(), "moved").unwrap();
     let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert!(client.wait().unwrap().success());
@@ -829,12 +752,8 @@ fn a_restored_workspace_config_holds_from_the_first_call() {
         &format!("/api/sessions/{SID}/tools/shell"),
         &json!({"command": "echo before > ran-a.txt"}),
     );
-    assert_eq!(
-        r.json()["status"],
-        "error",
-        "read_only on the first host too: {}",
-        r.text()
-    );
+    // read_only on the first host too.
+    assert_err_contains(&r.json(), &["read_only"]);
     let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
     assert_eq!(r.status, 202, "{}", r.text());
     old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
@@ -845,12 +764,7 @@ fn a_restored_workspace_config_holds_from_the_first_call() {
         &format!("/api/sessions/{SID}/tools/shell"),
         &json!({"command": "echo after > ran-b.txt"}),
     );
-    let body = r.json();
-    assert_eq!(body["status"], "error", "{body}");
-    assert!(
-        body["result"].as_str().unwrap().contains("read_only"),
-        "{body}"
-    );
+    assert_err_contains(&r.json(), &["read_only"]);
     assert!(!node_b.join("ran-b.txt").exists());
 }
 
@@ -862,8 +776,8 @@ fn a_stale_host_answers_503_once_a_newer_epoch_is_known() {
     let (_top, store, node_a, node_b) = dirs();
     // The old host syncs rarely: only the calls themselves can learn of the new epoch.
     let old = host_every(&node_a, &store, 1, None, "1h");
-    call(
-        &old,
+    old.call_done(
+        SID,
         "file_manager__write",
         json!({"path": "before.txt", "content": "kept"}),
     );

@@ -46,6 +46,63 @@ pub fn serve_command(ws: &Path, llm: Option<&ScriptedLlm>, extra: &[&str]) -> Co
     cmd
 }
 
+/// The `file://` URL of a state store kept in the folder `store`.
+pub fn file_store(store: &Path) -> String {
+    format!("file://{}", store.display())
+}
+
+/// The arguments of `toolbox serve` as one session's host: `--mode full`, the session
+/// `sid`, its `epoch` (a number, or `next`), the state store at `store_url`, and
+/// `--sync-every` when given.
+pub fn host_args(
+    sid: &str,
+    epoch: impl ToString,
+    store_url: &str,
+    every: Option<&str>,
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--mode",
+        "full",
+        "--session",
+        sid,
+        "--epoch",
+        &epoch.to_string(),
+        "--state-store",
+        store_url,
+    ]
+    .map(String::from)
+    .into();
+    if let Some(every) = every {
+        args.extend(["--sync-every".to_string(), every.to_string()]);
+    }
+    args
+}
+
+/// [`serve_command`] as the host of session `sid` at `epoch` (see [`host_args`]), in `ws`,
+/// which is made when missing. Unstarted, so a test can add variables.
+pub fn host_command(
+    ws: &Path,
+    llm: Option<&ScriptedLlm>,
+    sid: &str,
+    epoch: impl ToString,
+    store_url: &str,
+    every: Option<&str>,
+) -> Command {
+    std::fs::create_dir_all(ws).unwrap();
+    let mut cmd = serve_command(ws, llm, &[]);
+    cmd.args(host_args(sid, epoch, store_url, every));
+    cmd
+}
+
+/// Polls (every 50 ms, at most [`EVENT_LIMIT`]) until `done` holds.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + EVENT_LIMIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A running `toolbox serve`; killed (and reaped) when dropped.
 pub struct Server {
     child: Option<Child>,
@@ -143,6 +200,16 @@ impl Server {
         let r = self.post(&format!("/api/sessions/{sid}/turns"), &body);
         assert_eq!(r.status, 202, "{}", r.text());
         r.json()["turn_id"].as_str().unwrap().to_string()
+    }
+
+    /// `POST /api/sessions/{sid}/tools/{tool}` with `args`: the response must be 200 and the
+    /// call `done`. Returns the body.
+    pub fn call_done(&self, sid: &str, tool: &str, args: Value) -> Value {
+        let r = self.post(&format!("/api/sessions/{sid}/tools/{tool}"), &args);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body = r.json();
+        assert_eq!(body["status"], "done", "{body}");
+        body
     }
 
     /// Subscribes to a session's events, after `last_event_id` when given.
