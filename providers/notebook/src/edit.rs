@@ -2,13 +2,18 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::nb::{new_cell, set_cell_type, source_lines, Notebook};
-use crate::{load, notebook_path, object_schema, prop, save, CellRef, TOOLSETS};
+use crate::{load, notebook_path, save, CellRef, CELL_ID, INDEX, PATH, PATH_DOC, TOOLSETS};
 
 pub const NAME: &str = "notebook__edit";
+const OPERATION: Arg =
+    Arg::choice("operation", &["replace", "insert", "delete"]).aliases(&["edit_mode"]);
+const SOURCE: Arg = Arg::string("source").aliases(&["new_source"]);
+const CELL_TYPE: Arg = Arg::choice("cell_type", &["code", "markdown", "raw"]);
 
 pub fn info() -> ToolInfo {
     ToolInfo::new(
@@ -19,47 +24,17 @@ pub fn info() -> ToolInfo {
          cell_id, or at the end when neither is given; inserting into a missing .ipynb creates \
          the notebook. delete removes the cell. The file is rewritten atomically as valid \
          nbformat 4.5; new cells get ids. Run code cells with notebook__run_cell.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop("string", "The .ipynb file, relative to the workspace."),
-                ),
-                (
-                    "operation",
-                    json!({"type": "string", "enum": ["replace", "insert", "delete"],
-                           "description": "replace (default), insert or delete."}),
-                ),
-                (
-                    "index",
-                    prop(
-                        "integer",
-                        "0-based cell index: the cell to replace or delete, or where to insert.",
-                    ),
-                ),
-                (
-                    "cell_id",
-                    prop(
-                        "string",
-                        "The id of the cell to replace or delete, or to insert after.",
-                    ),
-                ),
-                (
-                    "source",
-                    prop(
-                        "string",
-                        "The cell's new source (required for replace and insert).",
-                    ),
-                ),
-                (
-                    "cell_type",
-                    json!({"type": "string", "enum": ["code", "markdown", "raw"],
-                           "description": "Type of the new cell (insert: default code) or the \
-                                           type to change to (replace: default unchanged)."}),
-                ),
-            ],
-            &["path"],
-        ),
+        object(&[
+            PATH.doc(PATH_DOC),
+            OPERATION.doc("replace (default), insert or delete."),
+            INDEX.doc("0-based cell index: the cell to replace or delete, or where to insert."),
+            CELL_ID.doc("The id of the cell to replace or delete, or to insert after."),
+            SOURCE.doc("The cell's new source (required for replace and insert)."),
+            CELL_TYPE.doc(
+                "Type of the new cell (insert: default code) or the type to change to \
+                 (replace: default unchanged).",
+            ),
+        ]),
     )
     .risk(ToolRisk::FileWrite)
     // The data agent's sidecar names it among the file manager's tools.
@@ -71,22 +46,12 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a.str("path", &["notebook_path"])?;
-    let operation = a
-        .opt_nonempty_str("operation", &["edit_mode"])?
-        .unwrap_or("replace");
-    if !["replace", "insert", "delete"].contains(&operation) {
-        bail!("{NAME}: argument `operation` must be replace, insert or delete, got {operation:?}");
-    }
+    let path = PATH.str(&a)?;
+    let operation = OPERATION.opt_choice(&a)?.unwrap_or("replace");
     let which = CellRef::from_args(&a)?;
-    let source = a.opt_str("source", &["new_source"])?;
-    let cell_type = a.opt_nonempty_str("cell_type", &[])?;
+    let source = SOURCE.opt_str(&a)?;
+    let cell_type = CELL_TYPE.opt_choice(&a)?;
     a.finish()?;
-    if let Some(t) = cell_type {
-        if !["code", "markdown", "raw"].contains(&t) {
-            bail!("{NAME}: argument `cell_type` must be code, markdown or raw, got {t:?}");
-        }
-    }
     let (abs, shown) = notebook_path(NAME, ctx, path)?;
 
     let mut nb = if operation == "insert" && !abs.exists() {
@@ -161,13 +126,10 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 /// path. Changes nothing.
 pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::Preview> {
     let a = Args::new(NAME, args).ok()?;
-    let path = a.str("path", &["notebook_path"]).ok()?;
-    let operation = a
-        .opt_nonempty_str("operation", &["edit_mode"])
-        .ok()?
-        .unwrap_or("replace");
+    let path = PATH.str(&a).ok()?;
+    let operation = OPERATION.opt_nonempty_str(&a).ok()?.unwrap_or("replace");
     let which = CellRef::from_args(&a).ok()?;
-    let source = a.opt_str("source", &["new_source"]).ok()?.unwrap_or("");
+    let source = SOURCE.opt_str(&a).ok()?.unwrap_or("");
     let p = ctx.workspace.locate(path).ok()?;
     let real = ctx.workspace.show_real(&p);
     let shown = ctx.workspace.show(&p);
@@ -382,7 +344,7 @@ mod tests {
             ),
             (
                 json!({"path": "a.ipynb", "operation": "move", "index": 0}),
-                "`operation` must be replace, insert or delete",
+                "`operation` must be one of replace, insert, delete, got \"move\"",
             ),
             (
                 json!({"path": "a.ipynb", "index": 0, "cell_id": "load", "source": "x"}),
@@ -394,7 +356,7 @@ mod tests {
             ),
             (
                 json!({"path": "a.ipynb", "index": 0, "source": "x", "cell_type": "sql"}),
-                "`cell_type` must be code, markdown or raw",
+                "`cell_type` must be one of code, markdown, raw, got \"sql\"",
             ),
             (
                 json!({"path": "missing.ipynb", "index": 0, "source": "x"}),

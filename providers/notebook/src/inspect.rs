@@ -2,11 +2,12 @@
 
 use anyhow::Result;
 use serde_json::Value;
+use toolbox_core::schema::object;
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::nb::{multiline, source_text, Notebook};
-use crate::{load, notebook_path, object_schema, prop, CellRef, TOOLSETS};
+use crate::{load, notebook_path, CellRef, CELL_ID, INDEX, PATH, PATH_DOC, TOOLSETS};
 
 pub const NAME: &str = "notebook__inspect";
 /// Source lines shown per cell in the overview.
@@ -23,30 +24,18 @@ pub fn info() -> ToolInfo {
          execution count and a summary of the outputs (streams, results, figures, errors). \
          Give index or cell_id to see one cell in full, with its outputs' text. Use the index \
          or id with notebook__edit and notebook__run_cell.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop("string", "The .ipynb file, relative to the workspace."),
-                ),
-                (
-                    "index",
-                    prop("integer", "Show only this cell (0-based), in full."),
-                ),
-                (
-                    "cell_id",
-                    prop("string", "Show only the cell with this id, in full."),
-                ),
-            ],
-            &["path"],
-        ),
+        object(&[
+            PATH.doc(PATH_DOC),
+            INDEX.doc("Show only this cell (0-based), in full."),
+            CELL_ID.doc("Show only the cell with this id, in full."),
+        ]),
     )
     .toolsets(TOOLSETS)
 }
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a.str("path", &["notebook_path"])?;
+    let path = PATH.str(&a)?;
     let which = CellRef::from_args(&a)?;
     a.finish()?;
     let (abs, shown) = notebook_path(NAME, ctx, path)?;

@@ -27,7 +27,7 @@ use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::LazyLock;
-use toolbox_core::{Args, ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Args, ToolInfo, ToolOutput};
 use toolbox_host::{output, with_after_edit, ToolContext, ToolProvider, Tools, Workspace, WsPath};
 
 use crate::nb::Notebook;
@@ -38,6 +38,16 @@ toolbox_host::register_provider!("notebook", || std::sync::Arc::new(
 
 /// The toolsets every notebook tool belongs to (besides `notebook`, the provider name).
 pub(crate) const TOOLSETS: &[&str] = &["notebook", "integrated_notebook"];
+
+/// The `path` argument every notebook tool takes.
+pub(crate) const PATH: Arg = Arg::string("path").aliases(&["notebook_path"]).required();
+/// The description of [`PATH`].
+pub(crate) const PATH_DOC: &str = "The .ipynb file, relative to the workspace.";
+/// The `index` argument: a cell by its 0-based position ([`CellRef`]).
+pub(crate) const INDEX: Arg =
+    Arg::integer("index", 0, None).aliases(&["cell_index", "cell_number"]);
+/// The `cell_id` argument: a cell by its id ([`CellRef`]).
+pub(crate) const CELL_ID: Arg = Arg::string("cell_id").aliases(&["id"]);
 
 /// The `notebook` provider. It holds no state.
 #[derive(Debug, Default, Clone)]
@@ -82,8 +92,8 @@ static TOOLS: LazyLock<Tools<NotebookProvider>> = LazyLock::new(|| {
         // hook) is appended.
         .tool(edit::info(), |_, _, args, ctx| {
             Box::pin(async move {
-                let path = ["path", "notebook_path"]
-                    .iter()
+                let path = std::iter::once(&PATH.name)
+                    .chain(PATH.aliases)
                     .find_map(|k| args.get(*k).and_then(Value::as_str))
                     .map(str::to_string);
                 let out = edit::run(args, ctx).await?;
@@ -169,8 +179,8 @@ pub(crate) enum CellRef {
 
 impl CellRef {
     pub(crate) fn from_args(args: &Args<'_>) -> Result<Option<CellRef>> {
-        let index = args.opt_u64("index", &["cell_index", "cell_number"])?;
-        let id = args.opt_nonempty_str("cell_id", &["id"])?;
+        let index = INDEX.opt_u64(args)?;
+        let id = CELL_ID.opt_nonempty_str(args)?;
         match (index, id) {
             (Some(_), Some(_)) => bail!("{}: give either index or cell_id, not both", args.tool()),
             (Some(i), None) => Ok(Some(CellRef::Index(i as usize))),
@@ -196,9 +206,6 @@ impl CellRef {
         }
     }
 }
-
-/// Schema builders shared by every provider.
-pub(crate) use toolbox_core::schema::{object_schema, prop};
 
 #[cfg(test)]
 pub(crate) mod test_support {

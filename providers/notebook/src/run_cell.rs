@@ -16,13 +16,16 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use base64::Engine;
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
 use crate::nb::{source_lines, source_text};
-use crate::{load, notebook_path, object_schema, prop, save, CellRef, TOOLSETS};
+use crate::{load, notebook_path, save, CellRef, CELL_ID, INDEX, PATH, PATH_DOC, TOOLSETS};
 
 pub const NAME: &str = "notebook__run_cell";
+/// 0 is read as 1 ms, as it always was.
+const TIMEOUT_MS: Arg = Arg::integer("timeout_ms", 0, None);
 /// Figures larger than this are referenced by path instead of embedded.
 const MAX_EMBEDDED_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 
@@ -35,25 +38,15 @@ pub fn info() -> ToolInfo {
          expression's value, the error — and the execution count back into the .ipynb. \
          Returns the outputs as text. Cells run only when asked: run earlier cells first if \
          this one needs their variables.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop("string", "The .ipynb file, relative to the workspace."),
-                ),
-                ("index", prop("integer", "The code cell to run (0-based).")),
-                ("cell_id", prop("string", "The id of the code cell to run.")),
-                (
-                    "timeout_ms",
-                    prop(
-                        "integer",
-                        "Stop the cell after this many milliseconds (default: the python \
-                         provider's configured limit).",
-                    ),
-                ),
-            ],
-            &["path"],
-        ),
+        object(&[
+            PATH.doc(PATH_DOC),
+            INDEX.doc("The code cell to run (0-based)."),
+            CELL_ID.doc("The id of the code cell to run."),
+            TIMEOUT_MS.doc(
+                "Stop the cell after this many milliseconds (default: the python \
+                 provider's configured limit).",
+            ),
+        ]),
     )
     .risk(ToolRisk::Python)
     .toolsets(TOOLSETS)
@@ -61,11 +54,11 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a.str("path", &["notebook_path"])?;
+    let path = PATH.str(&a)?;
     let which =
         CellRef::from_args(&a)?.ok_or_else(|| anyhow!("{NAME} requires index or cell_id"))?;
-    let timeout = a
-        .opt_u64("timeout_ms", &[])?
+    let timeout = TIMEOUT_MS
+        .opt_u64(&a)?
         .map(|ms| Duration::from_millis(ms.max(1)));
     a.finish()?;
     let (abs, shown) = notebook_path(NAME, ctx, path)?;
