@@ -8,14 +8,18 @@ use std::io::Read;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, Preview, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
-use crate::{blocking, object_schema, prop, text, write, TOOLSET};
+use crate::{blocking, text, write, PATH, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__edit";
 /// Files larger than this are edited from Python instead.
 const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
+const OLD_STRING: Arg = Arg::string("old_string").required();
+const NEW_STRING: Arg = Arg::string("new_string").required();
+const REPLACE_ALL: Arg = Arg::boolean("replace_all");
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -27,39 +31,17 @@ pub(crate) fn info() -> ToolInfo {
          new_string may be empty to delete text. The file is rewritten atomically. Files over \
          10 MiB and binary files are refused. To create a file or replace all of it use \
          file_manager__write.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "File to edit, relative to the workspace. `output/`, `scratchpad/` and \
-                         `input/` name this session's folders.",
-                    ),
-                ),
-                (
-                    "old_string",
-                    prop("string", "The exact text to replace. Must not be empty."),
-                ),
-                (
-                    "new_string",
-                    prop(
-                        "string",
-                        "The text to put in its place (must differ from old_string; may be \
-                         empty).",
-                    ),
-                ),
-                (
-                    "replace_all",
-                    prop(
-                        "boolean",
-                        "Replace every occurrence instead of requiring exactly one (default \
-                         false).",
-                    ),
-                ),
-            ],
-            &["path", "old_string", "new_string"],
-        ),
+        object(&[
+            PATH.doc(
+                "File to edit, relative to the workspace. `output/`, `scratchpad/` and \
+                 `input/` name this session's folders.",
+            ),
+            OLD_STRING.doc("The exact text to replace. Must not be empty."),
+            NEW_STRING
+                .doc("The text to put in its place (must differ from old_string; may be empty)."),
+            REPLACE_ALL
+                .doc("Replace every occurrence instead of requiring exactly one (default false)."),
+        ]),
     )
     .risk(ToolRisk::FileWrite)
     .aliases(&["edit_file"])
@@ -69,10 +51,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a.str("path", &["file_path"])?.to_string();
-    let old = a.str("old_string", &[])?.to_string();
-    let new = a.str("new_string", &[])?.to_string();
-    let replace_all = a.bool_or("replace_all", &[], false)?;
+    let path = PATH.str(&a)?.to_string();
+    let old = OLD_STRING.str(&a)?.to_string();
+    let new = NEW_STRING.str(&a)?.to_string();
+    let replace_all = REPLACE_ALL.bool(&a)?;
     a.finish()?;
     if old.is_empty() {
         return Err(anyhow!(
@@ -219,10 +201,10 @@ fn edit(ctx: &ToolContext, path: &str, old: &str, new: &str, replace_all: bool) 
 /// would refuse says so and why. Changes nothing.
 pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<Preview> {
     let a = Args::new(NAME, args).ok()?;
-    let path = a.str("path", &["file_path"]).ok()?;
-    let old = a.str("old_string", &[]).ok()?;
-    let new = a.str("new_string", &[]).ok()?;
-    let replace_all = a.bool_or("replace_all", &[], false).ok()?;
+    let path = PATH.str(&a).ok()?;
+    let old = OLD_STRING.str(&a).ok()?;
+    let new = NEW_STRING.str(&a).ok()?;
+    let replace_all = REPLACE_ALL.bool(&a).ok()?;
     if old.is_empty() || old == new {
         return None;
     }

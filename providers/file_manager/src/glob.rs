@@ -7,14 +7,15 @@
 use anyhow::{anyhow, Result};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{PathError, ToolContext};
 
-use crate::{blocking, cancelled, object_schema, prop, walk, TOOLSET};
+use crate::{blocking, cancelled, walk, FOLDER, PATTERN, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__glob";
 const DEFAULT_LIMIT: u64 = 1000;
-const MAX_LIMIT: u64 = 10_000;
+const LIMIT: Arg = Arg::integer("limit", 1, Some(10_000)).default(DEFAULT_LIMIT);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -26,32 +27,11 @@ pub(crate) fn info() -> ToolInfo {
          listed in .gitignore and hidden files are skipped; folders are not returned. Results \
          are workspace-relative paths, one per line, sorted, at most `limit` (default 1000, \
          max 10000). Use file_manager__grep to search file contents.",
-        object_schema(
-            &[
-                (
-                    "pattern",
-                    prop(
-                        "string",
-                        "Glob pattern, e.g. \"**/*.py\" or \"data/*.{csv,tsv}\".",
-                    ),
-                ),
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "Folder to search below, relative to the workspace (default \".\").",
-                    ),
-                ),
-                (
-                    "limit",
-                    prop(
-                        "integer",
-                        "Maximum number of paths to return (default 1000, max 10000).",
-                    ),
-                ),
-            ],
-            &["pattern"],
-        ),
+        object(&[
+            PATTERN.doc("Glob pattern, e.g. \"**/*.py\" or \"data/*.{csv,tsv}\"."),
+            FOLDER.doc("Folder to search below, relative to the workspace (default \".\")."),
+            LIMIT.doc("Maximum number of paths to return (default 1000, max 10000)."),
+        ]),
     )
     .risk(ToolRisk::Read)
     .aliases(&["glob_search"])
@@ -61,12 +41,9 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let pattern = a.str("pattern", &[])?.to_string();
-    let path = a
-        .opt_nonempty_str("path", &["file_path"])?
-        .unwrap_or(".")
-        .to_string();
-    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let pattern = PATTERN.str(&a)?.to_string();
+    let path = FOLDER.opt_nonempty_str(&a)?.unwrap_or(".").to_string();
+    let limit = LIMIT.u64(&a)? as usize;
     a.finish()?;
     let matcher = compile(NAME, "pattern", &pattern)?;
     let ctx = ctx.clone();

@@ -13,14 +13,18 @@ use globset::GlobMatcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{EntryKind, PathError, ToolContext, WsPath};
 
-use crate::{blocking, cancelled, glob, object_schema, prop, text, walk, TOOLSET};
+use crate::{blocking, cancelled, glob, text, walk, FOLDER, PATTERN, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__grep";
 const DEFAULT_MAX_RESULTS: u64 = 200;
-const MAX_RESULTS: u64 = 5000;
+const GLOB: Arg = Arg::string("glob");
+const IGNORE_CASE: Arg = Arg::boolean("ignore_case");
+const SMART_CASE: Arg = Arg::boolean("smart_case");
+const MAX_RESULTS: Arg = Arg::integer("max_results", 1, Some(5000)).default(DEFAULT_MAX_RESULTS);
 /// Matched lines are cut to this many characters.
 const MAX_TEXT_CHARS: usize = 500;
 
@@ -35,53 +39,21 @@ pub(crate) fn info() -> ToolInfo {
          anything listed in .gitignore. Narrow the search with `glob` (e.g. \"*.py\"). \
          Matches do not span lines. At most max_results lines are returned (default 200, max \
          5000). Use file_manager__glob to find files by name.",
-        object_schema(
-            &[
-                (
-                    "pattern",
-                    prop(
-                        "string",
-                        "Regular expression to search for, e.g. \"def \\w+\\(\" or \"TODO|FIXME\".",
-                    ),
-                ),
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "Folder or file to search, relative to the workspace (default \".\").",
-                    ),
-                ),
-                (
-                    "glob",
-                    prop(
-                        "string",
-                        "Only search files matching this glob. Without a '/' it matches the \
-                         file name (\"*.py\", \"*.{csv,tsv}\"); with one it matches the path \
-                         relative to `path` (\"src/**/*.rs\").",
-                    ),
-                ),
-                (
-                    "ignore_case",
-                    prop("boolean", "Match without regard to case (default false)."),
-                ),
-                (
-                    "smart_case",
-                    prop(
-                        "boolean",
-                        "Ignore case unless the pattern contains an upper-case letter (default \
-                         false).",
-                    ),
-                ),
-                (
-                    "max_results",
-                    prop(
-                        "integer",
-                        "Maximum number of matching lines to return (default 200, max 5000).",
-                    ),
-                ),
-            ],
-            &["pattern"],
-        ),
+        object(&[
+            PATTERN
+                .doc("Regular expression to search for, e.g. \"def \\w+\\(\" or \"TODO|FIXME\"."),
+            FOLDER.doc("Folder or file to search, relative to the workspace (default \".\")."),
+            GLOB.doc(
+                "Only search files matching this glob. Without a '/' it matches the file name \
+                 (\"*.py\", \"*.{csv,tsv}\"); with one it matches the path relative to \
+                 `path` (\"src/**/*.rs\").",
+            ),
+            IGNORE_CASE.doc("Match without regard to case (default false)."),
+            SMART_CASE.doc(
+                "Ignore case unless the pattern contains an upper-case letter (default false).",
+            ),
+            MAX_RESULTS.doc("Maximum number of matching lines to return (default 200, max 5000)."),
+        ]),
     )
     .risk(ToolRisk::Read)
     .aliases(&["grep_search"])
@@ -108,15 +80,12 @@ struct Query {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let pattern = a.str("pattern", &[])?.to_string();
-    let path = a
-        .opt_nonempty_str("path", &["file_path"])?
-        .unwrap_or(".")
-        .to_string();
-    let glob = a.opt_nonempty_str("glob", &[])?;
-    let ignore_case = a.bool_or("ignore_case", &[], false)?;
-    let smart_case = a.bool_or("smart_case", &[], false)?;
-    let max_results = a.u64_in("max_results", &[], DEFAULT_MAX_RESULTS, 1, MAX_RESULTS)? as usize;
+    let pattern = PATTERN.str(&a)?.to_string();
+    let path = FOLDER.opt_nonempty_str(&a)?.unwrap_or(".").to_string();
+    let glob = GLOB.opt_nonempty_str(&a)?;
+    let ignore_case = IGNORE_CASE.bool(&a)?;
+    let smart_case = SMART_CASE.bool(&a)?;
+    let max_results = MAX_RESULTS.u64(&a)? as usize;
     a.finish()?;
     if pattern.is_empty() {
         return Err(anyhow!("{NAME}: the pattern is empty"));

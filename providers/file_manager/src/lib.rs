@@ -35,7 +35,7 @@ use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::LazyLock;
-use toolbox_core::{Preview, ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Preview, ToolInfo, ToolOutput};
 use toolbox_host::{output, with_after_edit, ToolContext, ToolProvider, Tools};
 
 toolbox_host::register_provider!("file_manager", || std::sync::Arc::new(
@@ -44,6 +44,14 @@ toolbox_host::register_provider!("file_manager", || std::sync::Arc::new(
 
 /// The toolset every file_manager tool belongs to.
 const TOOLSET: &str = "files";
+
+/// The `path` of the tools that need one file: read, write and edit.
+const PATH: Arg = Arg::string("path").aliases(&["file_path"]).required();
+/// The `path` of the tools that default to the workspace root (`"."`): list, glob and grep.
+/// An empty string is read as not given.
+const FOLDER: Arg = Arg::string("path").aliases(&["file_path"]);
+/// The `pattern` of glob and grep.
+const PATTERN: Arg = Arg::string("pattern").required();
 
 /// The `file_manager` provider. It holds no state: every call carries its own context.
 #[derive(Debug, Default, Clone)]
@@ -102,8 +110,8 @@ static TOOLS: LazyLock<Tools<FileManager>> = LazyLock::new(|| {
 
 /// The path a write or edit names (`path` or its alias `file_path`), for the after-edit hook.
 fn after_edit_path(args: &Value) -> Option<String> {
-    ["path", "file_path"]
-        .iter()
+    std::iter::once(&PATH.name)
+        .chain(PATH.aliases)
         .find_map(|k| args.get(*k).and_then(Value::as_str))
         .map(str::to_string)
 }
@@ -121,9 +129,6 @@ where
 fn cancelled(tool: &str) -> anyhow::Error {
     anyhow!("{tool}: cancelled")
 }
-
-/// Schema builders shared by every provider.
-use toolbox_core::schema::{object_schema, prop};
 
 #[cfg(test)]
 mod test_support {

@@ -13,15 +13,19 @@ use ignore::gitignore::Gitignore;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{Dir, DirEntryInfo, EntryKind, PathError, ToolContext};
 
-use crate::{blocking, cancelled, object_schema, prop, text, walk, TOOLSET};
+use crate::{blocking, cancelled, text, walk, FOLDER, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__list";
 const DEFAULT_LIMIT: u64 = 1000;
 const MAX_LIMIT: u64 = 10_000;
-const MAX_DEPTH: u64 = 10;
+const DEPTH: Arg = Arg::integer("depth", 1, Some(10)).default(1);
+const SHOW_HIDDEN: Arg = Arg::boolean("show_hidden");
+const SHOW_IGNORED: Arg = Arg::boolean("show_ignored");
+const LIMIT: Arg = Arg::integer("limit", 1, Some(MAX_LIMIT)).default(DEFAULT_LIMIT);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -34,50 +38,20 @@ pub(crate) fn info() -> ToolInfo {
          show_hidden=true. Entries excluded by .gitignore or .ignore files are left out (and \
          counted in the footer) unless show_ignored=true. At most `limit` entries are returned (default 1000, max \
          10000); the last line says how many entries were shown and whether the listing was cut.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "Directory to list, relative to the workspace (default \".\", the \
-                         workspace root). `output/`, `scratchpad/` and `input/` name this \
-                         session's folders.",
-                    ),
-                ),
-                (
-                    "depth",
-                    prop(
-                        "integer",
-                        "How many levels to list: 1 (default) for the directory's own entries, \
-                         up to 10.",
-                    ),
-                ),
-                (
-                    "show_hidden",
-                    prop(
-                        "boolean",
-                        "Also list entries whose names start with '.' (default false).",
-                    ),
-                ),
-                (
-                    "show_ignored",
-                    prop(
-                        "boolean",
-                        "Also list entries excluded by .gitignore or .ignore files (default \
-                         false).",
-                    ),
-                ),
-                (
-                    "limit",
-                    prop(
-                        "integer",
-                        "Maximum number of entries to return (default 1000, max 10000).",
-                    ),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            FOLDER.doc(
+                "Directory to list, relative to the workspace (default \".\", the workspace \
+                 root). `output/`, `scratchpad/` and `input/` name this session's folders.",
+            ),
+            DEPTH.doc(
+                "How many levels to list: 1 (default) for the directory's own entries, up to 10.",
+            ),
+            SHOW_HIDDEN.doc("Also list entries whose names start with '.' (default false)."),
+            SHOW_IGNORED.doc(
+                "Also list entries excluded by .gitignore or .ignore files (default false).",
+            ),
+            LIMIT.doc("Maximum number of entries to return (default 1000, max 10000)."),
+        ]),
     )
     .risk(ToolRisk::Read)
     .aliases(&["list_dir"])
@@ -87,14 +61,11 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a
-        .opt_nonempty_str("path", &["file_path"])?
-        .unwrap_or(".")
-        .to_string();
-    let depth = a.u64_in("depth", &[], 1, 1, MAX_DEPTH)? as usize;
-    let show_hidden = a.bool_or("show_hidden", &[], false)?;
-    let show_ignored = a.bool_or("show_ignored", &[], false)?;
-    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)? as usize;
+    let path = FOLDER.opt_nonempty_str(&a)?.unwrap_or(".").to_string();
+    let depth = DEPTH.u64(&a)? as usize;
+    let show_hidden = SHOW_HIDDEN.bool(&a)?;
+    let show_ignored = SHOW_IGNORED.bool(&a)?;
+    let limit = LIMIT.u64(&a)? as usize;
     a.finish()?;
     let ctx = ctx.clone();
     blocking(NAME, move || {

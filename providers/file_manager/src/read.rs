@@ -9,14 +9,17 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{PathError, ToolContext};
 
-use crate::{blocking, cancelled, object_schema, prop, text, TOOLSET};
+use crate::{blocking, cancelled, text, PATH, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__read";
 const DEFAULT_LIMIT: u64 = 2000;
-const MAX_LIMIT: u64 = 20_000;
+/// Models sometimes say offset 0 for "the start": it is read as line 1.
+const OFFSET: Arg = Arg::integer("offset", 0, None).default(1);
+const LIMIT: Arg = Arg::integer("limit", 1, Some(20_000)).default(DEFAULT_LIMIT);
 /// Longer lines are cut to this many characters.
 const MAX_LINE_CHARS: usize = 2000;
 /// Bytes kept of one line: enough for MAX_LINE_CHARS characters of up to 4 bytes each,
@@ -35,33 +38,14 @@ pub(crate) fn info() -> ToolInfo {
          longer than 2000 characters are cut and marked. Binary files (images, archives, \
          spreadsheets, …) are refused: inspect those from Python instead. Directories are \
          refused: use file_manager__list.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "File to read, relative to the workspace. `output/`, `scratchpad/` and \
-                         `input/` name this session's folders.",
-                    ),
-                ),
-                (
-                    "offset",
-                    prop(
-                        "integer",
-                        "1-based number of the first line to show (default 1).",
-                    ),
-                ),
-                (
-                    "limit",
-                    prop(
-                        "integer",
-                        "How many lines to show (default 2000, max 20000).",
-                    ),
-                ),
-            ],
-            &["path"],
-        ),
+        object(&[
+            PATH.doc(
+                "File to read, relative to the workspace. `output/`, `scratchpad/` and \
+                 `input/` name this session's folders.",
+            ),
+            OFFSET.doc("1-based number of the first line to show (default 1)."),
+            LIMIT.doc("How many lines to show (default 2000, max 20000)."),
+        ]),
     )
     .risk(ToolRisk::Read)
     .aliases(&["read_file"])
@@ -73,10 +57,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a.str("path", &["file_path"])?.to_string();
+    let path = PATH.str(&a)?.to_string();
     // Models sometimes say offset 0 for "the start"; read it as line 1.
-    let offset = a.opt_u64("offset", &[])?.unwrap_or(1).max(1);
-    let limit = a.u64_in("limit", &[], DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    let offset = OFFSET.u64(&a)?.max(1);
+    let limit = LIMIT.u64(&a)?;
     a.finish()?;
     let ws = &ctx.workspace;
     let p = ws.locate(&path).map_err(|e| anyhow!("{NAME}: {e}"))?;

@@ -11,14 +11,17 @@ use std::io::{self, Write};
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, Preview, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::{Dir, EntryKind, PathError, ToolContext};
 
-use crate::{blocking, object_schema, prop, text, TOOLSET};
+use crate::{blocking, text, PATH, TOOLSET};
 
 pub(crate) const NAME: &str = "file_manager__write";
 /// The largest content one call may write.
 pub(crate) const MAX_WRITE_BYTES: usize = 1024 * 1024;
+const CONTENT: Arg = Arg::string("content").aliases(&["text"]).required();
+const APPEND: Arg = Arg::boolean("append");
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -31,34 +34,17 @@ pub(crate) fn info() -> ToolInfo {
          Python with run_python_code instead; large JSON, JSONL or CSV goes through \
          data__convert, or Python with pathlib/json/csv. To change part of an existing file use \
          file_manager__edit. Files meant for the user go under output/.",
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "File to write, relative to the workspace. `output/`, `scratchpad/` and \
-                         `input/` name this session's folders.",
-                    ),
-                ),
-                (
-                    "content",
-                    prop(
-                        "string",
-                        "The complete text to write (or to append). At most 1 MiB.",
-                    ),
-                ),
-                (
-                    "append",
-                    prop(
-                        "boolean",
-                        "Add content to the end of the file instead of replacing it (default \
-                         false). The file is created if missing.",
-                    ),
-                ),
-            ],
-            &["path", "content"],
-        ),
+        object(&[
+            PATH.doc(
+                "File to write, relative to the workspace. `output/`, `scratchpad/` and \
+                 `input/` name this session's folders.",
+            ),
+            CONTENT.doc("The complete text to write (or to append). At most 1 MiB."),
+            APPEND.doc(
+                "Add content to the end of the file instead of replacing it (default false). \
+                 The file is created if missing.",
+            ),
+        ]),
     )
     .risk(ToolRisk::FileWrite)
     .aliases(&["write_file"])
@@ -68,9 +54,9 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let path = a.str("path", &["file_path"])?.to_string();
-    let content = a.str("content", &["text"])?;
-    let append = a.bool_or("append", &[], false)?;
+    let path = PATH.str(&a)?.to_string();
+    let content = CONTENT.str(&a)?;
+    let append = APPEND.bool(&a)?;
     a.finish()?;
     if content.len() > MAX_WRITE_BYTES {
         return Err(anyhow!(
@@ -92,9 +78,9 @@ pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 /// and the content's first lines. Changes nothing.
 pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<Preview> {
     let a = Args::new(NAME, args).ok()?;
-    let path = a.str("path", &["file_path"]).ok()?;
-    let content = a.str("content", &["text"]).ok()?;
-    let append = a.bool_or("append", &[], false).ok()?;
+    let path = PATH.str(&a).ok()?;
+    let content = CONTENT.str(&a).ok()?;
+    let append = APPEND.bool(&a).ok()?;
     let ws = &ctx.workspace;
     let p = ws.locate(path).ok()?;
     let real = ws.show_real(&p);
