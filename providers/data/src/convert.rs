@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
+use toolbox_core::schema::object;
 use toolbox_core::ToolOutput;
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::{PathError, ToolContext};
 
 use crate::csvtypes::{ColType, Typing};
@@ -21,12 +21,30 @@ use crate::template::Template;
 use crate::write::{Out, RejectKind, Sink};
 use crate::{fast, parallel, source};
 use crate::{
-    format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, InputLimits, OnError,
-    TOOLSET,
+    format_prop, infer_types_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop,
+    types_prop, InputLimits, OnError, TOOLSET,
 };
 
 /// The tool's name.
 pub const NAME: &str = "data__convert";
+
+// The data agent's tools build calls of this one with these names (data_agent.rs).
+pub(crate) const PATH: Arg = Arg::string("path")
+    .aliases(&["input", "file_path"])
+    .required();
+pub(crate) const OUTPUT: Arg = Arg::string("output")
+    .aliases(&["output_path", "out"])
+    .required();
+/// The output format (read leniently, as `format` is).
+pub(crate) const TO: Arg = Arg::choice("to", OUTPUT_NAMES).aliases(&["output_format"]);
+pub(crate) const SELECT: Arg = Arg::strings("select").aliases(&["columns"]);
+/// Renames: an array of "old=new" strings, or an object.
+pub(crate) const RENAME: Arg = Arg::strings("rename");
+pub(crate) const DEDUPE_BY: Arg = Arg::strings("dedupe_by").aliases(&["dedupe"]);
+pub(crate) const LIMIT: Arg = Arg::integer("limit", 1, None).aliases(&["max_rows"]);
+/// JSON text, a string template, or a JSON value.
+pub(crate) const TEMPLATE: Arg = Arg::string("template");
+const GUARD_FORMULAS: Arg = Arg::boolean("guard_formulas").default_bool(true);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -45,70 +63,39 @@ pub(crate) fn info() -> ToolInfo {
              real output path. {}",
             crate::WAY_OF_WORKING
         ),
-        object_schema(
-            &[
-                ("path", prop("string", "The input data file in the workspace.")),
-                (
-                    "output",
-                    prop(
-                        "string",
-                        "Where to write, e.g. `output/train.jsonl`; the extension gives the \
-                         format unless `to` is set. Replaced if it exists.",
-                    ),
-                ),
-                (
-                    "to",
-                    string_enum(
-                        OUTPUT_NAMES,
-                        "Output format (default: from the output's extension).",
-                    ),
-                ),
-                ("format", format_prop()),
-                ("sheet", sheet_prop()),
-                (
-                    "select",
-                    json!({"type": "array", "items": {"type": "string"},
-                        "description": "Columns (keys) to keep, in this order (default: all)."}),
-                ),
-                (
-                    "rename",
-                    json!({"type": "array", "items": {"type": "string"},
-                        "description": "Renames as \"old=new\" strings (an object {\"old\": \"new\"} is accepted too)."}),
-                ),
-                (
-                    "dedupe_by",
-                    json!({"type": "array", "items": {"type": "string"},
-                        "description": "Keep only the first record for each combination of these columns' values (names after rename)."}),
-                ),
-                (
-                    "limit",
-                    integer_in("Write at most this many records.", 1, None),
-                ),
-                (
-                    "template",
-                    prop(
-                        "string",
-                        "A JSON template (JSON text; an object is accepted too) applied to \
-                         each record; `{column}` placeholders use names after rename; `{{` \
-                         and `}}` are literal braces.",
-                    ),
-                ),
-                ("on_error", on_error_prop()),
-                ("types", crate::types_prop()),
-                ("infer_types", crate::infer_types_prop()),
-                (
-                    "guard_formulas",
-                    prop(
-                        "boolean",
-                        "For CSV/TSV output: text cells starting with =, +, -, @, a tab or a \
-                         carriage return get a leading ' so a spreadsheet shows them instead \
-                         of running them as formulas (default true; false writes them as \
-                         they are, for a program rather than a spreadsheet).",
-                    ),
-                ),
-            ],
-            &["path", "output"],
-        ),
+        object(&[
+            PATH.doc("The input data file in the workspace."),
+            OUTPUT.doc(
+                "Where to write, e.g. `output/train.jsonl`; the extension gives the format \
+                 unless `to` is set. Replaced if it exists.",
+            ),
+            TO.doc("Output format (default: from the output's extension)."),
+            format_prop(),
+            sheet_prop(),
+            SELECT.doc("Columns (keys) to keep, in this order (default: all)."),
+            RENAME.doc(
+                "Renames as \"old=new\" strings (an object {\"old\": \"new\"} is accepted too).",
+            ),
+            DEDUPE_BY.doc(
+                "Keep only the first record for each combination of these columns' values \
+                 (names after rename).",
+            ),
+            LIMIT.doc("Write at most this many records."),
+            TEMPLATE.doc(
+                "A JSON template (JSON text; an object is accepted too) applied to each record; \
+                 `{column}` placeholders use names after rename; `{{` and `}}` are literal \
+                 braces.",
+            ),
+            on_error_prop(),
+            types_prop(),
+            infer_types_prop(),
+            GUARD_FORMULAS.doc(
+                "For CSV/TSV output: text cells starting with =, +, -, @, a tab or a carriage \
+                 return get a leading ' so a spreadsheet shows them instead of running them as \
+                 formulas (default true; false writes them as they are, for a program rather \
+                 than a spreadsheet).",
+            ),
+        ]),
     )
     .risk(ToolRisk::FileWrite)
     .toolsets(&[TOOLSET])
@@ -133,25 +120,25 @@ struct Plan {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
-    let given = args.str("path", &["input", "file_path"])?;
-    let output = args.str("output", &["output_path", "out"])?;
-    let to = args.opt_nonempty_str("to", &["output_format"])?;
+    let given = PATH.str(&args)?;
+    let output = OUTPUT.str(&args)?;
+    let to = TO.opt_nonempty_str(&args)?;
     let opts = read_opts(&args)?;
-    let select = args
-        .opt_str_list("select", &["columns"])?
+    let select = SELECT
+        .opt_str_list(&args)?
         .map(|v| v.into_iter().map(str::to_string).collect::<Vec<_>>())
         .filter(|v| !v.is_empty());
-    let rename = rename_arg(args.opt_value("rename", &[]))?;
-    let dedupe_by: Vec<String> = args
-        .opt_str_list("dedupe_by", &["dedupe"])?
+    let rename = rename_arg(RENAME.opt_value(&args))?;
+    let dedupe_by: Vec<String> = DEDUPE_BY
+        .opt_str_list(&args)?
         .unwrap_or_default()
         .into_iter()
         .map(str::to_string)
         .collect();
-    let limit = args.opt_u64("limit", &["max_rows"])?;
-    let template = args.opt_value("template", &[]).cloned();
+    let limit = LIMIT.opt_u64(&args)?;
+    let template = TEMPLATE.opt_value(&args).cloned();
     let on_error = on_error_arg(&args)?;
-    let guard_formulas = args.bool_or("guard_formulas", &[], true)?;
+    let guard_formulas = GUARD_FORMULAS.bool(&args)?;
     let typing = Typing::from_args(&args)?;
     args.finish()?;
     let template = match template {

@@ -116,7 +116,7 @@ pub struct Typing {
 impl Typing {
     /// Reads `types` and `infer_types` from a data tool's arguments.
     pub fn from_args(args: &Args<'_>) -> Result<Typing> {
-        let infer = args.bool_or("infer_types", &[], true)?;
+        let infer = crate::INFER_TYPES.bool(args)?;
         let mut overrides = Vec::new();
         let tool = args.tool();
         let named = |col: &str, t: &str| -> Result<(String, ColType)> {
@@ -135,7 +135,7 @@ impl Typing {
                 TYPE_NAMES.join(", ")
             )
         };
-        match args.opt_value("types", &["column_types", "dtypes"]) {
+        match crate::TYPES.opt_value(args) {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
                 for (col, v) in m {

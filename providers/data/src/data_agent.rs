@@ -14,8 +14,8 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Map, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
-use toolbox_core::{Args, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, Prop, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::{convert, inspect, validate};
@@ -33,6 +33,36 @@ pub(crate) const PLANNING_EVAL: &str = "data_agent_export_planning_eval_csv";
 /// The formats an export may write.
 const EXPORT_FORMATS: &[&str] = &["jsonl", "json", "csv", "tsv", "parquet"];
 
+// The family's own arguments. Each tool reads these and passes them on under the names of
+// the underlying tool's arguments (convert::SELECT, validate::UNIQUE, …).
+/// `data_agent_load_input_sources`: a file or folder instead of `input/`.
+const LOOK_AT: Arg = Arg::string("path").aliases(&["folder"]);
+/// The dataset every other tool reads.
+const PATH: Arg = Arg::string("path").aliases(&["file_path"]).required();
+/// Where a normalised draft goes (a default name when not given).
+const NORMALIZED_OUTPUT: Arg = Arg::string("output").aliases(&["output_path"]);
+/// Where an export goes.
+const OUTPUT: Arg = NORMALIZED_OUTPUT.required();
+const REQUIRED_FIELDS: Arg = Arg::strings("required_fields");
+const UNIQUE_FIELDS: Arg = Arg::strings("unique_fields");
+const SCHEMA: Arg = Arg::string("schema");
+/// An export's format: `data__convert`'s `to`.
+const FORMAT: Arg = Arg::choice("format", EXPORT_FORMATS).aliases(&["to"]);
+/// `data__convert`'s `select`.
+const FIELDS: Arg = Arg::strings("fields");
+const RENAME: Arg = Arg::strings("rename");
+const DEDUPE_BY: Arg = Arg::strings("dedupe_by");
+const LIMIT: Arg = Arg::integer("limit", 1, None);
+const USER_FIELD: Arg = Arg::string("user_field")
+    .aliases(&["question_field", "prompt_field"])
+    .required();
+const ASSISTANT_FIELD: Arg = Arg::string("assistant_field")
+    .aliases(&["answer_field", "response_field"])
+    .required();
+const SYSTEM_FIELD: Arg = Arg::string("system_field");
+const SYSTEM_PROMPT: Arg = Arg::string("system_prompt").aliases(&["system"]);
+const DEDUPE: Arg = Arg::boolean("dedupe");
+
 fn tool(name: &str, description: String, schema: Value) -> ToolInfo {
     ToolInfo::new(name, description, schema)
         .toolsets(&[crate::TOOLSET, TOOLSET])
@@ -40,34 +70,26 @@ fn tool(name: &str, description: String, schema: Value) -> ToolInfo {
         .only_in(Vocabulary::DataAgent)
 }
 
-fn strings(description: &str) -> Value {
-    json!({"type": "array", "items": {"type": "string"}, "description": description})
-}
-
-fn path_prop() -> Value {
-    prop(
-        "string",
+fn path_prop() -> Prop {
+    PATH.doc(
         "The dataset file in the workspace (CSV, TSV, JSON array, JSONL, Parquet, xlsx; \
          .gz/.zst), e.g. `input/cases.csv` or `output/draft.json`.",
     )
 }
 
-fn output_prop(example: &str) -> Value {
-    prop(
-        "string",
-        &format!(
-            "Where to write, e.g. `{example}`; `output/…` is the session's output folder. \
-             Replaced if it exists, written atomically."
-        ),
-    )
+fn output_prop(example: &str) -> Prop {
+    OUTPUT.doc(format!(
+        "Where to write, e.g. `{example}`; `output/…` is the session's output folder. \
+         Replaced if it exists, written atomically."
+    ))
 }
 
-fn rename_prop() -> Value {
-    strings("Renames as \"old=new\" strings (an object {\"old\": \"new\"} is accepted too).")
+fn rename_prop() -> Prop {
+    RENAME.doc("Renames as \"old=new\" strings (an object {\"old\": \"new\"} is accepted too).")
 }
 
-fn limit_prop() -> Value {
-    integer_in("Write at most this many records.", 1, None)
+fn limit_prop() -> Prop {
+    LIMIT.doc("Write at most this many records.")
 }
 
 pub(crate) fn infos() -> Vec<ToolInfo> {
@@ -81,17 +103,10 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  to see one file's columns with their types, nulls, examples and sample rows \
                  instead. {rules}"
             ),
-            object_schema(
-                &[(
-                    "path",
-                    prop(
-                        "string",
-                        "A file or folder to look at instead of the whole `input/` folder \
-                         (default `input/`).",
-                    ),
-                )],
-                &[],
-            ),
+            object(&[LOOK_AT.doc(
+                "A file or folder to look at instead of the whole `input/` folder (default \
+                 `input/`).",
+            )]),
         ),
         tool(
             VALIDATE,
@@ -101,32 +116,16 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  match a JSON Schema. Returns the counts of valid and invalid records and the \
                  first errors with their line. {rules}"
             ),
-            object_schema(
-                &[
-                    ("path", path_prop()),
-                    (
-                        "required_fields",
-                        strings("Fields every record must have, not null, empty or blank."),
-                    ),
-                    (
-                        "unique_fields",
-                        strings("Fields whose values must not repeat (each on its own)."),
-                    ),
-                    (
-                        "schema",
-                        prop(
-                            "string",
-                            "A JSON Schema (JSON text, or the path of a .json file) every \
-                             record must match.",
-                        ),
-                    ),
-                    (
-                        "max_errors",
-                        integer_in("Errors listed (default 20, at most 1000).", 1, Some(1000)),
-                    ),
-                ],
-                &["path"],
-            ),
+            object(&[
+                path_prop(),
+                REQUIRED_FIELDS.doc("Fields every record must have, not null, empty or blank."),
+                UNIQUE_FIELDS.doc("Fields whose values must not repeat (each on its own)."),
+                SCHEMA.doc(
+                    "A JSON Schema (JSON text, or the path of a .json file) every record must \
+                     match.",
+                ),
+                validate::max_errors_prop(),
+            ]),
         ),
         tool(
             EXPORT,
@@ -136,20 +135,14 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  comes from the output's extension unless `format` is given. Returns rows in \
                  and out and the real output path. {rules}"
             ),
-            object_schema(
-                &[
-                    ("path", path_prop()),
-                    ("output", output_prop("output/records.jsonl")),
-                    (
-                        "format",
-                        string_enum(EXPORT_FORMATS, "Output format (default: from the extension)."),
-                    ),
-                    ("fields", strings("Fields to keep, in this order (default: all).")),
-                    ("rename", rename_prop()),
-                    ("limit", limit_prop()),
-                ],
-                &["path", "output"],
-            ),
+            object(&[
+                path_prop(),
+                output_prop("output/records.jsonl"),
+                FORMAT.doc("Output format (default: from the extension)."),
+                FIELDS.doc("Fields to keep, in this order (default: all)."),
+                rename_prop(),
+                limit_prop(),
+            ]),
         )
         .risk(ToolRisk::FileWrite),
         tool(
@@ -160,30 +153,19 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  written records for `required_fields`. Returns what was written, what was \
                  dropped and why, and the check's counts and first errors. {rules}"
             ),
-            object_schema(
-                &[
-                    ("path", path_prop()),
-                    (
-                        "output",
-                        prop(
-                            "string",
-                            "Where to write the JSONL (default: \
-                             `output/<name>.normalized.jsonl`).",
-                        ),
-                    ),
-                    ("fields", strings("Fields to keep, in this order (default: all).")),
-                    ("rename", rename_prop()),
-                    (
-                        "dedupe_by",
-                        strings("Keep only the first record for each combination of these fields (names after rename)."),
-                    ),
-                    (
-                        "required_fields",
-                        strings("Fields every written record must have, not empty (names after rename)."),
-                    ),
-                ],
-                &["path"],
-            ),
+            object(&[
+                path_prop(),
+                NORMALIZED_OUTPUT
+                    .doc("Where to write the JSONL (default: `output/<name>.normalized.jsonl`)."),
+                FIELDS.doc("Fields to keep, in this order (default: all)."),
+                rename_prop(),
+                DEDUPE_BY.doc(
+                    "Keep only the first record for each combination of these fields (names \
+                     after rename).",
+                ),
+                REQUIRED_FIELDS
+                    .doc("Fields every written record must have, not empty (names after rename)."),
+            ]),
         )
         .risk(ToolRisk::FileWrite),
         tool(
@@ -194,35 +176,17 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  the user message from `user_field`, the assistant message from \
                  `assistant_field`. Quotes and newlines in values stay valid JSON. {rules}"
             ),
-            object_schema(
-                &[
-                    ("path", path_prop()),
-                    ("output", output_prop("output/train.jsonl")),
-                    ("user_field", prop("string", "The column holding the user's message.")),
-                    (
-                        "assistant_field",
-                        prop("string", "The column holding the assistant's answer."),
-                    ),
-                    (
-                        "system_field",
-                        prop("string", "A column holding each record's system message."),
-                    ),
-                    (
-                        "system_prompt",
-                        prop("string", "One system message for every record (instead of system_field)."),
-                    ),
-                    (
-                        "dedupe",
-                        prop(
-                            "boolean",
-                            "Drop records whose user message repeats an earlier one (default \
-                             false).",
-                        ),
-                    ),
-                    ("limit", limit_prop()),
-                ],
-                &["path", "output", "user_field", "assistant_field"],
-            ),
+            object(&[
+                path_prop(),
+                output_prop("output/train.jsonl"),
+                USER_FIELD.doc("The column holding the user's message."),
+                ASSISTANT_FIELD.doc("The column holding the assistant's answer."),
+                SYSTEM_FIELD.doc("A column holding each record's system message."),
+                SYSTEM_PROMPT.doc("One system message for every record (instead of system_field)."),
+                DEDUPE
+                    .doc("Drop records whose user message repeats an earlier one (default false)."),
+                limit_prop(),
+            ]),
         )
         .risk(ToolRisk::FileWrite),
         tool(
@@ -233,16 +197,13 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  values are written as JSON text, and cells that would run as formulas are \
                  guarded. {rules}"
             ),
-            object_schema(
-                &[
-                    ("path", path_prop()),
-                    ("output", output_prop("output/planning_eval.csv")),
-                    ("fields", strings("Columns, in this order (default: all).")),
-                    ("rename", rename_prop()),
-                    ("limit", limit_prop()),
-                ],
-                &["path", "output"],
-            ),
+            object(&[
+                path_prop(),
+                output_prop("output/planning_eval.csv"),
+                FIELDS.doc("Columns, in this order (default: all)."),
+                rename_prop(),
+                limit_prop(),
+            ]),
         )
         .risk(ToolRisk::FileWrite),
     ]
@@ -288,16 +249,15 @@ fn job(tool: &str, args: &Value) -> Result<Job> {
     let a = Args::new(tool, args)?;
     let job = match tool {
         LOAD_INPUTS => {
-            let path = a.opt_nonempty_str("path", &["folder"])?.unwrap_or("input/");
-            Job::Inspect(json!({ "path": path }))
+            let path = LOOK_AT.opt_nonempty_str(&a)?.unwrap_or("input/");
+            Job::Inspect(Value::Object(args_of(&[(crate::PATH, json!(path))])))
         }
         VALIDATE => {
-            let mut call = Map::new();
-            call.insert("path".into(), json!(a.str("path", &["file_path"])?));
-            copy_list(&a, &mut call, "required_fields", "required_nonempty")?;
-            copy_list(&a, &mut call, "unique_fields", "unique")?;
-            if let Some(schema) = a.opt_value("schema", &[]) {
-                call.insert("schema".into(), schema.clone());
+            let mut call = args_of(&[(crate::PATH, json!(PATH.str(&a)?))]);
+            copy_list(&a, &mut call, REQUIRED_FIELDS, validate::REQUIRED_NONEMPTY)?;
+            copy_list(&a, &mut call, UNIQUE_FIELDS, validate::UNIQUE)?;
+            if let Some(schema) = SCHEMA.opt_value(&a) {
+                call.insert(validate::SCHEMA.name.into(), schema.clone());
             }
             if call.len() == 1 {
                 a.finish()?;
@@ -305,43 +265,40 @@ fn job(tool: &str, args: &Value) -> Result<Job> {
                     "{tool} requires required_fields, unique_fields or schema: something to check"
                 );
             }
-            if let Some(n) = a.opt_u64("max_errors", &[])? {
-                call.insert("max_errors".into(), json!(n));
+            // data__validate caps a larger number, as it says.
+            if let Some(n) = validate::MAX_ERRORS.opt_u64_at_least(&a)? {
+                call.insert(validate::MAX_ERRORS.name.into(), json!(n));
             }
             Job::Validate(Value::Object(call))
         }
         EXPORT | PLANNING_EVAL => {
-            let mut call = Map::new();
-            call.insert("path".into(), json!(a.str("path", &["file_path"])?));
-            call.insert("output".into(), json!(a.str("output", &["output_path"])?));
+            let mut call = args_of(&[
+                (convert::PATH, json!(PATH.str(&a)?)),
+                (convert::OUTPUT, json!(OUTPUT.str(&a)?)),
+            ]);
             if tool == PLANNING_EVAL {
-                call.insert("to".into(), json!("csv"));
-            } else if let Some(format) = a.opt_nonempty_str("format", &["to"])? {
-                if !EXPORT_FORMATS.contains(&format) {
-                    bail!(
-                        "{tool}: argument `format` must be one of {}, not {format:?}",
-                        EXPORT_FORMATS.join(", ")
-                    );
-                }
-                call.insert("to".into(), json!(format));
+                call.insert(convert::TO.name.into(), json!("csv"));
+            } else if let Some(format) = FORMAT.opt_choice(&a)? {
+                call.insert(convert::TO.name.into(), json!(format));
             }
             shape(&a, &mut call)?;
             Job::Convert(Value::Object(call))
         }
         NORMALIZE => {
-            let path = a.str("path", &["file_path"])?;
-            let output = match a.opt_nonempty_str("output", &["output_path"])? {
+            let path = PATH.str(&a)?;
+            let output = match NORMALIZED_OUTPUT.opt_nonempty_str(&a)? {
                 Some(output) => output.to_string(),
                 None => format!("output/{}.normalized.jsonl", stem(path)),
             };
-            let mut call = Map::new();
-            call.insert("path".into(), json!(path));
-            call.insert("output".into(), json!(output));
-            call.insert("to".into(), json!("jsonl"));
+            let mut call = args_of(&[
+                (convert::PATH, json!(path)),
+                (convert::OUTPUT, json!(output)),
+                (convert::TO, json!("jsonl")),
+            ]);
             shape(&a, &mut call)?;
-            copy_list(&a, &mut call, "dedupe_by", "dedupe_by")?;
-            let required = a
-                .opt_str_list("required_fields", &[])?
+            copy_list(&a, &mut call, DEDUPE_BY, convert::DEDUPE_BY)?;
+            let required = REQUIRED_FIELDS
+                .opt_str_list(&a)?
                 .unwrap_or_default()
                 .into_iter()
                 .map(str::to_string)
@@ -359,11 +316,19 @@ fn job(tool: &str, args: &Value) -> Result<Job> {
     Ok(job)
 }
 
-/// A list argument `from` passed on as `to`, when given.
-fn copy_list(a: &Args, call: &mut Map<String, Value>, from: &'static str, to: &str) -> Result<()> {
-    if let Some(list) = a.opt_str_list(from, &[])? {
+/// The arguments of a call of an underlying tool, each under that tool's name for it.
+fn args_of(given: &[(Arg, Value)]) -> Map<String, Value> {
+    given
+        .iter()
+        .map(|(arg, value)| (arg.name.to_string(), value.clone()))
+        .collect()
+}
+
+/// A list argument `from` passed on as the underlying tool's `to`, when given.
+fn copy_list(a: &Args, call: &mut Map<String, Value>, from: Arg, to: Arg) -> Result<()> {
+    if let Some(list) = from.opt_str_list(a)? {
         if !list.is_empty() {
-            call.insert(to.into(), json!(list));
+            call.insert(to.name.into(), json!(list));
         }
     }
     Ok(())
@@ -371,12 +336,12 @@ fn copy_list(a: &Args, call: &mut Map<String, Value>, from: &'static str, to: &s
 
 /// `fields`, `rename` and `limit`, as `data__convert`'s `select`, `rename` and `limit`.
 fn shape(a: &Args, call: &mut Map<String, Value>) -> Result<()> {
-    copy_list(a, call, "fields", "select")?;
-    if let Some(rename) = a.opt_value("rename", &[]) {
-        call.insert("rename".into(), rename.clone());
+    copy_list(a, call, FIELDS, convert::SELECT)?;
+    if let Some(rename) = RENAME.opt_value(a) {
+        call.insert(convert::RENAME.name.into(), rename.clone());
     }
-    if let Some(limit) = a.opt_u64("limit", &[])? {
-        call.insert("limit".into(), json!(limit));
+    if let Some(limit) = LIMIT.opt_u64(a)? {
+        call.insert(convert::LIMIT.name.into(), json!(limit));
     }
     Ok(())
 }
@@ -397,7 +362,11 @@ async fn normalize(
         .and_then(|s| s["output"].as_str())
         .unwrap_or(&output)
         .to_string();
-    let checked = validate::run(json!({"path": output, "required_nonempty": required}), ctx)
+    let check = args_of(&[
+        (crate::PATH, json!(output)),
+        (validate::REQUIRED_NONEMPTY, json!(required)),
+    ]);
+    let checked = validate::run(Value::Object(check), ctx)
         .await
         .map_err(|e| anyhow!("{output} was written, but checking it failed: {e:#}"))?;
     let text = format!(
@@ -436,14 +405,14 @@ fn stem(path: &str) -> String {
 /// The `data__convert` call of a chat-messages export.
 fn training(a: &Args) -> Result<Value> {
     let tool = TRAINING;
-    let path = a.str("path", &["file_path"])?;
-    let output = a.str("output", &["output_path"])?;
-    let user = a.str("user_field", &["question_field", "prompt_field"])?;
-    let assistant = a.str("assistant_field", &["answer_field", "response_field"])?;
-    let system_field = a.opt_nonempty_str("system_field", &[])?;
-    let system_prompt = a.opt_nonempty_str("system_prompt", &["system"])?;
-    let dedupe = a.bool_or("dedupe", &[], false)?;
-    let limit = a.opt_u64("limit", &[])?;
+    let path = PATH.str(a)?;
+    let output = OUTPUT.str(a)?;
+    let user = USER_FIELD.str(a)?;
+    let assistant = ASSISTANT_FIELD.str(a)?;
+    let system_field = SYSTEM_FIELD.opt_nonempty_str(a)?;
+    let system_prompt = SYSTEM_PROMPT.opt_nonempty_str(a)?;
+    let dedupe = DEDUPE.bool(a)?;
+    let limit = LIMIT.opt_u64(a)?;
     if system_field.is_some() && system_prompt.is_some() {
         bail!("{tool}: give system_field or system_prompt, not both");
     }
@@ -477,17 +446,17 @@ fn training(a: &Args) -> Result<Value> {
         text(&placeholder("assistant_field", assistant)?)
     ));
     let template = format!("{{\"messages\": [{}]}}", messages.join(", "));
-    let mut call = json!({
-        "path": path,
-        "output": output,
-        "to": "jsonl",
-        "template": template,
-    });
+    let mut call = args_of(&[
+        (convert::PATH, json!(path)),
+        (convert::OUTPUT, json!(output)),
+        (convert::TO, json!("jsonl")),
+        (convert::TEMPLATE, json!(template)),
+    ]);
     if dedupe {
-        call["dedupe_by"] = json!([user]);
+        call.insert(convert::DEDUPE_BY.name.into(), json!([user]));
     }
     if let Some(limit) = limit {
-        call["limit"] = json!(limit);
+        call.insert(convert::LIMIT.name.into(), json!(limit));
     }
-    Ok(call)
+    Ok(Value::Object(call))
 }

@@ -2,9 +2,9 @@
 
 use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop};
+use toolbox_core::schema::object;
 use toolbox_core::ToolOutput;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::{Dir, EntryKind, ToolContext, Workspace, WsPath};
 
 use crate::csvtypes::Typing;
@@ -13,7 +13,10 @@ use crate::progress::Progress;
 use crate::records::{self, BadKind, Flow, Item};
 use crate::source::{self, Body, ReadOptions};
 use crate::stats::{self, Inferred, Table};
-use crate::{format_prop, max_rows_prop, read_opts, reply, sheet_prop, InputLimits, TOOLSET};
+use crate::{
+    format_prop, infer_types_prop, read_opts, reply, sheet_prop, types_prop, InputLimits, PATH,
+    TOOLSET,
+};
 
 /// The tool's name.
 pub const NAME: &str = "data__inspect";
@@ -26,6 +29,20 @@ const MAX_DEPTH: usize = 3;
 const FOLDER_ROWS: u64 = 1_000_000;
 /// Bad rows listed by line.
 const BAD_SHOWN: usize = 5;
+/// Sample rows shown unless `sample_rows` says otherwise.
+const DEFAULT_SAMPLE_ROWS: u64 = 5;
+/// The most sample rows shown: more is capped.
+const MAX_SAMPLE_ROWS: u64 = 50;
+/// Columns described in full unless `max_columns` says otherwise.
+const DEFAULT_MAX_COLUMNS: u64 = 50;
+/// The most columns described in full: more is capped.
+const MAX_MAX_COLUMNS: u64 = 2000;
+
+const SAMPLE_ROWS: Arg =
+    Arg::integer("sample_rows", 0, Some(MAX_SAMPLE_ROWS)).default(DEFAULT_SAMPLE_ROWS);
+const MAX_ROWS: Arg = Arg::integer("max_rows", 1, None);
+const MAX_COLUMNS: Arg =
+    Arg::integer("max_columns", 1, Some(MAX_MAX_COLUMNS)).default(DEFAULT_MAX_COLUMNS);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -41,41 +58,23 @@ pub(crate) fn info() -> ToolInfo {
              numbers. {}",
             crate::WAY_OF_WORKING
         ),
-        object_schema(
-            &[
-                (
-                    "path",
-                    prop(
-                        "string",
-                        "A data file or a folder in the workspace, e.g. `input/`.",
-                    ),
-                ),
-                ("format", format_prop()),
-                ("sheet", sheet_prop()),
-                (
-                    "sample_rows",
-                    integer_in("Sample rows to show (default 5, at most 50).", 0, Some(50)),
-                ),
-                (
-                    "max_rows",
-                    max_rows_prop(
-                        "Read at most this many rows (default: all of a file; 1000000 per \
-                         file of a folder); figures then cover those rows only.",
-                    ),
-                ),
-                (
-                    "max_columns",
-                    integer_in(
-                        "Columns described in full (default 50); the rest are named.",
-                        1,
-                        Some(2000),
-                    ),
-                ),
-                ("types", crate::types_prop()),
-                ("infer_types", crate::infer_types_prop()),
-            ],
-            &["path"],
-        ),
+        object(&[
+            PATH.doc("A data file or a folder in the workspace, e.g. `input/`."),
+            format_prop(),
+            sheet_prop(),
+            SAMPLE_ROWS.doc(format!(
+                "Sample rows to show (default {DEFAULT_SAMPLE_ROWS}, at most {MAX_SAMPLE_ROWS})."
+            )),
+            MAX_ROWS.doc(
+                "Read at most this many rows (default: all of a file; 1000000 per file of a \
+                 folder); figures then cover those rows only.",
+            ),
+            MAX_COLUMNS.doc(format!(
+                "Columns described in full (default {DEFAULT_MAX_COLUMNS}); the rest are named."
+            )),
+            types_prop(),
+            infer_types_prop(),
+        ]),
     )
     .toolsets(&[TOOLSET])
     .output_schema(crate::output_schema())
@@ -84,14 +83,18 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
-    let given = args.str("path", &["file_path", "file"])?;
+    let given = PATH.str(&args)?;
     let opts = read_opts(&args)?;
-    let sample = args.opt_u64("sample_rows", &[])?.unwrap_or(5).min(50) as usize;
-    let max_rows = args.opt_u64("max_rows", &[])?.filter(|n| *n > 0);
-    let max_columns = args
-        .opt_u64("max_columns", &[])?
-        .unwrap_or(50)
-        .clamp(1, 2000) as usize;
+    // A larger sample or more columns than the most are capped, not refused.
+    let sample = SAMPLE_ROWS
+        .opt_u64_at_least(&args)?
+        .unwrap_or(DEFAULT_SAMPLE_ROWS)
+        .min(MAX_SAMPLE_ROWS) as usize;
+    let max_rows = MAX_ROWS.opt_u64(&args)?;
+    let max_columns = MAX_COLUMNS
+        .opt_u64_at_least(&args)?
+        .unwrap_or(DEFAULT_MAX_COLUMNS)
+        .min(MAX_MAX_COLUMNS) as usize;
     let typing = Typing::from_args(&args)?;
     args.finish()?;
     let limits = InputLimits::from_ctx(ctx)?;

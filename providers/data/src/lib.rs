@@ -37,28 +37,14 @@ use std::sync::{Arc, LazyLock};
 use anyhow::{anyhow, Result};
 use async_trait::async_trait;
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, prop, string_enum};
 use toolbox_core::trust::Tighten;
-use toolbox_core::{Args, ConfigTable, ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Args, Key, Prop, Table, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 toolbox_host::register_provider!("data", || Arc::new(DataProvider::default()));
 
 /// The toolset every data tool belongs to.
 const TOOLSET: &str = "data";
-
-/// Every key `[data]` understands.
-const KEYS: &[&str] = &[
-    "max_line_bytes",
-    "max_cell_bytes",
-    "max_decompressed_bytes",
-    "max_xlsx_cells",
-    "max_xlsx_strings",
-    "max_xlsx_strings_bytes",
-    "max_record_keys",
-    "max_unique_keys",
-    "parse_threads",
-];
 
 /// The input limits, each a `[data]` key. A file that passes one is refused with an error
 /// naming the key, never read until memory runs out.
@@ -110,63 +96,62 @@ const DEFAULTS: InputLimits = InputLimits {
     parse_threads: 0,
 };
 
-// An untrusted workspace's toolbox.toml may only lower the [data] limits.
-toolbox_core::workspace_config_rules!(
+// An untrusted workspace's toolbox.toml may only lower the [data] limits (and set
+// parse_threads to a smaller positive number, never 0).
+const MAX_LINE_BYTES: Key = Key::integer("max_line_bytes", 16, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULTS.max_line_bytes));
+const MAX_CELL_BYTES: Key =
+    Key::integer("max_cell_bytes", 1, u64::MAX).workspace(Tighten::AtMost(DEFAULTS.max_cell_bytes));
+const MAX_DECOMPRESSED_BYTES: Key = Key::integer("max_decompressed_bytes", 1, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULTS.max_decompressed_bytes));
+const MAX_XLSX_CELLS: Key =
+    Key::integer("max_xlsx_cells", 1, u64::MAX).workspace(Tighten::AtMost(DEFAULTS.max_xlsx_cells));
+const MAX_XLSX_STRINGS: Key = Key::integer("max_xlsx_strings", 1, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULTS.max_xlsx_strings));
+const MAX_XLSX_STRINGS_BYTES: Key = Key::integer("max_xlsx_strings_bytes", 1, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULTS.max_xlsx_strings_bytes));
+const MAX_RECORD_KEYS: Key = Key::integer("max_record_keys", 1, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULTS.max_record_keys));
+const MAX_UNIQUE_KEYS: Key = Key::integer("max_unique_keys", 1, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULTS.max_unique_keys));
+const PARSE_THREADS: Key = Key::integer("parse_threads", 0, 16).workspace(Tighten::Limit);
+/// The `[data]` table: every key it understands.
+const TABLE: Table = Table::new(
     "data",
-    [
-        ("max_line_bytes", Tighten::AtMost(DEFAULTS.max_line_bytes)),
-        ("max_cell_bytes", Tighten::AtMost(DEFAULTS.max_cell_bytes)),
-        (
-            "max_decompressed_bytes",
-            Tighten::AtMost(DEFAULTS.max_decompressed_bytes)
-        ),
-        ("max_xlsx_cells", Tighten::AtMost(DEFAULTS.max_xlsx_cells)),
-        (
-            "max_xlsx_strings",
-            Tighten::AtMost(DEFAULTS.max_xlsx_strings)
-        ),
-        (
-            "max_xlsx_strings_bytes",
-            Tighten::AtMost(DEFAULTS.max_xlsx_strings_bytes)
-        ),
-        ("max_record_keys", Tighten::AtMost(DEFAULTS.max_record_keys)),
-        ("max_unique_keys", Tighten::AtMost(DEFAULTS.max_unique_keys)),
-        ("parse_threads", Tighten::Limit),
-    ]
+    &[
+        MAX_LINE_BYTES,
+        MAX_CELL_BYTES,
+        MAX_DECOMPRESSED_BYTES,
+        MAX_XLSX_CELLS,
+        MAX_XLSX_STRINGS,
+        MAX_XLSX_STRINGS_BYTES,
+        MAX_RECORD_KEYS,
+        MAX_UNIQUE_KEYS,
+        PARSE_THREADS,
+    ],
 );
+toolbox_core::register_table!(TABLE);
 
 impl InputLimits {
     /// The `[data]` table of the call's configuration, defaults for what it leaves out.
     pub fn from_ctx(ctx: &ToolContext) -> Result<InputLimits> {
         let read = || -> Result<InputLimits> {
-            let t = ConfigTable::from_config(&ctx.config, "data", KEYS)?;
+            let t = TABLE.read(&ctx.config)?;
             let d = DEFAULTS;
             Ok(InputLimits {
-                max_line_bytes: t
-                    .u64_in("max_line_bytes", 16, u64::MAX)?
-                    .unwrap_or(d.max_line_bytes),
-                max_cell_bytes: t
-                    .u64_in("max_cell_bytes", 1, u64::MAX)?
-                    .unwrap_or(d.max_cell_bytes),
-                max_decompressed_bytes: t
-                    .u64_in("max_decompressed_bytes", 1, u64::MAX)?
+                max_line_bytes: MAX_LINE_BYTES.u64(&t)?.unwrap_or(d.max_line_bytes),
+                max_cell_bytes: MAX_CELL_BYTES.u64(&t)?.unwrap_or(d.max_cell_bytes),
+                max_decompressed_bytes: MAX_DECOMPRESSED_BYTES
+                    .u64(&t)?
                     .unwrap_or(d.max_decompressed_bytes),
-                max_xlsx_cells: t
-                    .u64_in("max_xlsx_cells", 1, u64::MAX)?
-                    .unwrap_or(d.max_xlsx_cells),
-                max_xlsx_strings: t
-                    .u64_in("max_xlsx_strings", 1, u64::MAX)?
-                    .unwrap_or(d.max_xlsx_strings),
-                max_xlsx_strings_bytes: t
-                    .u64_in("max_xlsx_strings_bytes", 1, u64::MAX)?
+                max_xlsx_cells: MAX_XLSX_CELLS.u64(&t)?.unwrap_or(d.max_xlsx_cells),
+                max_xlsx_strings: MAX_XLSX_STRINGS.u64(&t)?.unwrap_or(d.max_xlsx_strings),
+                max_xlsx_strings_bytes: MAX_XLSX_STRINGS_BYTES
+                    .u64(&t)?
                     .unwrap_or(d.max_xlsx_strings_bytes),
-                max_record_keys: t
-                    .u64_in("max_record_keys", 1, u64::MAX)?
-                    .unwrap_or(d.max_record_keys),
-                max_unique_keys: t
-                    .u64_in("max_unique_keys", 1, u64::MAX)?
-                    .unwrap_or(d.max_unique_keys),
-                parse_threads: t.u64_in("parse_threads", 0, 16)?.unwrap_or(d.parse_threads),
+                max_record_keys: MAX_RECORD_KEYS.u64(&t)?.unwrap_or(d.max_record_keys),
+                max_unique_keys: MAX_UNIQUE_KEYS.u64(&t)?.unwrap_or(d.max_unique_keys),
+                parse_threads: PARSE_THREADS.u64(&t)?.unwrap_or(d.parse_threads),
             })
         };
         read().map_err(|e| anyhow!("{}: invalid configuration: {e:#}", ctx.tool))
@@ -219,58 +204,59 @@ Parquet/xlsx; `file_manager__write` is for small files only (large JSON, JSONL o
 through data__convert, or Python with pathlib/json/csv). Temporary files go to `scratchpad/`; \
 deliverables go to `output/`.";
 
+/// The `path` of the reading tools (`data__inspect`, `data__validate`).
+const PATH: Arg = Arg::string("path")
+    .aliases(&["file_path", "file"])
+    .required();
+/// The input `format`, overriding the extension (read leniently: `ndjson`, `tab`, `pq` too).
+const FORMAT: Arg = Arg::choice("format", format::INPUT_NAMES);
+/// The xlsx `sheet`, by name or 0-based index (a number is accepted too).
+const SHEET: Arg = Arg::string("sheet");
+/// What a malformed row does.
+const ON_ERROR: Arg = Arg::choice("on_error", &["fail", "skip"]);
+/// A CSV column's type chosen by the caller. An array of strings, as `rename` is, so strict
+/// schemas (closed objects only) can state it; an object is accepted too.
+const TYPES: Arg = Arg::strings("types").aliases(&["column_types", "dtypes"]);
+/// Whether CSV cells are typed at all.
+const INFER_TYPES: Arg = Arg::boolean("infer_types").default_bool(true);
+
 /// The `format` property of the reading tools.
-fn format_prop() -> Value {
-    string_enum(
-        format::INPUT_NAMES,
+fn format_prop() -> Prop {
+    FORMAT.doc(
         "Input format, overriding the extension and the sniffed content (default: from the \
          extension, confirmed by sniffing; .gz and .zst are decompressed).",
     )
 }
 
 /// The `sheet` property: an xlsx sheet by name or index.
-fn sheet_prop() -> Value {
-    prop(
-        "string",
-        "For .xlsx: the sheet, by name or 0-based index (default: the first sheet).",
-    )
+fn sheet_prop() -> Prop {
+    SHEET.doc("For .xlsx: the sheet, by name or 0-based index (default: the first sheet).")
 }
 
 /// The `on_error` property.
-fn on_error_prop() -> Value {
-    string_enum(
-        &["fail", "skip"],
+fn on_error_prop() -> Prop {
+    ON_ERROR.doc(
         "What a malformed row does: `fail` stops with its line number (default), `skip` \
          counts it and goes on.",
     )
 }
 
-/// The `types` property: a CSV column's type chosen by the caller. An array of strings, as
-/// `rename` is, so strict schemas (closed objects only) can state it; an object is accepted
-/// too.
-fn types_prop() -> Value {
-    serde_json::json!({
-        "type": "array",
-        "items": {"type": "string"},
-        "description": "CSV/TSV only: a column's type instead of the one inferred from the \
-            first 20480 rows, as \"column=type\" strings, e.g. [\"zip=string\", \
-            \"price=number\"] (types: string, integer, number, boolean, date, timestamp; an \
-            object {\"zip\": \"string\"} is accepted too)."
-    })
-}
-
-/// The `infer_types` property.
-fn infer_types_prop() -> Value {
-    prop(
-        "boolean",
-        "CSV/TSV only: type each column (integer, number, boolean, date, timestamp, string) \
-         from its first 20480 rows (default true); false keeps every cell as text.",
+/// The `types` property.
+fn types_prop() -> Prop {
+    TYPES.doc(
+        "CSV/TSV only: a column's type instead of the one inferred from the first 20480 rows, \
+         as \"column=type\" strings, e.g. [\"zip=string\", \"price=number\"] (types: string, \
+         integer, number, boolean, date, timestamp; an object {\"zip\": \"string\"} is accepted \
+         too).",
     )
 }
 
-/// The `max_rows` property.
-fn max_rows_prop(what: &str) -> Value {
-    integer_in(what, 1, None)
+/// The `infer_types` property.
+fn infer_types_prop() -> Prop {
+    INFER_TYPES.doc(
+        "CSV/TSV only: type each column (integer, number, boolean, date, timestamp, string) \
+         from its first 20480 rows (default true); false keeps every cell as text.",
+    )
 }
 
 /// How a malformed row is handled.
@@ -282,21 +268,15 @@ enum OnError {
 
 /// Reads `on_error`.
 fn on_error_arg(args: &Args<'_>) -> Result<OnError> {
-    Ok(match args.opt_nonempty_str("on_error", &[])? {
-        None | Some("fail") => OnError::Fail,
+    Ok(match ON_ERROR.opt_choice(args)? {
         Some("skip") => OnError::Skip,
-        Some(other) => {
-            return Err(anyhow!(
-                "{}: argument `on_error` must be \"fail\" or \"skip\", not {other:?}",
-                args.tool()
-            ))
-        }
+        _ => OnError::Fail,
     })
 }
 
 /// The reading options every tool shares: `format` and `sheet`.
 fn read_opts(args: &Args<'_>) -> Result<source::ReadOptions> {
-    let format = match args.opt_nonempty_str("format", &[])? {
+    let format = match FORMAT.opt_nonempty_str(args)? {
         None => None,
         Some(name) => Some(format::Format::parse_input(name).ok_or_else(|| {
             anyhow!(
@@ -306,7 +286,7 @@ fn read_opts(args: &Args<'_>) -> Result<source::ReadOptions> {
             )
         })?),
     };
-    let sheet = match args.opt_value("sheet", &[]) {
+    let sheet = match SHEET.opt_value(args) {
         None => None,
         Some(Value::String(s)) if s.is_empty() => None,
         Some(Value::String(s)) => Some(s.clone()),

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop};
+use toolbox_core::schema::object;
 use toolbox_core::ToolOutput;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::{Arg, Args, Prop, ToolInfo};
 use toolbox_host::{ToolContext, Workspace};
 
 use crate::progress::Progress;
@@ -18,7 +18,7 @@ use crate::records::{self, place_word, Flow, Item, Record};
 use crate::source;
 use crate::{
     format_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop, InputLimits, OnError,
-    TOOLSET,
+    PATH, TOOLSET,
 };
 
 /// The tool's name.
@@ -26,6 +26,25 @@ pub const NAME: &str = "data__validate";
 
 /// The largest schema file read.
 const MAX_SCHEMA_BYTES: u64 = 4 * 1024 * 1024;
+/// Errors listed unless `max_errors` says otherwise.
+const DEFAULT_MAX_ERRORS: u64 = 20;
+/// The most errors listed: more is capped.
+const MAX_MAX_ERRORS: u64 = 1000;
+
+/// The JSON Schema: JSON text, an object, or a file's path.
+pub(crate) const SCHEMA: Arg = Arg::string("schema").aliases(&["json_schema"]);
+pub(crate) const UNIQUE: Arg = Arg::strings("unique");
+pub(crate) const REQUIRED_NONEMPTY: Arg = Arg::strings("required_nonempty");
+/// Also the data agent's `max_errors`, which this tool's cap applies to.
+pub(crate) const MAX_ERRORS: Arg =
+    Arg::integer("max_errors", 1, Some(MAX_MAX_ERRORS)).default(DEFAULT_MAX_ERRORS);
+
+/// The `max_errors` property (the data agent's too).
+pub(crate) fn max_errors_prop() -> Prop {
+    MAX_ERRORS.doc(format!(
+        "Errors listed (default {DEFAULT_MAX_ERRORS}, at most {MAX_MAX_ERRORS})."
+    ))
+}
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -39,38 +58,20 @@ pub(crate) fn info() -> ToolInfo {
              and the message. A bad schema is reported with its JSON pointer. {}",
             crate::WAY_OF_WORKING
         ),
-        object_schema(
-            &[
-                ("path", prop("string", "The data file in the workspace.")),
-                (
-                    "schema",
-                    prop(
-                        "string",
-                        "The JSON Schema: JSON text (an object is accepted too), or the path \
-                         of a .json file in the workspace or a skill (`skill:<name>/<path>`). \
-                         Optional when rules are given.",
-                    ),
-                ),
-                (
-                    "unique",
-                    json!({"type": "array", "items": {"type": "string"},
-                        "description": "Fields whose values must not repeat across records (each on its own)."}),
-                ),
-                (
-                    "required_nonempty",
-                    json!({"type": "array", "items": {"type": "string"},
-                        "description": "Fields that must be present and not null, empty or blank."}),
-                ),
-                ("format", format_prop()),
-                ("sheet", sheet_prop()),
-                ("on_error", on_error_prop()),
-                (
-                    "max_errors",
-                    integer_in("Errors listed (default 20, at most 1000).", 1, Some(1000)),
-                ),
-            ],
-            &["path"],
-        ),
+        object(&[
+            PATH.doc("The data file in the workspace."),
+            SCHEMA.doc(
+                "The JSON Schema: JSON text (an object is accepted too), or the path of a .json \
+                 file in the workspace or a skill (`skill:<name>/<path>`). Optional when rules \
+                 are given.",
+            ),
+            UNIQUE.doc("Fields whose values must not repeat across records (each on its own)."),
+            REQUIRED_NONEMPTY.doc("Fields that must be present and not null, empty or blank."),
+            format_prop(),
+            sheet_prop(),
+            on_error_prop(),
+            max_errors_prop(),
+        ]),
     )
     .toolsets(&[TOOLSET])
     .output_schema(crate::output_schema())
@@ -79,26 +80,27 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
     let args = Args::new(NAME, &args)?;
-    let given = args.str("path", &["file_path", "file"])?;
-    let schema_arg = args.opt_value("schema", &["json_schema"]).cloned();
-    let unique: Vec<String> = args
-        .opt_str_list("unique", &[])?
+    let given = PATH.str(&args)?;
+    let schema_arg = SCHEMA.opt_value(&args).cloned();
+    let unique: Vec<String> = UNIQUE
+        .opt_str_list(&args)?
         .unwrap_or_default()
         .into_iter()
         .map(str::to_string)
         .collect();
-    let nonempty: Vec<String> = args
-        .opt_str_list("required_nonempty", &[])?
+    let nonempty: Vec<String> = REQUIRED_NONEMPTY
+        .opt_str_list(&args)?
         .unwrap_or_default()
         .into_iter()
         .map(str::to_string)
         .collect();
     let opts = read_opts(&args)?;
     let on_error = on_error_arg(&args)?;
-    let max_errors = args
-        .opt_u64("max_errors", &[])?
-        .unwrap_or(20)
-        .clamp(1, 1000) as usize;
+    // More errors than the most are capped, not refused.
+    let max_errors = MAX_ERRORS
+        .opt_u64_at_least(&args)?
+        .unwrap_or(DEFAULT_MAX_ERRORS)
+        .min(MAX_MAX_ERRORS) as usize;
     args.finish()?;
     let schema = match schema_arg {
         None => None,
