@@ -36,31 +36,7 @@ use std::collections::BTreeMap;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 use toolbox_core::trust::Tighten;
-use toolbox_core::ConfigTable;
-
-/// The table's keys.
-const KEYS: &[&str] = &[
-    "idle_shutdown_s",
-    "init_timeout_s",
-    "request_timeout_s",
-    "index_wait_s",
-    "diagnostics_wait_ms",
-    "diagnostics_after_edit",
-    "builtin_servers",
-    "disabled",
-    "allow_network",
-    "sandbox",
-    "rust_analyzer_build_scripts",
-    "servers",
-];
-const SERVER_KEYS: &[&str] = &[
-    "command",
-    "extensions",
-    "language_id",
-    "initialization_options",
-    "settings",
-    "read_paths",
-];
+use toolbox_core::{ConfigTable, Key, Table};
 
 const DEFAULT_IDLE_S: u64 = 600;
 const DEFAULT_INIT_S: u64 = 30;
@@ -68,31 +44,71 @@ const DEFAULT_REQUEST_S: u64 = 30;
 const DEFAULT_INDEX_S: u64 = 10;
 const DEFAULT_DIAG_MS: u64 = 3000;
 
-toolbox_core::workspace_config_rules!(
+// The keys of [lsp], each with what an untrusted workspace may do with it: add to
+// `disabled`, shorten a bound, turn `diagnostics_after_edit` off or the sandbox on. The rest
+// (starting programs, the network) are the operator's alone.
+const IDLE_SHUTDOWN: Key =
+    Key::integer("idle_shutdown_s", 1, 86_400).workspace(Tighten::AtMost(DEFAULT_IDLE_S));
+const INIT_TIMEOUT: Key =
+    Key::integer("init_timeout_s", 1, 600).workspace(Tighten::AtMost(DEFAULT_INIT_S));
+const REQUEST_TIMEOUT: Key =
+    Key::integer("request_timeout_s", 1, 600).workspace(Tighten::AtMost(DEFAULT_REQUEST_S));
+const INDEX_WAIT: Key =
+    Key::integer("index_wait_s", 0, 600).workspace(Tighten::AtMost(DEFAULT_INDEX_S));
+const DIAGNOSTICS_WAIT: Key =
+    Key::integer("diagnostics_wait_ms", 0, 600_000).workspace(Tighten::AtMost(DEFAULT_DIAG_MS));
+const DIAGNOSTICS_AFTER_EDIT: Key =
+    Key::boolean("diagnostics_after_edit").workspace(Tighten::Ranked {
+        order: &["true", "false"],
+        default: "false",
+    });
+const BUILTIN_SERVERS: Key = Key::boolean("builtin_servers");
+const DISABLED: Key = Key::strings("disabled").workspace(Tighten::AddToList(&[]));
+const ALLOW_NETWORK: Key = Key::boolean("allow_network");
+const SANDBOX: Key = Key::boolean("sandbox").workspace(Tighten::Ranked {
+    order: &["false", "true"],
+    default: "true",
+});
+const RUST_ANALYZER_BUILD_SCRIPTS: Key = Key::boolean("rust_analyzer_build_scripts");
+/// `[lsp.servers.<name>]` tables, parsed by [`parse_server`].
+const SERVERS: Key = Key::other("servers");
+
+/// The `[lsp]` table.
+const TABLE: Table = Table::new(
     "lsp",
-    [
-        ("disabled", Tighten::AddToList(&[])),
-        ("idle_shutdown_s", Tighten::AtMost(DEFAULT_IDLE_S)),
-        ("init_timeout_s", Tighten::AtMost(DEFAULT_INIT_S)),
-        ("request_timeout_s", Tighten::AtMost(DEFAULT_REQUEST_S)),
-        ("index_wait_s", Tighten::AtMost(DEFAULT_INDEX_S)),
-        ("diagnostics_wait_ms", Tighten::AtMost(DEFAULT_DIAG_MS)),
-        (
-            "diagnostics_after_edit",
-            Tighten::Ranked {
-                order: &["true", "false"],
-                default: "false"
-            }
-        ),
-        (
-            "sandbox",
-            Tighten::Ranked {
-                order: &["false", "true"],
-                default: "true"
-            }
-        ),
-    ]
+    &[
+        IDLE_SHUTDOWN,
+        INIT_TIMEOUT,
+        REQUEST_TIMEOUT,
+        INDEX_WAIT,
+        DIAGNOSTICS_WAIT,
+        DIAGNOSTICS_AFTER_EDIT,
+        BUILTIN_SERVERS,
+        DISABLED,
+        ALLOW_NETWORK,
+        SANDBOX,
+        RUST_ANALYZER_BUILD_SCRIPTS,
+        SERVERS,
+    ],
 );
+toolbox_core::register_table!(TABLE);
+
+// The keys of one `[lsp.servers.<name>]` table. Its name varies with the server's, so it is
+// read with `ConfigTable::new` (a `Table` has a fixed name); a workspace may set none of it.
+const COMMAND: Key = Key::strings("command");
+const EXTENSIONS: Key = Key::strings("extensions");
+const LANGUAGE_ID: Key = Key::string("language_id");
+const INITIALIZATION_OPTIONS: Key = Key::other("initialization_options");
+const SETTINGS: Key = Key::other("settings");
+const READ_PATHS: Key = Key::strings("read_paths");
+const SERVER_KEYS: &[Key] = &[
+    COMMAND,
+    EXTENSIONS,
+    LANGUAGE_ID,
+    INITIALIZATION_OPTIONS,
+    SETTINGS,
+    READ_PATHS,
+];
 
 /// One language server: how to start it and what it serves.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,36 +164,28 @@ pub struct LspConfig {
 impl LspConfig {
     /// Reads `[lsp]` from the whole configuration.
     pub fn from_config(config: &Value) -> Result<Self> {
-        let t = ConfigTable::from_config(config, "lsp", KEYS)?;
+        let t = TABLE.read(config)?;
         let mut servers = BTreeMap::new();
-        if let Some(v) = t.get("servers") {
+        if let Some(v) = SERVERS.value(&t) {
             let Some(map) = v.as_object() else {
-                return Err(t.invalid("servers", "a table of [lsp.servers.<name>] tables"));
+                return Err(t.invalid(SERVERS.name, "a table of [lsp.servers.<name>] tables"));
             };
             for (name, table) in map {
                 servers.insert(name.clone(), parse_server(name, table)?);
             }
         }
         Ok(LspConfig {
-            idle_shutdown_s: t
-                .u64_in("idle_shutdown_s", 1, 86_400)?
-                .unwrap_or(DEFAULT_IDLE_S),
-            init_timeout_s: t
-                .u64_in("init_timeout_s", 1, 600)?
-                .unwrap_or(DEFAULT_INIT_S),
-            request_timeout_s: t
-                .u64_in("request_timeout_s", 1, 600)?
-                .unwrap_or(DEFAULT_REQUEST_S),
-            index_wait_s: t.u64_in("index_wait_s", 0, 600)?.unwrap_or(DEFAULT_INDEX_S),
-            diagnostics_wait_ms: t
-                .u64_in("diagnostics_wait_ms", 0, 600_000)?
-                .unwrap_or(DEFAULT_DIAG_MS),
-            diagnostics_after_edit: t.bool("diagnostics_after_edit")?.unwrap_or(false),
-            builtin_servers: t.bool("builtin_servers")?.unwrap_or(true),
-            disabled: t.string_list("disabled")?.unwrap_or_default(),
-            allow_network: t.bool("allow_network")?.unwrap_or(false),
-            sandbox: t.bool("sandbox")?.unwrap_or(true),
-            rust_analyzer_build_scripts: t.bool("rust_analyzer_build_scripts")?.unwrap_or(false),
+            idle_shutdown_s: IDLE_SHUTDOWN.u64(&t)?.unwrap_or(DEFAULT_IDLE_S),
+            init_timeout_s: INIT_TIMEOUT.u64(&t)?.unwrap_or(DEFAULT_INIT_S),
+            request_timeout_s: REQUEST_TIMEOUT.u64(&t)?.unwrap_or(DEFAULT_REQUEST_S),
+            index_wait_s: INDEX_WAIT.u64(&t)?.unwrap_or(DEFAULT_INDEX_S),
+            diagnostics_wait_ms: DIAGNOSTICS_WAIT.u64(&t)?.unwrap_or(DEFAULT_DIAG_MS),
+            diagnostics_after_edit: DIAGNOSTICS_AFTER_EDIT.bool(&t)?.unwrap_or(false),
+            builtin_servers: BUILTIN_SERVERS.bool(&t)?.unwrap_or(true),
+            disabled: DISABLED.string_list(&t)?.unwrap_or_default(),
+            allow_network: ALLOW_NETWORK.bool(&t)?.unwrap_or(false),
+            sandbox: SANDBOX.bool(&t)?.unwrap_or(true),
+            rust_analyzer_build_scripts: RUST_ANALYZER_BUILD_SCRIPTS.bool(&t)?.unwrap_or(false),
             servers,
         })
     }
@@ -294,13 +302,14 @@ fn builtin_read_paths(name: &str) -> Vec<std::path::PathBuf> {
 
 fn parse_server(name: &str, table: &Value) -> Result<ServerSpec> {
     let label = format!("lsp.servers.{name}");
-    let t = ConfigTable::new(&label, Some(table), SERVER_KEYS)?;
-    let command = t
-        .string_list("command")?
+    let known: Vec<&str> = SERVER_KEYS.iter().map(|k| k.name).collect();
+    let t = ConfigTable::new(&label, Some(table), &known)?;
+    let command = COMMAND
+        .string_list(&t)?
         .filter(|c| !c.is_empty() && !c[0].is_empty())
         .ok_or_else(|| anyhow!("[{label}] needs command, the program and its arguments"))?;
-    let extensions: Vec<String> = t
-        .string_list("extensions")?
+    let extensions: Vec<String> = EXTENSIONS
+        .string_list(&t)?
         .unwrap_or_default()
         .into_iter()
         .map(|e| e.trim_start_matches('.').to_ascii_lowercase())
@@ -312,12 +321,12 @@ fn parse_server(name: &str, table: &Value) -> Result<ServerSpec> {
         name: name.to_string(),
         command,
         extensions,
-        language_id: t.string("language_id")?.map(str::to_string),
-        initialization_options: t.get("initialization_options").cloned(),
-        settings: t.get("settings").cloned(),
+        language_id: LANGUAGE_ID.str(&t)?.map(str::to_string),
+        initialization_options: INITIALIZATION_OPTIONS.value(&t).cloned(),
+        settings: SETTINGS.value(&t).cloned(),
         configured: true,
-        read_paths: t
-            .string_list("read_paths")?
+        read_paths: READ_PATHS
+            .string_list(&t)?
             .unwrap_or_default()
             .iter()
             .map(|p| match toolbox_host::operator_path(p) {
@@ -415,6 +424,32 @@ mod tests {
             let err = LspConfig::from_config(&config).unwrap_err().to_string();
             assert!(err.contains(want), "{config}: {err}");
         }
+    }
+
+    #[test]
+    fn a_workspace_may_only_tighten() {
+        let rules = toolbox_core::trust::table_rules("lsp").expect("[lsp] is registered");
+        assert_eq!(rules.rule("disabled"), Some(Tighten::AddToList(&[])));
+        assert_eq!(rules.rule("index_wait_s"), Some(Tighten::AtMost(10)));
+        assert_eq!(
+            rules.rule("sandbox"),
+            Some(Tighten::Ranked {
+                order: &["false", "true"],
+                default: "true"
+            })
+        );
+        for key in [
+            "servers",
+            "builtin_servers",
+            "allow_network",
+            "rust_analyzer_build_scripts",
+        ] {
+            assert_eq!(rules.rule(key), None, "{key}");
+        }
+        let err = LspConfig::from_config(&json!({"lsp": {"index_wait_s": 601}}))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "[lsp] index_wait_s must be between 0 and 600, got 601");
     }
 
     #[test]

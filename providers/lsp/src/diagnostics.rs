@@ -5,16 +5,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::call::{Doc, Env, Fail};
 use crate::server::{uri_path, Server};
+use crate::PATH;
 
 /// The tool's name.
 pub const NAME: &str = "lsp__diagnostics";
-const DEFAULT_MAX: usize = 100;
+const DEFAULT_MAX: u64 = 100;
+const SEVERITY: Arg = Arg::choice("severity", &["error", "warning", "all"]);
+const MAX_RESULTS: Arg = Arg::integer("max_results", 1, Some(5000)).default(DEFAULT_MAX);
 /// How long a file's diagnostics must stay unchanged to count as settled.
 const QUIET: Duration = Duration::from_millis(300);
 
@@ -25,20 +28,13 @@ pub fn info() -> ToolInfo {
         "Errors and warnings from a real language server (type errors, undefined names, \
          syntax), after it has checked the file's current content. With path: that file; \
          without: every file the running servers have open.",
-        object_schema(
-            &[
-                ("path", prop("string", "Source file in the workspace (default: every open file).")),
-                (
-                    "severity",
-                    string_enum(
-                        &["error", "warning", "all"],
-                        "Least severity to show: error, warning (default: errors and warnings) or all.",
-                    ),
-                ),
-                ("max_results", integer_in("Diagnostics to show (default 100).", 1, Some(5000))),
-            ],
-            &[],
-        ),
+        object(&[
+            PATH.doc("Source file in the workspace (default: every open file)."),
+            SEVERITY.doc(
+                "Least severity to show: error, warning (default: errors and warnings) or all.",
+            ),
+            MAX_RESULTS.doc(format!("Diagnostics to show (default {DEFAULT_MAX}).")),
+        ]),
     )
     .toolsets(&[crate::TOOLSET])
 }
@@ -46,18 +42,14 @@ pub fn info() -> ToolInfo {
 /// Runs it.
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let path = args
-        .opt_nonempty_str("path", &["file"])?
-        .map(str::to_string);
-    let least = match args.opt_nonempty_str("severity", &[])? {
-        None | Some("warning") => 2,
+    let path = PATH.opt_nonempty_str(&args)?.map(str::to_string);
+    let least = match SEVERITY.opt_choice(&args)? {
         Some("error") => 1,
         Some("all") => 4,
-        Some(other) => anyhow::bail!(
-            "{NAME}: severity must be \"error\", \"warning\" or \"all\", got {other:?}"
-        ),
+        // "warning", the default.
+        _ => 2,
     };
-    let max = args.u64_in("max_results", &[], DEFAULT_MAX as u64, 1, 5000)? as usize;
+    let max = MAX_RESULTS.u64(&args)? as usize;
     args.finish()?;
     let env = Env::new(NAME, ctx)?;
     let Some(path) = path else {

@@ -37,13 +37,17 @@ use anyhow::Result;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::LazyLock;
-use toolbox_core::{Preview, ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Preview, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 toolbox_host::register_provider!("lsp", || std::sync::Arc::new(LspProvider::default()));
 
 /// The toolset every lsp tool belongs to.
 const TOOLSET: &str = "code";
+
+/// The `path` argument of every tool: a source file in the workspace (required by the tools
+/// that point at a position, [`position::PATH`]).
+const PATH: Arg = Arg::string("path").aliases(&["file"]);
 
 /// The `lsp` provider. Its servers live in a process-wide pool keyed by workspace root.
 #[derive(Debug, Default, Clone)]

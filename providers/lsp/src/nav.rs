@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use lsp_types::{GotoDefinitionResponse, Hover, HoverContents, Location, MarkedString};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::call::{Env, Fail};
@@ -22,21 +22,18 @@ pub const REFERENCES: &str = "lsp__references";
 pub const HOVER: &str = "lsp__hover";
 
 const DEFAULT_MAX: u64 = 50;
+/// `max_results` of `lsp__definition` and `lsp__references` (`lsp__hover` shows one answer).
+const MAX_RESULTS: Arg = Arg::integer("max_results", 1, Some(1000)).default(DEFAULT_MAX);
 const MAX_HOVER_CHARS: usize = 4000;
 
 fn schema(with_max: bool) -> Value {
     let mut props = position::props();
     if with_max {
-        props.push((
-            "max_results",
-            integer_in(
-                "Locations to show (default 50); the rest are counted.",
-                1,
-                Some(1000),
-            ),
-        ));
+        props.push(MAX_RESULTS.doc(format!(
+            "Locations to show (default {DEFAULT_MAX}); the rest are counted."
+        )));
     }
-    object_schema(&props, &["path"])
+    object(&props)
 }
 
 /// `lsp__definition`'s description.
@@ -70,7 +67,7 @@ pub fn info_hover() -> ToolInfo {
         HOVER,
         "The type, signature and documentation of a symbol, from a real language server. Point \
          at it with path + symbol (line as a hint), or path + line + column.",
-        object_schema(&position::props(), &["path"]),
+        object(&position::props()),
     )
     .toolsets(&[crate::TOOLSET])
 }
@@ -78,15 +75,12 @@ pub fn info_hover() -> ToolInfo {
 /// Runs one of the three.
 pub async fn run(tool: &'static str, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(tool, &args)?;
-    let path = args
-        .opt_nonempty_str("path", &["file"])?
-        .ok_or_else(|| args.missing("path"))?
-        .to_string();
+    let path = position::read_path(&args)?;
     let target = read_target(&args)?;
     let max = if tool == HOVER {
         DEFAULT_MAX
     } else {
-        args.u64_in("max_results", &[], DEFAULT_MAX, 1, 1000)?
+        MAX_RESULTS.u64(&args)?
     };
     args.finish()?;
     let env = Env::new(tool, ctx)?;

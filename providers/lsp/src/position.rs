@@ -5,8 +5,7 @@
 use anyhow::{anyhow, bail, Result};
 use lsp_types::{DocumentSymbol, DocumentSymbolResponse, Range, SymbolKind};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, prop};
-use toolbox_core::Args;
+use toolbox_core::{Arg, Args, Prop};
 
 use crate::call::{Doc, Env, Fail};
 use crate::server::Server;
@@ -62,47 +61,41 @@ impl Sym {
     }
 }
 
+/// `path`, required: the file the position is in.
+pub const PATH: Arg = crate::PATH.required();
+const SYMBOL: Arg = Arg::string("symbol").aliases(&["name"]);
+const LINE: Arg = Arg::integer("line", 1, None);
+const COLUMN: Arg = Arg::integer("column", 1, None).aliases(&["col"]);
+
 /// The schema properties of the addressing arguments.
-pub fn props() -> Vec<(&'static str, Value)> {
+pub fn props() -> Vec<Prop> {
     vec![
-        (
-            "path",
-            prop(
-                "string",
-                "Source file in the workspace, e.g. \"src/app.py\".",
-            ),
+        PATH.doc("Source file in the workspace, e.g. \"src/app.py\"."),
+        SYMBOL.doc(
+            "The symbol: a name (\"helper\") or a name path (\"Parser/parse\"). Resolved \
+             through the file's outline, else as the identifier on `line`.",
         ),
-        (
-            "symbol",
-            prop(
-                "string",
-                "The symbol: a name (\"helper\") or a name path (\"Parser/parse\"). Resolved \
-                 through the file's outline, else as the identifier on `line`.",
-            ),
+        LINE.doc(
+            "1-based line: a hint that picks among symbols of the same name, or with `column` \
+             an exact position.",
         ),
-        (
-            "line",
-            integer_in(
-                "1-based line: a hint that picks among symbols of the same name, or with \
-                 `column` an exact position.",
-                1,
-                None,
-            ),
-        ),
-        (
-            "column",
-            integer_in("1-based column in characters (with `line`).", 1, None),
-        ),
+        COLUMN.doc("1-based column in characters (with `line`)."),
     ]
+}
+
+/// Reads the required `path` (an empty one is not given).
+pub fn read_path(args: &Args<'_>) -> Result<String> {
+    Ok(PATH
+        .opt_nonempty_str(args)?
+        .ok_or_else(|| args.missing(PATH.name))?
+        .to_string())
 }
 
 /// Reads the addressing arguments.
 pub fn read_target(args: &Args<'_>) -> Result<Target> {
-    let symbol = args
-        .opt_nonempty_str("symbol", &["name"])?
-        .map(str::to_string);
-    let line = args.opt_u64("line", &[])?;
-    let column = args.opt_u64("column", &["col"])?;
+    let symbol = SYMBOL.opt_nonempty_str(args)?.map(str::to_string);
+    let line = LINE.opt_u64(args)?;
+    let column = COLUMN.opt_u64(args)?;
     if symbol.is_none() && line.is_none() {
         bail!(
             "{} requires symbol (a name such as \"helper\" or \"Class/method\") or line and \
@@ -512,6 +505,32 @@ pub fn kind_name(kind: SymbolKind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_and_columns_are_one_based() {
+        let read = |v: Value| {
+            let args = Args::new("lsp__hover", &v).unwrap();
+            read_path(&args).and_then(|_| read_target(&args))
+        };
+        let t = read(json!({"file": "a.py", "line": "3", "col": 2})).unwrap();
+        assert_eq!((t.line, t.column), (Some(3), Some(2)));
+        for (v, want) in [
+            (
+                json!({"path": "a.py", "line": 0, "column": 1}),
+                "lsp__hover: argument `line` must be at least 1, got 0",
+            ),
+            (
+                json!({"path": "a.py", "line": 1, "column": 0}),
+                "lsp__hover: argument `column` must be at least 1, got 0",
+            ),
+            (
+                json!({"path": "", "symbol": "f"}),
+                "lsp__hover requires path (also given: symbol)",
+            ),
+        ] {
+            assert_eq!(read(v).unwrap_err().to_string(), want);
+        }
+    }
 
     #[test]
     fn columns_convert_through_utf16() {

@@ -6,8 +6,8 @@
 use anyhow::{anyhow, bail, Result};
 use lsp_types::{DocumentChangeOperation, DocumentChanges, OneOf, TextEdit, WorkspaceEdit};
 use serde_json::{json, Value};
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, Preview, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, Preview, ToolInfo, ToolRisk};
 use toolbox_host::{ToolContext, WsPath};
 
 use crate::call::{read_doc, Env, Fail};
@@ -15,24 +15,19 @@ use crate::position::{self, from_utf16, read_target, Target};
 
 /// The tool's name.
 pub const NAME: &str = "lsp__rename";
+const NEW_NAME: Arg = Arg::string("new_name").aliases(&["new"]).required();
 
 /// Its description.
 pub fn info() -> ToolInfo {
     let mut props = position::props();
-    props.push((
-        "new_name",
-        prop(
-            "string",
-            "The new name for the symbol, e.g. \"parse_header\".",
-        ),
-    ));
+    props.push(NEW_NAME.doc("The new name for the symbol, e.g. \"parse_header\"."));
     ToolInfo::new(
         NAME,
         "Renames a symbol everywhere it is used, through a real language server (scope-aware: \
          not a text replace). Point at it with path + symbol (line as a hint), or path + line \
          + column. Every file changes, or none does; the result lists the files and lines \
          changed.",
-        object_schema(&props, &["path", "new_name"]),
+        object(&props),
     )
     .risk(ToolRisk::FileWrite)
     .toolsets(&[crate::TOOLSET])
@@ -64,14 +59,11 @@ struct Request {
 
 fn read_args(args: &Value) -> Result<Request> {
     let args = Args::new(NAME, args)?;
-    let path = args
-        .opt_nonempty_str("path", &["file"])?
-        .ok_or_else(|| args.missing("path"))?
-        .to_string();
+    let path = position::read_path(&args)?;
     let target = read_target(&args)?;
-    let new_name = args
-        .opt_nonempty_str("new_name", &["new"])?
-        .ok_or_else(|| args.missing("new_name"))?
+    let new_name = NEW_NAME
+        .opt_nonempty_str(&args)?
+        .ok_or_else(|| args.missing(NEW_NAME.name))?
         .trim()
         .to_string();
     args.finish()?;

@@ -5,17 +5,20 @@ use std::collections::BTreeMap;
 use anyhow::{anyhow, bail, Result};
 use lsp_types::{OneOf, SymbolInformation, WorkspaceSymbol, WorkspaceSymbolResponse};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::call::{Env, Fail};
 use crate::position::{kind_name, outline};
 use crate::server::Server;
+use crate::PATH;
 
 /// The tool's name.
 pub const NAME: &str = "lsp__symbols";
 const DEFAULT_MAX: u64 = 200;
+const QUERY: Arg = Arg::string("query");
+const MAX_RESULTS: Arg = Arg::integer("max_results", 1, Some(5000)).default(DEFAULT_MAX);
 
 /// Its description.
 pub fn info() -> ToolInfo {
@@ -25,25 +28,15 @@ pub fn info() -> ToolInfo {
          range, nested under their class). With query: the workspace's symbols whose names \
          match, from the server of path's language, or without path from every language the \
          workspace holds.",
-        object_schema(
-            &[
-                ("path", prop("string", "Source file in the workspace.")),
-                (
-                    "query",
-                    prop(
-                        "string",
-                        "Search the whole workspace for symbols matching this name instead of \
-                         listing a file's outline. With path, only path's language is \
-                         searched; without it, every language the workspace holds.",
-                    ),
-                ),
-                (
-                    "max_results",
-                    integer_in("Symbols to show (default 200).", 1, Some(5000)),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            PATH.doc("Source file in the workspace."),
+            QUERY.doc(
+                "Search the whole workspace for symbols matching this name instead of listing \
+                 a file's outline. With path, only path's language is searched; without it, \
+                 every language the workspace holds.",
+            ),
+            MAX_RESULTS.doc(format!("Symbols to show (default {DEFAULT_MAX}).")),
+        ]),
     )
     .toolsets(&[crate::TOOLSET])
 }
@@ -51,11 +44,9 @@ pub fn info() -> ToolInfo {
 /// Runs it.
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let path = args
-        .opt_nonempty_str("path", &["file"])?
-        .map(str::to_string);
-    let query = args.opt_nonempty_str("query", &[])?.map(str::to_string);
-    let max = args.u64_in("max_results", &[], DEFAULT_MAX, 1, 5000)? as usize;
+    let path = PATH.opt_nonempty_str(&args)?.map(str::to_string);
+    let query = QUERY.opt_nonempty_str(&args)?.map(str::to_string);
+    let max = MAX_RESULTS.u64(&args)? as usize;
     args.finish()?;
     let env = Env::new(NAME, ctx)?;
     let Some(path) = path else {
