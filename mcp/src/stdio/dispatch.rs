@@ -1,5 +1,7 @@
-//! Dispatch: cheap methods are answered inline, each `tools/call` runs as a task of its own
-//! (started in place on the idle thread when it is the one reading, see `serve`).
+//! Dispatch: cheap methods are answered inline, each `tools/call` runs as a task of its own.
+//! Where that task starts is the reader's to say, with the [`CallStarter`] it passes to
+//! [`Dispatcher::handle`]: the serving task spawns it on the runtime, the idle thread collects
+//! it and starts it in place once the input is unlocked (see `serve`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -10,7 +12,6 @@ use toolbox_executor::{CallStatus, ToolRequest};
 use toolbox_host::CancellationToken;
 
 use super::outbox::Outbox;
-use super::serve::{self, Call};
 use super::McpServer;
 use crate::approval;
 use crate::jsonrpc::{self, Inbound, Parsed, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
@@ -24,6 +25,27 @@ struct InFlight {
 }
 
 type InFlightCalls = Arc<Mutex<HashMap<String, InFlight>>>;
+
+/// A `tools/call` to run: the executor's call, then its reply and its trajectory line.
+pub(super) type Call = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Where the calls a dispatch starts go, chosen by the reader that dispatches.
+pub(super) enum CallStarter<'a> {
+    /// Each call a task of the runtime (the serving task).
+    Spawn,
+    /// Collected here, to be started in place by the idle thread once it has unlocked the
+    /// input (see `serve`).
+    InPlace(&'a mut Vec<Call>),
+}
+
+impl CallStarter<'_> {
+    fn start(&mut self, call: Call) {
+        match self {
+            CallStarter::Spawn => toolbox_host::handoff::spawn(call),
+            CallStarter::InPlace(calls) => calls.push(call),
+        }
+    }
+}
 
 pub(super) struct Dispatcher {
     server: McpServer,
@@ -56,10 +78,11 @@ impl Dispatcher {
         }
     }
 
-    pub(super) fn handle(&mut self, parsed: Parsed) {
+    /// Answers or starts what `parsed` asks; a `tools/call` goes to `starter`.
+    pub(super) fn handle(&mut self, parsed: Parsed, starter: &mut CallStarter<'_>) {
         match parsed {
             Parsed::Message(Inbound::Request { id, method, params }) => {
-                self.request(id, &method, params)
+                self.request(id, &method, params, starter)
             }
             Parsed::Message(Inbound::Notification { method, params }) => {
                 self.notification(&method, params)
@@ -77,7 +100,7 @@ impl Dispatcher {
         }
     }
 
-    fn request(&mut self, id: Value, method: &str, params: Value) {
+    fn request(&mut self, id: Value, method: &str, params: Value, starter: &mut CallStarter<'_>) {
         let key = id.to_string();
         if lock(&self.in_flight).contains_key(&key) {
             // The client could not tell two replies with one id apart; the first call keeps
@@ -103,7 +126,7 @@ impl Dispatcher {
             }
             "ping" => self.outbox.result(&id, "{}"),
             "tools/list" => self.outbox.result(&id, &self.server.tools_list),
-            "tools/call" => self.start_call(id, key, params),
+            "tools/call" => self.start_call(id, key, params, starter),
             "logging/setLevel" => match jsonrpc::log_level(&params) {
                 Ok(level) => {
                     self.server.events.log_level.set(level);
@@ -135,7 +158,7 @@ impl Dispatcher {
         }
     }
 
-    fn start_call(&mut self, id: Value, key: String, params: Value) {
+    fn start_call(&mut self, id: Value, key: String, params: Value, starter: &mut CallStarter<'_>) {
         let progress_token = params
             .get("_meta")
             .and_then(|meta| meta.get("progressToken"))
@@ -196,7 +219,7 @@ impl Dispatcher {
             );
             finished.record();
         });
-        serve::start_call(call);
+        starter.start(call);
     }
 }
 

@@ -1,7 +1,6 @@
 //! The serving task and the idle thread's reading: the input side of the fast path (see the
 //! module documentation of [`super`]).
 
-use std::cell::RefCell;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,7 +9,7 @@ use serde_json::Value;
 use tokio::io::unix::AsyncFd;
 use toolbox_host::handoff::IdleWork;
 
-use super::dispatch::Dispatcher;
+use super::dispatch::{Call, CallStarter, Dispatcher};
 use super::{framing, transport, INLINE_PARSE_BYTES, MAX_LINE_BYTES};
 use crate::jsonrpc::{self, Parsed, PARSE_ERROR};
 
@@ -39,14 +38,14 @@ async fn dispatch_chunk(
     if chunk.is_empty() {
         if let Some(frame) = framer.finish() {
             let parsed = parse_frame(frame).await;
-            dispatcher.handle(parsed);
+            dispatcher.handle(parsed, &mut CallStarter::Spawn);
         }
         return true;
     }
     let mut pos = 0;
     while let Some(frame) = framer.next(chunk, &mut pos) {
         let parsed = parse_frame(frame).await;
-        dispatcher.handle(parsed);
+        dispatcher.handle(parsed, &mut CallStarter::Spawn);
     }
     false
 }
@@ -157,30 +156,6 @@ struct InputState {
     ended: bool,
 }
 
-thread_local! {
-    /// Set while the idle thread dispatches: calls are collected here and started in place
-    /// once the input is unlocked.
-    static STARTED_HERE: RefCell<Option<Vec<Call>>> = const { RefCell::new(None) };
-}
-
-pub(super) type Call = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Starts a call: in place on the idle thread once the input is unlocked (when that thread is
-/// dispatching), else as a task of the runtime.
-pub(super) fn start_call(call: Call) {
-    // Read by the idle thread: started in place once the input is unlocked.
-    let call = STARTED_HERE.with(|started| match started.borrow_mut().as_mut() {
-        Some(calls) => {
-            calls.push(call);
-            None
-        }
-        None => Some(call),
-    });
-    if let Some(call) = call {
-        toolbox_host::handoff::spawn(call);
-    }
-}
-
 impl IdleWork for SharedInput {
     fn fd(&self) -> RawFd {
         self.fd.get_ref().input().as_raw_fd()
@@ -224,7 +199,9 @@ impl IdleWork for SharedInput {
                 return;
             }
         }
-        STARTED_HERE.with(|calls| *calls.borrow_mut() = Some(Vec::new()));
+        // The calls these requests start: started here, in place, once the input is unlocked.
+        let mut calls: Vec<Call> = Vec::new();
+        let mut starter = CallStarter::InPlace(&mut calls);
         let InputState {
             framer,
             chunk,
@@ -233,7 +210,7 @@ impl IdleWork for SharedInput {
         } = &mut *state;
         if chunk.is_empty() {
             if let Some(frame) = framer.finish() {
-                dispatcher.handle(parse_frame_here(frame, self));
+                dispatcher.handle(parse_frame_here(frame, self), &mut starter);
             }
             *ended = true;
             self.ended.store(true, Ordering::SeqCst);
@@ -241,10 +218,9 @@ impl IdleWork for SharedInput {
         } else {
             let mut pos = 0;
             while let Some(frame) = framer.next(chunk, &mut pos) {
-                dispatcher.handle(parse_frame_here(frame, self));
+                dispatcher.handle(parse_frame_here(frame, self), &mut starter);
             }
         }
-        let calls = STARTED_HERE.with(|calls| calls.borrow_mut().take().unwrap_or_default());
         drop(state);
         if !calls.is_empty() {
             // From here this thread is busy: the serving task reads what comes meanwhile.
