@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::ConfigTable;
+use toolbox_core::{ConfigTable, Key, Table};
 use toolbox_host::ToolContext;
 
 use crate::evict::SessionLimits;
@@ -35,43 +35,59 @@ pub enum KernelTarget {
     Start(String),
 }
 
-/// The keys `[python]` accepts.
-const KEYS: &[&str] = &[
-    "backend",
-    "venv",
-    "timeout_ms",
-    "install_timeout_ms",
-    "pip_args",
-    "connection_file",
-    "kernel_name",
-    "kernel_timeout_ms",
-    "session_idle_ms",
-    "max_live_sessions",
-    "sandbox",
-    "sandbox_network",
-];
-
 // What an untrusted workspace's toolbox.toml may set in [python]: a stricter backend and
 // shorter timeouts. `venv`, `pip_args` and everything about Jupyter kernels are the
 // operator's alone: "jupyter" is not in the backend's order, so a workspace can neither
 // switch to it nor away from it, and `connection_file` / `kernel_name` (which kernel runs the
 // code, and as whom) have no rule, so a workspace that sets them is refused.
-toolbox_core::workspace_config_rules!(
-    "python",
-    [
-        (
-            "backend",
-            Tighten::Ranked {
-                order: &["embedded", "isolated"],
-                default: "embedded"
-            }
-        ),
-        ("timeout_ms", Tighten::AtMost(300_000)),
-        ("install_timeout_ms", Tighten::AtMost(600_000)),
-        ("sandbox", toolbox_host::sandbox::MODE_RULE),
-        ("sandbox_network", toolbox_host::sandbox::NETWORK_RULE),
-    ]
-);
+const BACKEND: Key =
+    Key::choice("backend", &["embedded", "isolated", "jupyter"]).workspace(Tighten::Ranked {
+        order: &["embedded", "isolated"],
+        default: "embedded",
+    });
+const VENV: Key = Key::string("venv");
+const TIMEOUT_MS: Key = Key::integer("timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(300_000));
+const INSTALL_TIMEOUT_MS: Key =
+    Key::integer("install_timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(600_000));
+const PIP_ARGS: Key = Key::strings("pip_args");
+const CONNECTION_FILE: Key = Key::string("connection_file");
+const KERNEL_NAME: Key = Key::string("kernel_name");
+const KERNEL_TIMEOUT_MS: Key = Key::integer("kernel_timeout_ms", 1, u64::MAX);
+const SESSION_IDLE_MS: Key = Key::integer("session_idle_ms", 1, u64::MAX);
+const MAX_LIVE_SESSIONS: Key = Key::integer("max_live_sessions", 1, 100_000);
+const SANDBOX: Key = Key::string("sandbox").workspace(toolbox_host::sandbox::MODE_RULE);
+const SANDBOX_NETWORK: Key =
+    Key::boolean("sandbox_network").workspace(toolbox_host::sandbox::NETWORK_RULE);
+
+/// Every key `[python]` accepts.
+const KEYS: [Key; 12] = [
+    BACKEND,
+    VENV,
+    TIMEOUT_MS,
+    INSTALL_TIMEOUT_MS,
+    PIP_ARGS,
+    CONNECTION_FILE,
+    KERNEL_NAME,
+    KERNEL_TIMEOUT_MS,
+    SESSION_IDLE_MS,
+    MAX_LIVE_SESSIONS,
+    SANDBOX,
+    SANDBOX_NETWORK,
+];
+/// The `[python]` table.
+const TABLE: Table = Table::new("python", &KEYS);
+toolbox_core::register_table!(TABLE);
+/// The names of [`KEYS`], made at compile time: the table is read on every run, and
+/// [`Table::read_value`] would collect them into a new `Vec` each time.
+const KEY_NAMES: [&str; KEYS.len()] = {
+    let mut names = [""; KEYS.len()];
+    let mut i = 0;
+    while i < KEYS.len() {
+        names[i] = KEYS[i].name;
+        i += 1;
+    }
+    names
+};
 
 /// The default limit of one run when neither the call nor the config gives one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -123,14 +139,14 @@ impl PythonConfig {
     /// Reads a `[python]` table; `None` gives the defaults. A relative `venv` is relative to
     /// `workspace_root`.
     pub fn from_value(table: Option<&Value>, workspace_root: &Path) -> Result<Self> {
-        let t = ConfigTable::new("python", table, KEYS)?;
+        let t = ConfigTable::new(TABLE.name, table, &KEY_NAMES)?;
         use toolbox_host::sandbox::SandboxMode;
-        let sandbox = match t.string("sandbox")? {
+        let sandbox = match SANDBOX.str(&t)? {
             None => SandboxMode::Off,
             Some(text) => SandboxMode::parse(text)
-                .ok_or_else(|| t.invalid("sandbox", SandboxMode::EXPECTED))?,
+                .ok_or_else(|| t.invalid(SANDBOX.name, SandboxMode::EXPECTED))?,
         };
-        let backend = match t.one_of("backend", &["embedded", "isolated", "jupyter"])? {
+        let backend = match BACKEND.one_of(&t)? {
             Some("isolated") => Backend::Isolated,
             Some("jupyter") => Backend::Jupyter,
             Some(_) => Backend::Embedded,
@@ -155,17 +171,17 @@ impl PythonConfig {
                 }
             );
         }
-        let connection_file = match t.string("connection_file")? {
+        let connection_file = match CONNECTION_FILE.str(&t)? {
             Some(text) if text.trim().is_empty() => {
-                return Err(t.invalid("connection_file", "a file path"))
+                return Err(t.invalid(CONNECTION_FILE.name, "a file path"))
             }
             Some(text) => Some(expand_path(text, workspace_root)),
             None => None,
         };
-        let kernel_name = match t.string("kernel_name")? {
+        let kernel_name = match KERNEL_NAME.str(&t)? {
             Some(name) if !valid_kernel_name(name) => {
                 return Err(t.invalid(
-                    "kernel_name",
+                    KERNEL_NAME.name,
                     "a kernelspec name (letters, digits, '.', '_' and '-')",
                 ))
             }
@@ -191,32 +207,33 @@ impl PythonConfig {
             }
             _ => None,
         };
-        let venv = match t.string("venv")? {
+        let venv = match VENV.str(&t)? {
             None => None,
-            Some(text) if text.trim().is_empty() => return Err(t.invalid("venv", "a folder path")),
+            Some(text) if text.trim().is_empty() => {
+                return Err(t.invalid(VENV.name, "a folder path"))
+            }
             // Relative venv paths are relative to the workspace, like every path.
             Some(text) => Some(workspace_root.join(text)),
         };
-        let millis = |key: &str, default: Duration| -> Result<Duration> {
-            Ok(t.u64_in(key, 1, u64::MAX)?
-                .map_or(default, Duration::from_millis))
+        let millis = |key: Key, default: Duration| -> Result<Duration> {
+            Ok(key.u64(&t)?.map_or(default, Duration::from_millis))
         };
         Ok(PythonConfig {
             backend,
             venv,
-            timeout: millis("timeout_ms", DEFAULT_TIMEOUT)?,
-            install_timeout: millis("install_timeout_ms", DEFAULT_INSTALL_TIMEOUT)?,
-            pip_args: t.string_list("pip_args")?.unwrap_or_default(),
+            timeout: millis(TIMEOUT_MS, DEFAULT_TIMEOUT)?,
+            install_timeout: millis(INSTALL_TIMEOUT_MS, DEFAULT_INSTALL_TIMEOUT)?,
+            pip_args: PIP_ARGS.string_list(&t)?.unwrap_or_default(),
             kernel,
-            kernel_timeout: millis("kernel_timeout_ms", DEFAULT_KERNEL_TIMEOUT)?,
+            kernel_timeout: millis(KERNEL_TIMEOUT_MS, DEFAULT_KERNEL_TIMEOUT)?,
             session_limits: SessionLimits {
-                idle: millis("session_idle_ms", crate::evict::DEFAULT_SESSION_IDLE)?,
-                max_live: t
-                    .u64_in("max_live_sessions", 1, 100_000)?
+                idle: millis(SESSION_IDLE_MS, crate::evict::DEFAULT_SESSION_IDLE)?,
+                max_live: MAX_LIVE_SESSIONS
+                    .u64(&t)?
                     .map_or(crate::evict::DEFAULT_MAX_LIVE_SESSIONS, |n| n as usize),
             },
             sandbox,
-            sandbox_network: t.bool("sandbox_network")?.unwrap_or(false),
+            sandbox_network: SANDBOX_NETWORK.bool(&t)?.unwrap_or(false),
         })
     }
 

@@ -21,20 +21,25 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use toolbox_core::{Args, ToolInfo, ToolRisk, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::config::{ensure_venv_at, Backend, PythonConfig};
 use crate::sessions::Sessions;
-use crate::{object_schema, prop, TOOLSET};
+use crate::TOOLSET;
 
 pub const NAME: &str = "kernel_install";
 /// At most this many packages per call.
 const MAX_PACKAGES: usize = 50;
 /// Lines of pip output kept for the result.
 const TAIL_LINES: usize = 40;
+
+const PACKAGES: Arg = Arg::strings("packages").aliases(&["package"]).required();
+const UPGRADE: Arg = Arg::boolean("upgrade");
+const INDEX_URL: Arg = Arg::string("index_url");
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
@@ -55,30 +60,12 @@ pub fn info() -> ToolInfo {
          pip options, requirement files, paths and URLs are refused. Modules already imported \
          keep their old version until the session restarts. Use registry_lookup afterwards to \
          find a package's functions.",
-        object_schema(
-            &[
-                (
-                    "packages",
-                    json!({"type": "array", "items": {"type": "string"},
-                           "description": "Requirements to install, one per entry, e.g. \"numpy\" or \"polars>=1.0\"."}),
-                ),
-                (
-                    "upgrade",
-                    prop(
-                        "boolean",
-                        "Upgrade packages that are already installed (default false).",
-                    ),
-                ),
-                (
-                    "index_url",
-                    prop(
-                        "string",
-                        "Another package index (an http or https URL) instead of the default.",
-                    ),
-                ),
-            ],
-            &["packages"],
-        ),
+        object(&[
+            PACKAGES
+                .doc("Requirements to install, one per entry, e.g. \"numpy\" or \"polars>=1.0\"."),
+            UPGRADE.doc("Upgrade packages that are already installed (default false)."),
+            INDEX_URL.doc("Another package index (an http or https URL) instead of the default."),
+        ]),
     )
     .risk(ToolRisk::Python)
     .aliases(&["python_package"])
@@ -88,9 +75,9 @@ pub fn info() -> ToolInfo {
 
 pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let packages = a
-        .opt_str_list("packages", &["package"])?
-        .ok_or_else(|| a.missing("packages"))?;
+    let packages = PACKAGES
+        .opt_str_list(&a)?
+        .ok_or_else(|| a.missing(PACKAGES.name))?;
     if packages.is_empty() {
         bail!("{NAME}: argument `packages` is empty; name at least one package");
     }
@@ -103,8 +90,8 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
     for entry in &packages {
         check_requirement(entry)?;
     }
-    let upgrade = a.bool_or("upgrade", &[], false)?;
-    let index_url = a.opt_nonempty_str("index_url", &[])?;
+    let upgrade = UPGRADE.bool(&a)?;
+    let index_url = INDEX_URL.opt_nonempty_str(&a)?;
     a.finish()?;
     if let Some(url) = index_url {
         check_index_url(url)?;
@@ -259,9 +246,9 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
 /// place they go (the venv's path, and whether it is made now). Changes nothing.
 pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::Preview> {
     let a = Args::new(NAME, args).ok()?;
-    let packages = a.opt_str_list("packages", &["package"]).ok()??;
-    let upgrade = a.bool_or("upgrade", &[], false).ok()?;
-    let index_url = a.opt_nonempty_str("index_url", &[]).ok()?;
+    let packages = PACKAGES.opt_str_list(&a).ok()??;
+    let upgrade = UPGRADE.bool(&a).ok()?;
+    let index_url = INDEX_URL.opt_nonempty_str(&a).ok()?;
     let config = match PythonConfig::from_ctx(ctx) {
         Ok(config) => config,
         Err(e) => {
@@ -393,6 +380,7 @@ fn check_index_url(url: &str) -> Result<()> {
 mod tests {
     use super::*;
     use crate::test_support::*;
+    use serde_json::json;
 
     #[test]
     fn plain_requirements_pass() {

@@ -142,9 +142,6 @@ static TOOLS: LazyLock<Tools<PythonProvider>> = LazyLock::new(|| {
         })
 });
 
-/// Schema builders shared by every provider.
-pub(crate) use toolbox_core::schema::{object_schema, prop};
-
 #[cfg(test)]
 pub(crate) mod test_support {
     use serde_json::{json, Value};

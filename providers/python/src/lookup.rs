@@ -26,13 +26,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::config::PythonConfig;
-use crate::{
-    object_schema, prop, BUILD_PYTHON_EXECUTABLE, DRIVER_SOURCE, INTEGRATED_NOTEBOOK, TOOLSET,
-};
+use crate::{BUILD_PYTHON_EXECUTABLE, DRIVER_SOURCE, INTEGRATED_NOTEBOOK, TOOLSET};
 
 pub const NAME: &str = "registry_lookup";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -44,6 +43,10 @@ const MAX_ANSWER_BYTES: u64 = 4 << 20;
 const STDERR_TAIL_BYTES: usize = 4096;
 /// The only `PATH` the lookup process gets: never a folder of the workspace.
 const NEUTRAL_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+const QUERY: Arg = Arg::string("query").required();
+const PACKAGE: Arg = Arg::string("package").aliases(&["module"]);
+const LIMIT: Arg = Arg::integer("limit", 1, Some(50)).default(10);
 
 /// Appended to the driver: one request line from stdin, one answer line on stdout. Runs
 /// instead of the driver's `--serve` loop (which would put the working directory on
@@ -96,29 +99,11 @@ pub fn info() -> ToolInfo {
          matched. Searches the standard library and the packages installed for the interpreter \
          (importing them runs their code); never modules in the workspace or its session \
          folders, nor a venv inside the workspace.",
-        object_schema(
-            &[
-                (
-                    "query",
-                    prop(
-                        "string",
-                        "A name or a few words, e.g. \"read_csv\", \"mean\", \"parse date\".",
-                    ),
-                ),
-                (
-                    "package",
-                    prop(
-                        "string",
-                        "The importable package or module to search, e.g. \"pandas\", \"json\".",
-                    ),
-                ),
-                (
-                    "limit",
-                    prop("integer", "At most this many results (1-50, default 10)."),
-                ),
-            ],
-            &["query"],
-        ),
+        object(&[
+            QUERY.doc("A name or a few words, e.g. \"read_csv\", \"mean\", \"parse date\"."),
+            PACKAGE.doc("The importable package or module to search, e.g. \"pandas\", \"json\"."),
+            LIMIT.doc("At most this many results (1-50, default 10)."),
+        ]),
     )
     // `omicverse_lookup` is the sidecar's name for the provider of this lookup alone.
     .toolsets(&[TOOLSET, INTEGRATED_NOTEBOOK, "omicverse_lookup"])
@@ -126,11 +111,11 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let query = a.str("query", &[])?.trim();
+    let query = QUERY.str(&a)?.trim();
     if query.is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
-    let package = a.opt_nonempty_str("package", &["module"])?.map(str::trim);
+    let package = PACKAGE.opt_nonempty_str(&a)?.map(str::trim);
     if let Some(package) = package {
         let valid = !package.is_empty()
             && package.split('.').all(|part| {
@@ -141,7 +126,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
             bail!("{NAME}: argument `package` {package:?} is not an importable module name (like pandas or os.path)");
         }
     }
-    let limit = a.u64_in("limit", &[], 10, 1, 50)?;
+    let limit = LIMIT.u64(&a)?;
     a.finish()?;
     let config = PythonConfig::from_ctx(ctx)?;
     let root = ctx.workspace.root();

@@ -3,18 +3,26 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
+use serde_json::Value;
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
 use toolbox_host::{RunFuture, SessionFolder, ToolContext};
 
 use crate::backend::{self, Call, Folders, RunRequest, RunResult, Source};
 use crate::config::{ensure_venv, Backend, PythonConfig};
 use crate::sessions::Sessions;
-use crate::{install, object_schema, prop, render, INTEGRATED_NOTEBOOK, TOOLSET};
+use crate::{install, render, INTEGRATED_NOTEBOOK, TOOLSET};
 
 pub(crate) const NAME: &str = "run_python_code";
 /// The longest `timeout_ms` a call may ask for (a day).
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+// The arguments, read on every call: consts, so reading them costs what the raw reads did.
+const CODE: Arg = Arg::string("code").aliases(&["content"]);
+const SCRIPT_PATH: Arg = Arg::string("script_path");
+const ARGS: Arg = Arg::strings("args").aliases(&["argv"]);
+/// Without it, the configured timeout applies.
+const TIMEOUT_MS: Arg = Arg::integer("timeout_ms", 1, Some(MAX_TIMEOUT_MS));
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -33,39 +41,18 @@ pub(crate) fn info() -> ToolInfo {
          packages with kernel_install, not with pip in code. Plain Python only: no % magics or \
          ! shell lines. Never use subprocess to run another Python script: use script_path. \
          Temporary files go to the scratchpad; deliverables go to output/ (OUTPUT_DIR).",
-        object_schema(
-            &[
-                (
-                    "code",
-                    prop(
-                        "string",
-                        "Python source to run (a cell). Give either code or script_path.",
-                    ),
-                ),
-                (
-                    "script_path",
-                    prop(
-                        "string",
-                        "A .py file in the workspace to run as __main__ instead of code, or \
-                         a skill's script as skill:<name>/<path>.",
-                    ),
-                ),
-                (
-                    "args",
-                    json!({"type": "array", "items": {"type": "string"},
-                           "description": "Command-line arguments for script_path (sys.argv[1:])."}),
-                ),
-                (
-                    "timeout_ms",
-                    prop(
-                        "integer",
-                        "Stop the code after this many milliseconds (default from the \
-                         configuration, normally 300000).",
-                    ),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            CODE.doc("Python source to run (a cell). Give either code or script_path."),
+            SCRIPT_PATH.doc(
+                "A .py file in the workspace to run as __main__ instead of code, or a skill's \
+                 script as skill:<name>/<path>.",
+            ),
+            ARGS.doc("Command-line arguments for script_path (sys.argv[1:])."),
+            TIMEOUT_MS.doc(
+                "Stop the code after this many milliseconds (default from the configuration, \
+                 normally 300000).",
+            ),
+        ]),
     )
     .risk(ToolRisk::Python)
     .aliases(&["python", "python_exec"])
@@ -81,20 +68,24 @@ pub(crate) async fn run_tool(
     ctx: &ToolContext,
 ) -> Result<ToolOutput> {
     let a = Args::new(NAME, &args)?;
-    let code = a.opt_str("code", &["content"])?;
-    let script = a.opt_nonempty_str("script_path", &[])?;
+    let code = CODE.opt_str(&a)?;
+    let script = SCRIPT_PATH.opt_nonempty_str(&a)?;
     // Clients that must send every property send [] (or null) for args they do not use.
-    let script_args = a
-        .opt_str_list("args", &["argv"])?
-        .filter(|list| !list.is_empty());
+    let script_args = ARGS.opt_str_list(&a)?.filter(|list| !list.is_empty());
     let config = PythonConfig::from_ctx(ctx)?;
-    let timeout_ms = a.u64_in(
-        "timeout_ms",
-        &[],
-        config.timeout.as_millis() as u64,
-        1,
-        MAX_TIMEOUT_MS,
-    )?;
+    let timeout_ms = match TIMEOUT_MS.opt_u64(&a)? {
+        Some(ms) => ms,
+        // The configured default is held to the argument's bounds too, as it always was.
+        None => {
+            let ms = config.timeout.as_millis() as u64;
+            if ms > MAX_TIMEOUT_MS {
+                bail!(
+                    "{NAME}: argument `timeout_ms` must be between 1 and {MAX_TIMEOUT_MS}, got {ms}"
+                );
+            }
+            ms
+        }
+    };
     a.finish()?;
     let source = match (code, script) {
         // An empty `code` beside a script is a client filling in every property, not a cell.
@@ -182,8 +173,8 @@ pub const WORKING_FOLDER_NOTE: &str = "note: Python runs in this session's scrat
 /// Changes nothing.
 pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::Preview> {
     let a = Args::new(NAME, args).ok()?;
-    let code = a.opt_str("code", &["content"]).ok()?;
-    let script = a.opt_nonempty_str("script_path", &[]).ok()?;
+    let code = CODE.opt_str(&a).ok()?;
+    let script = SCRIPT_PATH.opt_nonempty_str(&a).ok()?;
     let folder = ctx
         .workspace
         .display_real(&ctx.workspace.session_dir("scratchpad"));
@@ -205,11 +196,7 @@ pub(crate) fn preview(args: &Value, ctx: &ToolContext) -> Option<toolbox_core::P
                     }
                 }
             };
-            let script_args = a
-                .opt_str_list("args", &["argv"])
-                .ok()
-                .flatten()
-                .unwrap_or_default();
+            let script_args = ARGS.opt_str_list(&a).ok().flatten().unwrap_or_default();
             let mut preview =
                 toolbox_core::Preview::new(format!("Run the Python script {shown} {place}"));
             if !script_args.is_empty() {
@@ -393,6 +380,7 @@ fn sandbox_for(
 mod tests {
     use super::*;
     use crate::test_support::*;
+    use serde_json::json;
 
     #[tokio::test]
     async fn argument_errors_name_the_argument() {
@@ -413,6 +401,14 @@ mod tests {
         assert!(
             e.contains("`timeout_ms` must be a non-negative integer"),
             "{e}"
+        );
+        // The bounds the schema states are the bounds a call is held to.
+        let e = call(&ctx, NAME, json!({"code": "1", "timeout_ms": 86_400_001}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "run_python_code: argument `timeout_ms` must be between 1 and 86400000, got 86400001"
         );
         let e = call(&ctx, NAME, json!({"script_path": "../x.py"}))
             .await
