@@ -5,45 +5,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::ConfigTable;
+use toolbox_core::{Key, Table};
 
 use crate::guard::{parse_hosts, parse_ranges, GuardPolicy};
-
-/// Every key `[web]` understands. Unknown keys are refused: a misspelt `allow_host` must not
-/// silently leave the guard stricter or looser than the operator meant.
-pub const KEYS: &[&str] = &[
-    "connect_timeout_ms",
-    "timeout_ms",
-    "max_redirects",
-    "max_response_bytes",
-    "user_agent",
-    "allow_hosts",
-    "allow_ranges",
-    "search_backend",
-    "searxng_url",
-    "brave_api_key_env",
-    "brave_base_url",
-    "tavily_api_key_env",
-    "tavily_base_url",
-];
-
-// What an untrusted workspace's toolbox.toml may set in [web]: shorter timeouts and smaller
-// limits. Hosts, ranges, search endpoints and key variables are the operator's alone.
-toolbox_core::workspace_config_rules!(
-    "web",
-    [
-        (
-            "connect_timeout_ms",
-            Tighten::AtMost(DEFAULT_CONNECT_TIMEOUT_MS)
-        ),
-        ("timeout_ms", Tighten::AtMost(DEFAULT_TIMEOUT_MS)),
-        ("max_redirects", Tighten::AtMost(MAX_REDIRECTS)),
-        (
-            "max_response_bytes",
-            Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES)
-        ),
-    ]
-);
 
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
@@ -53,6 +17,49 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 5 * 1024 * 1024;
 pub const DEFAULT_USER_AGENT: &str = concat!("toolbox/", env!("CARGO_PKG_VERSION"), " (web_fetch)");
 pub const DEFAULT_BRAVE_BASE_URL: &str = "https://api.search.brave.com";
 pub const DEFAULT_TAVILY_BASE_URL: &str = "https://api.tavily.com";
+
+// What an untrusted workspace's toolbox.toml may set in [web]: shorter timeouts and smaller
+// limits. Hosts, ranges, search endpoints and key variables are the operator's alone.
+const CONNECT_TIMEOUT_MS: Key = Key::integer("connect_timeout_ms", 1, u32::MAX as u64)
+    .workspace(Tighten::AtMost(DEFAULT_CONNECT_TIMEOUT_MS));
+const TIMEOUT_MS: Key =
+    Key::integer("timeout_ms", 1, u32::MAX as u64).workspace(Tighten::AtMost(DEFAULT_TIMEOUT_MS));
+const MAX_REDIRECTS_KEY: Key =
+    Key::integer("max_redirects", 0, MAX_REDIRECTS).workspace(Tighten::AtMost(MAX_REDIRECTS));
+const MAX_RESPONSE_BYTES: Key = Key::integer("max_response_bytes", 1, 1 << 30)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES));
+const USER_AGENT: Key = Key::string("user_agent");
+const ALLOW_HOSTS: Key = Key::strings("allow_hosts");
+const ALLOW_RANGES: Key = Key::strings("allow_ranges");
+/// Read leniently (any case; `none` and `""` get a hint), so a string rather than a choice.
+const SEARCH_BACKEND: Key = Key::string("search_backend");
+const SEARXNG_URL: Key = Key::string("searxng_url");
+const BRAVE_API_KEY_ENV: Key = Key::string("brave_api_key_env");
+const BRAVE_BASE_URL: Key = Key::string("brave_base_url");
+const TAVILY_API_KEY_ENV: Key = Key::string("tavily_api_key_env");
+const TAVILY_BASE_URL: Key = Key::string("tavily_base_url");
+
+/// The `[web]` table. Unknown keys are refused: a misspelt `allow_host` must not silently
+/// leave the guard stricter or looser than the operator meant.
+pub(crate) const TABLE: Table = Table::new(
+    "web",
+    &[
+        CONNECT_TIMEOUT_MS,
+        TIMEOUT_MS,
+        MAX_REDIRECTS_KEY,
+        MAX_RESPONSE_BYTES,
+        USER_AGENT,
+        ALLOW_HOSTS,
+        ALLOW_RANGES,
+        SEARCH_BACKEND,
+        SEARXNG_URL,
+        BRAVE_API_KEY_ENV,
+        BRAVE_BASE_URL,
+        TAVILY_API_KEY_ENV,
+        TAVILY_BASE_URL,
+    ],
+);
+toolbox_core::register_table!(TABLE);
 
 /// The search service `web_search` asks (`[web] search_backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +95,8 @@ pub struct WebConfig {
 impl WebConfig {
     /// Reads `[web]`; `None` (no table) gives the defaults.
     pub fn from_table(table: Option<&Value>) -> Result<Self> {
-        let t = ConfigTable::new("web", table, KEYS)?;
-        let backend = match t.string("search_backend")? {
+        let t = TABLE.read_value(table)?;
+        let backend = match SEARCH_BACKEND.str(&t)? {
             None => None,
             Some(name) => Some(match name.trim().to_ascii_lowercase().as_str() {
                 "searxng" => Backend::Searxng,
@@ -99,44 +106,31 @@ impl WebConfig {
                 _ => bail!("[web] search_backend must be one of \"searxng\", \"brave\", \"tavily\" (got {name:?})"),
             }),
         };
-        let u64_in = |key: &str, default: u64, min: u64, max: u64| -> Result<u64> {
-            Ok(t.u64_in(key, min, max)?.unwrap_or(default))
-        };
-        let text = |key: &str, default: &str| -> Result<String> {
-            Ok(t.string(key)?.unwrap_or(default).to_string())
+        let number =
+            |key: Key, default: u64| -> Result<u64> { Ok(key.u64(&t)?.unwrap_or(default)) };
+        let text = |key: Key, default: &str| -> Result<String> {
+            Ok(key.str(&t)?.unwrap_or(default).to_string())
         };
         Ok(WebConfig {
-            connect_timeout: Duration::from_millis(u64_in(
-                "connect_timeout_ms",
+            connect_timeout: Duration::from_millis(number(
+                CONNECT_TIMEOUT_MS,
                 DEFAULT_CONNECT_TIMEOUT_MS,
-                1,
-                u32::MAX.into(),
             )?),
-            timeout: Duration::from_millis(u64_in(
-                "timeout_ms",
-                DEFAULT_TIMEOUT_MS,
-                1,
-                u32::MAX.into(),
-            )?),
-            max_redirects: u64_in("max_redirects", MAX_REDIRECTS, 0, MAX_REDIRECTS)? as usize,
-            max_response_bytes: u64_in(
-                "max_response_bytes",
-                DEFAULT_MAX_RESPONSE_BYTES,
-                1,
-                1 << 30,
-            )?,
-            user_agent: text("user_agent", DEFAULT_USER_AGENT)?,
+            timeout: Duration::from_millis(number(TIMEOUT_MS, DEFAULT_TIMEOUT_MS)?),
+            max_redirects: number(MAX_REDIRECTS_KEY, MAX_REDIRECTS)? as usize,
+            max_response_bytes: number(MAX_RESPONSE_BYTES, DEFAULT_MAX_RESPONSE_BYTES)?,
+            user_agent: text(USER_AGENT, DEFAULT_USER_AGENT)?,
             policy: GuardPolicy {
-                allow_hosts: parse_hosts(&t.string_list("allow_hosts")?.unwrap_or_default())?,
-                allow_ranges: parse_ranges(&t.string_list("allow_ranges")?.unwrap_or_default())?,
+                allow_hosts: parse_hosts(&ALLOW_HOSTS.string_list(&t)?.unwrap_or_default())?,
+                allow_ranges: parse_ranges(&ALLOW_RANGES.string_list(&t)?.unwrap_or_default())?,
             },
             search: SearchConfig {
                 backend,
-                searxng_url: t.string("searxng_url")?.map(str::to_string),
-                brave_api_key_env: text("brave_api_key_env", "BRAVE_API_KEY")?,
-                brave_base_url: text("brave_base_url", DEFAULT_BRAVE_BASE_URL)?,
-                tavily_api_key_env: text("tavily_api_key_env", "TAVILY_API_KEY")?,
-                tavily_base_url: text("tavily_base_url", DEFAULT_TAVILY_BASE_URL)?,
+                searxng_url: SEARXNG_URL.str(&t)?.map(str::to_string),
+                brave_api_key_env: text(BRAVE_API_KEY_ENV, "BRAVE_API_KEY")?,
+                brave_base_url: text(BRAVE_BASE_URL, DEFAULT_BRAVE_BASE_URL)?,
+                tavily_api_key_env: text(TAVILY_API_KEY_ENV, "TAVILY_API_KEY")?,
+                tavily_base_url: text(TAVILY_BASE_URL, DEFAULT_TAVILY_BASE_URL)?,
             },
         })
     }

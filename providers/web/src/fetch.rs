@@ -2,8 +2,8 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{integer_in, object_schema, prop, string_enum};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 use url::Url;
 
@@ -13,6 +13,10 @@ use crate::http::{describe_error, read_capped, Clients};
 pub const NAME: &str = "web_fetch";
 const DEFAULT_MAX_CHARS: u64 = 40_000;
 const MAX_MAX_CHARS: u64 = 2_000_000;
+const URL: Arg = Arg::string("url").required();
+/// Read leniently by [`Format::parse`] (`md`, `txt`, any case); the schema lists the three.
+const FORMAT: Arg = Arg::choice("format", &["markdown", "text", "html"]);
+const MAX_CHARS: Arg = Arg::integer("max_chars", 1, Some(MAX_MAX_CHARS)).default(DEFAULT_MAX_CHARS);
 /// Sent so servers that negotiate pick something we can read.
 const ACCEPT: &str = "text/html,application/xhtml+xml,application/json;q=0.9,text/plain;q=0.9,\
                       application/pdf;q=0.8,*/*;q=0.5";
@@ -25,34 +29,16 @@ pub fn info() -> ToolInfo {
          pretty-printed, plain text is passed through, PDFs are converted to text when the pdf \
          provider is built in; other binary content is refused. Private, loopback, link-local \
          and cloud-metadata addresses are refused. Long pages are cut at max_chars.",
-        object_schema(
-            &[
-                (
-                    "url",
-                    prop("string", "The http:// or https:// URL to fetch."),
-                ),
-                (
-                    "format",
-                    string_enum(
-                        &["markdown", "text", "html"],
-                        "markdown (default): the main content as Markdown; text: plain text; \
-                         html: the raw HTML.",
-                    ),
-                ),
-                (
-                    "max_chars",
-                    integer_in(
-                        &format!(
-                            "Return at most this many characters of content (default \
-                             {DEFAULT_MAX_CHARS})."
-                        ),
-                        1,
-                        None,
-                    ),
-                ),
-            ],
-            &["url"],
-        ),
+        object(&[
+            URL.doc("The http:// or https:// URL to fetch."),
+            FORMAT.doc(
+                "markdown (default): the main content as Markdown; text: plain text; html: the \
+                 raw HTML.",
+            ),
+            MAX_CHARS.doc(format!(
+                "Return at most this many characters of content (default {DEFAULT_MAX_CHARS})."
+            )),
+        ]),
     )
     .toolsets(&["web"])
     // Read-only, but it talks to the open web: MCP clients should know.
@@ -61,9 +47,9 @@ pub fn info() -> ToolInfo {
 
 pub async fn run(clients: Clients, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let raw_url = args.str("url", &[])?.trim();
-    let format = Format::parse(NAME, args.opt_nonempty_str("format", &[])?)?;
-    let max_chars = args.u64_in("max_chars", &[], DEFAULT_MAX_CHARS, 1, MAX_MAX_CHARS)? as usize;
+    let raw_url = URL.str(&args)?.trim();
+    let format = Format::parse(NAME, FORMAT.opt_nonempty_str(&args)?)?;
+    let max_chars = MAX_CHARS.u64(&args)? as usize;
     args.finish()?;
     let url = parse_url(raw_url)?;
     let config = clients.config.clone();

@@ -2,8 +2,8 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolInfo};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 use url::Url;
 
@@ -13,7 +13,8 @@ use crate::http::{describe_error, read_capped, Clients};
 
 pub const NAME: &str = "web_search";
 const DEFAULT_RESULTS: u64 = 5;
-const MAX_RESULTS: u64 = 20;
+const QUERY: Arg = Arg::string("query").aliases(&["q"]).required();
+const MAX_RESULTS: Arg = Arg::integer("max_results", 1, Some(20)).default(DEFAULT_RESULTS);
 /// Snippets longer than this are cut: a result list is for choosing what to fetch.
 const SNIPPET_CHARS: usize = 400;
 
@@ -29,20 +30,12 @@ pub fn info() -> ToolInfo {
         NAME,
         "Search the web and return a numbered list of results, each with title, URL and a \
          short snippet. Use web_fetch on a result's URL to read the page.",
-        object_schema(
-            &[
-                ("query", prop("string", "What to search for.")),
-                (
-                    "max_results",
-                    integer_in(
-                        &format!("How many results to return (default {DEFAULT_RESULTS})."),
-                        1,
-                        Some(MAX_RESULTS),
-                    ),
-                ),
-            ],
-            &["query"],
-        ),
+        object(&[
+            QUERY.doc("What to search for."),
+            MAX_RESULTS.doc(format!(
+                "How many results to return (default {DEFAULT_RESULTS})."
+            )),
+        ]),
     )
     .toolsets(&["web"])
     // Read-only, but it talks to the open web: MCP clients should know.
@@ -59,11 +52,11 @@ pub struct Hit {
 
 pub async fn run(clients: Clients, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let query = args.str("query", &["q"])?.trim().to_string();
+    let query = QUERY.str(&args)?.trim().to_string();
     if query.is_empty() {
         bail!("{NAME}: argument `query` is empty");
     }
-    let max = args.u64_in("max_results", &[], DEFAULT_RESULTS, 1, MAX_RESULTS)? as usize;
+    let max = MAX_RESULTS.u64(&args)? as usize;
     args.finish()?;
     let search = &clients.config.search;
     let Some(backend) = search.backend else {
