@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::ConfigTable;
+use toolbox_core::trust::Tighten;
+use toolbox_core::{Key, Table};
 
 use crate::generate::NAME;
 
@@ -19,27 +20,19 @@ const DEFAULT_MAX_RESPONSE_BYTES: u64 = 100 * 1024 * 1024;
 // An untrusted workspace's toolbox.toml may only shorten [image_gen] limits; the endpoint,
 // model and key variable are the operator's alone (a repository must not be able to send a
 // key to a server of its choosing).
-toolbox_core::workspace_config_rules!(
+const BASE_URL: Key = Key::string("base_url");
+const MODEL: Key = Key::string("model");
+const API_KEY_ENV: Key = Key::string("api_key_env");
+const TIMEOUT_MS: Key =
+    Key::integer("timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(DEFAULT_TIMEOUT_MS));
+const MAX_RESPONSE_BYTES: Key = Key::integer("max_response_bytes", 1, u64::MAX)
+    .workspace(Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES));
+/// The `[image_gen]` table.
+const TABLE: Table = Table::new(
     "image_gen",
-    [
-        (
-            "timeout_ms",
-            toolbox_core::trust::Tighten::AtMost(DEFAULT_TIMEOUT_MS)
-        ),
-        (
-            "max_response_bytes",
-            toolbox_core::trust::Tighten::AtMost(DEFAULT_MAX_RESPONSE_BYTES)
-        ),
-    ]
+    &[BASE_URL, MODEL, API_KEY_ENV, TIMEOUT_MS, MAX_RESPONSE_BYTES],
 );
-
-const KEYS: &[&str] = &[
-    "base_url",
-    "model",
-    "api_key_env",
-    "timeout_ms",
-    "max_response_bytes",
-];
+toolbox_core::register_table!(TABLE);
 
 /// What to tell a model (and through it, a person) when no endpoint is configured.
 const NOT_CONFIGURED: &str = "image_gen__generate has no image endpoint configured. Set one in \
@@ -64,25 +57,26 @@ pub(crate) fn endpoint(
     table: Option<&Value>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Endpoint> {
-    let t = ConfigTable::new("image_gen", table, KEYS)
+    let t = TABLE
+        .read_value(table)
         .map_err(|e| anyhow!("{NAME}: invalid configuration: {e:#}"))?;
     let read = || -> Result<_> {
         // An empty string is a value not given.
-        let string = |key: &str| -> Result<Option<String>> {
-            Ok(t.string(key)?
+        let string = |key: Key| -> Result<Option<String>> {
+            Ok(key
+                .str(&t)?
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
                 .map(str::to_string))
         };
-        let number = |key: &str, default: u64| -> Result<u64> {
-            Ok(t.u64_in(key, 1, u64::MAX)?.unwrap_or(default))
-        };
+        let number =
+            |key: Key, default: u64| -> Result<u64> { Ok(key.u64(&t)?.unwrap_or(default)) };
         Ok((
-            string("base_url")?,
-            string("model")?,
-            string("api_key_env")?,
-            number("timeout_ms", DEFAULT_TIMEOUT_MS)?,
-            number("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)?,
+            string(BASE_URL)?,
+            string(MODEL)?,
+            string(API_KEY_ENV)?,
+            number(TIMEOUT_MS, DEFAULT_TIMEOUT_MS)?,
+            number(MAX_RESPONSE_BYTES, DEFAULT_MAX_RESPONSE_BYTES)?,
         ))
     };
     let (base_url, model, key_env, timeout_ms, max_response_bytes) =

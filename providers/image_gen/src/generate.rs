@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Result};
 use base64::Engine as _;
 use serde_json::{json, Value};
-use toolbox_core::schema::{integer_in, object_schema, prop};
-use toolbox_core::{Args, ToolInfo, ToolRisk};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
 use crate::config::{endpoint, Endpoint};
@@ -18,6 +18,9 @@ use crate::ImageGen;
 pub const NAME: &str = "image_gen__generate";
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 const DEFAULT_SIZE: &str = "1024x1024";
+const PROMPT: Arg = Arg::string("prompt").aliases(&["description"]).required();
+const SIZE: Arg = Arg::string("size");
+const N: Arg = Arg::integer("n", 1, Some(4)).default(1);
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -25,24 +28,14 @@ pub(crate) fn info() -> ToolInfo {
         "Generate images from a text prompt with the configured image model and save them \
          as PNG files in the session's output folder. Returns the saved paths (e.g. \
          output/image-….png). Describe the subject, style and composition in the prompt.",
-        object_schema(
-            &[
-                ("prompt", prop("string", "What the image should show.")),
-                (
-                    "size",
-                    prop(
-                        "string",
-                        "WIDTHxHEIGHT in pixels, e.g. \"1024x1024\" (default), \"1536x1024\", \
-                         \"1024x1536\". The model decides which sizes it supports.",
-                    ),
-                ),
-                (
-                    "n",
-                    integer_in("How many images (1-4, default 1).", 1, Some(4)),
-                ),
-            ],
-            &["prompt"],
-        ),
+        object(&[
+            PROMPT.doc("What the image should show."),
+            SIZE.doc(
+                "WIDTHxHEIGHT in pixels, e.g. \"1024x1024\" (default), \"1536x1024\", \
+                 \"1024x1536\". The model decides which sizes it supports.",
+            ),
+            N.doc("How many images (1-4, default 1)."),
+        ]),
     )
     .risk(ToolRisk::FileWrite)
     .toolsets(&["images"])
@@ -50,13 +43,13 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(provider: &ImageGen, args: Value, ctx: &ToolContext) -> Result<Value> {
     let args = Args::new(NAME, &args)?;
-    let prompt = args.str("prompt", &["description"])?.trim().to_string();
+    let prompt = PROMPT.str(&args)?.trim().to_string();
     if prompt.is_empty() {
         bail!("{NAME}: argument `prompt` is empty");
     }
-    let size = args.opt_str("size", &[])?.unwrap_or(DEFAULT_SIZE).trim();
+    let size = SIZE.opt_str(&args)?.unwrap_or(DEFAULT_SIZE).trim();
     check_size(size)?;
-    let n = args.u64_in("n", &[], 1, 1, 4)?;
+    let n = N.u64(&args)?;
     args.finish()?;
 
     let table = ctx.provider_config("image_gen");
