@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::object_schema;
+use toolbox_core::schema::object;
 use toolbox_core::{Args, ToolInfo, ToolRisk};
 use toolbox_host::ToolContext;
 
@@ -19,7 +19,7 @@ pub(crate) fn info() -> ToolInfo {
          it may use (\"all\" for every toolset), its model and step limit when set, and the \
          file that defines it. Invalid agent files are listed under \"skipped\" with the \
          reason. Takes no arguments.",
-        object_schema(&[], &[]),
+        object(&[]),
     )
     .risk(ToolRisk::Read)
     .toolsets(&[TOOLSET])
