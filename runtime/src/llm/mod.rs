@@ -11,15 +11,17 @@
 //!
 //! A completion is whole or it is an error: a response past `[llm] max_response_bytes`, a 2xx
 //! that is neither an event stream nor JSON, and a stream that ends before its finish marker
-//! all fail, so no tool call from a partial answer ever reaches the turn. The private `retry`
-//! module has the policy, and the one place (`Transport::scrub`) every error text passes
-//! through to be redacted and made safe to print.
+//! all fail, so no tool call from a partial answer ever reaches the turn. The private
+//! `transport` module is the HTTP side both clients share: the request loop, bodies read
+//! under the cap, and the one place (`Transport::scrub`) every error text passes through to
+//! be redacted and made safe to print; `retry` is its retry policy.
 
 pub mod anthropic;
 mod config;
 pub mod openai;
 mod retry;
 pub mod sse;
+mod transport;
 
 use std::sync::Arc;
 

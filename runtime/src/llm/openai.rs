@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 use toolbox_executor::SchemaFormat;
 
-use super::retry::{parse_event_data, parse_json_body, snippet, stream_cut, Transport};
+use super::transport::{parse_event_data, parse_json_body, snippet, stream_cut, Transport};
 use super::{
     ChatRequest, Completion, LlmClient, LlmConfig, LlmError, LlmErrorKind, Message, TextSink,
     ToolCall, Usage,

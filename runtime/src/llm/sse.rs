@@ -286,7 +286,7 @@ impl EventStream {
                     if self.read > self.max_bytes {
                         self.ended = true;
                         self.queue.clear();
-                        return Err(super::retry::too_large(self.max_bytes));
+                        return Err(super::transport::too_large(self.max_bytes));
                     }
                     self.parser.feed(&bytes)
                 }
