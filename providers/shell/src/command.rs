@@ -12,16 +12,17 @@ use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 use toolbox_core::schema::object;
 use toolbox_core::{Arg, Args, Preview, ToolInfo, ToolOutput, ToolRisk, Vocabulary};
-use toolbox_host::limits::{Counters, Limits, PreparedLimits};
+use toolbox_host::limits::{Counters, Limits};
 use toolbox_host::{OutputStream, ToolContext};
 
 use crate::capture::{HeadTail, Utf8Stream};
-use crate::config::{SandboxMode, ShellConfig, DEFAULT_MAX_TIMEOUT_MS};
+use crate::config::{SandboxMode, DEFAULT_MAX_TIMEOUT_MS};
+use crate::prepared::{build, spawn_error, Prepared};
 use crate::process::{self, describe_status, human_duration, OutputSink, Running, Stop};
 use crate::{forker, jobs, Shell, TOOLSET};
 use toolbox_host::sandbox::{PreparedSandbox, ProtectSpec};
 
-pub(crate) const NAME: &str = "shell";
+pub(crate) use crate::prepared::NAME;
 const COMMAND: Arg = Arg::string("command").aliases(&["cmd"]).required();
 const CWD: Arg = Arg::string("cwd").aliases(&["workdir"]);
 /// At most `[shell] max_timeout_ms`: a larger value is capped to it, with a note, not refused
@@ -92,21 +93,6 @@ fn output_schema() -> Value {
             "message": {"type": "string"}
         }
     })
-}
-
-/// A fully checked request, ready to start.
-pub(crate) struct Prepared {
-    pub command: String,
-    pub cwd: PathBuf,
-    pub cwd_shown: String,
-    pub timeout: Duration,
-    /// `timeout_ms` as asked, when it was above the limit and got capped.
-    pub capped_from: Option<u64>,
-    pub timeout_given: bool,
-    pub sandbox: Option<Arc<PreparedSandbox>>,
-    /// `[limits]`, when any is set; holds the command's limit cgroup until the call ends.
-    pub limits: Option<Arc<PreparedLimits>>,
-    pub config: Arc<ShellConfig>,
 }
 
 pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
@@ -252,29 +238,6 @@ fn resolve_cwd(ctx: &ToolContext, arg: Option<&str>) -> Result<PathBuf> {
 fn temp_dir() -> PathBuf {
     let dir = std::env::temp_dir();
     std::fs::canonicalize(&dir).unwrap_or(dir)
-}
-
-/// Builds the `bash -c` command of a prepared request.
-pub(crate) fn build(p: &Prepared) -> std::process::Command {
-    process::bash_command(
-        &p.command,
-        &p.cwd,
-        p.config.command_env(),
-        p.limits.clone(),
-        p.sandbox.clone(),
-    )
-}
-
-/// The error for a command that could not be started.
-pub(crate) fn spawn_error(tool: &str, p: &Prepared, e: std::io::Error) -> anyhow::Error {
-    match &p.sandbox {
-        Some(sb) => anyhow!(
-            "{tool}: could not start the command inside the OS sandbox ({}), so it did not \
-             run: {e}",
-            sb.summary()
-        ),
-        None => anyhow!("{tool}: could not start bash: {e}"),
-    }
 }
 
 /// Starts a foreground command. Without a sandbox or limits: `posix_spawn` right here (no

@@ -22,7 +22,7 @@ use toolbox_host::limits::Counters;
 use toolbox_host::{CancellationToken, OutputStream, ToolContext};
 
 use crate::capture::Unread;
-use crate::command::{self, Prepared};
+use crate::prepared::{self, Prepared};
 use crate::process::{
     self, describe_status, human_duration, Group, OutputSink, Running, Stop, POST_KILL_DRAIN,
 };
@@ -266,7 +266,7 @@ impl OutputSink for JobSink {
 
 /// Starts a prepared command as a background job and says how to follow it.
 pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Result<String> {
-    let tool = command::NAME;
+    let tool = prepared::NAME;
     {
         let list = shell.jobs.inner.lock().unwrap_or_else(|e| e.into_inner());
         let running = list.jobs.iter().filter(|j| j.running()).count();
@@ -279,9 +279,9 @@ pub(crate) async fn start(shell: &Shell, p: Prepared, _ctx: &ToolContext) -> Res
         }
     }
     let started = Instant::now();
-    let spawned = forker::spawn(command::build(&p))
+    let spawned = forker::spawn(prepared::build(&p))
         .await
-        .map_err(|e| command::spawn_error(tool, &p, e))?;
+        .map_err(|e| prepared::spawn_error(tool, &p, e))?;
     let group = Group::new(spawned.pid);
     let id = {
         let mut list = shell.jobs.inner.lock().unwrap_or_else(|e| e.into_inner());

@@ -34,6 +34,7 @@ mod command;
 pub mod config;
 mod forker;
 mod jobs;
+mod prepared;
 mod process;
 mod sleep;
 
