@@ -19,9 +19,9 @@ use toolbox::runtime::{
 
 use toolbox::{ApprovalDecision, ExecutorConfig, ToolExecutor};
 
+use crate::cli::{usage, Approve, UsageError};
 use crate::markdown::Markdown;
 use crate::terminal::{self, Asked};
-use crate::{usage, Approve, UsageError};
 
 /// How many characters of arguments and results a line shows.
 const SHOWN: usize = 200;
@@ -586,7 +586,7 @@ impl View {
         self.text_open = false;
         let rest = match &mut self.text {
             TextOut::Verbatim => {
-                crate::out("\n");
+                crate::cli::out("\n");
                 return;
             }
             TextOut::Rendered(markdown) => markdown.finish(),

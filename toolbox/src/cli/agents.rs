@@ -1,15 +1,38 @@
 //! `toolbox agents`: the agent definitions ([`AgentSet`]) as a table or as JSON, and the
 //! skipped files as `FILE: REASON` lines for stderr.
 
+use std::process::ExitCode;
+
 use serde_json::Value;
 use toolbox::core::{AgentDef, AgentSet};
+
+use super::{load_config, out, usage, Common, UsageError};
+
+#[derive(clap::Args)]
+pub(crate) struct AgentsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `toolbox agents [--json]`: the agents on stdout, skipped files on stderr; exit 0 either way.
+pub(super) fn run(args: AgentsArgs) -> Result<ExitCode, UsageError> {
+    let config = load_config(&args.common)?;
+    let workspace = toolbox::host::Workspace::new(&config.workspace).map_err(usage)?;
+    let set = toolbox::host::discover_agents(&workspace, &Value::Object(config.providers));
+    out(&render(&set, args.json));
+    eprint!("{}", render_problems(&set));
+    Ok(ExitCode::SUCCESS)
+}
 
 /// The longest description shown in the table, in characters.
 const DESCRIPTION_CHARS: usize = 100;
 
 /// What goes to stdout: a table (NAME, TOOLSETS, SOURCE, DESCRIPTION), or with `json` an
 /// array of each agent's [`AgentDef::summary`].
-pub(crate) fn render(set: &AgentSet, json: bool) -> String {
+fn render(set: &AgentSet, json: bool) -> String {
     if json {
         let rows: Vec<Value> = set.agents().iter().map(AgentDef::summary).collect();
         return format!("{}\n", Value::Array(rows));
@@ -46,7 +69,7 @@ pub(crate) fn render(set: &AgentSet, json: bool) -> String {
 }
 
 /// What goes to stderr: one `FILE: REASON` line per skipped file (empty when none).
-pub(crate) fn render_problems(set: &AgentSet) -> String {
+fn render_problems(set: &AgentSet) -> String {
     set.problems()
         .iter()
         .map(|p| format!("{}: {}\n", p.file, p.reason))
