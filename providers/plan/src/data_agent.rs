@@ -17,12 +17,16 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
-use crate::state::Part;
+use crate::state::{Part, MAX_GOAL_CHARS, MAX_STEPS};
 use crate::{set, steps_prop, PlanProvider};
+
+/// `plan__set`'s two arguments, one tool each, and required.
+const GOAL: Arg = set::GOAL.required();
+const STEPS: Arg = crate::STEPS.required();
 
 /// The toolset of the whole `data_agent_*` family (the data provider's tools are in it too).
 pub(crate) const TOOLSET: &str = "data_agent";
@@ -58,13 +62,9 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  becomes a draft again when it changes. Then have it confirmed with \
                  {CONFIRM_GOAL}."
             ),
-            object_schema(
-                &[(
-                    "goal",
-                    prop("string", "The goal, in a few sentences (at most 8000 characters)."),
-                )],
-                &["goal"],
-            ),
+            object(&[GOAL.doc(format!(
+                "The goal, in a few sentences (at most {MAX_GOAL_CHARS} characters)."
+            ))]),
         ),
         tool(
             PREPARE_PLAN,
@@ -74,23 +74,21 @@ pub(crate) fn infos() -> Vec<ToolInfo> {
                  status (pending, in_progress, completed, blocked) and note. Mark progress \
                  later with {UPDATE}; have the plan confirmed with {CONFIRM_PLAN}."
             ),
-            object_schema(
-                &[(
-                    "steps",
-                    steps_prop("The steps, in order (at most 100).", false),
-                )],
-                &["steps"],
-            ),
+            object(&[steps_prop(
+                STEPS,
+                &format!("The steps, in order (at most {MAX_STEPS})."),
+                false,
+            )]),
         ),
         tool(
             CONFIRM_GOAL,
             format!("Ask the person to confirm this session's generation goal. {ONLY_A_PERSON}"),
-            object_schema(&[], &[]),
+            object(&[]),
         ),
         tool(
             CONFIRM_PLAN,
             format!("Ask the person to confirm this session's generation plan (its steps, with the goal shown above them). {ONLY_A_PERSON}"),
-            object_schema(&[], &[]),
+            object(&[]),
         ),
     ]
 }
@@ -103,8 +101,8 @@ pub(crate) async fn run(
     ctx: &ToolContext,
 ) -> Result<Value> {
     match tool {
-        PREPARE_GOAL => prepare(p, ctx, PREPARE_GOAL, "goal", &args),
-        PREPARE_PLAN => prepare(p, ctx, PREPARE_PLAN, "steps", &args),
+        PREPARE_GOAL => prepare(p, ctx, PREPARE_GOAL, GOAL, &args),
+        PREPARE_PLAN => prepare(p, ctx, PREPARE_PLAN, STEPS, &args),
         CONFIRM_GOAL => confirm(p, ctx, CONFIRM_GOAL, Part::Goal, &args).await,
         CONFIRM_PLAN => confirm(p, ctx, CONFIRM_PLAN, Part::Plan, &args).await,
         other => Err(anyhow::anyhow!("plan has no tool named {other}")),
@@ -115,18 +113,20 @@ fn prepare(
     p: &PlanProvider,
     ctx: &ToolContext,
     name: &str,
-    key: &'static str,
+    arg: Arg,
     args: &Value,
 ) -> Result<Value> {
     let a = Args::new(name, args)?;
-    let given = a.opt_value(key, &[]);
+    // `set::apply` checks the value, with messages that name it.
+    let given = arg.opt_value(&a);
     a.finish()?;
     let Some(given) = given else {
-        return Err(a.missing(key));
+        return Err(a.missing(arg.name));
     };
-    match key {
-        "goal" => set::apply(p, ctx, name, Some(given), None),
-        _ => set::apply(p, ctx, name, None, Some(given)),
+    if arg == GOAL {
+        set::apply(p, ctx, name, Some(given), None)
+    } else {
+        set::apply(p, ctx, name, None, Some(given))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde_json::{json, Map, Value};
-use toolbox_core::schema::object_schema;
+use toolbox_core::schema::object;
 use toolbox_core::{Args, ToolInfo};
 use toolbox_host::{limits::Limits, ToolContext};
 
@@ -19,7 +19,7 @@ pub(crate) fn info() -> ToolInfo {
          the workspace and of this session's output/, scratchpad/ and input/ folders (a \
          relative path like output/report.md lands in that output folder); and the review \
          state of the plan, with any tools held back until it is confirmed.",
-        object_schema(&[], &[]),
+        object(&[]),
     )
     .toolsets(&[TOOLSET])
 }

@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use toolbox_core::schema::{object_schema, prop, string_enum};
 use toolbox_core::trust::Tighten;
-use toolbox_core::{ConfigTable, ToolInfo, ToolOutput};
+use toolbox_core::{Arg, Key, Prop, Table, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
 use crate::state::{Plan, Status, Step, MAX_NOTE_CHARS, MAX_TITLE_CHARS};
@@ -50,24 +50,23 @@ toolbox_host::register_call_gate!("plan", gate::check, gate::validate);
 
 /// The toolset every tool of this provider belongs to.
 const TOOLSET: &str = "plan";
-/// Every key `[plan]` understands.
-const KEYS: &[&str] = &["require_confirmed", "require"];
+/// The parts a person confirms, as `[plan] require` and `plan__request_review` name them.
+const PARTS: &[&str] = &["goal", "plan"];
 
 // A workspace's toolbox.toml may hold more risk classes or tools back, and ask for the
 // stricter part ("plan": the plan, and the goal too when one is set), never less.
-toolbox_core::workspace_config_rules!(
-    "plan",
-    [
-        ("require_confirmed", Tighten::AddToList(&[])),
-        (
-            "require",
-            Tighten::Ranked {
-                order: &["goal", "plan"],
-                default: "plan",
-            }
-        ),
-    ]
-);
+const REQUIRE_CONFIRMED: Key = Key::strings("require_confirmed").workspace(Tighten::AddToList(&[]));
+const REQUIRE: Key = Key::choice("require", PARTS).workspace(Tighten::Ranked {
+    order: &["goal", "plan"],
+    default: "plan",
+});
+/// The `[plan]` table: every key it understands.
+const TABLE: Table = Table::new("plan", &[REQUIRE_CONFIRMED, REQUIRE]);
+toolbox_core::register_table!(TABLE);
+
+/// The `steps` argument of `plan__set`, `plan__update` and the data agent's
+/// `data_agent_prepare_generation_plan`: an array of steps (see [`steps_prop`]).
+const STEPS: Arg = Arg::json("steps");
 
 /// The `plan` provider. Changes of a session's plan are made one at a time (read, change,
 /// write back under one lock), so two calls never lose each other's change.
@@ -160,8 +159,8 @@ pub struct Settings {
 
 /// Reads `[plan]` from the whole configuration; errors name the key.
 pub fn settings(config: &Value) -> Result<Settings> {
-    let table = ConfigTable::from_config(config, "plan", KEYS)?;
-    let require_confirmed = table.string_list("require_confirmed")?.unwrap_or_default();
+    let table = TABLE.read(config)?;
+    let require_confirmed = REQUIRE_CONFIRMED.string_list(&table)?.unwrap_or_default();
     for entry in &require_confirmed {
         let plain = !entry.is_empty()
             && entry.len() <= 64
@@ -175,11 +174,9 @@ pub fn settings(config: &Value) -> Result<Settings> {
             );
         }
     }
-    let require = match table.string("require")? {
-        None => state::Part::Plan,
-        Some(s) => {
-            state::Part::parse(s).ok_or_else(|| table.invalid("require", "\"goal\" or \"plan\""))?
-        }
+    let require = match REQUIRE.one_of(&table)? {
+        Some("goal") => state::Part::Goal,
+        _ => state::Part::Plan,
     };
     Ok(Settings {
         require_confirmed,
@@ -215,9 +212,9 @@ fn step_schema(with_id: bool) -> Value {
     object_schema(&props, required)
 }
 
-/// An array of [`step_schema`] items.
-fn steps_prop(description: &str, with_id: bool) -> Value {
-    json!({"type": "array", "description": description, "items": step_schema(with_id)})
+/// The `steps` property (or another of the same shape): an array of [`step_schema`] items.
+fn steps_prop(arg: Arg, description: &str, with_id: bool) -> Prop {
+    arg.schema(json!({"type": "array", "description": description, "items": step_schema(with_id)}))
 }
 
 /// One text a model gave: trimmed, not empty, at most `max` characters.

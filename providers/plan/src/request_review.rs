@@ -7,14 +7,15 @@
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, string_enum};
-use toolbox_core::{Args, Preview, ToolInfo, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, Preview, ToolInfo, Vocabulary};
 use toolbox_host::{PersonAnswer, ToolContext};
 
 use crate::state::{now, review_tool, set_call, Part, ReviewState};
-use crate::{PlanProvider, TOOLSET};
+use crate::{PlanProvider, PARTS, TOOLSET};
 
 pub(crate) const NAME: &str = "plan__request_review";
+const PART: Arg = Arg::choice("part", PARTS).required();
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -25,13 +26,7 @@ pub(crate) fn info() -> ToolInfo {
          result carries their feedback word for word: revise, then ask again. Only a person \
          can confirm; where no one can be asked, the result says so and the part stays \
          pending.",
-        object_schema(
-            &[(
-                "part",
-                string_enum(&["goal", "plan"], "Which part to have confirmed."),
-            )],
-            &["part"],
-        ),
+        object(&[PART.doc("Which part to have confirmed.")]),
     )
     .toolsets(&[TOOLSET])
     // The data agent confirms each part with a tool of its own (data_agent.rs).
@@ -40,10 +35,12 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) async fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let given = a.str("part", &[])?;
+    let given = PART.opt_choice(&a)?;
     a.finish()?;
-    let Some(part) = Part::parse(given) else {
-        bail!("{NAME}: part must be \"goal\" or \"plan\", got {given:?}");
+    let part = match given {
+        Some("goal") => Part::Goal,
+        Some(_) => Part::Plan,
+        None => return Err(a.missing(PART.name)),
     };
     ask(p, ctx, NAME, part).await
 }

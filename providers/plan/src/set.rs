@@ -2,14 +2,17 @@
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::{object_schema, prop};
-use toolbox_core::{Args, ToolInfo, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::state::{MAX_GOAL_CHARS, MAX_STEPS};
-use crate::{changed_result, new_step, steps_prop, text, PlanProvider, TOOLSET};
+use crate::{changed_result, new_step, steps_prop, text, PlanProvider, STEPS, TOOLSET};
 
 pub(crate) const NAME: &str = "plan__set";
+/// The goal, in a few sentences (the data agent's `data_agent_prepare_generation_goal`
+/// requires it).
+pub(crate) const GOAL: Arg = Arg::string("goal");
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -20,19 +23,10 @@ pub(crate) fn info() -> ToolInfo {
          goal or plan a person confirmed goes back to draft when it changes here (the result \
          says so). Use plan__update to mark progress, plan__request_review to have a person \
          confirm the goal or the plan.",
-        object_schema(
-            &[
-                (
-                    "goal",
-                    prop("string", "What the work is for, in a few sentences."),
-                ),
-                (
-                    "steps",
-                    steps_prop("The steps, in order; replaces every step.", false),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            GOAL.doc("What the work is for, in a few sentences."),
+            steps_prop(STEPS, "The steps, in order; replaces every step.", false),
+        ]),
     )
     .toolsets(&[TOOLSET])
     // The data agent sets the two parts with two tools of its own (data_agent.rs).
@@ -41,8 +35,9 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let goal = a.opt_value("goal", &[]);
-    let steps = a.opt_value("steps", &[]);
+    // Both are checked by `apply`, whose messages name them.
+    let goal = GOAL.opt_value(&a);
+    let steps = STEPS.opt_value(&a);
     a.finish()?;
     if goal.is_none() && steps.is_none() {
         bail!("{NAME} requires goal or steps (or both)");

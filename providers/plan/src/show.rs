@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde_json::Value;
-use toolbox_core::schema::object_schema;
+use toolbox_core::schema::object;
 use toolbox_core::{Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
@@ -16,7 +16,7 @@ pub(crate) fn info() -> ToolInfo {
         "Show this session's goal and plan as a checklist ([ ] pending, [>] in progress, \
          [x] completed, [!] blocked), with the review state of each (draft, pending, \
          confirmed, and by whom).",
-        object_schema(&[], &[]),
+        object(&[]),
     )
     .toolsets(&[TOOLSET, crate::data_agent::TOOLSET])
     .named(Vocabulary::DataAgent, crate::data_agent::SHOW)

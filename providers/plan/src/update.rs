@@ -2,14 +2,19 @@
 
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
-use toolbox_core::schema::object_schema;
-use toolbox_core::{Args, ToolInfo, Vocabulary};
+use toolbox_core::schema::object;
+use toolbox_core::{Arg, Args, ToolInfo, Vocabulary};
 use toolbox_host::ToolContext;
 
 use crate::state::{MAX_STEPS, MAX_TITLE_CHARS};
-use crate::{changed_result, new_step, note, status, steps_prop, text, PlanProvider, TOOLSET};
+use crate::{
+    changed_result, new_step, note, status, steps_prop, text, PlanProvider, STEPS, TOOLSET,
+};
 
 pub(crate) const NAME: &str = "plan__update";
+/// New steps, each a title or an object (as `steps` of `plan__set`).
+const ADD: Arg = Arg::json("add");
+const REMOVE: Arg = Arg::strings("remove");
 
 pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
@@ -19,21 +24,11 @@ pub(crate) fn info() -> ToolInfo {
          one completed in the same call as you start the next. Status and note changes keep \
          a confirmed plan confirmed; adding, removing or retitling steps makes it a draft \
          again (the result says so).",
-        object_schema(
-            &[
-                (
-                    "steps",
-                    steps_prop("Changes to existing steps, each by id.", true),
-                ),
-                ("add", steps_prop("New steps, added at the end.", false)),
-                (
-                    "remove",
-                    serde_json::json!({"type": "array", "items": {"type": "string"},
-                        "description": "Ids of steps to remove."}),
-                ),
-            ],
-            &[],
-        ),
+        object(&[
+            steps_prop(STEPS, "Changes to existing steps, each by id.", true),
+            steps_prop(ADD, "New steps, added at the end.", false),
+            REMOVE.doc("Ids of steps to remove."),
+        ]),
     )
     .toolsets(&[TOOLSET, crate::data_agent::TOOLSET])
     .named(Vocabulary::DataAgent, crate::data_agent::UPDATE)
@@ -41,10 +36,10 @@ pub(crate) fn info() -> ToolInfo {
 
 pub(crate) fn run(p: &PlanProvider, args: Value, ctx: &ToolContext) -> Result<Value> {
     let a = Args::new(NAME, &args)?;
-    let changes = array(a.opt_value("steps", &[]), "steps")?;
-    let add = array(a.opt_value("add", &[]), "add")?;
-    let remove: Vec<String> = a
-        .opt_str_list("remove", &[])?
+    let changes = array(STEPS.opt_value(&a), STEPS.name)?;
+    let add = array(ADD.opt_value(&a), ADD.name)?;
+    let remove: Vec<String> = REMOVE
+        .opt_str_list(&a)?
         .unwrap_or_default()
         .into_iter()
         .map(|s| s.trim().to_string())
