@@ -66,6 +66,18 @@ impl<'a> ConfigTable<'a> {
     /// Reads `table` as the `[name]` table, refusing keys not in `known`. `None` and `null`
     /// are an empty table.
     pub fn new(name: &'a str, table: Option<&'a Value>, known: &[&str]) -> Result<Self> {
+        Self::checked(name, table, |key| known.contains(&key), || known.join(", "))
+    }
+
+    /// Reads `table` as `[name]`, refusing a key `is_known` does not accept; `listed` names
+    /// the known keys, for the error only (so a table that is read on every call allocates
+    /// nothing unless it is wrong).
+    fn checked(
+        name: &'a str,
+        table: Option<&'a Value>,
+        is_known: impl Fn(&str) -> bool,
+        listed: impl FnOnce() -> String,
+    ) -> Result<Self> {
         let map = match table {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(map),
@@ -74,11 +86,11 @@ impl<'a> ConfigTable<'a> {
         if let Some(key) = map
             .into_iter()
             .flat_map(|m| m.keys())
-            .find(|k| !known.contains(&k.as_str()))
+            .find(|k| !is_known(k))
         {
             bail!(
                 "[{name}] has an unknown key `{key}` (known keys: {})",
-                known.join(", ")
+                listed()
             );
         }
         Ok(ConfigTable { name, map })
@@ -349,8 +361,13 @@ impl Table {
 
     /// Reads `value` as this table (`None` and `null`: an empty table).
     pub fn read_value<'a>(&self, value: Option<&'a Value>) -> Result<ConfigTable<'a>> {
-        let known: Vec<&str> = self.keys.iter().map(|k| k.name).collect();
-        ConfigTable::new(self.name, value, &known)
+        let keys = self.keys;
+        ConfigTable::checked(
+            self.name,
+            value,
+            |key| keys.iter().any(|k| k.name == key),
+            || keys.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
+        )
     }
 
     /// What a workspace may do with `key`; `None`: it may not set it.

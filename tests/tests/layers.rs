@@ -333,16 +333,6 @@ fn os_calls_stay_in_host() {
              (an eventfd, poll, pthread_kill with SIGUSR2) are that interpreter's",
         ),
         (
-            "providers/python/src/install.rs",
-            "kills pip's process group with libc::kill; host::sandbox::signal_group can \
-             take it over",
-        ),
-        (
-            "providers/python/src/lookup.rs",
-            "kills the lookup helper's process group with libc::kill; \
-             host::sandbox::signal_group can take it over",
-        ),
-        (
             "mcp/src/stdio/transport.rs",
             "tokio's AsyncFd::register_with_interest, which is unsafe (no libc: host::stdio)",
         ),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use toolbox_core::trust::Tighten;
-use toolbox_core::{ConfigTable, Key, Table};
+use toolbox_core::{Key, Table};
 use toolbox_host::ToolContext;
 
 use crate::evict::SessionLimits;
@@ -77,18 +77,6 @@ const KEYS: [Key; 12] = [
 /// The `[python]` table.
 const TABLE: Table = Table::new("python", &KEYS);
 toolbox_core::register_table!(TABLE);
-/// The names of [`KEYS`], made at compile time: the table is read on every run, and
-/// [`Table::read_value`] would collect them into a new `Vec` each time.
-const KEY_NAMES: [&str; KEYS.len()] = {
-    let mut names = [""; KEYS.len()];
-    let mut i = 0;
-    while i < KEYS.len() {
-        names[i] = KEYS[i].name;
-        i += 1;
-    }
-    names
-};
-
 /// The default limit of one run when neither the call nor the config gives one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The default limit of one `pip install`.
@@ -139,7 +127,7 @@ impl PythonConfig {
     /// Reads a `[python]` table; `None` gives the defaults. A relative `venv` is relative to
     /// `workspace_root`.
     pub fn from_value(table: Option<&Value>, workspace_root: &Path) -> Result<Self> {
-        let t = ConfigTable::new(TABLE.name, table, &KEY_NAMES)?;
+        let t = TABLE.read_value(table)?;
         use toolbox_host::sandbox::SandboxMode;
         let sandbox = match SANDBOX.str(&t)? {
             None => SandboxMode::Off,

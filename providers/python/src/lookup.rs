@@ -261,10 +261,8 @@ struct ProcessGroup(Option<u32>);
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
-            // SAFETY: signalling a process group we created; a stale id is harmless (ESRCH).
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
+            // A process group we created; a stale id is harmless (ESRCH).
+            toolbox_host::sandbox::signal_group(pid, toolbox_host::sandbox::Signal::KILL);
         }
     }
 }

@@ -28,6 +28,7 @@
 //! Configuration is the `[shell]` table ([`config::ShellConfig`]); see docs/providers/shell.md.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod capture;
 mod command;

@@ -560,8 +560,7 @@ mod tests {
             .parse()
             .unwrap();
         assert!(process_alive(pid), "the escapee should still run");
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        toolbox_host::sandbox::signal_process(pid, toolbox_host::sandbox::Signal::KILL);
     }
 
     #[test]
