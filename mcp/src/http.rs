@@ -93,7 +93,8 @@ pub struct McpHttpOptions {
     /// [`sessions`] for which idle one a new session replaces at the cap.
     pub max_sessions: usize,
     /// Called after every `tools/call` has finished, whatever its outcome (`toolbox serve`
-    /// in host mode asks for a sync of the session's state then, as after an HTTP call).
+    /// in session server mode asks for a sync of the session's state then, as after an HTTP
+    /// call).
     pub after_call: Option<AfterCall>,
 }
 

@@ -1,6 +1,6 @@
 //! The router's errors: JSON `{"error": "..."}` with a fitting status, and `Retry-After` on
-//! a 503 that is worth retrying. Messages name the session and the epoch, never a host's URL
-//! or token.
+//! a 503 that is worth retrying. Messages name the session and the epoch, never a session
+//! server's URL or token.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

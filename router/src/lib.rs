@@ -1,19 +1,21 @@
-//! toolbox-router is `toolbox router`: one address in front of many session hosts.
+//! toolbox-router is `toolbox router`: one address in front of many session servers.
 //!
-//! Each session lives on a host of its own (`toolbox serve --session SID --epoch N`), placed
-//! by an engine (Ray, Kubernetes, a platform's own scheduler) behind the placement contract
-//! ([`placement`]; docs/scale-out.md, "Router and placement"). The router serves the serve
-//! API as if it were one big `toolbox serve`:
+//! Each session lives on a session server of its own
+//! (`toolbox serve --session SID --epoch N`), placed by an engine (Ray, Kubernetes, a
+//! platform's own scheduler) behind the placement contract ([`placement`];
+//! docs/scale-out.md, "Router and placement"). The router serves the serve API as if it
+//! were one big `toolbox serve`:
 //!
-//! - `/api/sessions/{sid}/…` and `/api/tool-approval/{sid}/…` go to the session's host,
-//!   `/s/{sid}/mcp` to the host's `/mcp` ([`proxy`]); streams pass through untimed;
-//! - `GET /api/sessions` merges what the hosts report, with the adapter's parked sessions
-//!   ([`sessions`]); `GET /api/health` is the router's own; `POST /api/sessions/{sid}/park`
-//!   asks the adapter to park the session.
+//! - `/api/sessions/{sid}/…` and `/api/tool-approval/{sid}/…` go to the session's
+//!   server, `/s/{sid}/mcp` to its `/mcp` ([`proxy`]); streams pass through untimed;
+//! - `GET /api/sessions` merges what the session servers report, with the adapter's parked
+//!   sessions ([`sessions`]); `GET /api/health` is the router's own;
+//!   `POST /api/sessions/{sid}/park` asks the adapter to park the session.
 //!
 //! It keeps nothing but a cache of sid → {url, token, epoch}: on a miss, a refused
-//! connection or a superseded host it asks the adapter (`:ensure`). Clients authenticate
-//! with the router's token ([`auth`]); hosts' tokens never leave it.
+//! connection or a superseded session server it asks the adapter (`:ensure`). Clients
+//! authenticate with the router's token ([`auth`]); the session servers' tokens never leave
+//! it.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -59,7 +61,8 @@ pub struct RouterOptions {
     pub placement: String,
     /// The adapter's bearer token, if it wants one.
     pub placement_token: Option<String>,
-    /// How long one call to the adapter may take (placing a session starts a host).
+    /// How long one call to the adapter may take (placing a session starts a session
+    /// server).
     pub placement_timeout: Duration,
     /// The clients' bearer token; required to listen beyond loopback.
     pub token: Option<String>,
@@ -91,10 +94,10 @@ impl Default for RouterOptions {
 pub struct RouterState {
     /// The adapter's client and the placement cache.
     pub placer: Placer,
-    /// The client to HTTPS hosts: pooled keep-alive connections, no overall timeout
-    /// (streams).
+    /// The client to HTTPS session servers: pooled keep-alive connections, no overall
+    /// timeout (streams).
     pub http: reqwest::Client,
-    /// The client to plain-HTTP hosts: the same, on hyper directly.
+    /// The client to plain-HTTP session servers: the same, on hyper directly.
     pub plain: hyper_util::client::legacy::Client<
         hyper_util::client::legacy::connect::HttpConnector,
         Body,
@@ -146,8 +149,8 @@ pub fn state(options: &RouterOptions) -> Result<Shared> {
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(5))
-        // Below a host's idle limit (10 s), so a pooled connection is not reused just as the
-        // host closes it.
+        // Below a session server's idle limit (10 s), so a pooled connection is not reused
+        // just as the session server closes it.
         .pool_idle_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .build()
@@ -178,8 +181,8 @@ enum Route {
     List,
     Feed,
     Park(SessionId),
-    /// To the session's host, at this path and query.
-    Host(SessionId, String),
+    /// To the session's server, at this path and query.
+    Session(SessionId, String),
 }
 
 fn bad_sid(raw: &str, e: impl std::fmt::Display) -> RouterError {
@@ -209,8 +212,8 @@ fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Rout
         _ => {}
     }
     let parse = |raw: &str| SessionId::parse(raw).map_err(|e| bad_sid(raw, e));
-    // The rest of the path goes to the host as it is: no segment may climb out of the
-    // session's part of the API (`..`, encoded dots or slashes).
+    // The rest of the path goes to the session server as it is: no segment may climb out of
+    // the session's part of the API (`..`, encoded dots or slashes).
     let plain_tail = |tail: &str| -> Result<(), RouterError> {
         let lower = tail.to_ascii_lowercase();
         let bad = tail
@@ -234,7 +237,7 @@ fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Rout
         if tail == "park" && *method == Method::POST {
             return Ok(Route::Park(sid));
         }
-        return Ok(Route::Host(
+        return Ok(Route::Session(
             sid.clone(),
             with_query(format!("/api/sessions/{sid}/{tail}")),
         ));
@@ -243,7 +246,7 @@ fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Rout
         let (raw, tail) = rest.split_once('/').ok_or_else(not_found)?;
         let sid = parse(raw)?;
         plain_tail(tail)?;
-        return Ok(Route::Host(
+        return Ok(Route::Session(
             sid.clone(),
             with_query(format!("/api/tool-approval/{sid}/{tail}")),
         ));
@@ -254,7 +257,7 @@ fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Rout
             return Err(not_found());
         }
         let sid = parse(raw)?;
-        return Ok(Route::Host(sid, with_query("/mcp".into())));
+        return Ok(Route::Session(sid, with_query("/mcp".into())));
     }
     Err(not_found())
 }
@@ -333,7 +336,7 @@ async fn handle(State(state): State<Shared>, request: Request) -> Response {
             Ok((status, body)) => (status, Json(body)).into_response(),
             Err(e) => e.into_response(),
         },
-        Route::Host(sid, path) => {
+        Route::Session(sid, path) => {
             let (parts, body) = match read_body(request).await {
                 Ok(read) => read,
                 Err(e) => return e.into_response(),
@@ -419,10 +422,10 @@ mod tests {
         )
         .unwrap();
         assert!(
-            matches!(r, Route::Host(sid, p) if sid.as_str() == "s1" && p == "/api/sessions/s1/tools/file_manager__read?call_id=a")
+            matches!(r, Route::Session(sid, p) if sid.as_str() == "s1" && p == "/api/sessions/s1/tools/file_manager__read?call_id=a")
         );
         assert!(
-            matches!(route(&Method::GET, "/s/s1/mcp", None).unwrap(), Route::Host(_, p) if p == "/mcp")
+            matches!(route(&Method::GET, "/s/s1/mcp", None).unwrap(), Route::Session(_, p) if p == "/mcp")
         );
         assert!(matches!(
             route(&Method::POST, "/api/sessions/s1/park", None).unwrap(),

@@ -1,7 +1,7 @@
 //! The placement contract, seen from the router: `:ensure`, `:park` and the session list of
 //! an engine's adapter (docs/scale-out.md, "Router and placement"). Every answer is bounded
-//! in size and time and parsed into a type before it is used; the host's URL must be an
-//! http(s) base URL and its token a valid header value.
+//! in size and time and parsed into a type before it is used; the session server's URL must
+//! be an http(s) base URL and its token a valid header value.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,14 +21,14 @@ pub const MAX_ADAPTER_ANSWER: usize = 1024 * 1024;
 /// only a cache: a miss asks the adapter).
 const MAX_CACHED: usize = 100_000;
 
-/// Where a session lives now: its host's base URL, bearer token and epoch.
+/// Where a session lives now: its session server's base URL, bearer token and epoch.
 #[derive(Clone)]
 pub struct Placement {
-    /// The host's base URL (`http://IP:PORT`, no path, query or user info).
+    /// The session server's base URL (`http://IP:PORT`, no path, query or user info).
     pub url: reqwest::Url,
-    /// `Bearer <host token>`, marked sensitive; `None` for a host without a token.
+    /// `Bearer <its token>`, marked sensitive; `None` for a session server without a token.
     pub auth: Option<HeaderValue>,
-    /// The host's epoch.
+    /// The session server's epoch.
     pub epoch: u64,
     /// The node the engine placed it on.
     pub node: String,
@@ -56,9 +56,10 @@ struct EnsureAnswer {
     node: Option<String>,
 }
 
-/// Parses a host's base URL from the adapter: http or https, a host, no user info, no path
-/// beyond `/`, no query or fragment. The error never repeats the URL (it may carry secrets).
-pub fn parse_host_url(raw: &str) -> Result<reqwest::Url, String> {
+/// Parses a session server's base URL from the adapter: http or https, a host, no user
+/// info, no path beyond `/`, no query or fragment. The error never repeats the URL (it may
+/// carry secrets).
+pub fn parse_server_url(raw: &str) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(raw).map_err(|e| format!("url is not a URL ({e})"))?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(format!(
@@ -70,7 +71,7 @@ pub fn parse_host_url(raw: &str) -> Result<reqwest::Url, String> {
         return Err("url has no host".into());
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("url carries user info: the host's token goes in `token`".into());
+        return Err("url carries user info: the session server's token goes in `token`".into());
     }
     if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
         return Err("url must be a base URL (scheme://host:port), with no path or query".into());
@@ -78,8 +79,8 @@ pub fn parse_host_url(raw: &str) -> Result<reqwest::Url, String> {
     Ok(url)
 }
 
-/// Parses the adapter's base URL (the `--placement` flag): as a host's, but a path prefix
-/// is allowed (an adapter mounted under `/placement`, say).
+/// Parses the adapter's base URL (the `--placement` flag): as a session server's, but a
+/// path prefix is allowed (an adapter mounted under `/placement`, say).
 pub fn parse_adapter_url(raw: &str) -> anyhow::Result<reqwest::Url> {
     let mut url = reqwest::Url::parse(raw.trim())
         .map_err(|e| anyhow::anyhow!("--placement is not a URL: {e}"))?;
@@ -335,7 +336,7 @@ impl Placer {
         if answer.epoch == 0 {
             return Err(bad("epoch 0 (epochs start at 1)".into()));
         }
-        let url = parse_host_url(&answer.url).map_err(bad)?;
+        let url = parse_server_url(&answer.url).map_err(bad)?;
         let auth = match answer.token.filter(|t| !t.is_empty()) {
             Some(token) => {
                 let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
@@ -442,9 +443,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_urls_are_base_urls() {
-        assert!(parse_host_url("http://127.0.0.1:7878").is_ok());
-        assert!(parse_host_url("https://node-3.internal:443/").is_ok());
+    fn server_urls_are_base_urls() {
+        assert!(parse_server_url("http://127.0.0.1:7878").is_ok());
+        assert!(parse_server_url("https://node-3.internal:443/").is_ok());
         for bad in [
             "ftp://x",
             "http://u:secret@127.0.0.1:1",
@@ -453,7 +454,7 @@ mod tests {
             "127.0.0.1:7878",
             "",
         ] {
-            let e = parse_host_url(bad).unwrap_err();
+            let e = parse_server_url(bad).unwrap_err();
             assert!(!e.contains("secret"), "{e}");
         }
     }

@@ -1,13 +1,15 @@
-//! A request for one session, passed to its host.
+//! A request for one session, passed to its session server.
 //!
 //! The client's body is read whole first (bounded, as `toolbox serve` bounds it), so a
-//! request that never reached a host can be sent again. The host's answer streams back as it
-//! comes, with no timeout: SSE event streams and MCP's streams pass through unchanged.
+//! request that never reached a session server can be sent again. The session server's
+//! answer streams back as it comes, with no timeout: SSE event streams and MCP's streams
+//! pass through unchanged.
 //!
-//! A host that refuses the connection, or answers 503 saying a newer epoch took the session
-//! over (it never ran the call), is looked up again once (`:ensure` with `stale_epoch`) and
-//! the request is sent once more; then the router answers 503 with `Retry-After`. A request
-//! that reached a host which then failed is never sent again: its call may have run.
+//! A session server that refuses the connection, or answers 503 saying a newer epoch took
+//! the session over (it never ran the call), is looked up again once (`:ensure` with
+//! `stale_epoch`) and the request is sent once more; then the router answers 503 with
+//! `Retry-After`. A request that reached a session server which then failed is never sent
+//! again: its call may have run.
 
 use std::sync::Arc;
 
@@ -20,7 +22,7 @@ use crate::error::RouterError;
 use crate::placement::{error_chain, Placement};
 use crate::Shared;
 
-/// Request headers a host gets from the client; everything else (the client's
+/// Request headers a session server gets from the client; everything else (the client's
 /// `Authorization`, cookies, hop-by-hop headers) stays at the router.
 const FORWARDED: [HeaderName; 6] = [
     header::CONTENT_TYPE,
@@ -31,8 +33,8 @@ const FORWARDED: [HeaderName; 6] = [
     HeaderName::from_static("mcp-protocol-version"),
 ];
 
-/// Response headers the router does not pass back: hop-by-hop ones, and the host's own
-/// authentication challenge.
+/// Response headers the router does not pass back: hop-by-hop ones, and the session
+/// server's own authentication challenge.
 fn dropped_response_header(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -48,32 +50,41 @@ fn dropped_response_header(name: &HeaderName) -> bool {
     )
 }
 
-/// The most of a host's error answer the router reads to tell why it failed.
+/// The most of a session server's error answer the router reads to tell why it failed.
 const MAX_ERROR_READ: usize = 64 * 1024;
 
-/// A host's answer of at most this many bytes (declared), and not an event stream, is read
-/// whole and sent back in one piece.
+/// A session server's answer of at most this many bytes (declared), and not an event
+/// stream, is read whole and sent back in one piece.
 const WHOLE_ANSWER: usize = 256 * 1024;
 
-/// How long the router waits for a host's error answer (not its streams).
+/// How long the router waits for a session server's error answer (not its streams).
 const ERROR_READ_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Seconds a client is told to wait when a session's host cannot be reached now.
+/// Seconds a client is told to wait when a session's server cannot be reached now.
 const RETRY_AFTER_MOVE: u64 = 1;
 
-/// What a host says when a newer epoch took its session over (server/src/api.rs).
+/// What a session server says when a newer epoch took its session over
+/// (server/src/api/calls.rs).
 const SUPERSEDED: &str = "took it over";
 
-/// Why one attempt did not reach a host that would take the call.
+/// What a session server says of a request for another session (server/src/api/mod.rs);
+/// `this host serves session` is what it said before it was called a session server, still
+/// read from one that runs an older toolbox.
+const SERVES_ANOTHER: [&str; 2] = [
+    "this session server serves session",
+    "this host serves session",
+];
+
+/// Why one attempt did not reach a session server that would take the call.
 enum Miss {
-    /// Nothing was run: the connection was refused, or the host was superseded, or it is
-    /// not this session's host (any more). Worth one new lookup.
+    /// Nothing was run: the connection was refused, or the session server was superseded,
+    /// or it is not this session's server (any more). Worth one new lookup.
     Stale(String),
     /// A final answer.
     Done(Response),
 }
 
-/// Sends `method path` with `body` to `sid`'s host and passes its answer back.
+/// Sends `method path` with `body` to `sid`'s session server and passes its answer back.
 pub async fn forward(
     state: &Shared,
     sid: &SessionId,
@@ -103,9 +114,9 @@ pub async fn forward(
             Miss::Done(response) => return response,
             Miss::Stale(reason) => {
                 state.placer.forget(sid, placement.epoch);
-                tracing::info!(target: "toolbox", %sid, epoch = placement.epoch, attempt, "host did not take the request: {reason}");
+                tracing::info!(target: "toolbox", %sid, epoch = placement.epoch, attempt, "session server did not take the request: {reason}");
                 stale = Some(placement.epoch);
-                why = format!("its host (epoch {}) {reason}", placement.epoch);
+                why = format!("its session server (epoch {}) {reason}", placement.epoch);
             }
         }
     }
@@ -142,12 +153,13 @@ async fn once(
         Ok(r) => r,
         Err(Failed::Connect(e)) => return Miss::Stale(format!("refused the connection ({e})")),
         Err(Failed::During(e)) => {
-            // The request may have reached the host: never sent again.
+            // The request may have reached the session server: never sent again.
             return Miss::Done(
                 RouterError::new(
                     StatusCode::BAD_GATEWAY,
                     format!(
-                        "the host of session {sid} (epoch {}) failed during the request: {e}",
+                        "the session server of session {sid} (epoch {}) failed during the \
+                         request: {e}",
                         placement.epoch,
                     ),
                 )
@@ -161,7 +173,8 @@ async fn once(
         || status == StatusCode::UNAUTHORIZED
         || status == StatusCode::NOT_FOUND
     {
-        // Small answers: read them to tell a superseded or wrong host from a real answer.
+        // Small answers: read them to tell a superseded or wrong session server from a real
+        // answer.
         let text =
             match tokio::time::timeout(ERROR_READ_TIME, axum::body::to_bytes(body, MAX_ERROR_READ))
                 .await
@@ -179,7 +192,7 @@ async fn once(
         if status == StatusCode::UNAUTHORIZED {
             return Miss::Stale("refused the router's credentials".into());
         }
-        if status == StatusCode::NOT_FOUND && message.contains("this host serves session") {
+        if status == StatusCode::NOT_FOUND && SERVES_ANOTHER.iter().any(|m| message.contains(m)) {
             return Miss::Stale("serves another session".into());
         }
         return Miss::Done(rebuild(status, &head.headers, Body::from(text)));
@@ -192,14 +205,14 @@ async fn once(
         .is_some_and(|n| n <= WHOLE_ANSWER);
     if small && !is_event_stream(&head.headers) {
         // A small answer (a tool's result) goes back whole, headers and body in one write,
-        // rather than as a stream polled frame by frame. Its length is declared: a host that
-        // stops short fails it as a stream would.
+        // rather than as a stream polled frame by frame. Its length is declared: a session
+        // server that stops short fails it as a stream would.
         return Miss::Done(match axum::body::to_bytes(body, WHOLE_ANSWER).await {
             Ok(bytes) => rebuild(status, &head.headers, Body::from(bytes)),
             Err(e) => RouterError::new(
                 StatusCode::BAD_GATEWAY,
                 format!(
-                    "the host of session {sid} (epoch {}) failed during its answer: {}",
+                    "the session server of session {sid} (epoch {}) failed during its answer: {}",
                     placement.epoch,
                     error_chain(&e)
                 ),
@@ -210,17 +223,17 @@ async fn once(
     Miss::Done(rebuild(status, &head.headers, body))
 }
 
-/// Why a request to a host failed.
+/// Why a request to a session server failed.
 enum Failed {
-    /// Before the host had the request: the connection was refused or timed out.
+    /// Before the session server had the request: the connection was refused or timed out.
     Connect(String),
     /// After it may have had it.
     During(String),
 }
 
-/// The request's headers a host gets: those of [`FORWARDED`] the client sent, and the
-/// router's own credentials for the host.
-fn host_headers(placement: &Placement, headers: &HeaderMap) -> HeaderMap {
+/// The request's headers a session server gets: those of [`FORWARDED`] the client sent, and
+/// the router's own credentials for the session server.
+fn server_headers(placement: &Placement, headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(FORWARDED.len() + 1);
     for name in &FORWARDED {
         for value in headers.get_all(name) {
@@ -233,8 +246,8 @@ fn host_headers(placement: &Placement, headers: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// A plain-HTTP host, through hyper's pooled client: the common case inside a cluster, and
-/// the shortest path (no second request type to build, no URL re-parse).
+/// A plain-HTTP session server, through hyper's pooled client: the common case inside a
+/// cluster, and the shortest path (no second request type to build, no URL re-parse).
 async fn send_plain(
     state: &Shared,
     placement: &Placement,
@@ -248,7 +261,7 @@ async fn send_plain(
     *request.uri_mut() = url
         .parse()
         .map_err(|e| Failed::Connect(format!("bad URL: {e}")))?;
-    *request.headers_mut() = host_headers(placement, headers);
+    *request.headers_mut() = server_headers(placement, headers);
     match state.plain.request(request).await {
         Ok(r) => Ok(r.map(Body::new)),
         Err(e) if e.is_connect() => Err(Failed::Connect(error_chain(&e))),
@@ -256,7 +269,7 @@ async fn send_plain(
     }
 }
 
-/// An HTTPS host, through reqwest (rustls).
+/// An HTTPS session server, through reqwest (rustls).
 async fn send_tls(
     state: &Shared,
     placement: &Placement,
@@ -268,7 +281,7 @@ async fn send_tls(
     let mut request = state
         .http
         .request(method.clone(), url)
-        .headers(host_headers(placement, headers));
+        .headers(server_headers(placement, headers));
     if !body.is_empty() || *method == Method::POST || *method == Method::PUT {
         request = request.body(body.clone());
     }

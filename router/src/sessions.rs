@@ -1,13 +1,14 @@
-//! The session list across hosts.
+//! The session list across session servers.
 //!
-//! - `GET /api/sessions`: the adapter's `GET /v1/sessions`, and for each running session its
-//!   host's own row (`GET /api/sessions` on the host, the row of that session), with
-//!   `state`, `epoch` and `node` added. Parked and placing sessions get a row from the
-//!   adapter alone; a running host that does not answer is listed with `reachable: false`.
-//! - `GET /api/sessions/events`: a `snapshot` (the list above), then the `session` events of
-//!   every host that was running when the stream opened, each host's feed read as it comes.
-//!   The stream ends when every host's feed has ended; a client reconnects for a fresh
-//!   snapshot (the same rule as `toolbox serve`'s feed).
+//! - `GET /api/sessions`: the adapter's `GET /v1/sessions`, and for each running session
+//!   its session server's own row (`GET /api/sessions` on the session server, its row of
+//!   that session), with `state`, `epoch` and `node` added. Parked and placing sessions get
+//!   a row from the adapter alone; a running session server that does not answer is listed
+//!   with `reachable: false`.
+//! - `GET /api/sessions/events`: a `snapshot` (the list above), then the `session` events
+//!   of every session server that was running when the stream opened, each session server's
+//!   feed read as it comes. The stream ends when every session server's feed has ended; a
+//!   client reconnects for a fresh snapshot (the same rule as `toolbox serve`'s feed).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,15 +26,16 @@ use crate::error::RouterError;
 use crate::placement::{read_bounded, Placement};
 use crate::Shared;
 
-/// The most sessions one list asks hosts about; the rest are counted in `omitted`.
+/// The most sessions one list asks session servers about; the rest are counted in
+/// `omitted`.
 const MAX_LISTED: usize = 1000;
-/// Hosts asked at once.
+/// Session servers asked at once.
 const PARALLEL: usize = 16;
-/// How long one host may take to list.
-const HOST_LIST_TIME: Duration = Duration::from_secs(10);
-/// The most of one host's list the router reads.
-const MAX_HOST_LIST: usize = 4 * 1024 * 1024;
-/// The longest line of a host's feed the router takes.
+/// How long one session server may take to list.
+const SERVER_LIST_TIME: Duration = Duration::from_secs(10);
+/// The most of one session server's list the router reads.
+const MAX_SERVER_LIST: usize = 4 * 1024 * 1024;
+/// The longest line of a session server's feed the router takes.
 const MAX_FEED_LINE: usize = 1024 * 1024;
 
 struct Entry {
@@ -74,8 +76,12 @@ fn entries(list: Vec<Value>) -> (Vec<Entry>, usize) {
     (out, omitted)
 }
 
-/// A request to `sid`'s host at `path`, with the host's token.
-fn host_get(state: &Shared, placement: &Placement, path: &str) -> Option<reqwest::RequestBuilder> {
+/// A request to `sid`'s session server at `path`, with the session server's token.
+fn server_get(
+    state: &Shared,
+    placement: &Placement,
+    path: &str,
+) -> Option<reqwest::RequestBuilder> {
     let url = placement.url.join(path.trim_start_matches('/')).ok()?;
     let mut request = state.http.get(url);
     if let Some(auth) = &placement.auth {
@@ -84,19 +90,19 @@ fn host_get(state: &Shared, placement: &Placement, path: &str) -> Option<reqwest
     Some(request)
 }
 
-/// The row a running session's host reports for it, or `None` when it does not answer.
-async fn host_row(state: &Shared, entry: &Entry) -> Option<(Value, Arc<Placement>)> {
+/// The row a running session's server reports for it, or `None` when it does not answer.
+async fn server_row(state: &Shared, entry: &Entry) -> Option<(Value, Arc<Placement>)> {
     let placement = match state.placer.cached_of(&entry.sid) {
         Some(p) => p,
-        // Idempotent: a running session's :ensure names its live host.
+        // Idempotent: a running session's :ensure names its live session server.
         None => state.placer.lookup(&entry.sid, None).await.ok()?,
     };
-    let request = host_get(state, &placement, "/api/sessions")?.timeout(HOST_LIST_TIME);
+    let request = server_get(state, &placement, "/api/sessions")?.timeout(SERVER_LIST_TIME);
     let response = request.send().await.ok()?;
     if !response.status().is_success() {
         return None;
     }
-    let bytes = tokio::time::timeout(HOST_LIST_TIME, read_bounded(response, MAX_HOST_LIST))
+    let bytes = tokio::time::timeout(SERVER_LIST_TIME, read_bounded(response, MAX_SERVER_LIST))
         .await
         .ok()?
         .ok()?;
@@ -126,13 +132,13 @@ fn adapter_row(entry: &Entry) -> Value {
 /// A running session and where it is.
 type Placed = (SessionId, Arc<Placement>);
 
-/// The merged list, and the placements of the hosts that answered.
+/// The merged list, and the placements of the session servers that answered.
 async fn merged(state: &Shared) -> Result<(Value, Vec<Placed>), RouterError> {
     let (list, omitted) = entries(state.placer.list().await?);
     let rows: Vec<(Value, Option<Placed>)> = futures_util::stream::iter(list)
         .map(|entry| async move {
             let (mut row, placed, reachable) = if entry.state == "running" {
-                match host_row(state, &entry).await {
+                match server_row(state, &entry).await {
                     Some((row, placement)) => (row, Some((entry.sid.clone(), placement)), true),
                     None => (adapter_row(&entry), None, false),
                 }
@@ -170,14 +176,15 @@ pub async fn list(state: &Shared) -> Response {
     }
 }
 
-/// Reads one host's session feed and sends its `session` events for `sid` to `out`.
+/// Reads one session server's session feed and sends its `session` events for `sid` to
+/// `out`.
 async fn follow(
     state: Shared,
     sid: SessionId,
     placement: Arc<Placement>,
     out: tokio::sync::mpsc::Sender<Value>,
 ) {
-    let Some(request) = host_get(&state, &placement, "/api/sessions/events") else {
+    let Some(request) = server_get(&state, &placement, "/api/sessions/events") else {
         return;
     };
     let Ok(response) = request
@@ -241,8 +248,8 @@ pub async fn feed(state: &Shared) -> Response {
         )));
     }
     drop(tx);
-    // The followers end when the client goes away (their channel closes) or their host's
-    // feed ends; aborted with the stream as well.
+    // The followers end when the client goes away (their channel closes) or their session
+    // server's feed ends; aborted with the stream as well.
     let guard = Abort(followers);
     let events = futures_util::stream::once(async move { Some(first) })
         .chain(futures_util::stream::unfold(rx, |mut rx| async move {

@@ -205,8 +205,8 @@ pub(crate) struct Inner {
     /// answer from a wrong one.
     pub(crate) asked: Mutex<AskedCalls>,
     pub(crate) next_turn: std::sync::atomic::AtomicU64,
-    /// Set (to the newer epoch) when a newer host took the sessions over: turns cancelled
-    /// from then on end as `superseded`.
+    /// Set (to the newer epoch) when a newer session server took the sessions over: turns
+    /// cancelled from then on end as `superseded`.
     pub(crate) superseded: std::sync::atomic::AtomicU64,
 }
 
@@ -299,8 +299,9 @@ impl Runtime {
         running.len()
     }
 
-    /// A newer host (of epoch `newer`) took the sessions over (host mode): cancels every
-    /// running turn, which ends as `superseded` rather than `cancelled`. Returns how many.
+    /// A newer session server (of epoch `newer`) took the sessions over (session server
+    /// mode): cancels every running turn, which ends as `superseded` rather than
+    /// `cancelled`. Returns how many.
     pub fn supersede(&self, newer: u64) -> usize {
         self.inner
             .superseded

@@ -8,8 +8,8 @@
 //! - [`security`]: loopback by default, a bearer token everywhere else, the `Host` check
 //!   against DNS rebinding, the `Origin` check, CORS only when configured.
 //! - [`console`]: the web console at `/`, embedded in the binary.
-//! - [`host`]: host mode (`--session`, `--epoch`, `--state-store`): one session, its state
-//!   synced to a state store, parked or superseded.
+//! - [`session_server`]: session server mode (`--session`, `--epoch`, `--state-store`): one
+//!   session, its state synced to a state store, parked or superseded.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -19,8 +19,8 @@ pub mod askers;
 pub mod console;
 mod error;
 pub mod front_door;
-pub mod host;
 pub mod security;
+pub mod session_server;
 pub mod upload;
 
 use std::net::SocketAddr;
@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use toolbox_runtime::Runtime;
 
 pub use error::ApiError;
-/// The state store host mode syncs to (toolbox-sync).
+/// The state store session server mode syncs to (toolbox-sync).
 pub use toolbox_sync as sync;
 
 /// The largest request body the API takes (a tool's arguments, a turn's message).
@@ -57,9 +57,9 @@ pub struct ServeOptions {
     /// Over `/mcp` in mode `auto`, what happens when the client cannot be asked (it did not
     /// declare the elicitation capability).
     pub mcp_fallback: toolbox_mcp::Fallback,
-    /// Host mode: the one session served, synced to its state store. Other sessions get 404,
-    /// and serving stops when the host is parked or superseded.
-    pub host: Option<Arc<host::Host>>,
+    /// Session server mode: the one session served, synced to its state store. Other
+    /// sessions get 404, and serving stops when the session server is parked or superseded.
+    pub session_server: Option<Arc<session_server::SessionServer>>,
     /// The largest file `PUT /api/sessions/{sid}/input/{path}` takes, in bytes
     /// ([`DEFAULT_MAX_UPLOAD_BYTES`] unless `--max-upload-mb` says otherwise).
     pub max_upload_bytes: u64,
@@ -77,7 +77,7 @@ impl Default for ServeOptions {
             shutdown_grace: Duration::from_secs(10),
             mcp_session: None,
             mcp_fallback: toolbox_mcp::Fallback::Deny,
-            host: None,
+            session_server: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
         }
     }
@@ -88,9 +88,9 @@ impl Default for ServeOptions {
 pub enum ServeToken {
     /// The token itself (`--token`, `--token-file`, `--token-fd`, `TOOLBOX_SERVE_TOKEN`).
     Secret(String),
-    /// Only the SHA-256 digest of the token (`--token-sha256`): a host placed by an adapter
-    /// that keeps the token to itself. Whoever reads this process's arguments, environment or
-    /// memory learns nothing that would let them call it.
+    /// Only the SHA-256 digest of the token (`--token-sha256`): a session server placed by
+    /// an adapter that keeps the token to itself. Whoever reads this process's arguments,
+    /// environment or memory learns nothing that would let them call it.
     Sha256([u8; 32]),
 }
 
@@ -151,8 +151,9 @@ pub struct AppState {
     /// Cancelled when the server shuts down: open event streams end.
     pub shutdown: CancellationToken,
     /// Cancelled when tool calls made over the API must stop: with `shutdown`, except in
-    /// host mode, where a park or SIGTERM lets the calls in flight finish (at most the
-    /// grace), so their effects are in the last sync and their callers get their answers.
+    /// session server mode, where a park or SIGTERM lets the calls in flight finish (at
+    /// most the grace), so their effects are in the last sync and their callers get their
+    /// answers.
     pub calls: CancellationToken,
     /// The open event streams, to tell whether anyone could answer a question now.
     pub askers: Arc<askers::Askers>,
@@ -199,9 +200,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut mcp_options = toolbox_mcp::http::McpHttpOptions::new(state.options.mcp_session.clone());
     mcp_options.fallback = state.options.mcp_fallback;
     mcp_options.shutdown = state.shutdown.clone();
-    // In host mode a call over /mcp is a sync point, as one over the HTTP API is.
-    mcp_options.after_call = state.options.host.clone().map(|host| {
-        toolbox_mcp::http::AfterCall(Arc::new(move || host.wake()) as Arc<dyn Fn() + Send + Sync>)
+    // In session server mode a call over /mcp is a sync point, as one over the HTTP API is.
+    mcp_options.after_call = state.options.session_server.clone().map(|server| {
+        toolbox_mcp::http::AfterCall(Arc::new(move || server.wake()) as Arc<dyn Fn() + Send + Sync>)
     });
     let app: Router = Router::new()
         .nest("/api", api::routes())
@@ -245,16 +246,16 @@ pub async fn serve(
         } else {
             ""
         },
-        match &options.host {
-            Some(host) => format!("; session {} at epoch {}", host.session(), host.epoch()),
+        match &options.session_server {
+            Some(server) => format!("; session {} at epoch {}", server.session(), server.epoch()),
             None => String::new(),
         }
     );
     let grace = options.shutdown_grace;
-    // In host mode, a park or a newer epoch stops serving as a signal does.
-    let host_stop = options.host.as_ref().map(|h| h.stopping());
+    // In session server mode, a park or a newer epoch stops serving as a signal does.
+    let parked_or_superseded = options.session_server.as_ref().map(|s| s.stopping());
     let stop = async move {
-        match host_stop {
+        match parked_or_superseded {
             Some(parked) => tokio::select! {
                 _ = stop => {}
                 _ = parked.cancelled() => {}
@@ -265,18 +266,18 @@ pub async fn serve(
     let on_stop = {
         let shutdown = shutdown.clone();
         let runtime = runtime.clone();
-        let host = options.host.clone();
+        let session_server = options.session_server.clone();
         async move {
             stop.await;
             // First refuse new turns, then cancel the running ones. Event streams stay open
             // until their session's turn has sent `turn_finished` (at most the grace), so a
             // connected front end sees the turn end; then connections close and serving stops.
             shutdown.cancel();
-            // A host refuses new calls from now on (503) and lets those in flight finish
-            // within the grace; a superseded host's calls could never be synced, so they
-            // stop at once, as everywhere else.
-            match &host {
-                Some(host) if host.superseded().is_none() => {
+            // A session server refuses new calls from now on (503) and lets those in flight
+            // finish within the grace; a superseded session server's calls could never be
+            // synced, so they stop at once, as everywhere else.
+            match &session_server {
+                Some(server) if server.superseded().is_none() => {
                     let calls = calls.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(grace).await;

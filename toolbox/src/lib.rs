@@ -86,7 +86,7 @@ pub use toolbox_executor::{
 pub use toolbox_host as host;
 /// MCP on stdio (`toolbox mcp`) and streamable HTTP (`/mcp` of `toolbox serve`).
 pub use toolbox_mcp as mcp;
-/// `toolbox router`: one address in front of many session hosts (docs/scale-out.md).
+/// `toolbox router`: one address in front of many session servers (docs/scale-out.md).
 pub use toolbox_router as router;
 pub use toolbox_runtime as runtime;
 pub use toolbox_server as server;

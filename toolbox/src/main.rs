@@ -51,10 +51,10 @@ fn main() -> ExitCode {
 }
 
 fn run_to_exit(cli: Cli) -> ExitCode {
-    // The router does little work per request and passes each one on at once: on one
-    // thread a request, its pooled connection to the host and the answer never wait for a
-    // wake-up on another thread, which is most of a hop's latency. More load: more routers
-    // (they are stateless).
+    // The router does little work per request and passes each one on at once: on one thread
+    // a request, its pooled connection to the session server and the answer never wait for
+    // a wake-up on another thread, which is most of a hop's latency. More load: more
+    // routers (they are stateless).
     let mut builder = if cli.command.runs_on_one_thread() {
         tokio::runtime::Builder::new_current_thread()
     } else {

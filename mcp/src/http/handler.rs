@@ -133,11 +133,11 @@ impl McpHandler {
         }
     }
 
-    /// The toolbox session a call runs in: the one its HTTP request names (`?session=NAME` on
-    /// the `/mcp` URL, or a `Toolbox-Session` header), else this MCP session's own. A client
-    /// that opens an MCP session per call (LangChain's default) keeps its files and its
-    /// Python state by naming one. When the server runs every call in one session
-    /// (`--mcp-session`, host mode), naming another is refused.
+    /// The toolbox session a call runs in: the one its HTTP request names (`?session=NAME`
+    /// on the `/mcp` URL, or a `Toolbox-Session` header), else this MCP session's own. A
+    /// client that opens an MCP session per call (LangChain's default) keeps its files and
+    /// its Python state by naming one. When the server runs every call in one session
+    /// (`--mcp-session`, session server mode), naming another is refused.
     fn session_of(&self, context: &RequestContext<RoleServer>) -> Result<SessionId, String> {
         let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
             return Ok(self.session.clone());
@@ -167,7 +167,7 @@ impl McpHandler {
         match &self.shared.session {
             Some(fixed) if *fixed != named => Err(format!(
                 "this server runs every /mcp call in session {fixed} (toolbox serve \
-                 --mcp-session, or a host's own session); {how} names {named}"
+                 --mcp-session, or a session server's own session); {how} names {named}"
             )),
             _ => Ok(named),
         }

@@ -1,6 +1,6 @@
-//! A session's tool calls: `POST …/tools/{name}` runs one (in host mode, asking the store
-//! before and after whether a newer epoch took the session over), and `GET …/trajectory`
-//! pages through the calls made.
+//! A session's tool calls: `POST …/tools/{name}` runs one (in session server mode, asking
+//! the store before and after whether a newer epoch took the session over), and
+//! `GET …/trajectory` pages through the calls made.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -60,19 +60,21 @@ pub(super) struct RunToolQuery {
 
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
-/// 503 for a call on a host whose session `newer` took over; `ran` when the call ran here
-/// first (its effects are lost with this host).
+/// 503 for a call on a session server whose session `newer` took over; `ran` when the call
+/// ran here first (its effects are lost with this session server).
 fn superseded(sid: &toolbox_core::SessionId, newer: u64, ran: bool) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         if ran {
             format!(
-                "this host no longer serves session {sid}: epoch {newer} took it over while the \
-                 call ran, so what it did here will not be kept; run it again on the session's \
-                 new host"
+                "this session server no longer serves session {sid}: epoch {newer} took it \
+                 over while the call ran, so what it did here will not be kept; run it again on \
+                 the session's new session server"
             )
         } else {
-            format!("this host no longer serves session {sid}: epoch {newer} took it over")
+            format!(
+                "this session server no longer serves session {sid}: epoch {newer} took it over"
+            )
         },
     )
 }
@@ -84,16 +86,16 @@ pub(super) async fn run_tool(
     body: Bytes,
 ) -> AppResult<Json<Value>> {
     let sid = session(&state, &sid)?;
-    if let Some(host) = &state.options.host {
-        // A host another has taken over runs nothing more: asked of the store, not only of
-        // what the last sync saw.
-        if let Some(newer) = host.newer_epoch(&state.runtime).await {
+    if let Some(server) = &state.options.session_server {
+        // A session server another has taken over runs nothing more: asked of the store,
+        // not only of what the last sync saw.
+        if let Some(newer) = server.newer_epoch(&state.runtime).await {
             return Err(superseded(&sid, newer, false));
         }
-        if host.stopping().is_cancelled() {
+        if server.stopping().is_cancelled() {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("session {sid} is being parked on this host"),
+                format!("session {sid} is being parked on this session server"),
             ));
         }
     }
@@ -155,13 +157,14 @@ pub(super) async fn run_tool(
         )
         .await
         .map_err(turn_error)?;
-    if let Some(host) = &state.options.host {
+    if let Some(server) = &state.options.session_server {
         // Taken over while the call ran: what it did here will never be synced, so the
-        // caller must not read `done` (the router then asks the session's new host).
-        if let Some(newer) = host.newer_epoch(&state.runtime).await {
+        // caller must not read `done` (the router then asks the session's new session
+        // server).
+        if let Some(newer) = server.newer_epoch(&state.runtime).await {
             return Err(superseded(&sid, newer, true));
         }
-        host.wake();
+        server.wake();
     }
     let mut out = json!({
         "status": info.status.as_str(),

@@ -33,7 +33,7 @@ pub(super) async fn events(
     headers: HeaderMap,
 ) -> AppResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let sid = session(&state, &sid)?;
-    let epoch = state.options.host.as_ref().map(|h| h.epoch());
+    let epoch = state.options.session_server.as_ref().map(|s| s.epoch());
     let mut earlier = std::collections::VecDeque::new();
     let after = match headers.get("last-event-id") {
         Some(value) => {
@@ -48,13 +48,13 @@ pub(super) async fn events(
                         )
                     })?;
             match (from_epoch, epoch) {
-                // An id from another host of the session: what that host's epoch still had
-                // after it (kept in the session's events file), then this host's whole
-                // history, which starts with its `session_resumed`.
+                // An id from another session server of the session: what that server's
+                // epoch still had after it (kept in the session's events file), then this
+                // server's whole history, which starts with its `session_resumed`.
                 (Some(from), Some(mine)) if from != mine => {
                     if from < mine {
-                        if let Some(host) = &state.options.host {
-                            earlier = host.history_after(from, seq).into();
+                        if let Some(server) = &state.options.session_server {
+                            earlier = server.history_after(from, seq).into();
                         }
                     }
                     None
@@ -83,7 +83,7 @@ pub(super) async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
-/// An SSE event id: `seq`, or `epoch:seq` (host mode).
+/// An SSE event id: `seq`, or `epoch:seq` (session server mode).
 fn parse_event_id(text: &str) -> Option<(Option<u64>, u64)> {
     let text = text.trim();
     match text.split_once(':') {
@@ -96,9 +96,10 @@ struct EventStream {
     /// Counts this stream as one that shows the session's questions, while it is open.
     _listening: crate::askers::Listening,
     state: Arc<AppState>,
-    /// Host mode: the host's epoch, the first half of every event's `id:` (`epoch:seq`).
+    /// Session server mode: its epoch, the first half of every event's `id:` (`epoch:seq`).
     epoch: Option<u64>,
-    /// Host mode: events of earlier hosts of the session (id, data), sent first.
+    /// Session server mode: events of earlier session servers of the session (id, data),
+    /// sent first.
     earlier: std::collections::VecDeque<(String, String)>,
     session: SessionId,
     pending: std::collections::VecDeque<Arc<SessionEvent>>,

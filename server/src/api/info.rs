@@ -20,17 +20,23 @@ pub(super) async fn health(State(state): Shared) -> Json<Value> {
         .iter()
         .map(|t| t.provider_name())
         .collect();
+    let session_server = state.options.session_server.as_ref().map(|s| {
+        json!({
+            "session": s.session().as_str(),
+            "epoch": s.epoch(),
+            "last_sync": s.last_sync(),
+        })
+    });
     Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
         "providers": providers,
         "mode": executor.permissions().mode,
         "workspace": executor.workspace().root(),
-        "host": state.options.host.as_ref().map(|h| json!({
-            "session": h.session().as_str(),
-            "epoch": h.epoch(),
-            "last_sync": h.last_sync(),
-        })),
+        // `host` is the same object under its old name, kept for placement adapters that
+        // read it (deprecated: read `session_server`).
+        "host": session_server.clone(),
+        "session_server": session_server,
     }))
 }
 

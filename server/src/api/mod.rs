@@ -141,14 +141,15 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> AppResult<T> {
     })
 }
 
-/// The session of a request: a valid id, and in host mode the host's own (any other is 404).
+/// The session of a request: a valid id, and in session server mode the server's own (any
+/// other is 404).
 pub(crate) fn session(state: &AppState, raw: &str) -> AppResult<SessionId> {
     let sid = SessionId::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if let Some(host) = &state.options.host {
-        if sid != *host.session() {
+    if let Some(server) = &state.options.session_server {
+        if sid != *server.session() {
             return Err(ApiError::not_found(format!(
-                "no session {sid} here: this host serves session {} only",
-                host.session()
+                "no session {sid} here: this session server serves session {} only",
+                server.session()
             )));
         }
     }

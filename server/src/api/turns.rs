@@ -1,6 +1,6 @@
-//! A session's turns: `POST …/turns` starts one, `POST …/cancel` cancels it, `GET
-//! …/messages` reads the conversation; and `POST …/park` (host mode), which stops serving
-//! the session.
+//! A session's turns: `POST …/turns` starts one, `POST …/cancel` cancels it,
+//! `GET …/messages` reads the conversation; and `POST …/park` (session server mode), which
+//! stops serving the session.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -44,22 +44,24 @@ pub(super) async fn cancel(
     ))
 }
 
-/// `POST /api/sessions/{sid}/park` (host mode): stop serving, cancel the running turn, sync
-/// one last time and exit 0. The session then resumes on any host, like a lost one.
+/// `POST /api/sessions/{sid}/park` (session server mode): stop serving, cancel the running
+/// turn, sync one last time and exit 0. The session then resumes on any session server,
+/// like a lost one.
 pub(super) async fn park(
     State(state): Shared,
     Path(sid): Path<String>,
 ) -> AppResult<impl IntoResponse> {
     let sid = session(&state, &sid)?;
-    let Some(host) = &state.options.host else {
+    let Some(server) = &state.options.session_server else {
         return Err(ApiError::not_found(
-            "park is for host mode: toolbox serve --session SID --epoch N --state-store URL",
+            "park is for session server mode: toolbox serve --session SID --epoch N \
+             --state-store URL",
         ));
     };
-    host.park();
+    server.park();
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"parking": true, "session_id": sid.as_str(), "epoch": host.epoch()})),
+        Json(json!({"parking": true, "session_id": sid.as_str(), "epoch": server.epoch()})),
     ))
 }
 

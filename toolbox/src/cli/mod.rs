@@ -79,8 +79,9 @@ pub(crate) enum Command {
     /// Serve the HTTP sidecar: the API, live events over SSE, approvals over HTTP, the web
     /// console at /, and MCP over streamable HTTP at /mcp.
     Serve(serve::ServeArgs),
-    /// Serve many session hosts behind one address: each session's requests go to the host
-    /// a placement adapter (Ray, Kubernetes, your own) placed it on (docs/scale-out.md).
+    /// Serve many session servers behind one address: each session's requests go to the
+    /// session server a placement adapter (Ray, Kubernetes, your own) placed it on
+    /// (docs/scale-out.md).
     Router(router::RouterArgs),
     /// List the workspace's sessions, most recently active first: id, last activity and the
     /// start of the first message.

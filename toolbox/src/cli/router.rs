@@ -17,7 +17,8 @@ pub(crate) struct RouterArgs {
     /// Read the adapter's bearer token from this file (its first line).
     #[arg(long)]
     placement_token_file: Option<PathBuf>,
-    /// How long one call to the adapter may take (placing a session starts a host).
+    /// How long one call to the adapter may take (placing a session starts a session
+    /// server).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     placement_timeout: std::time::Duration,
     /// Read the clients' bearer token from this file (its first line) [env:

@@ -1,5 +1,5 @@
 //! `toolbox serve`: the HTTP sidecar (toolbox-server) until SIGTERM or Ctrl-C; with
-//! `--session`, `--epoch` and `--state-store`, host mode.
+//! `--session`, `--epoch` and `--state-store`, session server mode.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +31,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "FD", conflicts_with = "token_sha256")]
     token_fd: Option<i32>,
     /// Accept bearer tokens whose SHA-256 is this (64 hex digits), without ever knowing the
-    /// token: for a host whose placement adapter keeps the token to itself.
+    /// token: for a session server whose placement adapter keeps the token to itself.
     #[arg(long, value_name = "HEX")]
     token_sha256: Option<String>,
     /// Allow cross-origin requests from this origin (repeatable), e.g. http://localhost:3000.
@@ -49,18 +49,20 @@ pub(crate) struct ServeArgs {
     /// [default: a toolbox session of its own per MCP session].
     #[arg(long, value_parser = parse_session, conflicts_with = "session")]
     mcp_session: Option<SessionId>,
-    /// Host mode: serve this one session only (others get 404; /mcp runs in it), its state
-    /// kept in --state-store so it can resume on another machine (docs/scale-out.md).
+    /// Session server mode: serve this one session only (others get 404; /mcp runs in it),
+    /// its state kept in --state-store so it can resume on another machine
+    /// (docs/scale-out.md).
     #[arg(long, value_parser = parse_session, requires_all = ["epoch", "state_store"])]
     session: Option<SessionId>,
-    /// Host mode: this host's epoch, higher than any host of the session before it, or
-    /// `next`: the lowest epoch above every one claimed in the store so far.
+    /// Session server mode: this server's epoch, higher than any of the session's servers
+    /// before it, or `next`: the lowest epoch above every one claimed in the store so far.
     #[arg(long, requires = "session")]
     epoch: Option<toolbox::server::sync::Epoch>,
-    /// Host mode: the state store, file:///folder or s3://bucket/prefix (AWS_* environment).
+    /// Session server mode: the state store, file:///folder or s3://bucket/prefix (AWS_*
+    /// environment).
     #[arg(long, requires = "session")]
     state_store: Option<String>,
-    /// Host mode: how often to sync whatever happens, e.g. 10s.
+    /// Session server mode: how often to sync whatever happens, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "session")]
     sync_every: std::time::Duration,
 }
@@ -102,11 +104,11 @@ pub(super) async fn run(args: ServeArgs) -> Result<ExitCode, UsageError> {
     };
     toolbox::server::check_options(&options).map_err(usage)?;
     let config = load_config(&args.common)?;
-    // Host mode: claim the epoch and restore the session before anything opens the
-    // workspace. A taken epoch or a damaged store serves nothing.
-    let hosted = match (args.session, args.epoch, args.state_store) {
+    // Session server mode: claim the epoch and restore the session before anything opens
+    // the workspace. A taken epoch or a damaged store serves nothing.
+    let session_server = match (args.session, args.epoch, args.state_store) {
         (Some(session), Some(epoch), Some(store_url)) => {
-            let host_options = toolbox::server::host::HostOptions {
+            let server_options = toolbox::server::session_server::SessionServerOptions {
                 session,
                 epoch,
                 store_url,
@@ -115,30 +117,33 @@ pub(super) async fn run(args: ServeArgs) -> Result<ExitCode, UsageError> {
             let rules =
                 toolbox::server::sync::StoreRules::from_table(config.providers.get("store"))
                     .map_err(usage)?;
-            let (host, restored) =
-                toolbox::server::host::Host::start(&host_options, &config.workspace, rules)
-                    .await
-                    .map_err(|e| UsageError(format!("serve: {e}")))?;
+            let (server, restored) = toolbox::server::session_server::SessionServer::start(
+                &server_options,
+                &config.workspace,
+                rules,
+            )
+            .await
+            .map_err(|e| UsageError(format!("serve: {e}")))?;
             if restored.from_epoch > 0 {
                 eprintln!(
                     "toolbox serve: session {} resumed at epoch {}: {} files, {} bytes \
                      restored in {} ms (from epoch {})",
-                    host.session(),
-                    host.epoch(),
+                    server.session(),
+                    server.epoch(),
                     restored.files,
                     restored.bytes,
                     restored.elapsed_ms,
                     restored.from_epoch
                 );
             }
-            options.host = Some(host.clone());
-            Some((host, restored))
+            options.session_server = Some(server.clone());
+            Some((server, restored))
         }
         _ => None,
     };
     // The restore may have brought the workspace's own toolbox.toml (which may only
     // tighten): read the configuration again now, so it holds from the first call.
-    let config = if hosted.is_some() {
+    let config = if session_server.is_some() {
         load_config(&args.common)?
     } else {
         config
@@ -153,9 +158,9 @@ pub(super) async fn run(args: ServeArgs) -> Result<ExitCode, UsageError> {
     // --vocabulary wins over [runtime] vocabulary (load_config settled it).
     runtime_options.vocabulary = executor.config().vocabulary;
     let runtime = toolbox::runtime::Runtime::new(executor, llm, runtime_options);
-    let syncing = hosted.as_ref().map(|(host, restored)| {
-        host.announce(&runtime, restored);
-        host.spawn(runtime.clone())
+    let syncing = session_server.as_ref().map(|(server, restored)| {
+        server.announce(&runtime, restored);
+        server.spawn(runtime.clone())
     });
     // Installed now, before binding: a SIGTERM right after "listening" still stops cleanly.
     let signal = toolbox::stop_signal();
@@ -166,28 +171,28 @@ pub(super) async fn run(args: ServeArgs) -> Result<ExitCode, UsageError> {
     toolbox::server::serve(runtime.clone(), options, stop)
         .await
         .map_err(|e| UsageError(format!("serve: {e:#}")))?;
-    if let Some((host, _)) = hosted {
-        host.park();
+    if let Some((server, _)) = session_server {
+        server.park();
         if let Some(syncing) = syncing {
             let _ = syncing.await;
         }
-        if let Some(newer) = host.superseded() {
+        if let Some(newer) = server.superseded() {
             eprintln!("toolbox serve: superseded by epoch {newer}: exiting");
             return Ok(ExitCode::from(3));
         }
-        match host.finish(&runtime).await {
+        match server.finish(&runtime).await {
             Ok(report) => {
                 if let Some(r) = report {
                     eprintln!(
                         "toolbox serve: session {} synced: {} files, {} bytes uploaded",
-                        host.session(),
+                        server.session(),
                         r.files,
                         r.uploaded_bytes
                     );
                 }
             }
             Err(e) => {
-                if let Some(newer) = host.superseded() {
+                if let Some(newer) = server.superseded() {
                     eprintln!("toolbox serve: superseded by epoch {newer}: exiting");
                     return Ok(ExitCode::from(3));
                 }

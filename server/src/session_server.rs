@@ -1,15 +1,16 @@
-//! Host mode: `toolbox serve --session SID --epoch N --state-store URL` serves one session
-//! and keeps its state in a state store (toolbox-sync), so the session can resume on
-//! another machine. See docs/scale-out.md.
+//! Session server mode: `toolbox serve --session SID --epoch N --state-store URL` serves
+//! one session and keeps its state in a state store (toolbox-sync), so the session can
+//! resume on another machine. See docs/scale-out.md.
 //!
-//! - Before serving: [`Host::start`] claims the epoch and restores the newest state into the
-//!   (empty) workspace; [`Host::announce`] then emits `session_resumed` and ends the turn
-//!   the lost host was running as `interrupted`.
+//! - Before serving: [`SessionServer::start`] claims the epoch and restores the newest
+//!   state into the (empty) workspace; [`SessionServer::announce`] then emits
+//!   `session_resumed` and ends the turn the lost session server was running as
+//!   `interrupted`.
 //! - While serving: a sync after each call and each turn, and every `sync_every` (10 s)
-//!   whatever runs, each one incremental; a sync that finds a newer epoch stops the host
-//!   (turns end `superseded`).
+//!   whatever runs, each one incremental; a sync that finds a newer epoch stops the session
+//!   server (turns end `superseded`).
 //! - On park (`POST /api/sessions/{sid}/park`) or SIGTERM: running turns are cancelled,
-//!   then [`Host::finish`] syncs one last time.
+//!   then [`SessionServer::finish`] syncs one last time.
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -26,18 +27,18 @@ use toolbox_sync::{
     Epoch, RestoreReport, SessionStore, StateStore, StoreRules, SyncError, SyncReport, LOST_ON_MOVE,
 };
 
-/// The session's events in host mode, in `.toolbox/sessions/<sid>/`: synced with the rest, so
-/// the next host can replay them to a client that reconnects with an id of an older epoch.
-/// One line per event: `{"epoch": E, "event": {…}}`.
+/// The session's events in session server mode, in `.toolbox/sessions/<sid>/`: synced with
+/// the rest, so the next session server can replay them to a client that reconnects with an
+/// id of an older epoch. One line per event: `{"epoch": E, "event": {…}}`.
 pub const EVENTS_FILE: &str = "events.jsonl";
 
-/// How many events of earlier epochs a host keeps for replay (the newest).
+/// How many events of earlier epochs a session server keeps for replay (the newest).
 const KEPT_EVENTS: usize = 10_000;
 
-/// The most of the events file a host reads when it starts.
+/// The most of the events file a session server reads when it starts.
 const MAX_EVENTS_FILE: u64 = 64 * 1024 * 1024;
 
-/// An event of an earlier host of the session.
+/// An event of an earlier session server of the session.
 #[derive(Debug, Clone)]
 struct StoredEvent {
     epoch: u64,
@@ -45,12 +46,13 @@ struct StoredEvent {
     data: String,
 }
 
-/// How a host was placed: given by whoever started it.
+/// How a session server was placed: given by whoever started it.
 #[derive(Debug, Clone)]
-pub struct HostOptions {
+pub struct SessionServerOptions {
     /// The one session it serves.
     pub session: SessionId,
-    /// Its epoch: higher than any host of this session before it, or the next one free.
+    /// Its epoch: higher than any session server of this session before it, or the next one
+    /// free.
     pub epoch: Epoch,
     /// The state store's URL (`file:///…` or `s3://bucket/prefix`).
     pub store_url: String,
@@ -58,13 +60,13 @@ pub struct HostOptions {
     pub sync_every: Duration,
 }
 
-/// A host's hold on its session's state.
-pub struct Host {
+/// A session server's hold on its session's state.
+pub struct SessionServer {
     session: SessionId,
     epoch: u64,
     root: PathBuf,
     store: tokio::sync::Mutex<SessionStore>,
-    /// Cancelled when the host must stop serving: parked, or superseded.
+    /// Cancelled when the session server must stop serving: parked, or superseded.
     stop: CancellationToken,
     /// The newer epoch that took the session over (0: none).
     superseded: AtomicU64,
@@ -76,13 +78,13 @@ pub struct Host {
     last: Mutex<Option<Result<SyncReport, String>>>,
     /// The events of earlier epochs, from the restored events file, oldest first.
     history: Vec<StoredEvent>,
-    /// The seq of the last event of this host written to the events file.
+    /// The seq of the last event of this session server written to the events file.
     written: AtomicU64,
 }
 
-impl std::fmt::Debug for Host {
+impl std::fmt::Debug for SessionServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host")
+        f.debug_struct("SessionServer")
             .field("session", &self.session)
             .field("epoch", &self.epoch)
             .finish()
@@ -93,21 +95,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Host {
+impl SessionServer {
     /// Opens the store, claims the epoch and restores the newest state of the session into
     /// `root` (which must be empty when there is state to restore). Fails, serving nothing,
     /// when the epoch is taken or stale or the stored state is damaged.
     pub async fn start(
-        options: &HostOptions,
+        options: &SessionServerOptions,
         root: &Path,
         rules: StoreRules,
-    ) -> Result<(Arc<Host>, RestoreReport), SyncError> {
+    ) -> Result<(Arc<SessionServer>, RestoreReport), SyncError> {
         let store = StateStore::open(&options.store_url)?;
         let mut claimed =
             SessionStore::claim_epoch(store, options.session.clone(), options.epoch, rules).await?;
         let restored = claimed.restore_into(root).await?;
         let history = load_history(root, &options.session);
-        let host = Arc::new(Host {
+        let server = Arc::new(SessionServer {
             session: options.session.clone(),
             epoch: claimed.epoch(),
             root: root.to_path_buf(),
@@ -121,10 +123,10 @@ impl Host {
             history,
             written: AtomicU64::new(0),
         });
-        Ok((host, restored))
+        Ok((server, restored))
     }
 
-    /// The session this host serves.
+    /// The session it serves.
     pub fn session(&self) -> &SessionId {
         &self.session
     }
@@ -134,7 +136,7 @@ impl Host {
         self.epoch
     }
 
-    /// Cancelled when the host must stop serving (parked or superseded).
+    /// Cancelled when the session server must stop serving (parked or superseded).
     pub fn stopping(&self) -> CancellationToken {
         self.stop.clone()
     }
@@ -153,8 +155,8 @@ impl Host {
         self.stop.cancel();
     }
 
-    /// The events of earlier epochs after `(epoch, seq)`, as SSE ids (`epoch:seq`) and data:
-    /// what a client that reconnects with an id of an older epoch missed there.
+    /// The events of earlier epochs after `(epoch, seq)`, as SSE ids (`epoch:seq`) and
+    /// data: what a client that reconnects with an id of an older epoch missed there.
     pub fn history_after(&self, epoch: u64, seq: u64) -> Vec<(String, String)> {
         self.history
             .iter()
@@ -169,7 +171,7 @@ impl Host {
     }
 
     /// After a restore, on the runtime's event stream: `session_resumed`, and the turn the
-    /// lost host was running ended as `interrupted` (nothing of it is run again).
+    /// lost session server was running ended as `interrupted` (nothing of it is run again).
     pub fn announce(&self, runtime: &Runtime, restored: &RestoreReport) {
         if restored.from_epoch == 0 {
             return;
@@ -192,8 +194,8 @@ impl Host {
                     steps: 0,
                     usage: Default::default(),
                     notice: Some(format!(
-                        "the host running this turn (epoch {}) was lost; the session resumed \
-                         from its last sync, and nothing of the turn was run again",
+                        "the session server running this turn (epoch {}) was lost; the session \
+                         resumed from its last sync, and nothing of the turn was run again",
                         restored.from_epoch
                     )),
                 },
@@ -202,9 +204,10 @@ impl Host {
     }
 
     /// Whether a newer epoch has claimed the session, asking the store now (one listing of
-    /// its epochs): a call answered `done` by a host that is already superseded would have
-    /// its effects lost, since it can never sync. A newer epoch stops the host as a sync
-    /// that meets it does. A store that cannot be asked is not taken for a newer epoch.
+    /// its epochs): a call answered `done` by a session server that is already superseded
+    /// would have its effects lost, since it can never sync. A newer epoch stops the
+    /// session server as a sync that meets it does. A store that cannot be asked is not
+    /// taken for a newer epoch.
     pub async fn newer_epoch(&self, runtime: &Runtime) -> Option<u64> {
         if let Some(newer) = self.superseded() {
             return Some(newer);
@@ -228,7 +231,8 @@ impl Host {
             return;
         }
         eprintln!(
-            "toolbox serve: epoch {newer} has claimed session {}: this host (epoch {}) stops",
+            "toolbox serve: epoch {newer} has claimed session {}: this session server (epoch \
+             {}) stops",
             self.session, self.epoch
         );
         runtime.supersede(newer);
@@ -236,10 +240,12 @@ impl Host {
         *lock(&self.last) = Some(Err(format!("superseded by epoch {newer}")));
     }
 
-    /// One sync now. A newer epoch stops the host: its turns end `superseded`.
+    /// One sync now. A newer epoch stops the session server: its turns end `superseded`.
     pub async fn sync_now(&self, runtime: &Runtime) -> Result<SyncReport, SyncError> {
         if self.superseded().is_some() {
-            return Err(anyhow::anyhow!("this host is superseded and syncs no more").into());
+            return Err(
+                anyhow::anyhow!("this session server is superseded and syncs no more").into(),
+            );
         }
         let open_turn = lock(&self.open_turn).clone();
         let result = self.store.lock().await.sync(&self.root, open_turn).await;
@@ -340,7 +346,8 @@ impl Host {
         }
     }
 
-    /// Syncs after every call and turn, and every `sync_every`, until the host stops.
+    /// Syncs after every call and turn, and every `sync_every`, until the session server
+    /// stops.
     pub fn spawn(self: &Arc<Self>, runtime: Runtime) -> tokio::task::JoinHandle<()> {
         self.spawn_writer(runtime.clone());
         let me = self.clone();
@@ -379,7 +386,7 @@ impl Host {
     }
 
     /// After serving stopped (park, SIGTERM): the last sync, with no turn open. Not for a
-    /// superseded host, whose writes could never become HEAD.
+    /// superseded session server, whose writes could never become HEAD.
     pub async fn finish(&self, runtime: &Runtime) -> Result<Option<SyncReport>, SyncError> {
         if self.superseded().is_some() {
             return Ok(None);
@@ -390,8 +397,9 @@ impl Host {
     }
 }
 
-/// The events of earlier hosts from the restored events file (the newest [`KEPT_EVENTS`]),
-/// read through descriptors without following links; a torn or foreign line is skipped.
+/// The events of earlier session servers from the restored events file (the newest
+/// [`KEPT_EVENTS`]), read through descriptors without following links; a torn or foreign
+/// line is skipped.
 fn load_history(root: &Path, session: &SessionId) -> Vec<StoredEvent> {
     use std::io::Read;
     let rel = Path::new(".toolbox/sessions").join(session.as_str());
