@@ -57,7 +57,8 @@ impl std::str::FromStr for Vocabulary {
     }
 }
 
-/// How much harm a tool can do, which decides how a permission mode treats it.
+/// How much harm a tool can do, which decides how a permission mode treats it. Each class
+/// names what a tool can do, not which provider serves it.
 ///
 /// `Read` is the default: a tool must opt in to a riskier class explicitly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -68,10 +69,14 @@ pub enum ToolRisk {
     Read,
     /// Creates, changes or deletes files in the workspace.
     FileWrite,
-    /// Runs model-written Python.
-    Python,
-    /// Runs model-written shell commands.
-    Shell,
+    /// Runs model-written code in an interpreter (Python, a notebook's kernel). Configuration
+    /// written before this name may say `python`.
+    #[serde(alias = "python")]
+    Code,
+    /// Runs model-written commands (a shell). Configuration written before this name may say
+    /// `shell`.
+    #[serde(alias = "shell")]
+    Command,
 }
 
 impl ToolRisk {
@@ -79,17 +84,27 @@ impl ToolRisk {
     pub const ALL: [ToolRisk; 4] = [
         ToolRisk::Read,
         ToolRisk::FileWrite,
-        ToolRisk::Python,
-        ToolRisk::Shell,
+        ToolRisk::Code,
+        ToolRisk::Command,
     ];
 
-    /// The risk's name in schemas and configuration, e.g. `file_write`.
+    /// The risk's name in listings and configuration, e.g. `file_write`.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolRisk::Read => "read",
             ToolRisk::FileWrite => "file_write",
-            ToolRisk::Python => "python",
-            ToolRisk::Shell => "shell",
+            ToolRisk::Code => "code",
+            ToolRisk::Command => "command",
+        }
+    }
+
+    /// The class named `name` in configuration: its name, or the name it had before
+    /// (`python` for [`Code`](ToolRisk::Code), `shell` for [`Command`](ToolRisk::Command)).
+    pub fn parse(name: &str) -> Option<ToolRisk> {
+        match name {
+            "python" => Some(ToolRisk::Code),
+            "shell" => Some(ToolRisk::Command),
+            _ => ToolRisk::ALL.into_iter().find(|r| r.as_str() == name),
         }
     }
 
@@ -271,7 +286,7 @@ impl ToolInfo {
     /// anything the host can; reading and writing workspace files cannot.
     pub fn open_world_hint(&self) -> bool {
         self.open_world
-            .unwrap_or(matches!(self.risk, ToolRisk::Python | ToolRisk::Shell))
+            .unwrap_or(matches!(self.risk, ToolRisk::Code | ToolRisk::Command))
     }
 
     /// Marks the tool as a reader of workspace text files (see [`ToolInfo::file_reader`]).
@@ -367,10 +382,10 @@ mod tests {
         let info = |risk| ToolInfo::new("t", "d", serde_json::json!({})).risk(risk);
         assert!(!info(ToolRisk::Read).open_world_hint());
         assert!(!info(ToolRisk::FileWrite).open_world_hint());
-        assert!(info(ToolRisk::Python).open_world_hint());
-        assert!(info(ToolRisk::Shell).open_world_hint());
+        assert!(info(ToolRisk::Code).open_world_hint());
+        assert!(info(ToolRisk::Command).open_world_hint());
         assert!(info(ToolRisk::Read).open_world(true).open_world_hint());
-        assert!(!info(ToolRisk::Python).open_world(false).open_world_hint());
+        assert!(!info(ToolRisk::Code).open_world(false).open_world_hint());
     }
 
     #[test]
@@ -403,6 +418,27 @@ mod tests {
             serde_json::json!({"data-agent": "read_file"})
         );
         assert_eq!(serde_json::from_value::<ToolInfo>(json).unwrap(), t);
+    }
+
+    #[test]
+    fn risk_classes_are_named_for_what_a_tool_does_and_read_by_their_old_names_too() {
+        assert_eq!(ToolRisk::Code.as_str(), "code");
+        assert_eq!(ToolRisk::Command.to_string(), "command");
+        for (name, risk) in [
+            ("code", ToolRisk::Code),
+            ("python", ToolRisk::Code),
+            ("command", ToolRisk::Command),
+            ("shell", ToolRisk::Command),
+            ("file_write", ToolRisk::FileWrite),
+        ] {
+            assert_eq!(ToolRisk::parse(name), Some(risk), "{name}");
+            assert_eq!(
+                serde_json::from_value::<ToolRisk>(Value::String(name.into())).unwrap(),
+                risk
+            );
+        }
+        assert_eq!(ToolRisk::parse("bash"), None);
+        assert_eq!(serde_json::to_value(ToolRisk::Code).unwrap(), "code");
     }
 
     #[test]

@@ -36,9 +36,9 @@ impl Permissions {
     pub fn decide(&self, risk: ToolRisk) -> Decision {
         let legacy = match risk {
             ToolRisk::Read => return Decision::Allow,
-            ToolRisk::Shell => self.allow_shell,
+            ToolRisk::Command => self.allow_shell,
             ToolRisk::FileWrite => self.allow_file_write,
-            ToolRisk::Python => None,
+            ToolRisk::Code => None,
         };
         match (legacy, self.mode) {
             (Some(true), _) => Decision::Allow,
@@ -67,7 +67,7 @@ impl Permissions {
     /// Why a call of this risk is refused outright, for the model to read.
     pub(crate) fn denial_reason(&self, tool: &str, risk: ToolRisk) -> String {
         match (risk, self.allow_shell, self.allow_file_write) {
-            (ToolRisk::Shell, Some(false), _) => format!(
+            (ToolRisk::Command, Some(false), _) => format!(
                 "tool {tool} is disabled by allow_shell = false; to allow it, remove that \
                  setting (or set allow_shell = true) in the operator's config file or \
                  TOOLBOX_ALLOW_SHELL"
@@ -135,7 +135,7 @@ impl CallPermissions {
         match self.request {
             Some(request)
                 if self.ceiling.decide(risk) != Decision::Deny
-                    && (request.allow_shell == Some(false) && risk == ToolRisk::Shell
+                    && (request.allow_shell == Some(false) && risk == ToolRisk::Command
                         || request.allow_file_write == Some(false)
                             && risk == ToolRisk::FileWrite) =>
             {
@@ -688,7 +688,7 @@ mod tests {
             allow_shell: Some(false),
             allow_file_write: None,
         };
-        assert_eq!(p.decide(ToolRisk::Shell), Decision::Deny);
+        assert_eq!(p.decide(ToolRisk::Command), Decision::Deny);
         assert_eq!(p.decide(ToolRisk::FileWrite), Decision::Allow);
         let p = Permissions {
             mode: PermissionMode::ReadOnly,
@@ -696,10 +696,10 @@ mod tests {
             allow_file_write: Some(true),
         };
         assert_eq!(p.decide(ToolRisk::FileWrite), Decision::Allow);
-        assert_eq!(p.decide(ToolRisk::Python), Decision::Deny);
+        assert_eq!(p.decide(ToolRisk::Code), Decision::Deny);
         assert_eq!(p.decide(ToolRisk::Read), Decision::Allow);
         let auto = Permissions::from(PermissionMode::Auto);
-        assert_eq!(auto.decide(ToolRisk::Python), Decision::Ask);
+        assert_eq!(auto.decide(ToolRisk::Code), Decision::Ask);
     }
 
     #[test]

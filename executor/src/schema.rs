@@ -604,7 +604,7 @@ mod tests {
             mcp_annotations(&t.clone().open_world(true))["openWorldHint"],
             true
         );
-        let shell = tool().risk(ToolRisk::Shell);
+        let shell = tool().risk(ToolRisk::Command);
         assert_eq!(mcp_annotations(&shell)["openWorldHint"], true);
         assert_eq!(mcp_annotations(&shell)["destructiveHint"], true);
     }

@@ -752,7 +752,7 @@ mod tests {
                 tool: "shell".into(),
                 called_as: None,
                 arguments: Value::Null,
-                risk: ToolRisk::Shell,
+                risk: ToolRisk::Command,
                 preview: Preview::new("Run shell"),
                 agent: "default".into(),
                 depth: 0,

@@ -36,8 +36,8 @@ impl ToolProvider for TestTools {
             ToolInfo::new("big", "Returns n chars.", obj.clone()),
             ToolInfo::new("streamer", "Spools its own output.", obj.clone()),
             ToolInfo::new("touch", "Writes.", obj.clone()).risk(ToolRisk::FileWrite),
-            ToolInfo::new("sh", "Shell.", obj.clone()).risk(ToolRisk::Shell),
-            ToolInfo::new("py", "Python.", obj.clone()).risk(ToolRisk::Python),
+            ToolInfo::new("sh", "Shell.", obj.clone()).risk(ToolRisk::Command),
+            ToolInfo::new("py", "Python.", obj.clone()).risk(ToolRisk::Code),
             // Served by a runtime, as call_agent is: the executor refuses it by the flag.
             ToolInfo::new("relay", "Intercepted.", obj.clone()).intercepted(),
             // Both return a structured value; only the first told clients its shape.
@@ -313,7 +313,7 @@ async fn auto_mode_asks_and_honours_each_answer() {
     assert_eq!(asked[0].tool, "sh");
     assert_eq!(asked[0].call_id, "a1");
     assert_eq!(asked[0].session_id, "s1");
-    assert_eq!(asked[0].risk, ToolRisk::Shell);
+    assert_eq!(asked[0].risk, ToolRisk::Command);
     assert_eq!(asked[0].arguments, json!({"cmd": "ls"}));
 
     // deny

@@ -286,7 +286,7 @@ mod tests {
             by("notebook__edit").aliases,
             ["notebook_edit", "file_manager__notebook_edit"]
         );
-        assert_eq!(by("notebook__run_cell").risk, ToolRisk::Python);
+        assert_eq!(by("notebook__run_cell").risk, ToolRisk::Code);
         assert_eq!(
             by("notebook__edit").toolsets,
             ["notebook", "integrated_notebook", "files"]

@@ -48,7 +48,7 @@ pub fn info() -> ToolInfo {
             ),
         ]),
     )
-    .risk(ToolRisk::Python)
+    .risk(ToolRisk::Code)
     .toolsets(TOOLSETS)
 }
 

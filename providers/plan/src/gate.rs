@@ -29,10 +29,9 @@ pub fn check(call: &GateCall<'_>) -> Option<String> {
     // A tool is listed by any name it answers to: canonical, alias or another vocabulary's
     // (`bash` holds `shell`).
     let names = info.dispatch_names();
-    let listed = settings
-        .require_confirmed
-        .iter()
-        .find(|entry| **entry == info.risk.as_str() || names.contains(&entry.as_str()))?;
+    let listed = settings.require_confirmed.iter().find(|entry| {
+        toolbox_core::ToolRisk::parse(entry) == Some(info.risk) || names.contains(&entry.as_str())
+    })?;
     // Named as the call named it (`bash`, not `shell`).
     let shown = call.ctx.called_as.as_deref().unwrap_or(&info.name);
     let mut plan = match state::load(&call.ctx.workspace) {
@@ -61,9 +60,7 @@ pub fn validate(
         .iter()
         .map(String::as_str)
         .filter(|entry| {
-            !toolbox_core::ToolRisk::ALL
-                .iter()
-                .any(|r| r.as_str() == *entry)
+            toolbox_core::ToolRisk::parse(entry).is_none()
                 && !tools.iter().any(|t| t.dispatch_names().contains(entry))
         })
         .collect();
@@ -73,7 +70,7 @@ pub fn validate(
     let quoted: Vec<String> = unknown.iter().map(|e| format!("{e:?}")).collect();
     Err(format!(
         "[plan] require_confirmed lists {} that {} neither a risk class (read, file_write, \
-         python, shell) nor a tool linked into this toolbox (by its name, an alias or its \
+         code, command) nor a tool linked into this toolbox (by its name, an alias or its \
          name in another vocabulary; `toolbox tools` lists them), so the gate would hold \
          nothing back for {}",
         quoted.join(", "),

@@ -14,7 +14,7 @@ pub(crate) fn info() -> ToolInfo {
     ToolInfo::new(
         NAME,
         "Where this session is and what it may do: the session id; the permission mode and, \
-         per risk class (read, file_write, python, shell), whether a call runs, asks a person \
+         per risk class (read, file_write, code, command), whether a call runs, asks a person \
          first, or is refused; the shell sandbox and the resource limits; the real paths of \
          the workspace and of this session's output/, scratchpad/ and input/ folders (a \
          relative path like output/report.md lands in that output folder); and the review \

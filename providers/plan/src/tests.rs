@@ -359,7 +359,7 @@ async fn session_info_tells_where_and_what() {
         mode: Some(toolbox_core::PermissionMode::Auto),
         risks: vec![
             (toolbox_core::ToolRisk::Read, toolbox_core::Decision::Allow),
-            (toolbox_core::ToolRisk::Shell, toolbox_core::Decision::Ask),
+            (toolbox_core::ToolRisk::Command, toolbox_core::Decision::Ask),
         ],
     };
     c.config = Arc::new(
@@ -374,7 +374,7 @@ async fn session_info_tells_where_and_what() {
     let out: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(out["session_id"], "s1");
     assert_eq!(out["permission_mode"], "auto");
-    assert_eq!(out["risk_classes"]["shell"], "ask");
+    assert_eq!(out["risk_classes"]["command"], "ask");
     assert_eq!(out["sandbox"], "read-only");
     assert!(out["limits"].as_str().unwrap().contains("512"), "{out}");
     let root = std::fs::canonicalize(dir.path()).unwrap();

@@ -67,7 +67,7 @@ pub fn info() -> ToolInfo {
             INDEX_URL.doc("Another package index (an http or https URL) instead of the default."),
         ]),
     )
-    .risk(ToolRisk::Python)
+    .risk(ToolRisk::Code)
     .aliases(&["python_package"])
     .toolsets(&[TOOLSET])
     .named(Vocabulary::DataAgent, "python_package")

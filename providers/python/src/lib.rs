@@ -203,9 +203,9 @@ mod tests {
             ["run_python_code", "kernel_install", "registry_lookup"]
         );
         let by = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
-        assert_eq!(by("run_python_code").risk, ToolRisk::Python);
+        assert_eq!(by("run_python_code").risk, ToolRisk::Code);
         assert_eq!(by("run_python_code").aliases, ["python", "python_exec"]);
-        assert_eq!(by("kernel_install").risk, ToolRisk::Python);
+        assert_eq!(by("kernel_install").risk, ToolRisk::Code);
         assert_eq!(by("kernel_install").aliases, ["python_package"]);
         assert_eq!(by("registry_lookup").risk, ToolRisk::Read);
         assert_eq!(

@@ -54,7 +54,7 @@ pub(crate) fn info() -> ToolInfo {
             ),
         ]),
     )
-    .risk(ToolRisk::Python)
+    .risk(ToolRisk::Code)
     .aliases(&["python", "python_exec"])
     // `python_interpreter` is the sidecar's name for the provider of run_python_code alone.
     .toolsets(&[TOOLSET, INTEGRATED_NOTEBOOK, "python_interpreter"])

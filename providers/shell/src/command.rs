@@ -66,7 +66,7 @@ pub(crate) fn info() -> ToolInfo {
             DESCRIPTION.doc("A few words on what the command does, for the user (not executed)."),
         ]),
     )
-    .risk(ToolRisk::Shell)
+    .risk(ToolRisk::Command)
     .aliases(&["bash"])
     .toolsets(&[TOOLSET])
     .named(Vocabulary::DataAgent, "bash")

@@ -65,7 +65,7 @@ pub(crate) fn kill_info() -> ToolInfo {
          anything is still running. Returns how it ended and any output not read yet.",
         object(&[JOB_ID.doc("The job id that shell returned, e.g. `job-1`.")]),
     )
-    .risk(ToolRisk::Shell)
+    .risk(ToolRisk::Command)
     .aliases(&["bash_kill"])
     .toolsets(&[TOOLSET])
 }

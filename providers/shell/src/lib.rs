@@ -195,8 +195,8 @@ mod tests {
             assert!(t.description.len() > 80, "{}", t.name);
         }
         let risk = |n: &str| tools.iter().find(|t| t.name == n).unwrap().risk;
-        assert_eq!(risk("shell"), ToolRisk::Shell);
-        assert_eq!(risk("shell_kill"), ToolRisk::Shell);
+        assert_eq!(risk("shell"), ToolRisk::Command);
+        assert_eq!(risk("shell_kill"), ToolRisk::Command);
         assert_eq!(risk("shell_output"), ToolRisk::Read);
         assert_eq!(risk("sleep"), ToolRisk::Read);
         assert_eq!(tools[0].aliases, ["bash"]);
