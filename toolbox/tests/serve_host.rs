@@ -407,7 +407,9 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
 
     let new = host(&node_b, &store, "next", None);
     let health = new.get("/api/health").json();
-    assert_eq!(health["host"]["epoch"], 2, "{health}");
+    assert_eq!(health["session_server"]["epoch"], 2, "{health}");
+    // `host`, its old name, stays as an alias for adapters that read it.
+    assert_eq!(health["host"], health["session_server"], "{health}");
     assert!(
         new.stderr().contains("resumed at epoch 2"),
         "{}",
@@ -628,7 +630,9 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
         "{found}"
     );
     let health = new.get("/api/health").json();
-    assert_eq!(health["host"]["epoch"], 2, "{health}");
+    assert_eq!(health["session_server"]["epoch"], 2, "{health}");
+    // `host`, its old name, stays as an alias for adapters that read it.
+    assert_eq!(health["host"], health["session_server"], "{health}");
     // If-None-Match: * on S3 refuses a second claim of an epoch.
     let out = moto
         .command(&top.path().join("node-c"), 2, None)
