@@ -95,7 +95,9 @@ pub async fn fails(exec: &ToolExecutor, name: &str, args: Value, want: &str) -> 
 
 /// Something that may have failed, as the tests see it: a call's [`ToolCallInfo`], a
 /// `Result`, a JSON envelope `{"status": …, "result": …}` (the HTTP API's, `toolbox
-/// call`'s), or an MCP tool result read as `(is_error, text)`.
+/// call`'s, the one the model gets back), a `tool_call_finished` event of `toolbox serve`'s
+/// stream (`{"status": …, "result_preview": …}`), or an MCP tool result read as
+/// `(is_error, text)`.
 pub trait Outcome {
     /// The error's message when it failed; else what it gave instead, for the panic.
     fn error_message(self) -> Result<String, String>;
@@ -128,9 +130,21 @@ impl<T, E: std::fmt::Display> Outcome for Result<T, E> {
     }
 }
 
+/// The message is the `result`; where there is none (an event), the `result_preview`.
 impl Outcome for &Value {
+    /// The call's tool and id, where the JSON names them.
+    fn label(&self) -> String {
+        let id = self.get("id").or_else(|| self.get("call_id"));
+        match (self["tool"].as_str(), id.and_then(Value::as_str)) {
+            (Some(tool), Some(id)) => format!("{tool} {id}: "),
+            (Some(name), None) | (None, Some(name)) => format!("{name}: "),
+            (None, None) => String::new(),
+        }
+    }
+
     fn error_message(self) -> Result<String, String> {
-        match (self["status"].as_str(), self["result"].as_str()) {
+        let message = self.get("result").or_else(|| self.get("result_preview"));
+        match (self["status"].as_str(), message.and_then(Value::as_str)) {
             (Some("error"), Some(message)) => Ok(message.to_string()),
             _ => Err(self.to_string()),
         }
@@ -171,6 +185,40 @@ pub fn assert_error(info: &ToolCallInfo, kind: ErrorKind, needles: &[&str]) -> S
     let message = assert_err_contains(info, needles);
     assert_eq!(info.error_kind, Some(kind), "{}{message}", info.label());
     message
+}
+
+/// [`assert_error`] for a call the test saw as JSON with its `error_kind`: the HTTP API's
+/// reply to one tool call, or a `tool_call_finished` event (whose message is its
+/// `result_preview`). Asserts it ended `error` of `kind`, with a message containing each of
+/// `needles`, and returns the message.
+#[track_caller]
+pub fn assert_json_error(call: &Value, kind: ErrorKind, needles: &[&str]) -> String {
+    let message = assert_err_contains(call, needles);
+    let kind = serde_json::to_value(kind).expect("an ErrorKind is a string");
+    assert_eq!(call["error_kind"], kind, "{}{message}", call.label());
+    message
+}
+
+/// [`assert_err_contains`] for a `Result` whose error also says what kind of failure it is
+/// (an `LlmError`'s `kind`, say): `kind_of` reads the kind, which must be `kind`. Returns
+/// the error, for the test to look at further.
+#[track_caller]
+pub fn assert_err_kind<T, E, K>(
+    result: Result<T, E>,
+    kind_of: impl FnOnce(&E) -> K,
+    kind: K,
+    needles: &[&str],
+) -> E
+where
+    E: std::fmt::Display,
+    K: PartialEq + std::fmt::Debug,
+{
+    let message = assert_err_contains(result.as_ref(), needles);
+    let Err(error) = result else {
+        unreachable!("assert_err_contains passed, so it is an error")
+    };
+    assert_eq!(kind_of(&error), kind, "{message}");
+    error
 }
 
 /// The test venv's python (scripts/test.sh exports `TOOLBOX_TEST_PYTHON`); it has the

@@ -24,6 +24,7 @@ use toolbox_runtime::{Runtime, RuntimeEvent, RuntimeOptions, StopReason, TurnReq
 use toolbox_tests::scripted_llm::{
     RecordedRequest, Scripted, ScriptedLlm, EXHAUSTED, USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS,
 };
+use toolbox_tests::{assert_err_contains, assert_err_kind};
 
 const MODEL: &str = "scripted-model";
 const SECRET: &str = "sk-test-0123456789-secret";
@@ -114,11 +115,16 @@ fn hello() -> Vec<Message> {
     }]
 }
 
-async fn fails(client: &dyn LlmClient) -> LlmError {
-    match ask(client, &hello()).await.0 {
-        Ok(c) => panic!("expected an error, got {c:?}"),
-        Err(e) => e,
-    }
+/// Asks `client` once: it must fail with an error of `kind` saying each of `needles`.
+/// Returns the error.
+async fn fails(client: &dyn LlmClient, kind: LlmErrorKind, needles: &[&str]) -> LlmError {
+    llm_error(ask(client, &hello()).await.0, kind, needles)
+}
+
+/// `result` must be an error of `kind` saying each of `needles`; returns the error.
+#[track_caller]
+fn llm_error<T>(result: Result<T, LlmError>, kind: LlmErrorKind, needles: &[&str]) -> LlmError {
+    assert_err_kind(result, |e| e.kind, kind, needles)
 }
 
 fn only_request(server: &ScriptedLlm) -> RecordedRequest {
@@ -392,9 +398,7 @@ async fn retry_after_is_honoured(wire: Wire) {
 async fn a_retry_after_beyond_the_cap_fails_at_once(wire: Wire) {
     let server = ScriptedLlm::start(vec![Scripted::rate_limited(3600), Scripted::text("no")]);
     let client = client(wire, &server, json!({}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::RateLimited, "{e}");
-    assert!(e.message.contains("3600 s"), "{e}");
+    fails(&*client, LlmErrorKind::RateLimited, &["3600 s"]).await;
     assert_eq!(server.requests().len(), 1);
     assert_eq!(server.remaining(), 1);
 }
@@ -406,13 +410,14 @@ async fn always_503_gives_up_after_max_retries(wire: Wire) {
             .collect(),
     );
     let client = client(wire, &server, json!({"max_retries": 2}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
+    fails(
+        &*client,
+        LlmErrorKind::Server,
+        &["3 attempts", "HTTP 503", "the model is overloaded"],
+    )
+    .await;
     assert_eq!(server.requests().len(), 3);
     assert_eq!(server.remaining(), 1);
-    for want in ["3 attempts", "HTTP 503", "the model is overloaded"] {
-        assert!(e.message.contains(want), "{want:?} not in: {e}");
-    }
 }
 
 async fn a_refused_key_is_auth_and_never_shown(wire: Wire) {
@@ -430,13 +435,14 @@ async fn a_refused_key_is_auth_and_never_shown(wire: Wire) {
     let config = config_at(wire, &wire.base_url(&server), &var, json!({}));
     let env = |name: &str| (name == var).then(|| SECRET.to_string());
     let client = client_with_env(&config, &env).expect("a client");
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Auth, "{e}");
+    let e = fails(
+        &*client,
+        LlmErrorKind::Auth,
+        &[&var, "which is set", "HTTP 401"],
+    )
+    .await;
     assert!(!e.message.contains(SECRET), "the key leaked: {e}");
     assert!(!format!("{e:?}").contains(SECRET), "the key leaked: {e:?}");
-    assert!(e.message.contains(&var), "{e}");
-    assert!(e.message.contains("which is set"), "{e}");
-    assert!(e.message.contains("HTTP 401"), "{e}");
     let request = only_request(&server);
     match wire {
         Wire::OpenAi => {
@@ -456,9 +462,7 @@ async fn a_refused_key_is_auth_and_never_shown(wire: Wire) {
 async fn no_key_sends_no_key_header(wire: Wire) {
     let server = ScriptedLlm::start(vec![Scripted::error(403, "forbidden")]);
     let client = client(wire, &server, json!({}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Auth, "{e}");
-    assert!(e.message.contains("not set"), "{e}");
+    fails(&*client, LlmErrorKind::Auth, &["not set"]).await;
     let request = only_request(&server);
     assert_eq!(request.header("authorization"), None);
     assert_eq!(request.header("x-api-key"), None);
@@ -480,20 +484,24 @@ async fn an_unknown_model_is_named(wire: Wire) {
         body: body.to_string(),
     }]);
     let client = client(wire, &server, json!({}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::UnknownModel, "{e}");
-    assert!(e.message.contains(MODEL), "{e}");
-    assert!(e.message.contains(&wire.base_url(&server)), "{e}");
+    fails(
+        &*client,
+        LlmErrorKind::UnknownModel,
+        &[MODEL, &wire.base_url(&server)],
+    )
+    .await;
     assert_eq!(server.requests().len(), 1);
 }
 
 async fn a_stream_event_that_is_not_json_is_bad_response(wire: Wire) {
     let server = ScriptedLlm::start(vec![Scripted::Garbage, Scripted::text("unused")]);
     let client = client(wire, &server, json!({}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
-    assert!(e.message.contains("not JSON"), "{e}");
-    assert!(e.message.contains("this is {not JSON"), "{e}");
+    fails(
+        &*client,
+        LlmErrorKind::BadResponse,
+        &["not JSON", "this is {not JSON"],
+    )
+    .await;
     assert_eq!(server.requests().len(), 1);
     assert_eq!(server.remaining(), 1);
 }
@@ -501,10 +509,7 @@ async fn a_stream_event_that_is_not_json_is_bad_response(wire: Wire) {
 async fn an_exhausted_script_is_a_server_error(wire: Wire) {
     let server = ScriptedLlm::start(vec![]);
     let client = client(wire, &server, json!({"max_retries": 0}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
-    assert!(e.message.contains(EXHAUSTED), "{e}");
-    assert!(e.message.contains("1 attempt "), "{e}");
+    fails(&*client, LlmErrorKind::Server, &[EXHAUSTED, "1 attempt "]).await;
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -526,10 +531,12 @@ async fn a_connection_refused_is_retried_then_transport(wire: Wire) {
     );
     let client = client_with_env(&config, &|_| None).expect("a client");
     let started = Instant::now();
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Transport, "{e}");
-    assert!(e.message.contains("could not connect"), "{e}");
-    assert!(e.message.contains("2 attempts"), "{e}");
+    fails(
+        &*client,
+        LlmErrorKind::Transport,
+        &["could not connect", "2 attempts"],
+    )
+    .await;
     // One backoff (at least 500 ms) separated the two attempts.
     assert!(started.elapsed() >= Duration::from_millis(500));
 }
@@ -563,9 +570,7 @@ async fn a_silent_server_times_out(wire: Wire) {
     );
     let client = client_with_env(&config, &|_| None).expect("a client");
     let started = Instant::now();
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Timeout, "{e}");
-    assert!(e.message.contains("idle_timeout_ms"), "{e}");
+    fails(&*client, LlmErrorKind::Timeout, &["idle_timeout_ms"]).await;
     assert!(started.elapsed() >= Duration::from_millis(300));
     drop(client);
     let _ = silent.join();
@@ -620,10 +625,12 @@ async fn a_server_that_does_not_stream_is_understood(wire: Wire) {
 async fn the_request_timeout_bounds_the_whole_call() {
     let server = ScriptedLlm::start(vec![Scripted::rate_limited(5), Scripted::text("late")]);
     let client = client(Wire::OpenAi, &server, json!({"request_timeout_ms": 300}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Timeout, "{e}");
-    assert!(e.message.contains("request_timeout_ms"), "{e}");
-    assert!(e.message.contains("TOOLBOX_LLM_TIMEOUT_MS"), "{e}");
+    fails(
+        &*client,
+        LlmErrorKind::Timeout,
+        &["request_timeout_ms", "TOOLBOX_LLM_TIMEOUT_MS"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -655,13 +662,19 @@ fn config_errors_name_the_key() {
         (json!({"provider": "gemini"}), "provider"),
         (json!({"max_retries": "many"}), "max_retries"),
     ] {
-        let e = LlmConfig::from_table(Some(&table), &|_| None).expect_err(&table.to_string());
-        assert_eq!(e.kind, LlmErrorKind::Config, "{table}: {e}");
-        assert!(e.message.contains(want), "{table}: {e}");
+        llm_error(
+            LlmConfig::from_table(Some(&table), &|_| None),
+            LlmErrorKind::Config,
+            &[want],
+        );
     }
+    // A bad provider.
     let env = |name: &str| (name == "TOOLBOX_LLM_PROVIDER").then(|| "gemini".to_string());
-    let e = LlmConfig::from_table(None, &env).expect_err("a bad provider");
-    assert!(e.message.contains("TOOLBOX_LLM_PROVIDER"), "{e}");
+    llm_error(
+        LlmConfig::from_table(None, &env),
+        LlmErrorKind::Config,
+        &["TOOLBOX_LLM_PROVIDER"],
+    );
 }
 
 #[test]
@@ -669,13 +682,11 @@ fn a_client_needs_a_model() {
     for provider in ["openai", "anthropic"] {
         let config =
             LlmConfig::from_table(Some(&json!({"provider": provider})), &|_| None).expect("config");
-        let e = client_with_env(&config, &|_| None)
-            .err()
-            .expect("no client without a model");
-        assert_eq!(e.kind, LlmErrorKind::Config);
-        assert!(
-            e.message.contains("set [llm] model or TOOLBOX_LLM_MODEL"),
-            "{e}"
+        // No client without a model.
+        llm_error(
+            client_with_env(&config, &|_| None),
+            LlmErrorKind::Config,
+            &["set [llm] model or TOOLBOX_LLM_MODEL"],
         );
     }
 }
@@ -712,13 +723,14 @@ async fn a_redirect_to_another_origin_never_gets_the_key(wire: Wire) {
     let config = config_at(wire, &base, &var, json!({"max_retries": 0}));
     let env = |name: &str| (name == var).then(|| SECRET.to_string());
     let client = client_with_env(&config, &env).expect("a client");
-    let e = fails(&*client).await;
-    assert!(e.message.contains("redirected to another origin"), "{e}");
-    assert!(
-        e.message.contains(&elsewhere.addr().port().to_string()),
-        "{e}"
+    let message = assert_err_contains(
+        ask(&*client, &hello()).await.0,
+        &[
+            "redirected to another origin",
+            &elsewhere.addr().port().to_string(),
+        ],
     );
-    assert!(!e.message.contains(SECRET), "{e}");
+    assert!(!message.contains(SECRET), "{message}");
     assert!(
         elsewhere.requests().is_empty(),
         "the other origin was asked"
@@ -922,19 +934,6 @@ fn assert_no_key(e: &LlmError) {
     }
 }
 
-/// The error of `result`; a completion is reported short (its text may be a megabyte).
-fn failed(result: Result<Completion, LlmError>, why: &str) -> LlmError {
-    match result {
-        Ok(c) => panic!(
-            "{why}, yet it was a completion: {} bytes of text, tool calls {:?}, stop {:?}",
-            c.text.len(),
-            c.tool_calls,
-            c.stop_reason
-        ),
-        Err(e) => e,
-    }
-}
-
 const CAP: usize = 64 * 1024;
 
 /// Text deltas of 1 KiB, 1024 of them (about 1 MB), in a bounded loop: the client must stop
@@ -965,10 +964,12 @@ async fn a_stream_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
     });
     let client = keyed_client(wire, &server, "CAP", json!({"max_response_bytes": CAP}));
     let (result, pieces) = ask(&*client, &hello()).await;
-    let e = failed(result, "a response past the cap");
-    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
-    assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
-    assert!(e.message.contains(&CAP.to_string()), "{e}");
+    // A response past the cap is an error.
+    llm_error(
+        result,
+        LlmErrorKind::BadResponse,
+        &["[llm] max_response_bytes", &CAP.to_string()],
+    );
     // Reading stopped at the cap: the text handed over is less than the cap.
     assert!(
         pieces.concat().len() <= CAP,
@@ -1007,10 +1008,12 @@ async fn a_whole_body_past_max_response_bytes_fails_naming_the_key(wire: Wire) {
         json!({"max_response_bytes": CAP}),
     );
     let (result, pieces) = ask(&*client, &hello()).await;
-    let e = failed(result, "a body past the cap");
-    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
-    assert!(e.message.contains("[llm] max_response_bytes"), "{e}");
-    assert!(e.message.contains(&CAP.to_string()), "{e}");
+    // A body past the cap is an error.
+    llm_error(
+        result,
+        LlmErrorKind::BadResponse,
+        &["[llm] max_response_bytes", &CAP.to_string()],
+    );
     assert!(pieces.is_empty(), "{} pieces", pieces.len());
 }
 
@@ -1065,10 +1068,10 @@ async fn the_key_echoed_inside_a_200_is_redacted(wire: Wire) {
             let _ = stream.write_all(reply.as_bytes());
         });
         let client = keyed_client(wire, &server, "ECHO", json!({}));
-        let e = fails(&*client).await;
-        assert_no_key(&e);
-        assert!(e.message.contains("<redacted>"), "{what}: {e}");
-        assert_eq!(server.requests(), 1, "{what}: {e}");
+        let result = ask(&*client, &hello()).await.0;
+        let message = assert_err_contains(result.as_ref(), &["<redacted>"]);
+        assert_no_key(result.as_ref().unwrap_err());
+        assert_eq!(server.requests(), 1, "{what}: {message}");
     }
 }
 
@@ -1085,11 +1088,12 @@ async fn a_200_that_is_neither_a_stream_nor_json_is_an_error(wire: Wire) {
     });
     let client = keyed_client(wire, &server, "HTML", json!({}));
     let (result, pieces) = ask(&*client, &hello()).await;
-    let e = failed(result, "an HTML page is not an answer");
-    assert_eq!(e.kind, LlmErrorKind::BadResponse, "{e}");
-    assert!(e.message.contains("text/html; charset=utf-8"), "{e}");
-    assert!(e.message.contains("sign in"), "{e}");
-    assert!(e.message.contains("text/event-stream"), "{e}");
+    // An HTML page is not an answer.
+    let e = llm_error(
+        result,
+        LlmErrorKind::BadResponse,
+        &["text/html; charset=utf-8", "sign in", "text/event-stream"],
+    );
     for bad in ['\x1b', '\x07', '\u{202e}', '\n'] {
         assert!(
             !e.message.contains(bad),
@@ -1123,9 +1127,7 @@ async fn content_types_with_parameters_are_understood(wire: Wire) {
         let _ = stream.write_all(reply.as_bytes());
     });
     let client = keyed_client(wire, &server, "PARAMS", json!({}));
-    let e = fails(&*client).await;
-    assert_eq!(e.kind, LlmErrorKind::Server, "{e}");
-    assert!(e.message.contains("the quota is used up"), "{e}");
+    fails(&*client, LlmErrorKind::Server, &["the quota is used up"]).await;
 }
 
 /// A stream with some text and a whole tool call, cut before its finish marker.
@@ -1152,18 +1154,16 @@ async fn a_stream_cut_before_its_finish_marker_is_an_error(wire: Wire) {
     });
     let client = keyed_client(wire, &server, "CUT", json!({}));
     let (result, pieces) = ask(&*client, &hello()).await;
-    let e = failed(result, "a cut stream is not a completion");
-    assert_eq!(e.kind, LlmErrorKind::Transport, "{e}");
-    assert!(
-        e.message
-            .contains("the model's stream ended before it finished"),
-        "{e}"
-    );
     let marker = match wire {
         Wire::OpenAi => "[DONE]",
         Wire::Anthropic => "message_stop",
     };
-    assert!(e.message.contains(marker), "{e}");
+    // A cut stream is not a completion.
+    llm_error(
+        result,
+        LlmErrorKind::Transport,
+        &["the model's stream ended before it finished", marker],
+    );
     assert_eq!(pieces.concat(), "Writing it.");
     // Not retried: its text already reached the caller.
     assert_eq!(server.requests(), 1);

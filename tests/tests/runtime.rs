@@ -11,7 +11,7 @@ use serde_json::json;
 use toolbox as _;
 use toolbox_core::SessionId;
 use toolbox_executor::{
-    ApprovalDecision, ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor,
+    ApprovalDecision, ErrorKind, ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor,
 };
 use toolbox_runtime::llm::{
     ChatRequest, Completion, LlmClient, LlmError, LlmErrorKind, Message, TextSink, ToolCall,
@@ -19,6 +19,7 @@ use toolbox_runtime::llm::{
 use toolbox_runtime::{
     ApprovalAnswer, Runtime, RuntimeEvent, RuntimeOptions, StopReason, TurnError, TurnRequest,
 };
+use toolbox_tests::{assert_err_contains, assert_error};
 
 /// A model that answers from a script and remembers what it was sent.
 #[derive(Default)]
@@ -190,8 +191,17 @@ async fn approvals_through_the_runtime_and_for_the_rest_of_the_session() {
     let seen = model.messages(1);
     let denied = seen
         .iter()
-        .any(|m| matches!(m, Message::Tool { content, .. } if content.contains("denied")));
-    assert!(denied, "{seen:?}");
+        .find_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+                ..
+            } if tool_call_id == "w1" => Some(content),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for w1: {seen:?}"));
+    let envelope: serde_json::Value = serde_json::from_str(denied).unwrap();
+    assert_err_contains(&envelope, &["denied"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,7 +391,7 @@ async fn only_questions_the_runtime_asked_are_answered_through_it() {
     assert!(rt
         .executor()
         .respond_approval("mcp", "mcp-http-7", ApprovalDecision::Deny));
-    assert!(!elsewhere.await.unwrap().is_done());
+    assert_error(&elsewhere.await.unwrap(), ErrorKind::Denied, &[]);
     assert!(!dir.path().join("x.txt").exists());
 }
 
@@ -438,6 +448,5 @@ async fn a_turn_fans_out_within_its_caps() {
     let mut bad = ExecutorConfig::new(dir.path());
     bad.apply_toml("[runtime]\nmax_paralel_calls = 2\n")
         .unwrap();
-    let e = RuntimeOptions::from_config(&bad).unwrap_err().to_string();
-    assert!(e.contains("max_paralel_calls"), "{e}");
+    assert_err_contains(RuntimeOptions::from_config(&bad), &["max_paralel_calls"]);
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::Terminal;
 
 use serde_json::{json, Value};
+use toolbox_tests::assert_err_contains;
 use toolbox_tests::scripted_llm::{RecordedRequest, Scripted, ScriptedLlm};
 
 const KEY: &str = "sk-scripted-secret-4242";
@@ -68,6 +69,11 @@ fn tool_results(request: &RecordedRequest) -> Vec<String> {
         }
     }
     out
+}
+
+/// A tool result the model got: the call's envelope `{"status", "result"}`.
+fn envelope(result: &str) -> Value {
+    serde_json::from_str(result).unwrap_or_else(|e| panic!("not an envelope ({e}): {result}"))
 }
 
 /// The tool names a request offered the model, for either wire.
@@ -187,15 +193,7 @@ fn arguments_that_are_not_json_reach_the_model_as_an_error_and_the_turn_goes_on(
         assert!(text(&out.stdout).contains("sorry, fixed"));
         let results = tool_results(&llm.requests()[1]);
         assert_eq!(results.len(), 1);
-        let envelope: Value = serde_json::from_str(&results[0]).unwrap();
-        assert_eq!(envelope["status"], "error");
-        assert!(
-            envelope["result"]
-                .as_str()
-                .unwrap()
-                .contains("not valid JSON"),
-            "{envelope}"
-        );
+        assert_err_contains(&envelope(&results[0]), &["not valid JSON"]);
     }
 }
 
@@ -230,7 +228,7 @@ fn read_only_hides_writes_and_refuses_one_called_anyway() {
     );
     assert!(!offered.iter().any(|t| t == "shell"), "{offered:?}");
     let results = tool_results(&requests[1]);
-    assert!(results[0].contains("read_only"), "{results:?}");
+    assert_err_contains(&envelope(&results[0]), &["read_only"]);
 }
 
 #[test]
@@ -254,17 +252,12 @@ fn auto_mode_approval_answered_yes_and_no() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert_eq!(ws.path().join("out.txt").exists(), written, "{approve}");
         let results = tool_results(&llm.requests()[1]);
-        let envelope: Value = serde_json::from_str(&results[0]).unwrap();
-        let expected = if written { "done" } else { "error" };
-        assert_eq!(envelope["status"], expected, "{envelope}");
-        if !written {
+        let envelope = envelope(&results[0]);
+        if written {
+            assert_eq!(envelope["status"], "done", "{envelope}");
+        } else {
             // The refusal names what would allow the call.
-            let result = envelope["result"].as_str().unwrap();
-            assert!(result.contains("--approve no"), "{envelope}");
-            assert!(
-                result.contains("--approve yes or --mode full"),
-                "{envelope}"
-            );
+            assert_err_contains(&envelope, &["--approve no", "--approve yes or --mode full"]);
         }
     }
 }
@@ -370,7 +363,7 @@ fn three_risky_calls_are_asked_one_at_a_time_and_each_answer_is_its_own() {
     assert!(!ws.path().join("second.txt").exists(), "{screen}");
     assert!(ws.path().join("third.txt").exists(), "{screen}");
     let results = tool_results(&llm.requests()[1]);
-    assert!(results[1].contains("denied"), "{results:?}");
+    assert_err_contains(&envelope(&results[1]), &["denied"]);
 }
 
 /// Keys typed before a question appears are thrown away, not taken as its answer.
@@ -442,10 +435,7 @@ fn an_approval_nobody_answers_is_denied_after_the_timeout() {
     assert!(!ws.path().join("never.txt").exists(), "{screen}");
     assert!(screen.contains("the call stopped waiting"), "{screen}");
     let results = tool_results(&llm.requests()[1]);
-    assert!(
-        results[0].contains("none came within 700 ms"),
-        "{results:?}"
-    );
+    assert_err_contains(&envelope(&results[0]), &["none came within 700 ms"]);
 }
 
 fn write_agent(ws: &Path, name: &str, toolsets: &str, extra: &str) {

@@ -7,6 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use toolbox_tests::assert_err_contains;
 
 mod common;
 use common::toolbox;
@@ -40,23 +41,17 @@ fn call_prints_one_envelope_line_and_exits_by_status() {
     let (code, v, _) =
         run(toolbox(ws.path()).args(["call", "read_file", r#"{"path": "missing.txt"}"#]));
     assert_eq!(code, 1);
-    assert_eq!(v["status"], "error");
+    assert_err_contains(&v, &["missing.txt"]);
 
     let (code, v, _) = run(toolbox(ws.path()).args(["call", "no_such_tool", "{}"]));
     assert_eq!(code, 1);
-    assert_eq!(v["result"], "unknown tool: no_such_tool");
+    assert_eq!(assert_err_contains(&v, &[]), "unknown tool: no_such_tool");
 
     // Escapes through the binary.
     let (code, v, _) =
         run(toolbox(ws.path()).args(["call", "read_file", r#"{"path": "../../etc/passwd"}"#]));
     assert_eq!(code, 1);
-    assert!(
-        v["result"]
-            .as_str()
-            .unwrap()
-            .contains("outside the workspace"),
-        "{v}"
-    );
+    assert_err_contains(&v, &["outside the workspace"]);
 }
 
 #[test]
@@ -130,13 +125,7 @@ fn read_only_mode_hides_and_refuses_writes() {
         "read_only",
     ]));
     assert_eq!(code, 1);
-    assert!(
-        v["result"]
-            .as_str()
-            .unwrap()
-            .contains("not allowed in permission mode read_only"),
-        "{v}"
-    );
+    assert_err_contains(&v, &["not allowed in permission mode read_only"]);
     assert!(!ws.path().join("x.txt").exists());
 }
 
@@ -155,11 +144,12 @@ fn auto_mode_approvals_from_the_command_line() {
     ]));
     assert_eq!(code, 1);
     // The refusal says why, and which flags would allow the call.
-    let result = v["result"].as_str().unwrap();
-    assert!(result.contains("started with --approve no"), "{result}");
-    assert!(
-        result.contains("use --approve yes or --mode full"),
-        "{result}"
+    assert_err_contains(
+        &v,
+        &[
+            "started with --approve no",
+            "use --approve yes or --mode full",
+        ],
     );
     assert!(!ws.path().join("x.txt").exists());
 
@@ -194,11 +184,7 @@ fn auto_mode_approvals_from_the_command_line() {
         assert_eq!(code, 1, "{v} {err}");
         assert!(err.contains("no terminal to ask"), "{err}");
         // The result says so too, not "the user denied".
-        let result = v["result"].as_str().unwrap();
-        assert!(
-            result.contains("no terminal to ask") && result.contains("--approve yes"),
-            "{result}"
-        );
+        assert_err_contains(&v, &["no terminal to ask", "--approve yes"]);
         assert!(!ws.path().join("y.txt").exists());
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use serve_common::{assert_seq_from, request_messages, Event, Server};
+use toolbox_executor::ErrorKind;
 use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
+use toolbox_tests::{assert_err_contains, assert_json_error};
 
 fn names(schemas: &Value, pick: impl Fn(&Value) -> Option<&str>) -> BTreeSet<String> {
     schemas
@@ -420,18 +422,16 @@ fn approvals_over_http_approve_and_deny_and_a_second_turn_is_409() {
         .iter()
         .find(|e| e.kind() == "tool_call_finished")
         .unwrap();
-    assert_eq!(refused.data["status"], "error");
-    assert_eq!(refused.data["error_kind"], "denied");
+    assert_json_error(&refused.data, ErrorKind::Denied, &[]);
     assert!(!ws.path().join("never.txt").exists());
     let last_request = llm.requests().pop().unwrap();
     let denial = request_messages(&last_request)
         .into_iter()
         .rfind(|m| m["role"] == "tool")
         .unwrap();
-    assert!(
-        denial["content"].as_str().unwrap().contains("denied"),
-        "{denial}"
-    );
+    // The model got the envelope of a failed call.
+    let envelope: Value = serde_json::from_str(denial["content"].as_str().unwrap()).unwrap();
+    assert_err_contains(&envelope, &["denied"]);
 }
 
 #[test]
@@ -448,11 +448,7 @@ fn an_unanswered_approval_times_out_and_a_late_answer_is_409() {
     server.start_turn("t1", json!({"message": "go"}));
     let got = events.until("tool_call_finished");
     let finished = &got.last().unwrap().data;
-    assert_eq!(finished["error_kind"], "denied", "{finished}");
-    assert!(finished["result_preview"]
-        .as_str()
-        .unwrap()
-        .contains("none came within 300 ms"));
+    assert_json_error(finished, ErrorKind::Denied, &["none came within 300 ms"]);
     server
         .post(
             "/api/tool-approval/t1/slow1",
@@ -484,7 +480,7 @@ fn cancel_stops_a_running_turn_and_keeps_the_conversation_whole() {
         .iter()
         .find(|e| e.kind() == "tool_call_finished")
         .unwrap();
-    assert_eq!(call.data["error_kind"], "cancelled");
+    assert_json_error(&call.data, ErrorKind::Cancelled, &[]);
     assert_eq!(
         server.post("/api/sessions/k1/cancel", &json!({})).json(),
         json!({"cancelled": false})
@@ -528,8 +524,7 @@ fn one_tool_call_over_http_passes_the_same_gate() {
     let unknown = server
         .post("/api/sessions/o1/tools/no_such_tool", &json!({}))
         .json();
-    assert_eq!(unknown["status"], "error");
-    assert_eq!(unknown["error_kind"], "unknown_tool");
+    assert_json_error(&unknown, ErrorKind::UnknownTool, &["no_such_tool"]);
     // call_agent needs a turn.
     let agent = server
         .post(
@@ -537,7 +532,7 @@ fn one_tool_call_over_http_passes_the_same_gate() {
             &json!({"agent": "default", "task": "x"}),
         )
         .json();
-    assert_eq!(agent["status"], "error", "{agent}");
+    assert_json_error(&agent, ErrorKind::InvalidRequest, &["inside a turn"]);
 
     // A risky tool asks over the session's events, and the answer comes over HTTP.
     let events = server.events("o1", None);
@@ -572,8 +567,7 @@ fn one_tool_call_over_http_passes_the_same_gate() {
                 .unwrap()
                 .contains(&format!("ran-{call_id}")));
         } else {
-            assert_eq!(envelope["status"], "error", "{envelope}");
-            assert_eq!(envelope["error_kind"], "denied");
+            assert_json_error(&envelope, ErrorKind::Denied, &[]);
         }
     }
 
@@ -584,8 +578,7 @@ fn one_tool_call_over_http_passes_the_same_gate() {
             &json!({"command": "echo no"}),
         )
         .json();
-    assert_eq!(refused["status"], "error");
-    assert_eq!(refused["error_kind"], "denied");
+    assert_json_error(&refused, ErrorKind::Denied, &["read_only"]);
     let raised = {
         let req = server
             .req(
@@ -599,7 +592,7 @@ fn one_tool_call_over_http_passes_the_same_gate() {
     let asked = events.until("tool_approval_request");
     assert_eq!(asked.last().unwrap().data["call_id"], "raised");
     server.post("/api/tool-approval/o1/raised", &json!({"decision": "deny"}));
-    assert_eq!(raised.join().unwrap().json()["error_kind"], "denied");
+    assert_json_error(&raised.join().unwrap().json(), ErrorKind::Denied, &[]);
 
     // approve_for_session: this call runs, and the next shell call of the session does not
     // ask (it would wait for an answer that never comes, and the request would time out).
@@ -635,7 +628,7 @@ fn one_tool_call_over_http_passes_the_same_gate() {
         "/api/tool-approval/o2/other-1",
         &json!({"decision": "deny"}),
     );
-    assert_eq!(elsewhere.join().unwrap().json()["error_kind"], "denied");
+    assert_json_error(&elsewhere.join().unwrap().json(), ErrorKind::Denied, &[]);
 
     let trajectory = server.get("/api/sessions/o1/trajectory").json();
     let ids: Vec<&str> = trajectory["calls"]
@@ -757,17 +750,16 @@ fn a_single_call_nobody_could_answer_is_refused_at_once() {
     );
     assert_eq!(refused.status, 200, "{}", refused.text());
     let envelope = refused.json();
-    assert_eq!(envelope["status"], "error", "{envelope}");
-    assert_eq!(envelope["error_kind"], "denied", "{envelope}");
-    let why = envelope["result"].as_str().unwrap();
-    for hint in [
-        "nobody can be asked",
-        "GET /api/sessions/n1/events",
-        "POST /api/tool-approval/n1/<call_id>",
-        "--mode full",
-    ] {
-        assert!(why.contains(hint), "{hint:?} missing from: {why}");
-    }
+    assert_json_error(
+        &envelope,
+        ErrorKind::Denied,
+        &[
+            "nobody can be asked",
+            "GET /api/sessions/n1/events",
+            "POST /api/tool-approval/n1/<call_id>",
+            "--mode full",
+        ],
+    );
     // The shell's folder is the session's scratchpad.
     let made = ws.path().join(".toolbox/sessions/n1/scratchpad/made.txt");
     assert!(!made.exists(), "the call ran");

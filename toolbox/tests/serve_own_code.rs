@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use serve_common::{finished, serve_command, Event, Server};
+use toolbox_executor::ErrorKind;
+use toolbox_tests::assert_json_error;
 use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 
 /// The helper the model's code leaves behind: reads the event stream, then approves each
@@ -175,8 +177,7 @@ fn own_code_cannot_answer(token_file: bool) {
 
     let rest = events.until("turn_finished");
     let all: Vec<Event> = seen.into_iter().chain(rest).collect();
-    let sh1 = finished(&all, "sh1");
-    assert_eq!(sh1["status"], "error", "{sh1}");
+    assert_json_error(finished(&all, "sh1"), ErrorKind::Denied, &[]);
     assert!(
         !marker.exists(),
         "the command the helper tried to approve did not run"

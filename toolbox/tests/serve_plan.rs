@@ -12,7 +12,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 use serve_common::{finished, request_messages, serve_command, Event, Server};
+use toolbox_executor::ErrorKind;
 use toolbox_tests::scripted_llm::{RecordedRequest, Scripted, ScriptedLlm};
+use toolbox_tests::{assert_err_contains, assert_json_error};
 
 const FEEDBACK: &str = "Write \"hello\" in lower case, please.\nAnd keep it short.";
 
@@ -107,15 +109,10 @@ fn review_then_gate(wire: &str) {
         "Write hello.txt"
     );
     // Before the review the write was refused by the gate, without any question.
-    let w1 = finished(&seen, "w1");
-    assert_eq!(w1["status"], "error", "{w1}");
-    assert_eq!(w1["error_kind"], "denied");
-    assert!(
-        w1["result_preview"]
-            .as_str()
-            .unwrap()
-            .contains("plan__request_review"),
-        "{w1}"
+    assert_json_error(
+        finished(&seen, "w1"),
+        ErrorKind::Denied,
+        &["plan__request_review"],
     );
     assert!(!seen.iter().any(|e| e.kind() == "tool_approval_request"));
     let no = server.post(
@@ -129,11 +126,8 @@ fn review_then_gate(wire: &str) {
     let answered = seen.iter().find(|e| e.kind() == "review_answered").unwrap();
     assert_eq!(answered.data["answer"], "rejected");
     assert_eq!(answered.data["feedback"], FEEDBACK);
-    let w2 = finished(&seen, "w2");
-    assert_eq!(
-        w2["status"], "error",
-        "still refused after the rejection: {w2}"
-    );
+    // Still refused after the rejection.
+    assert_json_error(finished(&seen, "w2"), ErrorKind::Denied, &[]);
     assert!(!ws.path().join("hello.txt").exists());
     let yes = server.post("/api/tool-approval/s1/r2", &json!({"decision": "approve"}));
     assert_eq!(yes.status, 200, "{}", yes.text());
@@ -146,14 +140,10 @@ fn review_then_gate(wire: &str) {
         "hello"
     );
     // A step added: the plan is a draft again, and the gate closed.
-    let w4 = finished(&rest, "w4");
-    assert_eq!(w4["status"], "error", "{w4}");
-    assert!(
-        w4["result_preview"]
-            .as_str()
-            .unwrap()
-            .contains("plan__request_review"),
-        "{w4}"
+    assert_json_error(
+        finished(&rest, "w4"),
+        ErrorKind::Denied,
+        &["plan__request_review"],
     );
     let u1 = finished(&rest, "u1");
     assert!(
@@ -268,11 +258,7 @@ fn the_plan_survives_a_restart_and_sessions_keep_their_own() {
         "file_manager__write",
         json!({"path": "x.txt", "content": "x"}),
     );
-    assert_eq!(w["status"], "error", "{w}");
-    assert!(
-        w["result"].as_str().unwrap().contains("the plan is draft"),
-        "{w}"
-    );
+    assert_json_error(&w, ErrorKind::Denied, &["the plan is draft"]);
     let info = call_tool(&server, "a", "session__info", json!({}));
     let info: Value = serde_json::from_str(info["result"].as_str().unwrap()).unwrap();
     assert_eq!(info["plan"]["goal"], "confirmed");
@@ -425,6 +411,7 @@ fn over_slash_mcp_the_gate_holds_and_a_review_with_no_one_to_ask_stays_pending()
         Some(&session),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     );
+    // The tool result as (is_error, text).
     let call = |id: u64, tool: &str, arguments: Value| {
         let r = post(
             Some(&session),
@@ -432,11 +419,9 @@ fn over_slash_mcp_the_gate_holds_and_a_review_with_no_one_to_ask_stays_pending()
                 "params": {"name": tool, "arguments": arguments}}),
         );
         assert_eq!(r.status, 200, "{}", r.text());
-        let reply = rpc_reply(&r);
-        reply["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        let result = &rpc_reply(&r)["result"];
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        (result["isError"] == true, text.to_string())
     };
     call(1, "plan__set", json!({"steps": ["Write m.txt"]}));
     let held = call(
@@ -444,8 +429,8 @@ fn over_slash_mcp_the_gate_holds_and_a_review_with_no_one_to_ask_stays_pending()
         "file_manager__write",
         json!({"path": "m.txt", "content": "m"}),
     );
-    assert!(held.contains("plan__request_review"), "{held}");
-    let review = call(3, "plan__request_review", json!({"part": "plan"}));
+    assert_err_contains(held, &["plan__request_review"]);
+    let (_, review) = call(3, "plan__request_review", json!({"part": "plan"}));
     assert!(
         review.contains("Not reviewed: ") && review.contains("stays pending"),
         "{review}"
@@ -501,14 +486,10 @@ fn a_model_cannot_confirm_its_own_plan_over_http() {
     server.start_turn("s1", json!({"message": "go"}));
     let seen = events.until("turn_finished");
     for id in ["f1", "f2"] {
-        let f = finished(&seen, id);
-        assert_eq!(f["status"], "error", "{id}: {f}");
-        assert!(
-            f["result_preview"]
-                .as_str()
-                .unwrap()
-                .contains("toolbox's own folder"),
-            "{id}: {f}"
+        assert_json_error(
+            finished(&seen, id),
+            ErrorKind::Tool,
+            &["toolbox's own folder"],
         );
     }
     // The code's write lands (the file is the session's, and code can write it), but what it
@@ -517,9 +498,7 @@ fn a_model_cannot_confirm_its_own_plan_over_http() {
     let on_disk = std::fs::read_to_string(ws.path().join(plan)).unwrap();
     assert!(on_disk.contains("Run anything"), "{on_disk}");
     for id in ["b1", "b2"] {
-        let b = finished(&seen, id);
-        assert_eq!(b["status"], "error", "{id}: {b}");
-        assert_eq!(b["error_kind"], "denied", "{id}: {b}");
+        assert_json_error(finished(&seen, id), ErrorKind::Denied, &[]);
     }
     assert!(!seen.iter().any(|e| e.kind() == "review_request"));
     assert!(!marker.exists(), "no command ran");
