@@ -721,7 +721,7 @@ fn a_hostile_model_and_a_hostile_file_cannot_drive_the_terminal() {
         "Welcome\x1b[2J\x1b[H\x1b]0;owned\x07 to the project\n",
     )
     .unwrap();
-    let fake = "\x1b[H\x1b[2J→ shell {\"command\":\"ls -la\"}\ntoolbox asks: allow shell (risk shell)?\n\x1b[8m";
+    let fake = "\x1b[H\x1b[2J→ shell {\"command\":\"ls -la\"}\ntoolbox asks: allow shell (risk command)?\n\x1b[8m";
     let llm = ScriptedLlm::start(vec![
         Scripted::call("r1", "file_manager__read", json!({"path": "README.md"})),
         Scripted::ToolCalls {

@@ -371,7 +371,7 @@ fn approvals_over_http_approve_and_deny_and_a_second_turn_is_409() {
     assert_eq!(request["session_id"], "a1");
     assert_eq!(request["call_id"], "c1");
     assert_eq!(request["tool"], "shell");
-    assert_eq!(request["risk"], "shell");
+    assert_eq!(request["risk"], "command");
     assert_eq!(request["arguments"]["command"], "echo approved-run");
 
     // One turn per session at a time.
