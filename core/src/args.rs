@@ -7,8 +7,8 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 
 /// Untrusted tool arguments with errors that name the tool and the argument.
 ///
-/// Every accessor takes the canonical argument name and the documented aliases, e.g.
-/// `args.str("code", &["content"])`, and remembers both as known. A tool reads all its
+/// A tool reads its arguments through their declarations ([`Arg`](crate::Arg)), e.g.
+/// `CODE.str(&args)`, and every name and alias read is remembered as known. A tool reads all its
 /// arguments first, then calls [`finish`](Self::finish), which refuses any argument no
 /// accessor asked for: the names a tool accepts are exactly the names it reads, so there is
 /// no second list to keep in step. A JSON `null` counts as absent in every accessor, so a
@@ -18,33 +18,37 @@ static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new
 ///
 /// ```
 /// use serde_json::json;
-/// use toolbox_core::Args;
+/// use toolbox_core::{Arg, Args};
+///
+/// const PATH: Arg = Arg::string("path").aliases(&["file_path"]).required();
+/// const LIMIT: Arg = Arg::integer("limit", 1, None);
+/// const OFFSET: Arg = Arg::integer("offset", 0, None);
 ///
 /// let value = json!({"file_path": "notes.md", "limit": "20"});
 /// let args = Args::new("read_file", &value)?;
 /// // The alias is accepted for the canonical name; the quoted number is read as a number.
-/// assert_eq!(args.str("path", &["file_path"])?, "notes.md");
-/// assert_eq!(args.opt_u64("limit", &[])?, Some(20));
-/// assert_eq!(args.opt_u64("offset", &[])?, None);
+/// assert_eq!(PATH.str(&args)?, "notes.md");
+/// assert_eq!(LIMIT.opt_u64(&args)?, Some(20));
+/// assert_eq!(OFFSET.opt_u64(&args)?, None);
 ///
 /// // Errors name the tool and the argument, so the model knows what to fix.
 /// let value = json!({"limit": "all"});
 /// let args = Args::new("read_file", &value)?;
 /// // A missing required argument names what was given instead, so a misspelling shows.
 /// assert_eq!(
-///     args.str("path", &["file_path"]).unwrap_err().to_string(),
+///     PATH.str(&args).unwrap_err().to_string(),
 ///     "read_file requires path (also given: limit)"
 /// );
 /// assert_eq!(
-///     args.opt_u64("limit", &[]).unwrap_err().to_string(),
+///     LIMIT.opt_u64(&args).unwrap_err().to_string(),
 ///     "read_file: argument `limit` must be a non-negative integer, got a string \"all\""
 /// );
 ///
 /// // An argument nothing read is refused by `finish`, which lists the ones that were read.
 /// let value = json!({"path": "a.md", "limt": 5});
 /// let args = Args::new("read_file", &value)?;
-/// args.str("path", &["file_path"])?;
-/// args.opt_u64("limit", &[])?;
+/// PATH.str(&args)?;
+/// LIMIT.opt_u64(&args)?;
 /// assert_eq!(
 ///     args.finish().unwrap_err().to_string(),
 ///     "read_file: unknown argument `limt` (expected one of: path, file_path, limit)"
@@ -130,12 +134,6 @@ impl<'a> Args<'a> {
         )
     }
 
-    /// A required string.
-    pub fn str(&self, name: &'static str, aliases: &[&'static str]) -> Result<&'a str> {
-        self.opt_str(name, aliases)?
-            .ok_or_else(|| self.missing(name))
-    }
-
     /// `TOOL requires NAME`, naming the arguments given that nothing has read yet: when a
     /// model misspells a required argument, it sees the name it used.
     pub fn missing(&self, name: &str) -> anyhow::Error {
@@ -159,7 +157,11 @@ impl<'a> Args<'a> {
 
     /// The string argument `name` (or one of its `aliases`), if given; another type is an
     /// error naming the argument.
-    pub fn opt_str(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<&'a str>> {
+    pub(crate) fn opt_str(
+        &self,
+        name: &'static str,
+        aliases: &[&'static str],
+    ) -> Result<Option<&'a str>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((_, Value::String(s))) => Ok(Some(s)),
@@ -170,7 +172,7 @@ impl<'a> Args<'a> {
     /// An optional string where an empty or blank string also means absent: paths, ids and
     /// choices, for which `""` can only mean "not given". Clients that make every property
     /// required without allowing `null` send `""` for the ones they leave out.
-    pub fn opt_nonempty_str(
+    pub(crate) fn opt_nonempty_str(
         &self,
         name: &'static str,
         aliases: &[&'static str],
@@ -182,7 +184,11 @@ impl<'a> Args<'a> {
 
     /// The boolean argument `name` (or one of its `aliases`), if given; the strings `"true"`
     /// and `"false"` are accepted too.
-    pub fn opt_bool(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<bool>> {
+    pub(crate) fn opt_bool(
+        &self,
+        name: &'static str,
+        aliases: &[&'static str],
+    ) -> Result<Option<bool>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((_, Value::Bool(b))) => Ok(Some(*b)),
@@ -192,18 +198,12 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// Like [`Self::opt_bool`], with `default` when the argument is not given.
-    pub fn bool_or(
+    /// A non-negative integer.
+    pub(crate) fn opt_u64(
         &self,
         name: &'static str,
         aliases: &[&'static str],
-        default: bool,
-    ) -> Result<bool> {
-        Ok(self.opt_bool(name, aliases)?.unwrap_or(default))
-    }
-
-    /// A non-negative integer.
-    pub fn opt_u64(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<u64>> {
+    ) -> Result<Option<u64>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((key, value)) => {
@@ -225,7 +225,11 @@ impl<'a> Args<'a> {
     }
 
     /// A finite number (an integer, a fraction, or either quoted).
-    pub fn opt_f64(&self, name: &'static str, aliases: &[&'static str]) -> Result<Option<f64>> {
+    pub(crate) fn opt_f64(
+        &self,
+        name: &'static str,
+        aliases: &[&'static str],
+    ) -> Result<Option<f64>> {
         match self.lookup(name, aliases) {
             None => Ok(None),
             Some((key, value)) => {
@@ -242,33 +246,18 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// A non-negative integer within `min..=max`, `default` when absent.
-    pub fn u64_in(
+    /// Any JSON value but `null` (an object, an array, …), for arguments with a structure of
+    /// their own that the tool parses further (a schema, a template, a list of steps).
+    pub(crate) fn opt_value(
         &self,
         name: &'static str,
         aliases: &[&'static str],
-        default: u64,
-        min: u64,
-        max: u64,
-    ) -> Result<u64> {
-        let v = self.opt_u64(name, aliases)?.unwrap_or(default);
-        if v < min || v > max {
-            bail!(
-                "{}: argument `{name}` must be between {min} and {max}, got {v}",
-                self.tool
-            );
-        }
-        Ok(v)
-    }
-
-    /// Any JSON value but `null` (an object, an array, …), for arguments with a structure of
-    /// their own that the tool parses further (a schema, a template, a list of steps).
-    pub fn opt_value(&self, name: &'static str, aliases: &[&'static str]) -> Option<&'a Value> {
+    ) -> Option<&'a Value> {
         self.lookup(name, aliases).map(|(_, value)| value)
     }
 
     /// An array of strings; a lone string is read as a one-element array.
-    pub fn opt_str_list(
+    pub(crate) fn opt_str_list(
         &self,
         name: &'static str,
         aliases: &[&'static str],
@@ -319,17 +308,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const PATH: crate::Arg = crate::Arg::string("path")
+        .aliases(&["file_path"])
+        .required();
+
     #[test]
     fn required_string_names_tool_and_argument() {
         let v = json!({});
         let args = Args::new("file_manager__read", &v).unwrap();
-        let err = args.str("path", &["file_path"]).unwrap_err().to_string();
+        let err = PATH.str(&args).unwrap_err().to_string();
         assert_eq!(err, "file_manager__read requires path");
         // A misspelt required argument is named beside the one that is missing.
         let v = json!({"paht": "a.txt", "limit": 3});
         let args = Args::new("file_manager__read", &v).unwrap();
         args.opt_u64("limit", &[]).unwrap();
-        let err = args.str("path", &["file_path"]).unwrap_err().to_string();
+        let err = PATH.str(&args).unwrap_err().to_string();
         assert_eq!(err, "file_manager__read requires path (also given: paht)");
     }
 
@@ -337,7 +330,7 @@ mod tests {
     fn aliases_and_null_handling() {
         let v = json!({"path": null, "file_path": "a.txt"});
         let args = Args::new("t", &v).unwrap();
-        assert_eq!(args.str("path", &["file_path"]).unwrap(), "a.txt");
+        assert_eq!(PATH.str(&args).unwrap(), "a.txt");
     }
 
     #[test]
@@ -347,12 +340,24 @@ mod tests {
         assert_eq!(args.opt_str("s", &[]).unwrap(), None);
         assert_eq!(args.opt_nonempty_str("p", &[]).unwrap(), None);
         assert_eq!(args.opt_bool("b", &[]).unwrap(), None);
-        assert!(args.bool_or("b", &[], true).unwrap());
+        assert!(crate::Arg::boolean("b")
+            .default_bool(true)
+            .bool(&args)
+            .unwrap());
         assert_eq!(args.opt_u64("n", &[]).unwrap(), None);
-        assert_eq!(args.u64_in("n", &[], 7, 1, 10).unwrap(), 7);
+        assert_eq!(
+            crate::Arg::integer("n", 1, Some(10))
+                .default(7)
+                .u64(&args)
+                .unwrap(),
+            7
+        );
         assert_eq!(args.opt_f64("f", &[]).unwrap(), None);
         assert_eq!(args.opt_str_list("l", &[]).unwrap(), None);
-        assert_eq!(args.str("s", &[]).unwrap_err().to_string(), "t requires s");
+        assert_eq!(
+            crate::Arg::string("s").str(&args).unwrap_err().to_string(),
+            "t requires s"
+        );
         // A null canonical name falls through to an alias that has a value.
         let v = json!({"cwd": null, "workdir": "sub"});
         let args = Args::new("t", &v).unwrap();
@@ -443,7 +448,7 @@ mod tests {
     fn every_name_and_alias_read_is_known_whatever_was_given() {
         let v = json!({"file_path": "a", "n": null, "schema": {"type": "object"}});
         let args = Args::new("t", &v).unwrap();
-        args.str("path", &["file_path"]).unwrap();
+        PATH.str(&args).unwrap();
         assert_eq!(args.opt_u64("n", &["count"]).unwrap(), None);
         assert_eq!(
             args.opt_value("schema", &[]),
@@ -461,7 +466,10 @@ mod tests {
     fn range_checks() {
         let v = json!({"depth": 99});
         let args = Args::new("t", &v).unwrap();
-        let e = args.u64_in("depth", &[], 1, 1, 10).unwrap_err().to_string();
+        let e = crate::Arg::integer("depth", 1, Some(10))
+            .u64(&args)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("between 1 and 10, got 99"), "{e}");
     }
 }

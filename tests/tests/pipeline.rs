@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use toolbox_core::{Args, ToolInfo, ToolOutput, ToolRisk};
+use toolbox_core::{Arg, Args, ToolInfo, ToolOutput, ToolRisk};
 use toolbox_executor::trajectory::{read_trajectory, trajectory_path};
 use toolbox_executor::{
     ApprovalDecision, CallStatus, ErrorKind, ExecutorConfig, PermissionMode, Registry,
@@ -16,6 +16,10 @@ use toolbox_executor::{
 use toolbox_host::{EventSink, ToolContext, ToolEvent, ToolProvider};
 
 struct TestTools;
+
+const TEXT: Arg = Arg::string("text").aliases(&["content"]).required();
+const MS: Arg = Arg::integer("ms", 0, None).default(10);
+const N: Arg = Arg::integer("n", 0, None).default(0);
 
 #[async_trait]
 impl ToolProvider for TestTools {
@@ -58,9 +62,9 @@ impl ToolProvider for TestTools {
             "shaped" | "unshaped" => {
                 return Ok(ToolOutput::new("two rows", json!({"rows": 2})));
             }
-            "echo" => Ok(Value::String(a.str("text", &["content"])?.to_string())),
+            "echo" => Ok(Value::String(TEXT.str(&a)?.to_string())),
             "sleepy" => {
-                let ms = a.opt_u64("ms", &[])?.unwrap_or(10);
+                let ms = MS.u64(&a)?;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"slept_ms": ms})),
                     _ = ctx.cancel.cancelled() => anyhow::bail!("cancelled inside the tool"),
@@ -73,7 +77,7 @@ impl ToolProvider for TestTools {
             }
             "fail" => anyhow::bail!("fail: the disk is on fire"),
             "big" => {
-                let n = a.opt_u64("n", &[])?.unwrap_or(0) as usize;
+                let n = N.u64(&a)? as usize;
                 Ok(Value::String("é".repeat(n)))
             }
             "streamer" => {
