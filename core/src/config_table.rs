@@ -16,8 +16,8 @@
 //! handful of keys), or, when building the result is costly (HTTP clients, say), keep it in a
 //! [`ParsedCache`], which rebuilds only when the table's contents change.
 //!
-//! What an untrusted workspace may set in a table is declared separately, next to each
-//! provider's parsing, with [`workspace_config_rules!`](crate::workspace_config_rules).
+//! A provider declares its table once, as a [`Table`] of [`Key`]s: the keys it knows, each
+//! one's type and bounds, and what an untrusted workspace may set in it.
 
 use std::sync::{Arc, Mutex};
 
@@ -364,6 +364,18 @@ impl Table {
         let keys = self.keys;
         ConfigTable::checked(
             self.name,
+            value,
+            |key| keys.iter().any(|k| k.name == key),
+            || keys.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
+        )
+    }
+
+    /// Reads `value` as a table of these keys named `name`, for a nested table whose name is
+    /// known only at run time (`[lsp.servers.pylsp]`); errors name it.
+    pub fn read_as<'a>(&self, name: &'a str, value: Option<&'a Value>) -> Result<ConfigTable<'a>> {
+        let keys = self.keys;
+        ConfigTable::checked(
+            name,
             value,
             |key| keys.iter().any(|k| k.name == key),
             || keys.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),

@@ -4,8 +4,9 @@
 //! file) are trusted. The workspace's `toolbox.toml` arrives with the repository, so it is
 //! not: it may lower a limit, shorten a timeout or pick a stricter option, and nothing else.
 //! Each provider declares, next to its own config parsing, which keys of its table a
-//! workspace may set and in which direction, with [`workspace_config_rules!`](crate::workspace_config_rules). A key with no
-//! rule is refused when an untrusted workspace sets it.
+//! workspace may set and in which direction: each [`Key`](crate::config_table::Key) of its
+//! [`Table`] says so with `.workspace(rule)`, and [`register_table!`](crate::register_table)
+//! makes the table known. A key with no rule is refused when an untrusted workspace sets it.
 
 use crate::config_table::Table;
 
@@ -58,24 +59,5 @@ pub fn table_rules(table: &str) -> Option<&'static Table> {
 macro_rules! register_table {
     ($table:expr) => {
         $crate::inventory::submit! { $crate::trust::Registered($table) }
-    };
-}
-
-/// Declares which keys of a config table an untrusted workspace may set, and how.
-///
-/// ```ignore
-/// toolbox_core::workspace_config_rules!("shell", [
-///     ("default_timeout_ms", Tighten::AtMost(120_000)),
-///     ("sandbox", Tighten::Ranked { order: &["off", "workspace-write", "read-only"], default: "off" }),
-/// ]);
-/// ```
-#[macro_export]
-macro_rules! workspace_config_rules {
-    ($table:expr, [$(($key:expr, $rule:expr)),* $(,)?]) => {
-        $crate::inventory::submit! {
-            $crate::trust::Registered($crate::config_table::Table::new($table, &[$(
-                $crate::config_table::Key::other($key).workspace($rule)
-            ),*]))
-        }
     };
 }

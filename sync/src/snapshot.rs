@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde_json::Value;
-use toolbox_core::ConfigTable;
+use toolbox_core::{Key, Table};
 use toolbox_host::{Dir, EntryKind};
 
 /// What is never stored unless `[store] include` names it: folders that are rebuilt, not
@@ -77,15 +77,22 @@ fn globs(table: &str, key: &str, patterns: &[String]) -> Result<GlobSet> {
         .with_context(|| format!("[{table}] {key}: the patterns do not build"))
 }
 
+const INCLUDE: Key = Key::strings("include");
+const EXCLUDE: Key = Key::strings("exclude");
+const MAX_FILE_MB: Key = Key::integer("max_file_mb", 1, 64 * 1024);
+/// The `[store]` table: the operator's alone (not registered, so a workspace may set none of
+/// it).
+const TABLE: Table = Table::new("store", &[INCLUDE, EXCLUDE, MAX_FILE_MB]);
+
 impl StoreRules {
     /// Reads the `[store]` table: `exclude` (patterns added to [`DEFAULT_EXCLUDES`]),
     /// `include` (patterns stored even when excluded), `max_file_mb` (default 1024).
     pub fn from_table(table: Option<&Value>) -> Result<Self> {
-        let t = ConfigTable::new("store", table, &["include", "exclude", "max_file_mb"])?;
+        let t = TABLE.read_value(table)?;
         let mut exclude: Vec<String> = DEFAULT_EXCLUDES.iter().map(|s| s.to_string()).collect();
-        exclude.extend(t.string_list("exclude")?.unwrap_or_default());
-        let include = t.string_list("include")?.unwrap_or_default();
-        let max_mb = t.u64_in("max_file_mb", 1, 64 * 1024)?.unwrap_or(1024);
+        exclude.extend(EXCLUDE.string_list(&t)?.unwrap_or_default());
+        let include = INCLUDE.string_list(&t)?.unwrap_or_default();
+        let max_mb = MAX_FILE_MB.u64(&t)?.unwrap_or(1024);
         Ok(StoreRules {
             excludes: globs("store", "exclude", &exclude)?,
             has_includes: !include.is_empty(),

@@ -333,3 +333,81 @@ fn open_world_hints() {
     assert_eq!(hint("shell"), true);
     assert_eq!(hint("run_python_code"), true);
 }
+
+/// Every integer argument of every tool states its bounds in the schema (issue 40): the
+/// declaration that builds the schema is the one that checks the call, so a bound a model is
+/// told is a bound it is held to, and none lives only in prose.
+#[test]
+fn every_integer_argument_states_its_minimum_in_the_schema() {
+    let (_d, exec) = executor(PermissionMode::Full);
+    let mut missing = Vec::new();
+    let mut bounded = 0;
+    for tool in exec.registry().tools() {
+        let Some(props) = tool.info.input_schema["properties"].as_object() else {
+            continue;
+        };
+        for (name, prop) in props {
+            if prop["type"] == "integer" {
+                if prop.get("minimum").is_none() {
+                    missing.push(format!("{}.{name}", tool.info.name));
+                }
+                if prop.get("maximum").is_some() {
+                    bounded += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "integers without a minimum: {missing:?}"
+    );
+    assert!(
+        bounded > 20,
+        "only {bounded} integer arguments state a maximum"
+    );
+}
+
+/// Each registered config table is declared once: one registration per table, each key once,
+/// and a workspace rule's default inside the bounds its key declares.
+#[test]
+fn every_config_table_is_declared_once_with_rules_inside_its_bounds() {
+    use toolbox_core::config_table::KeyKind;
+    use toolbox_core::trust::{Registered, Tighten};
+    let mut tables: Vec<&str> = Vec::new();
+    for Registered(table) in toolbox_core::inventory::iter::<Registered> {
+        assert!(
+            !tables.contains(&table.name),
+            "[{}] is registered twice",
+            table.name
+        );
+        tables.push(table.name);
+        let mut keys: Vec<&str> = Vec::new();
+        for key in table.keys {
+            assert!(
+                !keys.contains(&key.name),
+                "[{}] {} twice",
+                table.name,
+                key.name
+            );
+            keys.push(key.name);
+            if let (Some(Tighten::AtMost(d) | Tighten::AtLeast(d)), KeyKind::Integer { min, max }) =
+                (key.workspace, key.kind)
+            {
+                assert!(
+                    (min..=max).contains(&d),
+                    "[{}] {}: the workspace rule's default {d} is outside {min}..={max}",
+                    table.name,
+                    key.name
+                );
+            }
+        }
+    }
+    for expected in [
+        "shell", "python", "web", "memory", "limits", "llm", "runtime", "agents",
+    ] {
+        assert!(
+            tables.contains(&expected),
+            "[{expected}] is not registered: {tables:?}"
+        );
+    }
+}

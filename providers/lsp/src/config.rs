@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Value};
 use toolbox_core::trust::Tighten;
-use toolbox_core::{ConfigTable, Key, Table};
+use toolbox_core::{Key, Table};
 
 const DEFAULT_IDLE_S: u64 = 600;
 const DEFAULT_INIT_S: u64 = 30;
@@ -94,21 +94,25 @@ const TABLE: Table = Table::new(
 toolbox_core::register_table!(TABLE);
 
 // The keys of one `[lsp.servers.<name>]` table. Its name varies with the server's, so it is
-// read with `ConfigTable::new` (a `Table` has a fixed name); a workspace may set none of it.
+// read with `Table::read_as`; a workspace may set none of it (it is not registered: the
+// whole `servers` key of `[lsp]` is the operator's).
 const COMMAND: Key = Key::strings("command");
 const EXTENSIONS: Key = Key::strings("extensions");
 const LANGUAGE_ID: Key = Key::string("language_id");
 const INITIALIZATION_OPTIONS: Key = Key::other("initialization_options");
 const SETTINGS: Key = Key::other("settings");
 const READ_PATHS: Key = Key::strings("read_paths");
-const SERVER_KEYS: &[Key] = &[
-    COMMAND,
-    EXTENSIONS,
-    LANGUAGE_ID,
-    INITIALIZATION_OPTIONS,
-    SETTINGS,
-    READ_PATHS,
-];
+const SERVER: Table = Table::new(
+    "lsp.servers.<name>",
+    &[
+        COMMAND,
+        EXTENSIONS,
+        LANGUAGE_ID,
+        INITIALIZATION_OPTIONS,
+        SETTINGS,
+        READ_PATHS,
+    ],
+);
 
 /// One language server: how to start it and what it serves.
 #[derive(Debug, Clone, PartialEq)]
@@ -302,8 +306,7 @@ fn builtin_read_paths(name: &str) -> Vec<std::path::PathBuf> {
 
 fn parse_server(name: &str, table: &Value) -> Result<ServerSpec> {
     let label = format!("lsp.servers.{name}");
-    let known: Vec<&str> = SERVER_KEYS.iter().map(|k| k.name).collect();
-    let t = ConfigTable::new(&label, Some(table), &known)?;
+    let t = SERVER.read_as(&label, Some(table))?;
     let command = COMMAND
         .string_list(&t)?
         .filter(|c| !c.is_empty() && !c[0].is_empty())
