@@ -2,20 +2,20 @@
 """The placement adapter for Kubernetes: the placement contract over agent-sandbox.
 
 One `SandboxClaim` per session (kubernetes-sigs/agent-sandbox, extensions.agents.x-k8s.io/
-v1beta1) owns the session's host: the claim takes a sandbox from the warm pool, whose pod
+v1beta1) owns the session's server: the claim takes a sandbox from the warm pool, whose pod
 runs `toolbox-k8s-boot` waiting for an assignment; this adapter hands it the session id and
-the session's host token, and the boot program turns into
+the session server's token, and the boot program turns into
 `toolbox serve --session SID --epoch next ...`. The adapter keeps no state of its own: the
 claim (and its annotations) says where a session runs, and a per-session record (a
 ConfigMap) holds a random nonce and, once parked, the last epoch. Any replica can answer
 any call, and a restart loses nothing.
 
-The host token is not stored anywhere: it is an HMAC of the session id and the record's
-nonce under a key mounted from a Secret (`--host-key-file`). So the adapter needs no API
-access to Secrets at all (RBAC cannot narrow a Role by label, and per-session names are not
-known in advance: a Role that lets it keep per-session Secrets lets it read every Secret of
-the namespace). Deleting a session's record retires its token: the next record has another
-nonce.
+The session server's token is not stored anywhere: it is an HMAC of the session id and the
+record's nonce under a key mounted from a Secret (`--host-key-file`). So the adapter needs
+no API access to Secrets at all (RBAC cannot narrow a Role by label, and per-session names
+are not known in advance: a Role that lets it keep per-session Secrets lets it read every
+Secret of the namespace). Deleting a session's record retires its token: the next record has
+another nonce.
 
 Endpoints (docs/scale-out.md, "Kubernetes"):
   POST /v1/sessions/{sid}:ensure   {} or {"stale_epoch": N}
@@ -64,7 +64,8 @@ RETRY_STARTING = 1
 
 _SID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
-# The shortest host key accepted: 32 characters of a random token (the README makes 43).
+# The shortest key for session servers' tokens accepted: 32 characters of a random token
+# (the README makes 43).
 MIN_HOST_KEY = 32
 
 
@@ -104,8 +105,8 @@ def claim_name(sid: str) -> str:
 
 
 def host_token(key: str, sid: str, nonce: str) -> str:
-    """A session's host token: HMAC-SHA256 under the adapter's key of the record's nonce and
-    the session id (NUL cannot occur in either, so the pair is unambiguous), as 43
+    """A session server's token: HMAC-SHA256 under the adapter's key of the record's nonce
+    and the session id (NUL cannot occur in either, so the pair is unambiguous), as 43
     characters of URL-safe base64."""
     message = b"toolbox host token v1\0" + nonce.encode() + b"\0" + sid.encode()
     digest = hmac.new(key.encode(), message, hashlib.sha256).digest()
@@ -244,12 +245,13 @@ class Placement:
     def _owned(self, obj: dict | None, sid: str, name: str) -> dict | None:
         if obj is not None and _annotations(obj).get(ANN_SESSION) != sid:
             # Twelve hex digits of SHA-256 make this a collision nobody will meet by
-            # chance; say so rather than hand one session's host to another.
+            # chance; say so rather than hand one session's server to another.
             raise Fail(409, f"{name} belongs to another session; refusing to share it")
         return obj
 
     def _record(self, sid: str, name: str, create: bool) -> tuple[dict | None, str | None]:
-        """The session's record and its host token (None, None when there is no record)."""
+        """The session's record and its session server token (None, None when there is no
+        record)."""
         record = self._owned(self._get(RECORDS_API, name), sid, name)
         if record is None and create:
             body = {
@@ -284,7 +286,7 @@ class Placement:
         status, obj = self.kube.request("DELETE", self.kube.path(CLAIMS_API, name))
         self.kube.expect(f"delete the claim {name}", status, obj, 200, 202, 404)
 
-    # --- the host ------------------------------------------------------------------------
+    # --- the session server --------------------------------------------------------------
 
     def host_url(self, ip: str, port: int | None = None) -> str:
         host = f"[{ip}]" if ":" in ip else ip
@@ -313,9 +315,10 @@ class Placement:
         if status is None:
             return "down", 0
         if status == 200:
-            host = body.get("host") or {}
-            epoch = host.get("epoch")
-            if host.get("session") == sid and isinstance(epoch, int) and epoch > 0:
+            # `session_server`, or `host`, its old name, from a toolbox that predates it.
+            server = body.get("session_server") or body.get("host") or {}
+            epoch = server.get("epoch")
+            if server.get("session") == sid and isinstance(epoch, int) and epoch > 0:
                 return "host", epoch
             return "other", 0
         if body.get("status") == "waiting":
@@ -386,10 +389,10 @@ class Placement:
         recorded = _epoch_of(claim)
         if state == "down" and stale_epoch is not None and recorded and \
                 stale_epoch >= recorded:
-            # This claim's host answered once at that epoch and now answers neither the
-            # router nor us: a lost node, which Kubernetes may take minutes to notice. A new
-            # claim gets a sandbox from the warm pool now; the epochs fence the old host if
-            # it was only cut off.
+            # This claim's session server answered once at that epoch and now answers
+            # neither the router nor us: a lost node, which Kubernetes may take minutes to
+            # notice. A new claim gets a sandbox from the warm pool now; the epochs fence
+            # the old session server if it was only cut off.
             self._delete_claim(name)
             raise Fail(503, f"the host of {sid} (epoch {recorded}) is unreachable; placing the "
                             "session on a new sandbox", RETRY_PLACING)
@@ -408,8 +411,9 @@ class Placement:
         if claim is not None:
             ready, ip, _ = claim_ready(claim)
             if ready and ip is not None and token:
-                # The host syncs a last time and exits; deleting the claim after this only
-                # removes an idle pod (and a SIGTERM makes a host sync too).
+                # The session server syncs a last time and exits; deleting the claim after
+                # this only removes an idle pod (and a SIGTERM makes a session server sync
+                # too).
                 self._host_call("POST", f"{self.host_url(ip)}/api/sessions/"
                                 f"{urllib.parse.quote(sid, safe='')}/park", token, {})
             epoch = _epoch_of(claim)

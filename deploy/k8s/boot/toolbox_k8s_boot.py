@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The warm pool's host program: wait for a session, then become its `toolbox serve`.
+"""The boot program of a session server's pod: wait for a session, then become its
+`toolbox serve`.
 
 A SandboxWarmPool keeps pods running before anyone knows which session they will serve, so
-a pod cannot start `toolbox serve --session SID` itself. Its host container runs this
-instead. On the host's port it answers
+a pod cannot start `toolbox serve --session SID` itself. Its `host` container runs this
+instead. On the session server's port it answers
 
   GET  /api/health   503 {"status": "waiting"}
 
@@ -13,7 +14,7 @@ the pod's other container, toolbox-k8s-gate, which alone holds the pool token an
 (docs/scale-out.md, "Kubernetes"):
 
   POST /assign       {"sid": "...", "token": "...", "env": {"AWS_...": "..."}}
-                     -> 202; it empties the workspace if asked, writes the host token into
+                     -> 202; it empties the workspace if asked, writes the session server's token into
                      a pipe and execs `toolbox serve --session SID --epoch next
                      --state-store URL --listen IP:PORT --workspace DIR --token-fd N
                      [extra args]` on the same port, with `env` (the state store's
@@ -21,19 +22,19 @@ the pod's other container, toolbox-k8s-gate, which alone holds the pool token an
                      added to its environment
 
 A second assignment of the same session is answered 202 again; one of another session is
-409. If the host exits, the container restarts into this program, waiting again.
+409. If the session server exits, the container restarts into this program, waiting again.
 
-Why a pipe: a token file and its path in argv stay readable by model code, which runs as
-the same user once the host serves (issue 37). The pipe holds one line, its write end is
-closed before the exec, and the host reads it and closes it: no file, no path, and nothing
-left to read. Why the gate: the pool token must not be where model code runs, and this
-program runs there; PID 1 (tini) would keep it in /proc/1/environ had it come as a variable.
-Why the store's credentials come this way: given to this container, they would stay in PID
-1's environment, which model code can read; toolbox serve takes them out of its own
-environment block at start and is not dumpable, so its children cannot read them.
-Why an abstract socket: only processes of the pod can reach it, and none but this program
-runs in the host container while it listens; it leaves nothing behind that model code
-could replace to break the next start, and it goes when this program execs.
+Why a pipe: a token file and its path in argv stay readable by model code, which runs as the
+same user once the session server serves (issue 37). The pipe holds one line, its write end
+is closed before the exec, and the session server reads it and closes it: no file, no path,
+and nothing left to read. Why the gate: the pool token must not be where model code runs,
+and this program runs there; PID 1 (tini) would keep it in /proc/1/environ had it come as a
+variable. Why the store's credentials come this way: given to this container, they would
+stay in PID 1's environment, which model code can read; toolbox serve takes them out of its
+own environment block at start and is not dumpable, so its children cannot read them. Why an
+abstract socket: only processes of the pod can reach it, and none but this program runs in
+the `host` container while it listens; it leaves nothing behind that model code could
+replace to break the next start, and it goes when this program execs.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ CLIENT_TIMEOUT = 10
 
 
 class Handler(BaseHTTPRequestHandler):
-    """The host's port: health says "waiting", nothing else is served."""
+    """The session server's port: health says "waiting", nothing else is served."""
 
     server_version = "toolbox-k8s-boot"
     timeout = CLIENT_TIMEOUT
@@ -194,7 +195,8 @@ def token_pipe(token: str) -> int:
 
 
 def serve_until_assigned(listen: tuple[str, int], handoff: str) -> State:
-    """Answers the host's port and the hand-off socket until the gate assigns a session."""
+    """Answers the session server's port and the hand-off socket until the gate assigns a
+    session."""
     state = State()
     server = HTTPServer(listen, Handler)
     try:

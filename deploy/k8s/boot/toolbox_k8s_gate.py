@@ -1,29 +1,30 @@
 #!/usr/bin/env python3
 """The warm pod's gate: checks assignments with the pool token, hands them to the boot program.
 
-A host pod has two containers. The host container runs toolbox-k8s-boot and then, once
-assigned, `toolbox serve` and the model code its tools run. This program runs in the other
-one, the only place the pool token is mounted:
+A session server pod has two containers. The `host` container runs toolbox-k8s-boot and
+then, once assigned, `toolbox serve` and the model code its tools run. This program runs in
+the other one, the only place the pool token is mounted:
 
   POST /assign   {"sid": "...", "token": "..."} with Authorization: Bearer <pool token>
                  -> the session, and this container's AWS_* variables as "env" (the state
                  store's settings and credentials, from the toolbox-store Secret), go to
                  the boot program's abstract Unix socket (`--handoff-socket @NAME`, in the
                  pod's network namespace), without the pool token; its answer comes back:
-                 202, 400, 409; 503 + Retry-After when no boot program waits (the host
+                 202, 400, 409; 503 + Retry-After when no boot program waits (the session server
                  serves, or is starting)
 
-It hands an assignment over only while a waiting boot program answers on the host's port
-(127.0.0.1:--host-port, GET /api/health -> 503 {"status": "waiting"}). After the exec model
-code runs in the pod and could bind the hand-off name itself; it cannot take the host's
-port from a serving host, so whatever holds the name then gets nothing.
+It hands an assignment over only while a waiting boot program answers on the session
+server's port (127.0.0.1:--host-port, GET /api/health -> 503 {"status": "waiting"}). After
+the exec model code runs in the pod and could bind the hand-off name itself; it cannot take
+the session server's port from a serving session server, so whatever holds the name then
+gets nothing.
 
-Why a second container: model code runs as the host container's user, and could read any
+Why a second container: model code runs as the `host` container's user, and could read any
 file or environment variable of that container, PID 1's included (/proc/1/environ): so no
 Secret is given to that container, neither the pool token nor the store's credentials. A
 container has its own mount and PID namespaces (the pod does not share process namespaces),
-and this one runs as another user and shares no volume with the host container, so nothing
-of the pool token is in reach of model code; and it outlives restarts of the host
+and this one runs as another user and shares no volume with the `host` container, so nothing
+of the pool token is in reach of model code; and it outlives restarts of the `host`
 container, whose boot program then waits again.
 Standard library only.
 """
@@ -130,7 +131,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, UnicodeDecodeError):
             return self._send(400, {"error": "the body is not JSON"})
         # The session's fields only (the boot program checks them); what goes into the
-        # host's environment is this container's, never the caller's.
+        # session server's environment is this container's, never the caller's.
         if not isinstance(body, dict) or not set(body) <= {"sid", "token"}:
             return self._send(400, {"error": "the body must be {\"sid\": ..., \"token\": ...}"})
         body["env"] = self.server.store_env
@@ -141,7 +142,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, answer)
 
     def _boot_waits(self) -> bool:
-        """Whether the host's port is answered by a boot program waiting for a session."""
+        """Whether the session server's port is answered by a boot program waiting for a
+        session."""
         conn = http.client.HTTPConnection("127.0.0.1", self.server.host_port,
                                           timeout=HANDOFF_TIMEOUT)
         try:

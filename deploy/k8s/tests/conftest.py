@@ -388,10 +388,10 @@ def start_adapter(fake_kube, tokens):
 
 @pytest.fixture
 def start_boot(tmp_path, tokens):
-    """Starts a warm pod's two containers on 127.0.0.1: toolbox-k8s-gate on `gate_port`
-    (the pool token's only holder) and toolbox-k8s-boot on `port` with `toolbox` (default:
-    the fake host of fake_toolbox.py). A later start on the same ports is a restart of the
-    host container: the gate keeps running, as it does in the pod. Returns the boot
+    """Starts a warm pod's two containers on 127.0.0.1: toolbox-k8s-gate on `gate_port` (the
+    pool token's only holder) and toolbox-k8s-boot on `port` with `toolbox` (default: the
+    fake session server of fake_toolbox.py). A later start on the same ports is a restart of
+    the `host` container: the gate keeps running, as it does in the pod. Returns the boot
     process; its gate is `start_boot.gates[gate_port]`."""
     procs = []
     gates: dict[int, subprocess.Popen] = {}

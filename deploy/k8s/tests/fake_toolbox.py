@@ -1,10 +1,11 @@
-"""A stand-in for `toolbox serve` in host mode, for the adapter's tests.
+"""A stand-in for `toolbox serve` in session server mode, for the adapter's tests.
 
 It takes the arguments toolbox-k8s-boot passes, claims the next epoch in a file:// store
-(one file per epoch), and answers what the adapter asks of a host: GET /api/health with the
-host token, POST /api/sessions/{sid}/park (202, then exit 0). Like `toolbox serve`, it takes
-the token from `--token-fd N` (reads the first line, then closes the descriptor) or
-`--token-file`. The real binary is exercised by test_adapter.py's end-to-end test.
+(one file per epoch), and answers what the adapter asks of a session server: GET /api/health
+with the session server token, POST /api/sessions/{sid}/park (202, then exit 0). Like
+`toolbox serve`, it takes the token from `--token-fd N` (reads the first line, then closes
+the descriptor) or `--token-file`. The real binary is exercised by test_adapter.py's
+end-to-end test.
 """
 
 import argparse

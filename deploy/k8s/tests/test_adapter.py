@@ -1,5 +1,5 @@
 """The placement adapter against a fake Kubernetes API server on 127.0.0.1, with the warm
-pod's boot program (and behind it a fake host, or the real toolbox binary) as real
+pod's boot program (and behind it a fake session server, or the real toolbox binary) as real
 processes. The test plays agent-sandbox's controller: it binds claims to "sandboxes" whose
 pod IP is 127.0.0.1."""
 
@@ -103,7 +103,8 @@ def test_ensure_places_a_session_and_is_idempotent(fake_kube, start_adapter, sta
 
     # No sandbox yet: 503 with Retry-After, one claim (valid against the vendored CRD, or
     # the fake API server would have refused it) and one record (a ConfigMap) whose nonce,
-    # with the adapter's key, gives the host token; the record does not hold the token.
+    # with the adapter's key, gives the session server's token; the record does not hold the
+    # token.
     for _ in range(2):
         status, headers, body = adapter.ensure(sid)
         assert status == 503, body
@@ -129,8 +130,8 @@ def test_ensure_places_a_session_and_is_idempotent(fake_kube, start_adapter, sta
     status, headers, body = adapter.ensure(sid)
     assert status == 503 and "Retry-After" in headers, body
 
-    # Ready, with a warm pod waiting on the pod IP: the adapter assigns it, and the host
-    # answers after it started.
+    # Ready, with a warm pod waiting on the pod IP: the adapter assigns it, and the session
+    # server answers after it started.
     boot = start_boot(port, gate)
     fake_kube.bind_claim(name, ready=True, node="node-a")
     status, headers, body = adapter.ensure(sid)
@@ -141,7 +142,7 @@ def test_ensure_places_a_session_and_is_idempotent(fake_kube, start_adapter, sta
     assert first == {"sid": sid, "url": f"http://127.0.0.1:{port}", "token": token,
                      "epoch": 1, "node": "node-a"}
 
-    # Idempotent: the same host every time, and still one claim.
+    # Idempotent: the same session server every time, and still one claim.
     for _ in range(3):
         status, _, again = adapter.ensure(sid)
         assert (status, again) == (200, first)
@@ -177,7 +178,7 @@ def test_park_deletes_the_claim_and_ensure_resumes_at_a_higher_epoch(
     status, _, body = adapter.call(f"/v1/sessions/{sid}:park", "POST", {})
     assert (status, body) == (202, {"sid": sid, "state": "parked"})
     assert fake_kube.names("sandboxclaims") == []
-    # The host was told to park (it syncs and exits 0) before the claim went.
+    # The session server was told to park (it syncs and exits 0) before the claim went.
     assert (tmp_path / "store" / sid / "parked").read_text() == "1\n"
     assert boot.wait(timeout=10) == 0
     status, _, body = adapter.call(f"/v1/sessions/{sid}")
@@ -186,7 +187,7 @@ def test_park_deletes_the_claim_and_ensure_resumes_at_a_higher_epoch(
     assert body == {"sessions": [{"sid": sid, "state": "parked", "epoch": 1, "node": ""}]}
 
     # The next ensure makes a new claim; a new warm pod resumes the session at epoch 2,
-    # with the same host token.
+    # with the same session server token.
     status, _, _ = adapter.ensure(sid)
     assert status == 503
     assert fake_kube.names("sandboxclaims") == [name]
@@ -213,11 +214,11 @@ def test_a_stale_epoch_whose_host_is_gone_gets_a_new_sandbox(
     assert placed["epoch"] == 1
 
     stop(boot)  # the node is lost: nothing answers on the pod IP any more
-    # Without the router's hint the adapter only waits: a host may be restarting.
+    # Without the router's hint the adapter only waits: a session server may be restarting.
     status, headers, body = adapter.ensure(sid)
     assert status == 503 and "Retry-After" in headers, body
     assert fake_kube.names("sandboxclaims") == [name]
-    # A hint of an older epoch than the claim's host changes nothing either.
+    # A hint of an older epoch than the claim's session server changes nothing either.
     status, _, body = adapter.ensure(sid, {"stale_epoch": 0})
     assert status == 503
     assert fake_kube.get("sandboxclaims", name)["status"]["sandbox"]["podIPs"]
@@ -275,8 +276,9 @@ def _toolbox_binary() -> str:
 
 def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, start_boot,
                                                       tmp_path, tokens):
-    """The whole path on one machine: claim, warm pod, assignment, `toolbox serve` in host
-    mode (its own health and park), then the resumed host at the next epoch."""
+    """The whole path on one machine: claim, warm pod, assignment, `toolbox serve` in
+    session server mode (its own health and park), then the resumed session server at the
+    next epoch."""
     binary = _toolbox_binary()
     assert os.access(binary, os.X_OK), (
         f"{binary} is missing: build it (cargo build -p toolbox) or set TOOLBOX_BIN")
@@ -305,8 +307,8 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
     assert status == 200 and health["host"]["session"] == sid
     status, _, _ = call(f"{placed['url']}/api/health", token="wrong-token")
     assert status == 401
-    # What model code in the pod could read: no token or path to it in the real host's
-    # command line, no file holding it, neither token in its environment.
+    # What model code in the pod could read: no token or path to it in the real session
+    # server's command line, no file holding it, neither token in its environment.
     assert_no_token_left_for_model_code(boot.pid, placed["token"], tokens["pool"][1],
                                         [str(tmp_path)])
     # The store's secret came from the gate into toolbox serve's environment, and toolbox
@@ -430,9 +432,9 @@ def test_the_role_check_of_the_fake_api_server_can_fail(start_adapter, tokens):
 
 
 def test_a_deleted_record_retires_the_sessions_token(fake_kube, start_adapter, start_boot):
-    """The host token is derived from the adapter's key and the record's nonce, so deleting
-    a session's record (a session finished for good) retires its token: the same id placed
-    again gets another one."""
+    """The session server's token is derived from the adapter's key and the record's nonce,
+    so deleting a session's record (a session finished for good) retires its token: the same
+    id placed again gets another one."""
     port, gate = free_ports(2)
     adapter = start_adapter(port, gate)
     sid = "s-retire"

@@ -17,7 +17,8 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     port, gate_port = free_ports(2)
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    # What a previous host left in the pod's workspace (a container restart): wiped.
+    # What a previous session server left in the pod's workspace (a container restart):
+    # wiped.
     (workspace / "old.txt").write_text("from the last host")
     (workspace / "sub").mkdir()
     (workspace / "sub" / "f").write_text("x")
@@ -52,7 +53,8 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     status, _, body = call(f"{gate}/assign", "POST", good, pool)
     assert (status, body) == (202, {"sid": "s1", "state": "starting"})
 
-    # The same process is now the host (the fake host asserts an empty workspace).
+    # The same process is now the session server (the fake session server asserts an empty
+    # workspace).
     status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
                              "the host after the assignment")
     assert health["host"] == {"session": "s1", "epoch": 1}
@@ -83,11 +85,11 @@ def _files_holding(root: str, needle: str) -> list[str]:
 
 def assert_no_token_left_for_model_code(pid: int, host_token: str, pool_token: str,
                                         roots: list[str]) -> list[str]:
-    """Issue 37, point 3: what model code in the pod (the same user, started by the host)
-    can read. The host's command line holds neither the token nor the path of a file that
-    holds it; no file under `roots` (the run, hand-off, workspace and store folders) holds
-    it; and neither the host token nor the pool token is in the host's environment.
-    Returns the host's argv."""
+    """Issue 37, point 3: what model code in the pod (the same user, started by the session
+    server) can read. The session server's command line holds neither the token nor the path
+    of a file that holds it; no file under `roots` (the run, hand-off, workspace and store
+    folders) holds it; and neither the session server's token nor the pool token is in the
+    session server's environment. Returns the session server's argv."""
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().decode().split("\0")
     assert host_token not in " ".join(argv), "the host token is on the command line"
@@ -112,10 +114,11 @@ def assert_no_token_left_for_model_code(pid: int, host_token: str, pool_token: s
 
 def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
         start_boot, tokens, tmp_path):
-    """The repro of issue 37, point 3: the boot passed `--token-file /run/toolbox/host-token`;
-    model code read the path in /proc/PID/cmdline and then the file, and with the token
-    answered its own approvals. Now the token goes down a pipe (`--token-fd N`) that the
-    host reads and closes; no file and no path is left."""
+    """The repro of issue 37, point 3: the boot passed
+    `--token-file /run/toolbox/host-token`; model code read the path in
+    /proc/PID/cmdline and then the file, and with the token answered its own approvals. Now
+    the token goes down a pipe (`--token-fd N`) that the session server reads and closes; no
+    file and no path is left."""
     port, gate_port = free_ports(2)
     boot = start_boot(port, gate_port)
     host_token = "host-token-" + os.urandom(12).hex()
@@ -130,8 +133,8 @@ def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
     assert status == 401
     argv = assert_no_token_left_for_model_code(boot.pid, host_token, tokens["pool"][1],
                                                [str(tmp_path)])
-    # The fake host, like toolbox, closed the descriptor after reading it (the number may
-    # have been reused since, by its listening socket, but not by a pipe).
+    # The fake session server, like toolbox, closed the descriptor after reading it (the
+    # number may have been reused since, by its listening socket, but not by a pipe).
     fd = argv[argv.index("--token-fd") + 1]
     try:
         assert not os.readlink(f"/proc/{boot.pid}/fd/{fd}").startswith("pipe:")
@@ -141,9 +144,9 @@ def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
 
 def test_a_restarted_host_container_is_assigned_again_through_the_same_gate(
         start_boot, tokens, tmp_path):
-    """The gate outlives the host container: when the host exits, the container restarts
-    into the boot program, and the next assignment still needs (and gets) the pool token,
-    which the host container never held."""
+    """The gate outlives the `host` container: when the session server exits, the container
+    restarts into the boot program, and the next assignment still needs (and gets) the pool
+    token, which the `host` container never held."""
     port, gate_port = free_ports(2)
     pool = tokens["pool"][1]
     gate = f"http://127.0.0.1:{gate_port}"
@@ -183,12 +186,12 @@ def test_bad_arguments_are_named(tmp_path):
 def _health(url, token):
     try:
         return call(f"{url}/api/health", token=token, timeout=2)
-    except OSError as e:  # between the exec and the host's bind
+    except OSError as e:  # between the exec and the session server's bind
         return (None, None, str(e))
 
 
 def test_the_store_credentials_reach_toolbox_serve_from_the_gate_only(start_boot, tokens):
-    """The host container is given no store credentials (PID 1 would keep them readable in
+    """The `host` container is given no store credentials (PID 1 would keep them readable in
     /proc/1/environ): the gate passes its AWS_* variables with the assignment, and the boot
     program adds them to toolbox serve's environment at the exec."""
     port, gate_port = free_ports(2)

@@ -50,8 +50,8 @@ def unix_post(name: str, body: bytes) -> tuple[int, dict]:
 
 
 class Waiting:
-    """What answers on the host's port: a waiting boot program (503 {"status": "waiting"})
-    or, with `serving`, a host (401 without its token)."""
+    """What answers on the session server's port: a waiting boot program (503 {"status":
+    "waiting"}) or, with `serving`, a session server (401 without its token)."""
 
     def __init__(self, port: int, serving: bool = False):
         import json
@@ -145,7 +145,7 @@ def test_the_gate_wants_the_pool_token_and_passes_nothing_else_on(tokens):
         head, _, payload = sent.partition(b"\r\n\r\n")
         assert json.loads(payload) == {"sid": "s1", "token": "host-token-abcdefghijklmnop",
                                        "env": STORE_ENV}
-        # A caller cannot choose what goes into the host's environment.
+        # A caller cannot choose what goes into the session server's environment.
         status, _, answer = call(f"{url}/assign", "POST", body | {"env": {"AWS_X": "y"}},
                                  tokens["pool"][1])
         assert status == 400, answer
@@ -207,8 +207,9 @@ def test_the_gate_reads_the_pool_token_again_for_each_assignment(tmp_path):
 def test_the_gate_hands_nothing_over_while_a_host_serves(tokens):
     """Once the boot program has exec'd, model code could bind the hand-off name itself and
     wait for an assignment (the session's token). The gate hands one over only while a
-    waiting boot program answers on the host's loopback port, which model code cannot take
-    from a serving host; so even an assignment with the pool token reaches nothing."""
+    waiting boot program answers on the session server's loopback port, which model code
+    cannot take from a serving session server; so even an assignment with the pool token
+    reaches nothing."""
     port, host_port = free_ports(2)
     handoff = handoff_name(port)
     impostor = FakeBoot(handoff)  # model code, bound to the name after the exec
@@ -221,7 +222,7 @@ def test_the_gate_hands_nothing_over_while_a_host_serves(tokens):
         assert status == 503, answer
         assert "not waiting" in answer["error"]
         assert impostor.received == []
-        host.close()  # nothing on the host's port at all: the same
+        host.close()  # nothing on the session server's port at all: the same
         status, _, answer = call(f"http://127.0.0.1:{port}/assign", "POST",
                                  {"sid": "s1", "token": "host-token-abcdefghijklmnop"},
                                  tokens["pool"][1])

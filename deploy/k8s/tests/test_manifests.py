@@ -152,7 +152,7 @@ def test_the_host_pod_runs_the_boot_program_toward_toolbox_serve():
     env = {e["name"]: e.get("value") for e in host["env"]}
     assert env["TOOLBOX_STATE_STORE"].startswith("s3://")
     assert "--wipe-workspace" in args
-    # No file for the host token: it goes down a pipe (issue 37).
+    # No file for the session server's token: it goes down a pipe (issue 37).
     assert "--run-dir" not in args and "--token-file" not in args
     listen_port = int(_flag(args, "--listen").rsplit(":", 1)[1])
     assert [p["containerPort"] for p in host["ports"]] == [listen_port]
@@ -160,8 +160,8 @@ def test_the_host_pod_runs_the_boot_program_toward_toolbox_serve():
     gate_port = int(_flag(gate["args"], "--listen").rsplit(":", 1)[1])
     assert [p["containerPort"] for p in gate["ports"]] == [gate_port]
     assert gate["readinessProbe"]["tcpSocket"]["port"] == gate_port
-    # The network policy lets the router and the adapter reach the host's port, and the
-    # adapter alone the gate's.
+    # The network policy lets the router and the adapter reach the session server's port,
+    # and the adapter alone the gate's.
     host_rule, gate_rule = spec["networkPolicy"]["ingress"]
     (peer,) = host_rule["from"]
     (expr,) = peer["podSelector"]["matchExpressions"]
@@ -272,14 +272,14 @@ def _secret_names_of(container: dict, volumes: dict) -> set[str]:
 
 
 def test_model_code_cannot_reach_the_pool_token():
-    """Issue 37: the pool token was mounted in the host container, where model code runs
+    """Issue 37: the pool token was mounted in the `host` container, where model code runs
     after the boot program execs toolbox serve. With it, code in one session's pod could
     assign any waiting warm pod (to a session and a token of its choosing). An environment
     variable dropped at the exec would not do: PID 1 (tini) keeps the container's
     environment, and /proc/1/environ is readable by the same user. So the token lives in a
     second container of the pod, the gate (its own mount and PID namespaces, another user,
     no volume in common), which checks assignments and hands them to the boot program over
-    an abstract socket; the gate outlives restarts of the host container."""
+    an abstract socket; the gate outlives restarts of the `host` container."""
     spec = _one("SandboxTemplate", "toolbox-host")["spec"]["podTemplate"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     containers = {c["name"]: c for c in spec["containers"]}
@@ -293,13 +293,13 @@ def test_model_code_cannot_reach_the_pool_token():
     pool_dir = os.path.dirname(_flag(gate["args"], "--pool-token-file"))
     gate_mounts = {m["mountPath"]: m["name"] for m in gate["volumeMounts"]}
     assert volumes[gate_mounts[pool_dir]]["secret"]["secretName"] == "toolbox-pool-token"
-    # The gate shares no volume with the host container: the hand-off is an abstract
+    # The gate shares no volume with the `host` container: the hand-off is an abstract
     # socket (the pod's network namespace; no file model code could read or replace).
     host_mounts = {m["mountPath"]: m["name"] for m in host["volumeMounts"]}
     assert not set(gate_mounts.values()) & set(host_mounts.values())
     handoff = _flag(host["args"], "--handoff-socket")
     assert handoff.startswith("@") and handoff == _flag(gate["args"], "--handoff-socket")
-    # The gate hands over only while a waiting boot program holds the host's port.
+    # The gate hands over only while a waiting boot program holds the session server's port.
     assert _flag(gate["args"], "--host-port") == _flag(host["args"], "--listen").rsplit(":", 1)[1]
     # Another user than model code's, so nothing of the gate is model code's to touch.
     assert gate["securityContext"]["runAsUser"] != spec["securityContext"]["runAsUser"]
@@ -308,7 +308,7 @@ def test_model_code_cannot_reach_the_pool_token():
 
 
 def test_no_secret_reaches_the_host_container():
-    """The general rule behind the pool token's move: the host container, where model code
+    """The general rule behind the pool token's move: the `host` container, where model code
     runs, mounts and is given no Secret at all. The store's credentials were in its
     environment (envFrom toolbox-store), so PID 1 (tini) kept them in /proc/1/environ for
     model code to read: every session's state in the bucket. The gate passes them with the

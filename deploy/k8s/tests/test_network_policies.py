@@ -1,7 +1,8 @@
-"""Who may talk to whom, asked of the manifests' NetworkPolicies (and the host template's
-managed policy) with tests/netpol.py: clients reach the router, the router the adapter and
-the hosts, the adapter the API server and the hosts' ports; hosts reach neither the router
-nor the adapter, and none of the special-purpose address ranges."""
+"""Who may talk to whom, asked of the manifests' NetworkPolicies (and the session server
+template's managed policy) with tests/netpol.py: clients reach the router, the router the
+adapter and the session servers, the adapter the API server and the session servers' ports;
+session servers reach neither the router nor the adapter, and none of the special-purpose
+address ranges."""
 
 from __future__ import annotations
 
@@ -93,21 +94,22 @@ def test_the_router_and_the_adapter_have_network_policies():
     (CLIENT, HOST, HOST_PORT, False),
     (CLIENT, HOST, GATE_PORT, False),
     (STRAY, ADAPTER, ADAPTER_PORT, False),
-    # The router reaches the adapter and the hosts' API, not their gate.
+    # The router reaches the adapter and the session servers' API, not their gate.
     (ROUTER, ADAPTER, ADAPTER_PORT, True),
     (ROUTER, HOST, HOST_PORT, True),
     (ROUTER, HOST, GATE_PORT, False),
     (ROUTER, API_SERVER, 443, False),
     (ROUTER, PUBLIC, 443, False),
     (ROUTER, ROUTER, ROUTER_PORT, False),
-    # The adapter reaches the API server and the hosts (health, park, and the gate).
+    # The adapter reaches the API server and the session servers (health, park, and the
+    # gate).
     (ADAPTER, API_SERVER, 443, True),
     (ADAPTER, API_SERVER, 6443, True),
     (ADAPTER, HOST, HOST_PORT, True),
     (ADAPTER, HOST, GATE_PORT, True),
     (ADAPTER, ROUTER, ROUTER_PORT, False),
     (ADAPTER, PUBLIC, 80, False),
-    # Hosts never reach the router, the adapter, each other or the API server.
+    # Session servers never reach the router, the adapter, each other or the API server.
     (HOST, ROUTER, ROUTER_PORT, False),
     (HOST, ADAPTER, ADAPTER_PORT, False),
     (HOST, ADAPTER, 443, False),
@@ -132,8 +134,9 @@ def test_dns_is_open_to_each_part():
 
 @pytest.mark.parametrize("cidr", SPECIAL_V4 + SPECIAL_V6)
 def test_hosts_reach_no_special_purpose_range(cidr):
-    """Beyond DNS (port 53, which cluster DNS needs wherever it runs), a host reaches no
-    address of any special-purpose range on any port the policy names, nor on others."""
+    """Beyond DNS (port 53, which cluster DNS needs wherever it runs), a session server
+    reaches no address of any special-purpose range on any port the policy names, nor on
+    others."""
     policies = _policies()
     for ip in _samples(cidr):
         for port in (80, 443, 8080, 22):

@@ -1,5 +1,5 @@
-"""Fixtures for the Ray suite: the simulated cluster of ``toolbox_ray.testing`` with the real
-toolbox binary as the hosts.
+"""Fixtures for the Ray suite: the simulated cluster of ``toolbox_ray.testing`` with the
+real toolbox binary as the session servers.
 
 ``TOOLBOX_BIN`` names the toolbox binary [default: target/debug/toolbox of this checkout].
 The router cases need a binary with ``toolbox router``: ``TOOLBOX_ROUTER_BIN`` [default: the
@@ -70,8 +70,8 @@ def router_bin() -> str:
 
 @pytest.fixture
 def sim_cluster() -> Iterator[Any]:
-    """A factory: ``sim_cluster(slots=…, nodes=…, system_config=…, **config)``; shut down, and
-    checked for orphaned hosts, after the test."""
+    """A factory: ``sim_cluster(slots=…, nodes=…, system_config=…, **config)``; shut down,
+    and checked for orphaned session servers, after the test."""
     binary = toolbox_bin()
     made: list[SimCluster] = []
     tmp = tempfile.mkdtemp(prefix="toolbox-ray-test-")
@@ -84,7 +84,7 @@ def sim_cluster() -> Iterator[Any]:
     yield make
     for c in made:
         c.shutdown()
-    # No host outlives its actor: the parent-death signal ends every one.
+    # No session server outlives its actor: the parent-death signal ends every one.
     deadline = time.monotonic() + 30
     left = host_pids(tmp)
     while left and time.monotonic() < deadline:

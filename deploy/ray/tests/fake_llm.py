@@ -1,5 +1,6 @@
-"""A scripted model on 127.0.0.1 speaking OpenAI Chat Completions (streamed), so a host can run
-a real turn: the script maps a request's messages to a reply (text, or one tool call)."""
+"""A scripted model on 127.0.0.1 speaking OpenAI Chat Completions (streamed), so a session
+server can run a real turn: the script maps a request's messages to a reply (text, or one
+tool call)."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ class FakeLlm:
         return f"http://{host}:{port}/v1"
 
     def env(self) -> dict[str, str]:
-        """The host environment that points a toolbox at this model."""
+        """The session server environment that points a toolbox at this model."""
         return {
             "TOOLBOX_LLM_PROVIDER": "openai",
             "TOOLBOX_LLM_BASE_URL": self.base_url,

@@ -1,13 +1,14 @@
 """Issue 37, point 7, as the attack ran: model code in one session goes through Ray to the
 other sessions' tokens. On a simulated cluster (one head, one node, 127.0.0.1) with the real
-toolbox binary as the hosts:
+toolbox binary as the session servers:
 
 - a plain Ray driver, as model code would start one, calls every method of every toolbox
-  actor and reads Ray's key-value store: no host token and no placement token anywhere;
-  the hosts' and actors' command lines and environments hold only the token's digest;
-- a shell command run in a host (through its API, with its token, as the router sends it)
-  reaches neither the GCS's TCP port nor a raylet's Unix socket, finds no Ray folder to
-  look in, and sees no other session's folder.
+  actor and reads Ray's key-value store: no session server token and no placement token
+  anywhere; the session servers' and actors' command lines and environments hold only the
+  token's digest;
+- a shell command run in a session server (through its API, with its token, as the router
+  sends it) reaches neither the GCS's TCP port nor a raylet's Unix socket, finds no Ray
+  folder to look in, and sees no other session's folder.
 """
 
 from __future__ import annotations
@@ -104,11 +105,11 @@ def test_a_ray_client_gets_no_token_and_hosts_hold_only_its_digest(sim_cluster, 
     assert request("POST", f"{c.url}/v1/sessions/victim:ensure", {}).status == 401
     assert request("POST", f"{c.url}/v1/sessions/victim:ensure", {}, token="wrong-token-0123456789").status == 401
     victim, attacker = c.ensured("victim"), c.ensured("attacker")
-    # Each token opens its own host, and only it.
+    # Each token opens its own session server, and only it.
     for me, other in ((victim, attacker), (attacker, victim)):
         assert request("GET", f"{me['url']}/api/sessions", token=me["token"]).status == 200
         assert request("GET", f"{me['url']}/api/sessions", token=other["token"]).status == 401
-    # Idempotent: every replica derives the same token for the same host.
+    # Idempotent: every replica derives the same token for the same session server.
     assert c.ensured("victim")["token"] == victim["token"]
     hidden = {"victim's token": victim["token"], "attacker's token": attacker["token"], "placement token": PLACEMENT_TOKEN}
 
@@ -127,21 +128,23 @@ def test_a_ray_client_gets_no_token_and_hosts_hold_only_its_digest(sim_cluster, 
     sessions = {name: got for name, got in seen["actors"].items() if name.startswith("toolbox:session:")}
     assert set(sessions) == {"toolbox:session:victim", "toolbox:session:attacker"}, seen["actors"].keys()
     for name, got in sessions.items():
-        # The driver did reach the actors: it got their hosts' addresses and nonces.
+        # The driver did reach the actors: it got their session servers' addresses and
+        # nonces.
         assert got["info"]["url"] and len(got["info"]["nonce"]) == 32, got
         assert "token" not in got["info"] and got["info_offer"]["nonce"] == got["info"]["nonce"], got
     assert sum(len(v) for v in seen["kv"].values() if isinstance(v, dict)) > 0, "the driver read no key-value store"
     for what, secret in hidden.items():
         assert secret not in dump, f"a Ray client read the {what}"
 
-    # What sits on the node: the hosts' and the actors' command lines and environments.
+    # What sits on the node: the session servers' and the actors' command lines and
+    # environments.
     for info, name in ((victim, "victim"), (attacker, "attacker")):
         got = sessions[f"toolbox:session:{name}"]["info"]
         host, actor = proc_text(got["pid"]), proc_text(got["actor_pid"])
         for what, secret in hidden.items():
             assert secret not in host, f"{name}'s host holds the {what}"
             assert secret not in actor, f"{name}'s actor holds the {what}"
-        # The host checks bearer tokens against the digest, the only form it has.
+        # The session server checks bearer tokens against the digest, the only form it has.
         assert f"--token-sha256 {hashlib.sha256(info['token'].encode()).hexdigest()}" in host
     replicas = serve_replica_pids()
     assert replicas, "no adapter replica found"
@@ -210,7 +213,7 @@ def test_a_shell_in_a_host_reaches_neither_rays_ports_nor_its_sockets(sim_cluste
     temp_dir = head.get_temp_dir_path()
     sockets = sorted({n.raylet_socket_name for n in [head, *c.workers]} | {n.plasma_store_socket_name for n in [head, *c.workers]})
     pid = raylet_pid(temp_dir)
-    # The control: from outside a host, every one of them answers.
+    # The control: from outside a session server, every one of them answers.
     socket.create_connection((gcs_host, int(gcs_port)), timeout=5).close()
     for path in sockets:
         s = socket.socket(socket.AF_UNIX)
@@ -241,7 +244,7 @@ def test_a_shell_in_a_host_reaches_neither_rays_ports_nor_its_sockets(sim_cluste
     assert seen["work_root"] == ["prober"], seen  # not the neighbour's folder
     assert seen["ray_init"] != "joined", seen
     # The same probe as Python code: `--sandbox` runs it on the isolated worker, in the same
-    # sandbox (no socket but AF_UNIX), inside the host's namespace.
+    # sandbox (no socket but AF_UNIX), inside the session server's namespace.
     argv = ["probe", gcs_host, gcs_port, temp_dir, c.work_root, str(pid), *sockets]
     r = request(
         "POST",

@@ -1,6 +1,7 @@
 """The placement adapter on a simulated cluster (head + 3 nodes on 127.0.0.1, health checks
-at 500 ms x 3), driven over HTTP, with the real toolbox binary as the hosts: spread,
-idempotent ``:ensure``, a node killed mid-turn, no free slot, park and idle park, drain."""
+at 500 ms x 3), driven over HTTP, with the real toolbox binary as the session servers:
+spread, idempotent ``:ensure``, a node killed mid-turn, no free slot, park and idle park,
+drain."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def test_thirty_sessions_spread_over_the_nodes_and_ensure_is_idempotent(sim_clus
     )
     assert set(spread) == {n.node_id for n in c.workers}, spread
     assert min(spread.values()) >= 5, f"SPREAD left a node nearly empty: {spread}"
-    # Idempotent: every later call answers the same host, and nothing claimed a second epoch.
+    # Idempotent: every later call answers the same session server, and nothing claimed a
+    # second epoch.
     for sid in sids:
         again = c.ensured(sid)
         assert (again["url"], again["token"], again["epoch"]) == (
@@ -76,7 +78,8 @@ def test_thirty_sessions_spread_over_the_nodes_and_ensure_is_idempotent(sim_clus
     listing = request("GET", f"{c.url}/v1/sessions").json()["sessions"]
     assert [s["sid"] for s in listing] == sids
     assert {s["state"] for s in listing} == {"running"}
-    # Racing ensures of one new session (the create race): one actor, one host, one epoch.
+    # Racing ensures of one new session (the create race): one actor, one session server,
+    # one epoch.
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         raced = list(pool.map(lambda _: c.ensured("raced"), range(6)))
     assert len({(r["url"], r["epoch"]) for r in raced}) == 1, raced
@@ -108,7 +111,7 @@ def test_a_node_killed_mid_turn_moves_the_session_to_a_new_epoch(sim_cluster):
     assert len(old_pids) == 1
     killed_at = time.monotonic()
     c.kill_node(old["node"])
-    # The old host dies with its node: nothing orphaned.
+    # The old session server dies with its node: nothing orphaned.
     wait_until("the old host to end", lambda: old_pids[0] not in host_pids(c.work_root))
 
     def moved():
@@ -140,7 +143,7 @@ def test_a_node_killed_mid_turn_moves_the_session_to_a_new_epoch(sim_cluster):
     assert "8123" in json.dumps(found), found
     messages = request("GET", f"{new['url']}/api/sessions/{sid}/messages", token=new["token"]).json()["messages"]
     assert messages[-1]["role"] == "tool" and "interrupted" in messages[-1]["content"], messages[-1]
-    # The old host's token does not open the new host.
+    # The old session server's token does not open the new session server.
     assert request("GET", f"{new['url']}/api/sessions", token=old["token"]).status == 401
     assert len(host_pids(c.work_root)) == 1
     llm.close()
@@ -189,7 +192,8 @@ def test_park_and_idle_park_free_the_slot_and_resume_at_the_next_epoch(sim_clust
     assert request("POST", f"{c.url}/v1/sessions/ok:ensure", {"other": 1}).status == 400
     assert request("POST", f"{c.url}/v1/sessions/nobody:park", {}).status == 404
     assert request("GET", f"{c.url}/v1/sessions/nobody").status == 404
-    # Park by hand: the host syncs and exits, the slot is free, :ensure resumes it.
+    # Park by hand: the session server syncs and exits, the slot is free, :ensure resumes
+    # it.
     a = c.ensured("parked-by-hand")
     call(a, "file_manager__write", {"path": "a.txt", "content": "kept"})
     r = request("POST", f"{c.url}/v1/sessions/parked-by-hand:park", {})

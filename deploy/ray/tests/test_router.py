@@ -1,6 +1,6 @@
 """``toolbox router`` in front of the Ray placement adapter on a simulated cluster: requests
-land on the current epoch's host, a node killed mid-turn seen by an SSE client with
-Last-Event-ID, no free slot then a new node, and an MCP client across a move.
+land on the current epoch's session server, a node killed mid-turn seen by an SSE client
+with Last-Event-ID, no free slot then a new node, and an MCP client across a move.
 
 These need a binary with ``toolbox router`` (``TOOLBOX_ROUTER_BIN``); they skip without one.
 """
@@ -60,7 +60,7 @@ def test_five_hundred_requests_land_on_the_host_of_the_current_epoch(routed):
     c, router = routed(slots=4)
     sid = "counted"
     tool(router, sid, "file_manager__write", {"path": "a.txt", "content": "one"})
-    # Park it: the router's cached host is gone, the next request finds epoch 2.
+    # Park it: the router's cached session server is gone, the next request finds epoch 2.
     assert request("POST", f"{c.url}/v1/sessions/{sid}:park", {}).status == 202
     wait_until("the parked host to exit", lambda: not host_pids(c.work_root))
     for _ in range(500):
@@ -68,7 +68,8 @@ def test_five_hundred_requests_land_on_the_host_of_the_current_epoch(routed):
     current = c.ensured(sid)
     assert current["epoch"] == 2, current
     trajectory = request("GET", f"{current['url']}/api/sessions/{sid}/trajectory", token=current["token"]).json()
-    # The write (restored from epoch 1) and the 500 reads, every one on epoch 2's host.
+    # The write (restored from epoch 1) and the 500 reads, every one on epoch 2's session
+    # server.
     assert trajectory["total"] == 501, trajectory["total"]
     assert len(host_pids(c.work_root)) == 1
 
@@ -104,7 +105,7 @@ def test_a_node_killed_mid_turn_through_the_router_with_last_event_id(routed):
         try:
             return Sse(f"{router}/api/sessions/{sid}/events", token=TOKEN, last_event_id=seen)
         except AssertionError:
-            time.sleep(0.3)  # 503 while the session waits for its new host
+            time.sleep(0.3)  # 503 while the session waits for its new session server
             return None
 
     replay = wait_until("the events through the router after the move", reconnect)
@@ -126,7 +127,7 @@ def test_a_node_killed_mid_turn_through_the_router_with_last_event_id(routed):
 
 
 def workspace_of(sid: str) -> str:
-    """The folder of the session's current host (every node is this machine)."""
+    """The folder of the session's current session server (every node is this machine)."""
     import ray
 
     actor = ray.get_actor(f"toolbox:session:{sid}", namespace="toolbox")
@@ -197,7 +198,8 @@ def test_an_mcp_client_through_the_router_continues_or_reinitialises_across_a_mo
                     old = c.ensured(sid)
                     await asyncio.sleep(1.0)  # a sync has it (every 300 ms, and after each call)
                     await asyncio.to_thread(c.kill_node, old["node"])
-                    # Its host dies with the node's processes (within a moment of the kill).
+                    # Its session server dies with the node's processes (within a moment of
+                    # the kill).
                     await asyncio.to_thread(
                         wait_until, "the old host to die with its node", lambda: not host_pids(c.work_root)
                     )
@@ -215,7 +217,7 @@ def test_an_mcp_client_through_the_router_continues_or_reinitialises_across_a_mo
         except Exception as e:  # noqa: BLE001
             out.setdefault("closing", f"{type(e).__name__}: {e}")
         if "same_session" not in out:
-            # Re-initialise: a new MCP session on the new host.
+            # Re-initialise: a new MCP session on the new session server.
             deadline = time.monotonic() + LIMIT
             while time.monotonic() < deadline and "new_session" not in out:
                 try:
@@ -233,8 +235,8 @@ def test_an_mcp_client_through_the_router_continues_or_reinitialises_across_a_mo
     print(f"\nMCP across a move: {out}")
     assert "before the move" in (out.get("same_session") or out.get("new_session") or ""), out
     if "same_session" not in out:
-        # Cleanly: the new host does not know the old MCP session (404), which the SDK
-        # reports as terminated; a new session then works.
+        # Cleanly: the new session server does not know the old MCP session (404), which the
+        # SDK reports as terminated; a new session then works.
         assert "terminated" in out.get("old_session", "").lower(), out
     assert c.ensured(sid)["epoch"] == 2
     assert len(host_pids(c.work_root)) == 1
@@ -274,9 +276,9 @@ def test_a_graceful_drain_through_the_router_loses_no_call(routed):
                     acked.append(i)
                     break
                 if (r.status == 200 and r.json().get("error_kind") == "cancelled") or r.status == 502:
-                    # The park ended it mid-call (cancelled, or the host went away under the
-                    # router: 502): its write may have happened and the client cannot tell,
-                    # so it sends it again (a write is idempotent).
+                    # The park ended it mid-call (cancelled, or the session server went away
+                    # under the router: 502): its write may have happened and the client
+                    # cannot tell, so it sends it again (a write is idempotent).
                     cancelled.append(i)
                     continue
                 if r.status != 503:

@@ -1,7 +1,8 @@
-"""What keeps host tokens in the adapter and model code off Ray, without a cluster (well
-under a second): the adapter's refusal to listen beyond loopback without a placement token,
-host tokens derived from a key only the adapter holds, a host started with the token's
-digest alone, and the mount namespace that hides Ray's folder and the other sessions."""
+"""What keeps session server tokens in the adapter and model code off Ray, without a cluster
+(well under a second): the adapter's refusal to listen beyond loopback without a placement
+token, session server tokens derived from a key only the adapter holds, a session server
+started with the token's digest alone, and the mount namespace that hides Ray's folder and
+the other sessions."""
 
 from __future__ import annotations
 
@@ -88,9 +89,10 @@ def test_host_tokens_come_from_the_adapters_key_and_the_hosts_nonce():
     assert len(token) == 64 and int(token, 16) >= 0
     # Every replica (the same secret) derives the same token; a restart changes nothing.
     assert HostKeys(TOKEN.encode()).token("s1", nonce) == token
-    # Another host (nonce), another session, another adapter secret: another token.
+    # Another session server (nonce), another session, another adapter secret: another
+    # token.
     assert len({token, keys.token("s1", other), keys.token("s2", nonce), HostKeys(b"x" * 16).token("s1", nonce)}) == 4
-    # The host gets the digest: what it checks a bearer token against.
+    # The session server gets the digest: what it checks a bearer token against.
     assert keys.digest("s1", nonce) == hashlib.sha256(token.encode()).hexdigest()
     # A session id cannot smuggle in another session's nonce.
     assert keys.token("s1\0" + "2" * 16, "3" * 32) != keys.token("s1", "2" * 16 + "3" * 16)
@@ -208,7 +210,8 @@ def test_an_isolated_host_sees_neither_rays_folder_nor_other_sessions(tmp_path):
         "write_work": "OSError",
         "write_ray": "OSError",
     }, seen
-    # What the host wrote in its own folder is on the node's disk; nothing else changed.
+    # What the session server wrote in its own folder is on the node's disk; nothing else
+    # changed.
     assert (work / "mine" / "epoch-1" / "b.txt").read_text() == "written"
     assert sorted(os.listdir(ray_dir)) == ["ray_current_cluster", "session_1"]
     assert sorted(os.listdir(work)) == ["mine", "theirs"]

@@ -1,5 +1,5 @@
-"""Placement of toolbox session hosts on Ray: one named, detached ``SessionHost`` actor per
-session, and the placement contract (docs/scale-out.md) as a Ray Serve application."""
+"""Placement of toolbox session servers on Ray: one named, detached ``SessionHost`` actor
+per session, and the placement contract (docs/scale-out.md) as a Ray Serve application."""
 
 from .config import ACTOR_PREFIX, NAMESPACE, SLOT, Config, ConfigError, actor_name, parse_sid
 

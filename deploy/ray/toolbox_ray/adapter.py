@@ -3,7 +3,8 @@
 - ``POST /v1/sessions/{sid}:ensure`` gets the session's actor by name or creates it; Ray's
   name uniqueness makes this the directory, and a lost create race is a get. 503 with
   ``Retry-After`` when no ``toolbox_slot`` is free within ``place_timeout_s``.
-- ``POST /v1/sessions/{sid}:park``: the host syncs a last time and exits, the actor ends.
+- ``POST /v1/sessions/{sid}:park``: the session server syncs a last time and exits, the
+  actor ends.
 - ``GET /v1/sessions/{sid}``, ``GET /v1/sessions``: running, placing or parked.
 - ``POST /v1/nodes/{node_id}:drain`` (beyond the contract): Ray stops placing on the node,
   and every session on it is parked, to be resumed elsewhere by its next ``:ensure``.
@@ -13,9 +14,9 @@ which could start a second live copy of a session. Every replica here asks Ray f
 named actor instead, so replicas hold no state and any number of them agree.
 
 Host tokens never leave the adapter's replicas. Ray has no caller authentication, so
-whatever an actor holds or answers, any Ray client can read: a host's actor knows only a
-nonce and the SHA-256 of the token, which the replica derives from the nonce with a key of
-its own (:class:`HostKeys`) and hands to the router alone. The key comes from the
+whatever an actor holds or answers, any Ray client can read: a session server's actor knows
+only a nonce and the SHA-256 of the token, which the replica derives from the nonce with a
+key of its own (:class:`HostKeys`) and hands to the router alone. The key comes from the
 placement token's file, read on the replica's node, or from a key file the replicas make in
 their node's Ray session dir; neither travels through Ray.
 """
@@ -70,16 +71,16 @@ def actor_options(sid: str) -> dict[str, Any]:
         "num_cpus": 0,
         "resources": {SLOT: 1},
         "scheduling_strategy": "SPREAD",
-        # Threads: info() and park() answer while the host starts or syncs.
+        # Threads: info() and park() answer while the session server starts or syncs.
         "max_concurrency": 8,
     }
 
 
 class HostKeys:
     """Host tokens: ``HMAC-SHA256(key, sid + NUL + nonce)`` in hex, where the nonce is the
-    host's own (its actor made it) and the key is this adapter's. Deterministic, so every
-    replica, before and after a restart, answers the same token for the same host; and a
-    new nonce (a new host) makes a new token."""
+    session server's own (its actor made it) and the key is this adapter's. Deterministic,
+    so every replica, before and after a restart, answers the same token for the same
+    session server; and a new nonce (a new session server) makes a new token."""
 
     _LABEL = b"toolbox-ray host tokens v1"
 
@@ -96,13 +97,14 @@ class HostKeys:
         raise TypeError("HostKeys holds the adapter's key, which never leaves its process")
 
     def token(self, sid: str, nonce: str) -> str:
-        """The bearer token of session `sid`'s host with `nonce`."""
+        """The bearer token of session `sid`'s session server with `nonce`."""
         if not NONCE.fullmatch(nonce):
             raise ValueError(f"not a host nonce: {nonce!r}")
         return hmac.new(self._key, f"{sid}\0{nonce}".encode(), hashlib.sha256).hexdigest()
 
     def digest(self, sid: str, nonce: str) -> str:
-        """What the host is started with (``--token-sha256``): the token's SHA-256 in hex."""
+        """What the session server is started with (``--token-sha256``): the token's SHA-256
+        in hex."""
         return hashlib.sha256(self.token(sid, nonce).encode()).hexdigest()
 
 
@@ -219,8 +221,9 @@ class Placement:
             except RayActorError:
                 await asyncio.sleep(0.05)
                 continue
-            # A running host answers at once; an actor without one answers the nonce of its
-            # next host, whose token's digest (and only that) goes back to start it.
+            # A running session server answers at once; an actor without one answers the
+            # nonce of its next session server, whose token's digest (and only that) goes
+            # back to start it.
             offer = None
             try:
                 for _ in range(3):
@@ -402,8 +405,8 @@ class PlacementAdapter:
 
 
 def check_listen(config: Config, host: str) -> None:
-    """An adapter reachable beyond loopback hands out host tokens to whoever asks: it needs a
-    placement token, and the file must be readable here."""
+    """An adapter reachable beyond loopback hands out session server tokens to whoever asks:
+    it needs a placement token, and the file must be readable here."""
     if config.placement_token_file is None:
         if not is_loopback(host):
             raise ConfigError(

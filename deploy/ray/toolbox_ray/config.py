@@ -182,7 +182,8 @@ class Config:
 
     @property
     def sandbox_arg(self) -> list[str]:
-        """``--sandbox workspace-write`` when hosts are isolated and host_args picks no sandbox."""
+        """``--sandbox workspace-write`` when session servers are isolated and host_args
+        picks no sandbox."""
         if not self.isolate_hosts or any(a.split("=")[0] == "--sandbox" for a in self.host_args):
             return []
         return ["--sandbox", "workspace-write"]

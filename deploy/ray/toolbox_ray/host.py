@@ -2,25 +2,27 @@
 
 The actor is the session's lease. Ray keeps at most one live actor per name, restarts it on
 another node when its node dies (``max_restarts=-1``), and never retries a call on it
-(``max_task_retries=0``). Each incarnation starts a new host at a higher epoch on an empty
-folder; the host restores the session from the state store, and the store's epochs fence
-any older host that is somehow still running.
+(``max_task_retries=0``). Each incarnation starts a new session server at a higher epoch on
+an empty folder; the session server restores the session from the state store, and the
+store's epochs fence any older session server that is somehow still running.
 
-The host is a child of a thread of this actor that lives exactly as long as the host, with
-``PR_SET_PDEATHSIG`` set to SIGKILL: when the actor's process dies for any reason (its node
-lost, ``ray.kill``) the host dies with it, as a machine's death would end it. Graceful ends
-(park, idle) go through :meth:`SessionHost.park`, which lets the host sync a last time.
+The session server is a child of a thread of this actor that lives exactly as long as the
+session server, with ``PR_SET_PDEATHSIG`` set to SIGKILL: when the actor's process dies for
+any reason (its node lost, ``ray.kill``) the session server dies with it, as a machine's
+death would end it. Graceful ends (park, idle) go through :meth:`SessionHost.park`, which
+lets the session server sync a last time.
 
-No token crosses Ray. The actor makes a random nonce for each host and starts it only when
-the adapter, which alone holds the key, answers that nonce with the SHA-256 digest of the
-token it derives from it (``--token-sha256``): the host, this actor and every Ray caller
-see the digest and the nonce, never the token. So the actor watches its host without its
-API: the session's event file and the workspace's files say whether it is busy or idle,
-and a park is SIGTERM (the host lets calls in flight finish, syncs and exits 0).
+No token crosses Ray. The actor makes a random nonce for each session server and starts it
+only when the adapter, which alone holds the key, answers that nonce with the SHA-256 digest
+of the token it derives from it (``--token-sha256``): the session server, this actor and
+every Ray caller see the digest and the nonce, never the token. So the actor watches its
+session server without its API: the session's event file and the workspace's files say
+whether it is busy or idle, and a park is SIGTERM (the session server lets calls in flight
+finish, syncs and exits 0).
 
-With ``isolate_hosts`` the host starts in a mount namespace of its own in which Ray's temp
-dir (its Unix sockets, ``ray_current_cluster``, its logs) and the other sessions' folders
-under ``work_root`` are empty read-only folders, and its shell commands run under
+With ``isolate_hosts`` the session server starts in a mount namespace of its own in which
+Ray's temp dir (its Unix sockets, ``ray_current_cluster``, its logs) and the other sessions'
+folders under ``work_root`` are empty read-only folders, and its shell commands run under
 ``--sandbox workspace-write``, which refuses every socket but AF_UNIX and any look into
 other processes' ``/proc``: a command can reach neither Ray's TCP ports nor its sockets.
 """
@@ -104,9 +106,10 @@ def ray_dirs() -> list[str]:
 
 
 class Isolation:
-    """What a host's mount namespace hides, prepared before the fork so that the child only
-    makes system calls: ``covers`` become empty read-only folders, and ``keep`` (the
-    session's own folder under work_root) stays itself inside the covered ``work_root``."""
+    """What a session server's mount namespace hides, prepared before the fork so that the
+    child only makes system calls: ``covers`` become empty read-only folders, and ``keep``
+    (the session's own folder under work_root) stays itself inside the covered
+    ``work_root``."""
 
     def __init__(self, covers: list[str], work_root: str, keep: str) -> None:
         self.covers = [os.fsencode(c) for c in covers]
@@ -118,7 +121,8 @@ class Isolation:
 
     def enter(self) -> None:
         """In the child, before exec. Any failure ends the child (exit 126) saying why on
-        stderr, which the actor reports: a host is never started unisolated by accident."""
+        stderr, which the actor reports: a session server is never started unisolated by
+        accident."""
         libc = _c()
 
         def fail(what: str, err: int | None = None) -> None:
@@ -205,7 +209,7 @@ def _supports_epoch_next(binary: str) -> bool:
 
 
 def host_command(cfg: Config, sid: str, epoch_arg: str, ws: str, listen_ip: str, digest: str) -> list[str]:
-    """The host's command line: the token's digest, never the token."""
+    """The session server's command line: the token's digest, never the token."""
     return [
         cfg.toolbox_bin,
         "serve",
@@ -227,8 +231,8 @@ def host_command(cfg: Config, sid: str, epoch_arg: str, ws: str, listen_ip: str,
 
 
 def host_env(cfg: Config) -> dict[str, str]:
-    """The host's environment: the actor's without ``TOOLBOX_*`` and ``RAY_*`` (Ray's own
-    settings say where the cluster is), plus the operator's ``host_env``."""
+    """The session server's environment: the actor's without ``TOOLBOX_*`` and ``RAY_*``
+    (Ray's own settings say where the cluster is), plus the operator's ``host_env``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLBOX_", "RAY_"))}
     env.update(dict(cfg.host_env))
     return env
@@ -306,8 +310,8 @@ class _Child:
         self.listening.set()
 
     def stop(self, grace: float) -> None:
-        """SIGTERM to the host (it lets calls in flight finish, syncs a last time and exits
-        0), then SIGKILL to its whole process group after `grace` seconds."""
+        """SIGTERM to the session server (it lets calls in flight finish, syncs a last time
+        and exits 0), then SIGKILL to its whole process group after `grace` seconds."""
         if self.proc is None or self.ended.is_set():
             return
         try:
@@ -380,15 +384,17 @@ class SessionHost:
         self.parking = False
         self._starting = threading.Lock()
         self._crashes: list[float] = []
-        # The host starts at the first info() that brings its token's digest (see info).
+        # The session server starts at the first info() that brings its token's digest (see
+        # info).
 
-    # -- the host's life ----------------------------------------------------------------
+    # -- the session server's life -------------------------------------------------------
 
     def _workspace(self, epoch_hint: str) -> str:
         root = os.path.join(self.cfg.work_root, self.sid)
         os.makedirs(root, exist_ok=True)
-        # Folders of earlier hosts of this session on this node: their hosts are gone (the
-        # name gives one live actor per session), so nothing else uses them.
+        # Folders of earlier session servers of this session on this node: their session
+        # servers are gone (the name gives one live actor per session), so nothing else uses
+        # them.
         for old in os.listdir(root):
             shutil.rmtree(os.path.join(root, old), ignore_errors=True)
         return tempfile.mkdtemp(prefix=f"epoch-{epoch_hint}-", dir=root)
@@ -400,8 +406,8 @@ class SessionHost:
         return str(_epoch_listing(folder, self.sid) + 1)
 
     def _isolation(self) -> Isolation | None:
-        """What this host's mount namespace hides; raises ValueError naming a folder that
-        isolation would hide from the host itself."""
+        """What this session server's mount namespace hides; raises ValueError naming a
+        folder that isolation would hide from the session server itself."""
         if not self.cfg.isolate_hosts:
             return None
         covers = ray_dirs()
@@ -430,7 +436,8 @@ class SessionHost:
         return child
 
     def _start(self, digest: str) -> bool:
-        """Starts a host at the next epoch; an epoch claimed meanwhile is tried again (3 times)."""
+        """Starts a session server at the next epoch; an epoch claimed meanwhile is tried
+        again (3 times)."""
         try:
             isolation = self._isolation()
         except ValueError as e:
@@ -453,7 +460,7 @@ class SessionHost:
     def _fingerprint(self, child: _Child) -> tuple[Any, ...] | None:
         """What changes when the session does something; None while it is busy (a turn
         open, a question waiting). Read from its files, as the actor has no token for its
-        host's API."""
+        session server's API."""
         events = os.path.join(child.ws, ".toolbox", "sessions", self.sid, "events.jsonl")
         busy, size, mtime = busy_in_events(events)
         if busy:
@@ -474,7 +481,8 @@ class SessionHost:
         return (size, mtime, newest)
 
     def _watch(self, child: _Child) -> None:
-        """Until the host ends: park it when idle; when it crashes, make way for a new one."""
+        """Until the session server ends: park it when idle; when it crashes, make way for a
+        new one."""
         last, since = None, time.monotonic()
         while True:
             if child.ended.wait(self.cfg.idle_check_s):
@@ -491,8 +499,8 @@ class SessionHost:
                 if len(self._crashes) > 3:
                     # Crashing in a loop here: let Ray restart the actor (elsewhere, maybe).
                     os._exit(1)
-                # The next host gets a new nonce, so a new token; the next :ensure (the
-                # router's, with stale_epoch) brings its digest and starts it.
+                # The next session server gets a new nonce, so a new token; the next :ensure
+                # (the router's, with stale_epoch) brings its digest and starts it.
                 self.error = f"the host exited with {code}: " + "\n".join(list(child.lines)[-5:])
                 with self._starting:
                     if self.child is child:
@@ -528,20 +536,20 @@ class SessionHost:
         return self.node
 
     def info(self, stale_epoch: int | None = None, offer: dict[str, str] | None = None) -> dict[str, Any]:
-        """The host's address, epoch, node and nonce once it listens (bounded by
+        """The session server's address, epoch, node and nonce once it listens (bounded by
         ``start_timeout_s``); never a token.
 
-        While no host runs, the answer is ``{"need": nonce}``: the caller (the adapter)
-        derives the host's token from the nonce and calls again with ``offer={"nonce",
-        "digest"}``, the token's SHA-256, which starts the host. With `stale_epoch` (a
-        router could not reach that epoch's host), a host of that epoch that is gone is
-        replaced first."""
+        While no session server runs, the answer is ``{"need": nonce}``: the caller (the
+        adapter) derives the session server's token from the nonce and calls again with
+        ``offer={"nonce", "digest"}``, the token's SHA-256, which starts the session server.
+        With `stale_epoch` (a router could not reach that epoch's session server), a session
+        server of that epoch that is gone is replaced first."""
         deadline = time.monotonic() + self.cfg.start_timeout_s + 10
         if self.parking:
             return {"error": "parking", "parking": True}
         child = self.child
         if child is not None and stale_epoch is not None and child.epoch is not None and child.epoch <= stale_epoch:
-            # Give the watcher a moment to see a crash; a live host stays.
+            # Give the watcher a moment to see a crash; a live session server stays.
             child.ended.wait(1.0)
             while child.ended.is_set() and self.child is child and not self.parking and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -574,15 +582,16 @@ class SessionHost:
         }
 
     def status(self) -> dict[str, Any]:
-        """Without waiting: running (a host listens), or placing (none yet, or it starts)."""
+        """Without waiting: running (a session server listens), or placing (none yet, or it
+        starts)."""
         child = self.child
         if child is None or child.url is None:
             return {"state": "placing", "epoch": None}
         return {"state": "running", "epoch": child.epoch}
 
     def park(self) -> dict[str, Any]:
-        """Asks the host to sync a last time and exit (SIGTERM), then kills it if it did not
-        within ``park_timeout_s``."""
+        """Asks the session server to sync a last time and exit (SIGTERM), then kills it if
+        it did not within ``park_timeout_s``."""
         self.parking = True
         # A start under way finishes first (bounded by start_timeout_s).
         with self._starting:
@@ -594,7 +603,7 @@ class SessionHost:
         return {"exit": child.exit_code, "epoch": child.epoch, "node": self.node}
 
     def recent_stderr(self) -> list[str]:
-        """The host's last lines on stderr (for diagnosis)."""
+        """The session server's last lines on stderr (for diagnosis)."""
         child = self.child
         return list(child.lines) if child else ([self.error] if self.error else [])
 
