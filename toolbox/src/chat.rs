@@ -89,11 +89,13 @@ pub(crate) fn new_session_id(
 /// or `TOOLBOX_LOG`): not the warnings that chat says in its own words from the turn's
 /// events, which are a failed model request's retries (the request's end is one sentence,
 /// see [`readable_error`]) and a repaired conversation (an `error` event `warning: …`).
+/// They are told apart by the module that logs them: the LLM transport's request loop
+/// (which retries) and the turn.
 pub(crate) fn logged(event: &tracing::Metadata<'_>) -> bool {
     !(*event.level() == tracing::Level::WARN
         && matches!(
             event.module_path(),
-            Some("toolbox_runtime::llm::retry" | "toolbox_runtime::turn")
+            Some("toolbox_runtime::llm::transport" | "toolbox_runtime::turn")
         ))
 }
 

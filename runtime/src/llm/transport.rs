@@ -380,6 +380,8 @@ impl Transport {
                 ));
             }
             let wait = retry_after.unwrap_or_else(|| backoff(attempts - 1));
+            // `toolbox chat` leaves this out at its default log level by this module's path
+            // (its `logged`): it says the request's end in a sentence of its own.
             tracing::warn!(
                 "LLM request failed ({}); retrying in {} ms ({attempts} of {} attempts made)",
                 self.scrub(&what),
