@@ -328,7 +328,7 @@ fn os_calls_stay_in_host() {
     // (file, why it may): keep this list short, and shrink it.
     const ALLOWED: &[(&str, &str)] = &[
         (
-            "providers/python/src/embedded.rs",
+            "providers/python/src/backend/embedded.rs",
             "the embedded interpreter is CPython's C API (pyo3), and its thread's wake-ups \
              (an eventfd, poll, pthread_kill with SIGUSR2) are that interpreter's",
         ),

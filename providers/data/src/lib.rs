@@ -23,12 +23,10 @@ mod data_agent;
 mod fast;
 pub mod format;
 mod inspect;
-mod parallel;
 mod progress;
 pub mod records;
 pub mod source;
 mod stats;
-mod template;
 mod validate;
 mod write;
 

@@ -29,9 +29,9 @@
 //! - `run.rs` (`run_python_code`), `install.rs` (`kernel_install`), `lookup.rs`
 //!   (`registry_lookup`): the tools. `render.rs` turns a run's result into the text a model
 //!   reads.
-//! - `backend.rs`: the `Backend` trait the three backends implement, with the typed request
+//! - `backend/mod.rs`: the `Backend` trait the three backends implement, with the typed request
 //!   (`RunRequest`) and result (`RunResult`) that pass between them and `run.rs`.
-//! - `embedded.rs`, `isolated.rs`, `jupyter/` (`kernel.rs`, `lifecycle.rs`, `execute.rs`,
+//! - under `backend/`: `embedded.rs`, `isolated.rs`, `jupyter/` (`kernel.rs`, `lifecycle.rs`, `execute.rs`,
 //!   `render.rs`, `process.rs`, `spec.rs`, `wire.rs`): the backends.
 //! - `sessions.rs`: every session's state, for all backends, in one structure; `evict.rs`:
 //!   the rule by which idle sessions give it back.
@@ -42,15 +42,11 @@
 #![deny(missing_docs)]
 
 mod backend;
-#[cfg(test)]
-mod backend_tests;
+pub use backend::{embedded, isolated, jupyter};
 mod common;
 mod config;
-pub mod embedded;
 pub mod evict;
 mod install;
-pub mod isolated;
-pub mod jupyter;
 mod lookup;
 mod pyvalue;
 mod render;

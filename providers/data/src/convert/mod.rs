@@ -1,6 +1,9 @@
 //! `data__convert`: any input format to CSV, TSV, JSON, JSONL or Parquet, with `select`,
 //! `rename`, `dedupe_by`, `limit` and a `template`, written atomically.
 
+mod parallel;
+mod template;
+
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
@@ -17,13 +20,13 @@ use crate::csvtypes::{ColType, Typing};
 use crate::format::{Compression, Format, OUTPUT_NAMES};
 use crate::progress::Progress;
 use crate::records::{self, BadKind, CsvRow, Flow, Item, JsonlLine};
-use crate::template::Template;
 use crate::write::{Out, RejectKind, Sink};
-use crate::{fast, parallel, source};
+use crate::{fast, source};
 use crate::{
     format_prop, infer_types_prop, on_error_arg, on_error_prop, read_opts, reply, sheet_prop,
     types_prop, InputLimits, OnError, TOOLSET,
 };
+use template::Template;
 
 /// The tool's name.
 pub const NAME: &str = "data__convert";

@@ -25,6 +25,13 @@ use toolbox_host::ToolContext;
 use crate::config::PythonConfig;
 use crate::evict::SessionLimits;
 
+/// `run_python_code` on the embedded and isolated backends, through the provider.
+#[cfg(test)]
+mod backend_tests;
+pub mod embedded;
+pub mod isolated;
+pub mod jupyter;
+
 /// One of the places Python code runs.
 pub(crate) trait Backend {
     /// Whether a run of the session `key` must carry the session's [`Folders`]. The

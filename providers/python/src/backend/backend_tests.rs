@@ -723,7 +723,7 @@ async fn embedded_interpreter_is_the_build_interpreter() {
 
 /// A minimal pure-Python wheel, written by hand (no setuptools, no network); shared with
 /// the jupyter tests of tests/tests/python_jupyter.rs.
-const WHEEL_BUILDER: &str = include_str!("../tests/make_wheel.py");
+const WHEEL_BUILDER: &str = include_str!("../../tests/make_wheel.py");
 
 pub(crate) fn build_wheel(dir: &std::path::Path, name: &str) {
     let status = std::process::Command::new(BUILD_PYTHON_EXECUTABLE)
