@@ -1,7 +1,7 @@
 """Ray placement figures on a simulated cluster (head + 3 nodes on 127.0.0.1), through the real
-toolbox binary: the time to place a new session, memory per placed session (host + actor),
-and failover time from a node kill to the first answered call, with health checks tightened
-to 500 ms x 3 and with Ray's defaults (3 s x 5). Prints figures, not verdicts.
+toolbox binary: the time to place a new session, memory per placed session (session server +
+actor), and failover time from a node kill to the first answered call, with health checks
+tightened to 500 ms x 3 and with Ray's defaults (3 s x 5). Prints figures, not verdicts.
 
     deploy/ray's venv/bin/python bench/ray_failover.py [--bin target/debug/toolbox] [--trials 3]
 """
@@ -44,9 +44,9 @@ def write(info: dict, path: str, content: str) -> None:
 
 
 def failover(c: SimCluster, sid: str) -> tuple[float, float, float, float]:
-    """Kills the node of `sid`; seconds until a call on its new host is answered, until the
-    restarted actor began, until its host listened (wall clock, one machine), and until
-    Ray's GCS marked the node dead."""
+    """Kills the node of `sid`; seconds until a call on its new session server is answered,
+    until the restarted actor began, until its session server listened (wall clock, one
+    machine), and until Ray's GCS marked the node dead."""
     import ray
 
     info = c.ensured(sid)
@@ -124,14 +124,15 @@ def run(binary: str, trials: int, system_config: dict | None, label: str, placin
                 pids = (detail["pid"], detail["actor_pid"])
                 rss.append([kib(p, "Rss") for p in pids])
                 pss.append([kib(p, "Pss") for p in pids])
-            host_rss = statistics.median(r[0] for r in rss) / 1024
+            server_rss = statistics.median(r[0] for r in rss) / 1024
             actor_rss = statistics.median(r[1] for r in rss) / 1024
-            host_pss = statistics.median(p[0] for p in pss) / 1024
+            server_pss = statistics.median(p[0] for p in pss) / 1024
             actor_pss = statistics.median(p[1] for p in pss) / 1024
             print(
-                f"memory per placed session (median of 10, after one call): host RSS {host_rss:.0f} MiB "
-                f"(PSS {host_pss:.0f}), actor RSS {actor_rss:.0f} MiB (PSS {actor_pss:.0f}); "
-                f"together RSS {host_rss + actor_rss:.0f} MiB, PSS {host_pss + actor_pss:.0f} MiB"
+                f"memory per placed session (median of 10, after one call): session server RSS "
+                f"{server_rss:.0f} MiB (PSS {server_pss:.0f}), actor RSS {actor_rss:.0f} MiB "
+                f"(PSS {actor_pss:.0f}); "
+                f"together RSS {server_rss + actor_rss:.0f} MiB, PSS {server_pss + actor_pss:.0f} MiB"
             )
         times = []
         for k in range(trials):
@@ -139,18 +140,18 @@ def run(binary: str, trials: int, system_config: dict | None, label: str, placin
             times.append(failover(c, sid))
             c.workers.append(c.add_node())
         print(
-            f"failover, {label}: node kill to the first answered call on the new host: "
+            f"failover, {label}: node kill to the first answered call on the new session server: "
             + ", ".join(f"{t[0]:.2f}" for t in times)
             + f" s (median {statistics.median(t[0] for t in times):.2f} s); "
             + "of which, to the restarted actor's start: "
             + ", ".join(f"{t[1]:.2f}" for t in times)
-            + " s; to its host listening: "
+            + " s; to its session server listening: "
             + ", ".join(f"{t[2]:.2f}" for t in times)
             + " s; to the node marked dead (seen within 50 ms): "
             + ", ".join(f"{t[3]:.2f}" for t in times)
             + " s"
         )
-        wait_until("hosts", lambda: host_pids(c.work_root), limit=5)
+        wait_until("session servers", lambda: host_pids(c.work_root), limit=5)
     finally:
         c.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)

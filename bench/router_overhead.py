@@ -2,15 +2,16 @@
 
 Usage: python3 router_overhead.py TOOLBOX_BINARY [CALLS]
 
-Starts a small placement adapter (this file: it starts `toolbox serve --session` hosts as
-local processes, as the test's fake adapter does), `toolbox router` in front of it, then:
+Starts a small placement adapter (this file: it starts `toolbox serve --session` session
+servers as local processes, as the test's fake adapter does), `toolbox router` in front of
+it, then:
 
 - overhead: CALLS trivial tool calls (`file_manager__read` of a 6-byte file), direct to the
-  session's host and through the router, interleaved one for one, each side on its own
+  session's server and through the router, interleaved one for one, each side on its own
   keep-alive connection; p50 and p99 of each, and of the difference;
 - placing: the first call through the router for each of several new sessions (the adapter
-  starts a host and waits for its listening line; the router then sends the call);
-- memory: the RSS of one idle host (and of the router).
+  starts a session server and waits for its listening line; the router then sends the call);
+- memory: the RSS of one idle session server (and of the router).
 
 Prints figures, not verdicts.
 """
@@ -65,12 +66,12 @@ def spawn(args, cwd, env):
 class Adapter:
     def __init__(self):
         self.lock = threading.Lock()
-        self.hosts = {}  # sid -> dict(proc, url, token, epoch, node)
+        self.servers = {}  # sid -> dict(proc, url, token, epoch, node)
         self.nodes = 0
 
     def ensure(self, sid, stale):
         with self.lock:
-            h = self.hosts.get(sid)
+            h = self.servers.get(sid)
             if h and h["proc"].poll() is None and stale != h["epoch"]:
                 return h
             epoch = (h["epoch"] if h else 0) + 1
@@ -78,7 +79,7 @@ class Adapter:
             node = f"node-{self.nodes}"
         ws = os.path.join(TOP, node)
         os.makedirs(ws, exist_ok=True)
-        token = "host-" + secrets.token_hex(16)
+        token = "server-" + secrets.token_hex(16)
         env = clean_env()
         env["TOOLBOX_SERVE_TOKEN"] = token
         proc, addr = spawn(["serve", "--listen", "127.0.0.1:0", "--mode", "full", "--session", sid,
@@ -86,11 +87,11 @@ class Adapter:
         h = {"proc": proc, "url": f"http://{addr}", "token": token, "epoch": epoch, "node": node,
              "ws": ws, "addr": addr}
         with self.lock:
-            self.hosts[sid] = h
+            self.servers[sid] = h
         return h
 
     def stop(self):
-        for h in self.hosts.values():
+        for h in self.servers.values():
             h["proc"].kill()
             h["proc"].wait()
 
@@ -126,7 +127,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/v1/sessions":
             rows = [{"sid": s, "state": "running", "epoch": h["epoch"], "node": h["node"]}
-                    for s, h in ADAPTER.hosts.items()]
+                    for s, h in ADAPTER.servers.items()]
             return self.answer(200, {"sessions": rows})
         self.answer(404, {"error": "not in this bench"})
 
@@ -215,20 +216,20 @@ def run(raddr, router_token, router):
         diff.append(b - a)
 
     time.sleep(2)
-    host_rss = rss_kib(h["proc"].pid)
-    idle_hosts = [rss_kib(x["proc"].pid) for s, x in ADAPTER.hosts.items() if s.startswith("place")]
+    server_rss = rss_kib(h["proc"].pid)
+    idle_servers = [rss_kib(x["proc"].pid) for s, x in ADAPTER.servers.items() if s.startswith("place")]
     router_rss = rss_kib(router.pid)
 
     print(f"router overhead, {CALLS} interleaved file_manager__read calls of a 6-byte file, keep-alive:")
-    print(f"  direct to the host   p50 {pct(d, 50):7.0f} us   p99 {pct(d, 99):7.0f} us   mean {statistics.mean(d):7.0f} us")
-    print(f"  through the router   p50 {pct(rt, 50):7.0f} us   p99 {pct(rt, 99):7.0f} us   mean {statistics.mean(rt):7.0f} us")
-    print(f"  overhead             p50 {pct(rt, 50) - pct(d, 50):7.0f} us   p99 {pct(rt, 99) - pct(d, 99):7.0f} us"
+    print(f"  direct to the session server   p50 {pct(d, 50):7.0f} us   p99 {pct(d, 99):7.0f} us   mean {statistics.mean(d):7.0f} us")
+    print(f"  through the router             p50 {pct(rt, 50):7.0f} us   p99 {pct(rt, 99):7.0f} us   mean {statistics.mean(rt):7.0f} us")
+    print(f"  overhead                       p50 {pct(rt, 50) - pct(d, 50):7.0f} us   p99 {pct(rt, 99) - pct(d, 99):7.0f} us"
           f"   (per-pair difference: median {statistics.median(diff):.0f} us)")
-    print(f"placing a new session (first call through the router, the adapter starts a host): "
+    print(f"placing a new session (first call through the router, the adapter starts a session server): "
           f"{', '.join(f'{x:.0f}' for x in place_ms)} ms (median {statistics.median(place_ms):.0f} ms)")
-    print(f"RSS: one idle host (placed, one call served) {statistics.median(idle_hosts) / 1024:.1f} MiB "
-          f"(of {len(idle_hosts)}: {', '.join(f'{x / 1024:.1f}' for x in idle_hosts)}); "
-          f"the bench's host after {2 * CALLS + 400} calls {host_rss / 1024:.1f} MiB; "
+    print(f"RSS: one idle session server (placed, one call served) {statistics.median(idle_servers) / 1024:.1f} MiB "
+          f"(of {len(idle_servers)}: {', '.join(f'{x / 1024:.1f}' for x in idle_servers)}); "
+          f"the bench's session server after {2 * CALLS + 400} calls {server_rss / 1024:.1f} MiB; "
           f"the router {router_rss / 1024:.1f} MiB")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The router's figures: overhead of a trivial call through `toolbox router` against the same
-# call direct to the session's host (p50/p99, interleaved, keep-alive), the time to place a
-# new session through a local placement adapter, and the RSS of one idle host. See
+# call direct to the session's server (p50/p99, interleaved, keep-alive), the time to place
+# a new session through a local placement adapter, and the RSS of one idle session server. See
 # bench/router_overhead.py; the figures are in docs/scale-out.md. The machine's load skews
 # every figure: note `uptime` with them.
 #

@@ -1,9 +1,10 @@
 """Restore time to the first answered call, through the real binary (docs/scale-out.md).
 
-For each workspace shape (1 MB, 100 MB, 10,000 small files): a host of epoch 1 syncs the
-workspace and is parked; then a host of epoch 2 starts on an empty folder, restores, and
-serves. Printed: milliseconds from starting the second host to its first answered tool call
-(process start, claim, restore with every checksum checked, serving), and the restored bytes.
+For each workspace shape (1 MB, 100 MB, 10,000 small files): a session server of epoch 1
+syncs the workspace and is parked; then a session server of epoch 2 starts on an empty
+folder, restores, and serves. Printed: milliseconds from starting the second session server
+to its first answered tool call (process start, claim, restore with every checksum
+checked, serving), and the restored bytes.
 
 Usage: python3 bench/sync_resume.py [path/to/toolbox]   (default: $CARGO_TARGET_DIR/debug/toolbox)
 """
@@ -52,7 +53,7 @@ def first_call(port, deadline):
                 return
         except OSError:
             time.sleep(0.005)
-    raise SystemExit("the host did not answer")
+    raise SystemExit("the session server did not answer")
 
 
 def fill(ws, files, size):

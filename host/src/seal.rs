@@ -7,9 +7,10 @@
 //! is read as if it were never written.
 //!
 //! The key, first found wins:
-//! 1. `TOOLBOX_REVIEW_SECRET`, the operator's (hosts of one session on many machines share
-//!    it, so a confirmation survives a move). The name matches the secret patterns, so it is
-//!    taken out of the environment before any child starts ([`crate::secrets`]).
+//! 1. `TOOLBOX_REVIEW_SECRET`, the operator's (session servers of one session on many
+//!    machines share it, so a confirmation survives a move). The name matches the secret
+//!    patterns, so it is taken out of the environment before any child starts
+//!    ([`crate::secrets`]).
 //! 2. A key file of the user's, made once: `$XDG_STATE_HOME/toolbox/review.key`, else
 //!    `~/.local/state/toolbox/review.key` (32 random bytes, mode 0600, in a 0700 folder,
 //!    never through a link). It is not used for a workspace that contains it.

@@ -1,6 +1,7 @@
 //! Files of toolbox's own state that a provider keeps in the workspace, declared by the
-//! provider, so that whatever copies a workspace (the session store of host mode) learns
-//! from the declarations how to copy each one, instead of naming another crate's files.
+//! provider, so that whatever copies a workspace (the session store of session server mode)
+//! learns from the declarations how to copy each one, instead of naming another crate's
+//! files.
 
 /// How a state file is copied so that the copy is consistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

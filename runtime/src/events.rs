@@ -29,11 +29,11 @@ pub enum StopReason {
     Cancelled,
     /// The model request failed (see the `error` event before it).
     Error,
-    /// A newer host took the session over (a newer epoch claimed it): this host stopped the
-    /// turn and exits. See docs/scale-out.md.
+    /// A newer session server took the session over (a newer epoch claimed it): this session
+    /// server stopped the turn and exits. See docs/scale-out.md.
     Superseded,
-    /// The host running the turn was lost (killed, its machine gone); the host that resumed
-    /// the session ends it so. Nothing of it is re-run.
+    /// The session server running the turn was lost (killed, its machine gone); the session
+    /// server that resumed the session ends it so. Nothing of it is re-run.
     Interrupted,
 }
 
@@ -277,15 +277,15 @@ pub enum RuntimeEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         notice: Option<String>,
     },
-    /// The session was resumed by this host from the state store (host mode): what came
-    /// back, and what could not. See docs/scale-out.md.
+    /// The session was resumed by this session server from the state store (session server
+    /// mode): what came back, and what could not. See docs/scale-out.md.
     SessionResumed {
-        /// The epoch of the host that resumed it.
+        /// The epoch of the session server that resumed it.
         epoch: u64,
         /// The bytes of the files restored.
         restored_bytes: u64,
-        /// What lived only in the lost host's processes: `python`, `background_jobs`,
-        /// `pending_approvals`.
+        /// What lived only in the lost session server's processes: `python`,
+        /// `background_jobs`, `pending_approvals`.
         lost: Vec<String>,
     },
     /// Something went wrong outside a tool (the model request, the conversation file).

@@ -101,7 +101,8 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
         Some(epoch) if end.stop == StopReason::Cancelled => AgentEnd {
             stop: StopReason::Superseded,
             notice: Some(format!(
-                "a newer host (epoch {epoch}) took this session over; this host stopped the turn"
+                "a newer session server (epoch {epoch}) took this session over; this session \
+                 server stopped the turn"
             )),
             ..end
         },

@@ -51,16 +51,16 @@ async fn main() {
         fill(&ws, files, size);
         let store = StateStore::open(&format!("file://{}", store_dir.display())).unwrap();
         let sid = SessionId::parse("bench").unwrap();
-        let mut host = SessionStore::claim(store.clone(), sid.clone(), 1, StoreRules::default())
+        let mut server = SessionStore::claim(store.clone(), sid.clone(), 1, StoreRules::default())
             .await
             .unwrap();
-        let first = host.sync(&ws, None).await.unwrap();
-        let quiet = host.sync(&ws, None).await.unwrap();
+        let first = server.sync(&ws, None).await.unwrap();
+        let quiet = server.sync(&ws, None).await.unwrap();
         let changed = ws.join("d000/f00000.bin");
         let mut bytes = std::fs::read(&changed).unwrap();
         bytes[0] ^= 0xff;
         std::fs::write(&changed, &bytes).unwrap();
-        let one = host.sync(&ws, None).await.unwrap();
+        let one = server.sync(&ws, None).await.unwrap();
         let started = Instant::now();
         let mut next = SessionStore::claim(store, sid, 2, StoreRules::default())
             .await

@@ -1,9 +1,10 @@
-//! toolbox-sync is the state store of a toolbox session: what a host keeps off its machine so
-//! that a lost machine means a session resumed elsewhere, not a session lost.
+//! toolbox-sync is the state store of a toolbox session: what a session server keeps off its
+//! machine so that a lost machine means a session resumed elsewhere, not a session lost.
 //!
 //! - [`StateStore`]: a local folder (`file:///…`) or S3 (`s3://bucket/prefix`, the usual AWS
 //!   environment) through the `object_store` crate.
-//! - [`SessionStore`]: one session's view of it, held by the host that claimed an epoch.
+//! - [`SessionStore`]: one session's view of it, held by the session server that claimed an
+//!   epoch.
 //!   [`SessionStore::claim`] claims epoch N by a create-if-absent write; [`SessionStore::sync`]
 //!   uploads what changed as content-addressed blobs and a manifest, then moves the session's
 //!   HEAD by a compare-and-swap; [`SessionStore::restore_into`] pulls the newest manifest into
@@ -19,14 +20,14 @@
 //! ```
 //!
 //! **HEAD by compare-and-swap.** The HEAD pointer is the newest entry of the chain `heads/`.
-//! A host that read head `n` moves HEAD by creating `heads/<n+1>` if absent: the write succeeds
-//! only when nobody wrote after `n`, which is a compare-and-swap built on the one conditional
-//! write both backends have. `object_store`'s `LocalFileSystem` refuses `PutMode::Update`
-//! (update-if-match) and implements `PutMode::Create` with a hard link, which is atomic; S3
-//! has `If-None-Match: *`. A host that claims epoch N first writes a head of its own (the
-//! fence), so a host of an older epoch can never again create the next head: its late
-//! uploads stay unreferenced, and on its failed write it reads the newer epoch and stops
-//! ([`SyncError::Superseded`]).
+//! A session server that read head `n` moves HEAD by creating `heads/<n+1>` if absent: the
+//! write succeeds only when nobody wrote after `n`, which is a compare-and-swap built on the
+//! one conditional write both backends have. `object_store`'s `LocalFileSystem` refuses
+//! `PutMode::Update` (update-if-match) and implements `PutMode::Create` with a hard link,
+//! which is atomic; S3 has `If-None-Match: *`. A session server that claims epoch N first
+//! writes a head of its own (the fence), so a session server of an older epoch can never
+//! again create the next head: its late uploads stay unreferenced, and on its failed write it
+//! reads the newer epoch and stops ([`SyncError::Superseded`]).
 //!
 //! See docs/scale-out.md.
 
@@ -43,7 +44,7 @@ pub use restore::RestoreReport;
 pub use snapshot::{StoreRules, DEFAULT_EXCLUDES};
 pub use store::{Head, SessionStore, StateStore, SyncReport};
 
-/// Which epoch a host claims: a number the placer counted, or the next one free.
+/// Which epoch a session server claims: a number the placer counted, or the next one free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Epoch {
     /// Exactly this epoch (1 or more); refused when taken or older than one claimed.
@@ -69,16 +70,16 @@ impl std::str::FromStr for Epoch {
     }
 }
 
-/// What the host loses when it moves: state that lives only in its processes.
+/// What the session server loses when it moves: state that lives only in its processes.
 pub const LOST_ON_MOVE: [&str; 3] = ["python", "background_jobs", "pending_approvals"];
 
-/// Why a store operation failed, in the cases a host acts on.
+/// Why a store operation failed, in the cases a session server acts on.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
-    /// Another host claimed this epoch first.
+    /// Another session server claimed this epoch first.
     #[error(
-        "session {session}: epoch {epoch} was claimed already by another host; start with a \
-         higher --epoch"
+        "session {session}: epoch {epoch} was claimed already by another session server; start \
+         with a higher --epoch"
     )]
     EpochTaken {
         /// The session.
@@ -86,15 +87,15 @@ pub enum SyncError {
         /// The epoch asked for.
         epoch: u64,
     },
-    /// A newer epoch has claimed the session: this host must stop.
+    /// A newer epoch has claimed the session: this session server must stop.
     #[error(
-        "session {session}: epoch {newer} has claimed this session, so this host (epoch \
-         {epoch}) is superseded"
+        "session {session}: epoch {newer} has claimed this session, so this session server \
+         (epoch {epoch}) is superseded"
     )]
     Superseded {
         /// The session.
         session: String,
-        /// This host's epoch.
+        /// This session server's epoch.
         epoch: u64,
         /// The newer epoch.
         newer: u64,

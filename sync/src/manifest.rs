@@ -1,5 +1,5 @@
 //! What one sync saw: every stored file with its size and checksum, and the epoch of the
-//! host that wrote it.
+//! session server that wrote it.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,12 +17,12 @@ pub struct Manifest {
     pub version: u32,
     /// The session.
     pub session: String,
-    /// The epoch of the host that wrote it.
+    /// The epoch of the session server that wrote it.
     pub epoch: u64,
     /// When it was written, in milliseconds since the Unix epoch.
     pub created_ms: u64,
-    /// The turn that was running when it was written, if any: a host that resumes from this
-    /// manifest ends that turn as interrupted.
+    /// The turn that was running when it was written, if any: a session server that resumes
+    /// from this manifest ends that turn as interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_turn: Option<String>,
     /// Every stored file, sorted by path.

@@ -21,17 +21,18 @@ pub struct RestoreReport {
     pub files: usize,
     /// Their bytes.
     pub bytes: u64,
-    /// The epoch of the host that wrote the manifest (0 when there was none).
+    /// The epoch of the session server that wrote the manifest (0 when there was none).
     pub from_epoch: u64,
-    /// The turn that was running at that sync, which the resumed host ends as interrupted.
+    /// The turn that was running at that sync, which the resumed session server ends as
+    /// interrupted.
     pub open_turn: Option<String>,
     /// How long it took, in milliseconds.
     pub elapsed_ms: u64,
 }
 
 impl SessionStore {
-    /// Writes the files of the manifest HEAD named when this host claimed its epoch into
-    /// `root`, which must be empty (it is made if missing). Every blob's size and SHA-256
+    /// Writes the files of the manifest HEAD named when this session server claimed its epoch
+    /// into `root`, which must be empty (it is made if missing). Every blob's size and SHA-256
     /// is checked before it is written; on any failure (a blob missing or corrupt, a path
     /// that is not a plain relative path) everything written is removed again and the error
     /// says which file and why: a partial restore is never left to be served.

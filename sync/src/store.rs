@@ -184,7 +184,7 @@ impl StateStore {
 pub struct Head {
     /// Its place in the chain, from 1.
     pub index: u64,
-    /// The epoch of the host that wrote it.
+    /// The epoch of the session server that wrote it.
     pub epoch: u64,
     /// The manifest's key under the store's prefix; none before the first sync.
     pub manifest: Option<String>,
@@ -219,13 +219,13 @@ pub struct SyncReport {
 /// pieces), and the blobs and bytes uploaded (none when the store had the content).
 type Stored = (usize, String, u64, Vec<String>, (usize, u64));
 
-/// One session's state in a store, held by the host that claimed `epoch`.
+/// One session's state in a store, held by the session server that claimed `epoch`.
 pub struct SessionStore {
     pub(crate) store: StateStore,
     pub(crate) session: SessionId,
     epoch: u64,
     pub(crate) rules: StoreRules,
-    /// The head this host wrote last.
+    /// The head this session server wrote last.
     head: Head,
     /// The manifest that head names.
     pub(crate) manifest: Option<Manifest>,
@@ -260,8 +260,8 @@ impl SessionStore {
     }
 
     /// Claims `epoch` for `session`: creates `epochs/<epoch>` if absent (refused with
-    /// [`SyncError::EpochTaken`] when another host has it, [`SyncError::Superseded`] when a
-    /// newer one exists), then writes the fence: a head of this epoch on top of the chain,
+    /// [`SyncError::EpochTaken`] when another session server has it, [`SyncError::Superseded`]
+    /// when a newer one exists), then writes the fence: a head of this epoch on top of the chain,
     /// naming the newest manifest. From then on no older epoch can move HEAD.
     pub async fn claim(
         store: StateStore,
@@ -342,8 +342,8 @@ impl SessionStore {
     }
 
     /// Claims `epoch` as [`SessionStore::claim`] does, or with [`Epoch::Next`] the lowest
-    /// epoch above every epoch claimed so far. Two hosts racing for the next epoch each get
-    /// one of their own (the later is higher and fences the earlier), so a placer need not
+    /// epoch above every epoch claimed so far. Two session servers racing for the next epoch
+    /// each get one of their own (the later is higher and fences the earlier), so a placer need not
     /// count epochs. Gives up after 64 lost races.
     pub async fn claim_epoch(
         store: StateStore,
@@ -366,7 +366,8 @@ impl SessionStore {
                 )
             })?;
             match SessionStore::claim(store.clone(), session.clone(), next, rules.clone()).await {
-                // Another host took it, or a newer one, between the listing and the claim.
+                // Another session server took it, or a newer one, between the listing and the
+                // claim.
                 Err(SyncError::EpochTaken { .. }) | Err(SyncError::Superseded { .. }) => continue,
                 other => return other,
             }
@@ -374,7 +375,7 @@ impl SessionStore {
         Err(anyhow!("session {session}: lost the race for the next epoch 64 times").into())
     }
 
-    /// The epoch this host holds.
+    /// The epoch this session server holds.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -384,12 +385,12 @@ impl SessionStore {
         &self.session
     }
 
-    /// The head this host wrote last.
+    /// The head this session server wrote last.
     pub fn head(&self) -> &Head {
         &self.head
     }
 
-    /// The manifest HEAD names, as this host last wrote or restored it.
+    /// The manifest HEAD names, as this session server last wrote or restored it.
     pub fn manifest(&self) -> Option<&Manifest> {
         self.manifest.as_ref()
     }
@@ -490,7 +491,7 @@ impl SessionStore {
     /// nothing is written. `open_turn` is the turn running now, if any.
     ///
     /// Fails with [`SyncError::Superseded`] when a newer epoch has claimed the session: then
-    /// HEAD was not moved, and this host must stop.
+    /// HEAD was not moved, and this session server must stop.
     pub async fn sync(
         &mut self,
         root: &FsPath,
@@ -655,7 +656,8 @@ impl SessionStore {
             }
             self.check_fence().await?;
             return Err(anyhow!(
-                "head {index} of session {} was written by another host of epoch {newer}",
+                "head {index} of session {} was written by another session server of epoch \
+                 {newer}",
                 self.session
             )
             .into());

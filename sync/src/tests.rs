@@ -40,7 +40,7 @@ impl Fixture {
         self.store_dir.path()
     }
 
-    /// The workspace a host syncs.
+    /// The workspace a session server syncs.
     fn ws(&self) -> &Path {
         self.ws.path()
     }
@@ -50,7 +50,7 @@ impl Fixture {
         write(self.ws(), rel, text);
     }
 
-    /// The store, opened as a host opens it.
+    /// The store, opened as a session server opens it.
     fn store(&self) -> StateStore {
         StateStore::open(&format!("file://{}", self.store_dir().display())).unwrap()
     }
@@ -66,20 +66,21 @@ impl Fixture {
         SessionStore::claim_epoch(self.store(), sid(), Epoch::Next, StoreRules::default())
     }
 
-    /// A host that claimed `epoch` and synced the workspace once, and what that sync did.
+    /// A session server that claimed `epoch` and synced the workspace once, and what that sync
+    /// did.
     async fn synced(&self, epoch: u64) -> (SessionStore, SyncReport) {
-        let mut host = self.claim(epoch).await.unwrap();
-        let report = host.sync(self.ws(), None).await.unwrap();
-        (host, report)
+        let mut server = self.claim(epoch).await.unwrap();
+        let report = server.sync(self.ws(), None).await.unwrap();
+        (server, report)
     }
 
-    /// A host that claimed `epoch` and restored the store into a new folder: the host, what
+    /// A session server that claimed `epoch` and restored the store into a new folder: it, what
     /// the restore did, and the folder.
     async fn restored(&self, epoch: u64) -> (SessionStore, RestoreReport, TempDir) {
         let target = tempfile::tempdir().unwrap();
-        let mut host = self.claim(epoch).await.unwrap();
-        let report = host.restore_into(target.path()).await.unwrap();
-        (host, report, target)
+        let mut server = self.claim(epoch).await.unwrap();
+        let report = server.restore_into(target.path()).await.unwrap();
+        (server, report, target)
     }
 
     /// Claims `epoch` and restores into `target`, which must be refused with a message
@@ -166,17 +167,17 @@ async fn a_sync_restores_elsewhere_and_only_changes_are_uploaded() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
-    let (mut host, first) = fx.synced(1).await;
+    let (mut server, first) = fx.synced(1).await;
     assert!(first.moved_head);
     assert_eq!(
         (first.files, first.uploaded_blobs, first.read_files),
         (3, 3, 3)
     );
-    let again = host.sync(fx.ws(), None).await.unwrap();
+    let again = server.sync(fx.ws(), None).await.unwrap();
     assert!(!again.moved_head, "{again:?}");
     assert_eq!((again.read_files, again.uploaded_blobs), (0, 0));
     fx.write("a.txt", "alpha, changed");
-    let one = host.sync(fx.ws(), Some("turn_9".into())).await.unwrap();
+    let one = server.sync(fx.ws(), Some("turn_9".into())).await.unwrap();
     assert!(one.moved_head);
     assert_eq!(
         (one.read_files, one.uploaded_blobs, one.uploaded_bytes),
@@ -209,7 +210,7 @@ async fn a_sync_restores_elsewhere_and_only_changes_are_uploaded() {
 }
 
 #[tokio::test]
-async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
+async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_session_server() {
     let fx = Fixture::new();
     fx.write("a.txt", "one");
     let (mut old, _) = fx.synced(1).await;
@@ -220,14 +221,15 @@ async fn an_epoch_is_claimed_once_and_a_newer_one_fences_the_old_host() {
     let new = fx.claim(3).await.unwrap();
     let fence = new.head().clone();
     assert_eq!(fence.epoch, 3);
-    fx.write("a.txt", "late write of the old host");
+    fx.write("a.txt", "late write of the old session server");
     match old.sync(fx.ws(), None).await {
         Err(SyncError::Superseded {
             epoch: 1, newer: 3, ..
         }) => {}
         other => panic!("{other:?}"),
     }
-    // Even past the fence check, the old host cannot move HEAD: its next place is taken.
+    // Even past the fence check, the old session server cannot move HEAD: its next place is
+    // taken.
     assert_eq!(new.latest_head().await.unwrap().unwrap(), fence);
     match fx.claim(2).await {
         Err(SyncError::Superseded { newer: 3, .. }) => {}
@@ -241,7 +243,7 @@ async fn epoch_next_takes_the_lowest_free_epoch_and_racers_each_get_their_own() 
     assert_eq!(fx.claim_next().await.unwrap().epoch(), 1);
     fx.claim(5).await.unwrap();
     assert_eq!(fx.claim_next().await.unwrap().epoch(), 6);
-    // Eight hosts asking for the next epoch at once: eight different epochs above 6.
+    // Eight session servers asking for the next epoch at once: eight different epochs above 6.
     let racers: Vec<_> = (0..8).map(|_| tokio::spawn(fx.claim_next())).collect();
     let mut won = Vec::new();
     for racer in racers {
@@ -294,8 +296,8 @@ async fn a_corrupt_or_missing_blob_refuses_the_restore_and_leaves_nothing() {
 async fn a_damaged_manifest_is_refused() {
     let fx = Fixture::new();
     fx.write("a.txt", "alpha");
-    let (host, _) = fx.synced(1).await;
-    let key = host.head().manifest.clone().unwrap();
+    let (server, _) = fx.synced(1).await;
+    let key = server.head().manifest.clone().unwrap();
     let path = fx.store_dir().join(&key);
     let text = std::fs::read_to_string(&path)
         .unwrap()
@@ -322,7 +324,7 @@ async fn the_memory_store_is_copied_with_what_its_wal_holds() {
             .len()
             > 0
     );
-    let (_host, report) = fx.synced(1).await;
+    let (_server, report) = fx.synced(1).await;
     assert_eq!(report.files, 1, "{report:?}");
     let (_next, _, elsewhere) = fx.restored(2).await;
     assert!(!elsewhere.path().join(".toolbox/memory.sqlite-wal").exists());
@@ -333,7 +335,7 @@ async fn the_memory_store_is_copied_with_what_its_wal_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
+async fn an_old_session_server_racing_a_claim_never_writes_past_the_fence() {
     let (mut before_fence, mut superseded) = (0, 0);
     for round in 0..30 {
         let fx = Fixture::new();
@@ -349,7 +351,7 @@ async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
         let fence = new.head().index;
         let (result, old_head) = racing.await.unwrap();
         match result {
-            // It moved HEAD before the fence: the new host restores what it wrote.
+            // It moved HEAD before the fence: the new session server restores what it wrote.
             Ok(report) if report.moved_head => {
                 assert!(old_head.index < fence, "round {round}");
                 before_fence += 1;
@@ -361,7 +363,7 @@ async fn an_old_host_racing_a_claim_never_writes_past_the_fence() {
         let latest = new.latest_head().await.unwrap().unwrap();
         assert_eq!((latest.index, latest.epoch), (fence, 2), "round {round}");
     }
-    eprintln!("the old host moved HEAD before the fence {before_fence} times, was superseded {superseded} times");
+    eprintln!("the old session server moved HEAD before the fence {before_fence} times, was superseded {superseded} times");
 }
 
 #[tokio::test]
@@ -372,14 +374,14 @@ async fn a_growing_large_file_uploads_only_its_last_piece() {
         .map(|i| (i % 251) as u8)
         .collect();
     std::fs::write(fx.ws().join("events.jsonl"), &log).unwrap();
-    let (mut host, first) = fx.synced(1).await;
+    let (mut server, first) = fx.synced(1).await;
     assert_eq!(
         (first.uploaded_blobs, first.uploaded_bytes),
         (3, log.len() as u64)
     );
     log.extend_from_slice(b"one more line\n");
     std::fs::write(fx.ws().join("events.jsonl"), &log).unwrap();
-    let grown = host.sync(fx.ws(), None).await.unwrap();
+    let grown = server.sync(fx.ws(), None).await.unwrap();
     assert_eq!(
         (grown.uploaded_blobs, grown.uploaded_bytes),
         (1, (chunk / 2 + 14) as u64),
@@ -430,7 +432,7 @@ async fn a_name_that_syncs_is_a_name_that_restores() {
     fx.write("a b/c:d?.txt", "odd");
     let long = format!("{}/x", "d".repeat(250));
     fx.write(&long, "deep");
-    let (_host, report) = fx.synced(1).await;
+    let (_server, report) = fx.synced(1).await;
     assert_eq!(report.files, 3, "{report:?}");
     let (_next, _, elsewhere) = fx.restored(2).await;
     assert_eq!(tree(elsewhere.path()), tree(fx.ws()));

@@ -7,8 +7,8 @@
 //!   executor, never a provider;
 //! - the state store (sync) on core and host only: it reads the workspace through host's
 //!   descriptors, and knows nothing of turns or tools;
-//! - the router on core and the front door only: it passes requests to hosts, and runs no
-//!   tool itself;
+//! - the router on core and the front door only: it passes requests to session servers, and
+//!   runs no tool itself;
 //! - the front door (the accept loop `toolbox serve` and `toolbox router` share) on no crate
 //!   of ours.
 
@@ -103,7 +103,7 @@ fn crates_depend_only_on_the_layers_below_them() {
     assert!(
         !ours(&packages["toolbox-runtime"].0).contains("toolbox-sync")
             && !ours(&packages["toolbox-executor"].0).contains("toolbox-sync"),
-        "only the server (host mode) uses the state store"
+        "only the server (session server mode) uses the state store"
     );
     assert_eq!(
         ours(&packages["toolbox-router"].0),

@@ -471,8 +471,8 @@ fn risks_and_the_memory_toolset() {
     assert_eq!(read, ["memory__get", "memory__list", "memory__search"]);
 }
 
-/// The memory provider declares its store, so the session store (host mode) copies it
-/// through SQLite's backup API without naming it (issue 40, point 3).
+/// The memory provider declares its store, so the session store (session server mode)
+/// copies it through SQLite's backup API without naming it (issue 40, point 3).
 #[test]
 fn the_memory_store_is_a_declared_state_file() {
     let declared: Vec<_> = toolbox_host::state_files()

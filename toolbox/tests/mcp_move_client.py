@@ -1,10 +1,12 @@
-"""An MCP client whose host moves (toolbox/tests/serve_host.rs), with the official Python SDK.
+"""An MCP client whose session server moves (toolbox/tests/serve_session_server.rs), with the
+official Python SDK.
 
 Usage: python3 mcp_move_client.py URL
 Opens a session and lists the tools, prints READY, and waits for a line on stdin (meanwhile
-the test kills the host and starts the next epoch on the same address). Then it uses the old
-session again (the new host answers 404, which the SDK reports as an error), opens a new one
-and reads notes/plan.md. Prints one JSON object. Every step has a timeout.
+the test kills the session server and starts the next epoch on the same address). Then it
+uses the old session again (the new session server answers 404, which the SDK reports as an
+error), opens a new one and reads notes/plan.md. Prints one JSON object. Every step has a
+timeout.
 """
 
 import asyncio

@@ -1,18 +1,18 @@
-//! `toolbox router` through the real binary, in front of real `toolbox serve --session`
-//! hosts placed by a fake placement adapter written here (a small HTTP server on 127.0.0.1
-//! that starts hosts as processes, counts epochs, and can be told it has no capacity):
+//! `toolbox router` through the real binary, in front of real `toolbox serve --session` session
+//! servers placed by a fake placement adapter written here (a small HTTP server on 127.0.0.1 that
+//! starts session servers as processes, counts epochs, and can be told it has no capacity):
 //!
-//! - calls through the router reach the session's host; the router's token is required and
-//!   a host's token never reaches the client;
-//! - a host killed with SIGKILL is placed again at a higher epoch and the next call works;
-//!   SSE through the router after the move gets the resumed host's `session_resumed`, and a
-//!   client's `Last-Event-ID` reaches the host;
-//! - a superseded host's 503 makes the router look up once more (`stale_epoch`); a call
-//!   that reached a host which then died is never sent again;
+//! - calls through the router reach their session's server; the router's token is required and
+//!   a session server's token never reaches the client;
+//! - a session server killed with SIGKILL is placed again at a higher epoch and the next call
+//!   works; SSE through the router after the move gets the resumed session server's
+//!   `session_resumed`, and a client's `Last-Event-ID` reaches the session server;
+//! - a superseded session server's 503 makes the router look up once more (`stale_epoch`); a call
+//!   that reached a session server which then died is never sent again;
 //! - the adapter's 503 becomes the router's 503 with `Retry-After`;
 //! - `/s/{sid}/mcp` with the Python MCP client lists and calls a tool;
-//! - `GET /api/sessions` merges two hosts and a parked session; the session feed across
-//!   hosts; an approval answered through the router.
+//! - `GET /api/sessions` merges two session servers and a parked session; the session feed across
+//!   session servers; an approval answered through the router.
 
 mod common;
 
@@ -27,27 +27,29 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use serve_common::{file_store, host_command, wait_until, Req, Server, Sse, EVENT_LIMIT, IO_LIMIT};
+use serve_common::{
+    file_store, session_server_command, wait_until, Req, Server, Sse, EVENT_LIMIT, IO_LIMIT,
+};
 
 /// The router's own token (the clients').
 const ROUTER_TOKEN: &str = "router-token-0123456789abcdef";
 
 static TOKENS: AtomicU64 = AtomicU64::new(1);
 
-/// A fresh host token, different for every host.
-fn host_token() -> String {
+/// A fresh session server token, different for every session server.
+fn server_token() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
     format!(
-        "host-secret-{nanos:x}-{}",
+        "server-secret-{nanos:x}-{}",
         TOKENS.fetch_add(1, Ordering::Relaxed)
     )
 }
 
 /// One session as the fake adapter holds it.
-struct Hosted {
+struct Placed {
     server: Option<Server>,
     url: String,
     token: String,
@@ -58,7 +60,7 @@ struct Hosted {
 
 #[derive(Default)]
 struct AdapterState {
-    sessions: HashMap<String, Hosted>,
+    sessions: HashMap<String, Placed>,
     nodes: u32,
     /// Every `:ensure`: the session and its `stale_epoch`.
     ensures: Vec<(String, Option<u64>)>,
@@ -69,7 +71,7 @@ struct AdapterState {
 }
 
 /// The fake placement adapter: the contract of docs/scale-out.md over std::net, each
-/// connection on a thread of its own, hosts started as real `toolbox serve` processes.
+/// connection on a thread of its own, session servers started as real `toolbox serve` processes.
 struct Adapter {
     addr: std::net::SocketAddr,
     state: Arc<Mutex<AdapterState>>,
@@ -113,8 +115,8 @@ impl Adapter {
         self.with(|s| s.ensures.clone())
     }
 
-    /// The running host of `sid`: (epoch, token, workspace).
-    fn host_of(&self, sid: &str) -> (u64, String, PathBuf) {
+    /// The running session server of `sid`: (epoch, token, workspace).
+    fn server_of(&self, sid: &str) -> (u64, String, PathBuf) {
         self.with(|s| {
             let h = &s.sessions[sid];
             let ws = h.server.as_ref().map(|s| s.ws.clone()).unwrap_or_default();
@@ -122,14 +124,14 @@ impl Adapter {
         })
     }
 
-    /// SIGKILLs `sid`'s host and waits for it to die.
+    /// SIGKILLs `sid`'s session server and waits for it to die.
     fn kill(&self, sid: &str) {
         self.with(|s| {
             let server = s.sessions.get_mut(sid).unwrap().server.as_mut().unwrap();
             server.signal(libc::SIGKILL);
             server
                 .wait_exit(EVENT_LIMIT)
-                .expect("SIGKILL ends the host");
+                .expect("SIGKILL ends the session server");
         });
     }
 }
@@ -138,7 +140,7 @@ impl Drop for Adapter {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(self.addr);
-        // The hosts are killed as their `Server`s drop.
+        // The session servers are killed as their `Server`s drop.
         self.with(|s| s.sessions.clear());
     }
 }
@@ -184,7 +186,7 @@ fn respond(stream: &mut TcpStream, status: u16, extra: &str, body: &Value) {
     );
 }
 
-fn row(sid: &str, h: &Hosted) -> Value {
+fn row(sid: &str, h: &Placed) -> Value {
     json!({"sid": sid, "state": h.state, "epoch": h.epoch, "node": h.node})
 }
 
@@ -228,7 +230,7 @@ fn serve_adapter(mut stream: TcpStream, state: &Mutex<AdapterState>, store: &Pat
         }
         let epoch = s.sessions.get(sid).map_or(0, |h| h.epoch) + 1;
         if let Some((url, token, stub_epoch)) = s.stubs.pop_front() {
-            let h = Hosted {
+            let h = Placed {
                 server: None,
                 url: url.clone(),
                 token: token.clone(),
@@ -243,18 +245,19 @@ fn serve_adapter(mut stream: TcpStream, state: &Mutex<AdapterState>, store: &Pat
         }
         s.nodes += 1;
         let node = format!("node-{}", s.nodes);
-        // The host starts outside the lock: other sessions are placed meanwhile.
+        // The session server starts outside the lock: other sessions are placed meanwhile.
         drop(s);
         let ws = top.join(&node);
-        let token = host_token();
-        let mut cmd = host_command(&ws, None, sid, epoch, &file_store(store), Some("300ms"));
+        let token = server_token();
+        let mut cmd =
+            session_server_command(&ws, None, sid, epoch, &file_store(store), Some("300ms"));
         cmd.env("TOOLBOX_SERVE_TOKEN", &token);
         let server = Server::spawn(cmd, &ws);
         let url = format!("http://{}", server.addr);
         let answer = json!({"sid": sid, "url": url, "token": token, "epoch": epoch, "node": node});
         state.lock().unwrap().sessions.insert(
             sid.to_string(),
-            Hosted {
+            Placed {
                 server: Some(server),
                 url,
                 token,
@@ -279,7 +282,9 @@ fn serve_adapter(mut stream: TcpStream, state: &Mutex<AdapterState>, store: &Pat
                 .json(&json!({}))
                 .send();
             assert_eq!(r.status, 202, "{}", r.text());
-            server.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+            server
+                .wait_exit(EVENT_LIMIT)
+                .expect("a parked session server exits");
         }
         h.state = "parked";
         drop(s);
@@ -341,7 +346,7 @@ fn events_after(router: &Server, sid: &str, last_event_id: &str) -> Sse {
 }
 
 #[test]
-fn calls_reach_the_sessions_host_with_the_routers_token_and_host_tokens_stay_inside() {
+fn calls_reach_the_session_server_with_the_routers_token_and_server_tokens_stay_inside() {
     let top = tempfile::tempdir().unwrap();
     let adapter = Adapter::start(top.path());
     let router = router(top.path(), &adapter);
@@ -367,13 +372,13 @@ fn calls_reach_the_sessions_host_with_the_routers_token_and_host_tokens_stay_ins
         .post("/api/sessions/.hidden/tools/file_manager__read", &json!({}))
         .assert_error(400, "session id");
 
-    // A call through the router runs on the session's host, in its workspace.
+    // A call through the router runs on the session server of the session, in its workspace.
     router.call_done(
         sid,
         "file_manager__write",
         json!({"path": "notes/a.txt", "content": "through the router\n"}),
     );
-    let (epoch, host_token, ws) = adapter.host_of(sid);
+    let (epoch, its_token, ws) = adapter.server_of(sid);
     assert_eq!(epoch, 1);
     assert_eq!(
         std::fs::read_to_string(ws.join("notes/a.txt")).unwrap(),
@@ -390,7 +395,7 @@ fn calls_reach_the_sessions_host_with_the_routers_token_and_host_tokens_stay_ins
     // Placed once, then served from the cache.
     assert_eq!(adapter.ensures(), vec![(sid.to_string(), None)]);
 
-    // The host's token never reaches the client: not in answers, errors or headers.
+    // The session server's token never reaches the client: not in answers, errors or headers.
     let mut seen = Vec::new();
     for r in [
         router.get("/api/health"),
@@ -411,21 +416,28 @@ fn calls_reach_the_sessions_host_with_the_routers_token_and_host_tokens_stay_ins
         "the router's own health: {health}"
     );
     for text in &seen {
-        assert!(!text.contains(&host_token), "a host token leaked: {text}");
-        assert!(!text.contains("host-secret"), "a host token leaked: {text}");
+        assert!(
+            !text.contains(&its_token),
+            "a session server token leaked: {text}"
+        );
+        assert!(
+            !text.contains("server-secret"),
+            "a session server token leaked: {text}"
+        );
     }
-    // The host itself wants its own token, not the router's: the router sent the host's.
-    let host = adapter.with(|s| s.sessions[sid].url.clone());
-    let host_addr = host.trim_start_matches("http://").parse().unwrap();
-    Req::new(host_addr, "GET", &format!("/api/sessions/{sid}/messages"))
-        .header("Host", &host_addr.to_string())
+    // The session server itself wants its own token, not the router's: the router sent the session
+    // server's.
+    let url = adapter.with(|s| s.sessions[sid].url.clone());
+    let addr = url.trim_start_matches("http://").parse().unwrap();
+    Req::new(addr, "GET", &format!("/api/sessions/{sid}/messages"))
+        .header("Host", &addr.to_string())
         .header("Authorization", &format!("Bearer {ROUTER_TOKEN}"))
         .send()
         .assert_error(401, "wrong");
 }
 
 #[test]
-fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() {
+fn a_killed_session_server_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() {
     let top = tempfile::tempdir().unwrap();
     let store = top.path().join("store");
     let adapter = Adapter::start(top.path());
@@ -438,25 +450,25 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
         json!({"path": "plan.md", "content": "1. survive\n"}),
     );
     wait_until("a sync of plan.md", || synced(&store, sid, "plan.md"));
-    let (epoch, _, _) = adapter.host_of(sid);
+    let (epoch, _, _) = adapter.server_of(sid);
     assert_eq!(epoch, 1);
     adapter.kill(sid);
 
     // The next call finds the connection refused, asks the adapter once with the stale
-    // epoch, and runs on the new host.
+    // epoch, and runs on the new session server.
     let read = router.call_done(sid, "file_manager__read", json!({"path": "plan.md"}));
     assert!(
         read["result"].as_str().unwrap().contains("1. survive"),
         "{read}"
     );
-    let (epoch, _, _) = adapter.host_of(sid);
+    let (epoch, _, _) = adapter.server_of(sid);
     assert_eq!(epoch, 2);
     assert_eq!(
         adapter.ensures(),
         vec![(sid.to_string(), None), (sid.to_string(), Some(1))]
     );
 
-    // Events through the router, from an id of the old epoch: the resumed host's history,
+    // Events through the router, from an id of the old epoch: the resumed session server's history,
     // which starts with its session_resumed.
     let sse = events_after(&router, sid, "1:0");
     assert_eq!(sse.status, 200);
@@ -465,7 +477,7 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
     assert_eq!(resumed["epoch"], 2, "{resumed}");
     drop(sse);
 
-    // A Last-Event-ID of the host's own epoch reaches it: it sends only what came after.
+    // A Last-Event-ID of the session server's own epoch reaches it: it sends only what came after.
     router.call_done(sid, "shell", json!({"command": "echo moved"}));
     let all = events_after(&router, sid, "2:0");
     let first = all.next();
@@ -477,20 +489,20 @@ fn a_killed_host_is_placed_again_at_a_higher_epoch_and_events_follow_the_move() 
 }
 
 #[test]
-fn a_call_in_flight_when_its_host_dies_is_never_sent_again() {
+fn a_call_in_flight_when_its_session_server_dies_is_never_sent_again() {
     let top = tempfile::tempdir().unwrap();
     let adapter = Adapter::start(top.path());
     let router = router(top.path(), &adapter);
     let sid = "inflight";
     router.call_done(sid, "file_manager__list", json!({}));
-    let (_, _, ws) = adapter.host_of(sid);
+    let (_, _, ws) = adapter.server_of(sid);
     let running = {
         let req = router
             .req("POST", &format!("/api/sessions/{sid}/tools/shell"))
             .json(&json!({"command": "echo started > started.txt; sleep 30; echo done"}));
         std::thread::spawn(move || req.send())
     };
-    wait_until("the call to start on the host", || {
+    wait_until("the call to start on the session server", || {
         // The shell runs in the session's scratchpad.
         ws.join(format!(".toolbox/sessions/{sid}/scratchpad/started.txt"))
             .exists()
@@ -502,10 +514,10 @@ fn a_call_in_flight_when_its_host_dies_is_never_sent_again() {
     assert_eq!(adapter.ensures(), vec![(sid.to_string(), None)]);
     // The next call is placed at the next epoch.
     router.call_done(sid, "file_manager__list", json!({}));
-    assert_eq!(adapter.host_of(sid).0, 2);
+    assert_eq!(adapter.server_of(sid).0, 2);
 }
 
-/// A stub host that answers every request as a superseded host does.
+/// A stub session server that answers every request as a superseded session server does.
 fn superseded_stub(sid: &'static str) -> (std::net::SocketAddr, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -522,7 +534,7 @@ fn superseded_stub(sid: &'static str) -> (std::net::SocketAddr, Arc<AtomicU64>) 
                 &mut stream,
                 503,
                 "",
-                &json!({"error": format!("this host no longer serves session {sid}: epoch 2 took it over")}),
+                &json!({"error": format!("this session server no longer serves session {sid}: epoch 2 took it over")}),
             );
         }
     });
@@ -530,7 +542,8 @@ fn superseded_stub(sid: &'static str) -> (std::net::SocketAddr, Arc<AtomicU64>) 
 }
 
 #[test]
-fn a_superseded_host_makes_the_router_look_up_once_and_no_capacity_is_503_with_retry_after() {
+fn a_superseded_session_server_makes_the_router_look_up_once_and_no_capacity_is_503_with_retry_after(
+) {
     let top = tempfile::tempdir().unwrap();
     let adapter = Adapter::start(top.path());
     let router = router(top.path(), &adapter);
@@ -538,7 +551,7 @@ fn a_superseded_host_makes_the_router_look_up_once_and_no_capacity_is_503_with_r
     let (stub, hits) = superseded_stub(sid);
     adapter.with(|s| {
         s.stubs
-            .push_back((format!("http://{stub}"), host_token(), 1));
+            .push_back((format!("http://{stub}"), server_token(), 1));
     });
     router.call_done(
         sid,
@@ -548,13 +561,13 @@ fn a_superseded_host_makes_the_router_look_up_once_and_no_capacity_is_503_with_r
     assert_eq!(
         hits.load(Ordering::SeqCst),
         1,
-        "the stale host was asked once"
+        "the stale session server was asked once"
     );
     assert_eq!(
         adapter.ensures(),
         vec![(sid.to_string(), None), (sid.to_string(), Some(1))]
     );
-    assert_eq!(adapter.host_of(sid).0, 2);
+    assert_eq!(adapter.server_of(sid).0, 2);
 
     // Requests that miss together wait for one `:ensure`.
     let crowd: Vec<_> = (0..8)
@@ -585,15 +598,16 @@ fn a_superseded_host_makes_the_router_look_up_once_and_no_capacity_is_503_with_r
     r.assert_error(503, "no capacity");
     assert_eq!(r.header("retry-after"), Some("7"), "{:?}", r.headers);
 
-    // A host still superseded after the one new lookup: 503 with Retry-After, no third try.
+    // A session server still superseded after the one new lookup: 503 with Retry-After, no third
+    // try.
     adapter.with(|s| s.no_capacity = None);
     let (first, first_hits) = superseded_stub("stuck");
     let (second, second_hits) = superseded_stub("stuck");
     adapter.with(|s| {
         s.stubs
-            .push_back((format!("http://{first}"), host_token(), 1));
+            .push_back((format!("http://{first}"), server_token(), 1));
         s.stubs
-            .push_back((format!("http://{second}"), host_token(), 2));
+            .push_back((format!("http://{second}"), server_token(), 2));
     });
     let r = router.post(
         "/api/sessions/stuck/tools/file_manager__read",
@@ -657,7 +671,7 @@ fn mcp_through_the_router_and_a_merged_session_list() {
         "{answer}"
     );
 
-    // Merged over both hosts.
+    // Merged over both session servers.
     let list = router.get("/api/sessions");
     assert_eq!(list.status, 200, "{}", list.text());
     let list = list.json();
@@ -667,11 +681,15 @@ fn mcp_through_the_router_and_a_merged_session_list() {
     for r in rows {
         assert_eq!(r["state"], "running", "{r}");
         assert_eq!(r["epoch"], 1, "{r}");
-        assert!(r["last_activity"].is_string(), "the host's own row: {r}");
+        assert!(
+            r["last_activity"].is_string(),
+            "the session server's own row: {r}"
+        );
     }
     assert_ne!(rows[0]["node"], rows[1]["node"]);
 
-    // The session feed across hosts: a snapshot of both, then a host's row as it changes.
+    // The session feed across session servers: a snapshot of both, then a session server's row
+    // as it changes.
     // A call in mode auto asks for an approval, answered through the router.
     let feed = Sse::open(
         router

@@ -42,8 +42,8 @@ use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 use crate::store::{Location, Memory, Store, Stores};
 
 toolbox_host::register_provider!("memory", || Arc::new(MemoryProvider::default()));
-// The store is a SQLite database: a copy of the workspace (host mode's session store) copies
-// it through SQLite's backup API, never as a plain file.
+// The store is a SQLite database: a copy of the workspace (session server mode's session
+// store) copies it through SQLite's backup API, never as a plain file.
 toolbox_host::register_state_file!("memory", ".toolbox/memory.sqlite", SqliteDatabase);
 
 /// The toolset every memory tool belongs to.

@@ -51,10 +51,10 @@ pub fn file_store(store: &Path) -> String {
     format!("file://{}", store.display())
 }
 
-/// The arguments of `toolbox serve` as one session's host: `--mode full`, the session
-/// `sid`, its `epoch` (a number, or `next`), the state store at `store_url`, and
+/// The arguments of `toolbox serve` as the session server of one session: `--mode full`,
+/// the session `sid`, its `epoch` (a number, or `next`), the state store at `store_url`, and
 /// `--sync-every` when given.
-pub fn host_args(
+pub fn session_server_args(
     sid: &str,
     epoch: impl ToString,
     store_url: &str,
@@ -78,9 +78,10 @@ pub fn host_args(
     args
 }
 
-/// [`serve_command`] as the host of session `sid` at `epoch` (see [`host_args`]), in `ws`,
-/// which is made when missing. Unstarted, so a test can add variables.
-pub fn host_command(
+/// [`serve_command`] as the session server of session `sid` at `epoch` (see
+/// [`session_server_args`]), in `ws`, which is made when missing. Unstarted, so a test can add
+/// variables.
+pub fn session_server_command(
     ws: &Path,
     llm: Option<&ScriptedLlm>,
     sid: &str,
@@ -90,7 +91,7 @@ pub fn host_command(
 ) -> Command {
     std::fs::create_dir_all(ws).unwrap();
     let mut cmd = serve_command(ws, llm, &[]);
-    cmd.args(host_args(sid, epoch, store_url, every));
+    cmd.args(session_server_args(sid, epoch, store_url, every));
     cmd
 }
 
@@ -640,7 +641,7 @@ impl Sse {
                             }
                             data.clear();
                         } else if let Some(v) = line.strip_prefix("id:") {
-                            // `seq`, or `epoch:seq` from a host (toolbox serve --session).
+                            // `seq`, or `epoch:seq` from a session server (`--session`).
                             id = v.trim().rsplit(':').next().and_then(|s| s.parse().ok());
                         } else if let Some(v) = line.strip_prefix("data:") {
                             if !data.is_empty() {

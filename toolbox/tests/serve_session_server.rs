@@ -1,11 +1,11 @@
-//! Host mode (`toolbox serve --session SID --epoch N --state-store URL`) through the real
+//! Session server mode (`toolbox serve --session SID --epoch N --state-store URL`) through the real
 //! binary, a local state store, and real kills:
 //!
-//! - a host killed with SIGKILL mid-turn, while a shell command runs, resumes in another
+//! - a session server killed with SIGKILL mid-turn, while a shell command runs, resumes in another
 //!   folder with the next epoch: files, messages, trajectory and memory equal the last sync,
 //!   the client sees `session_resumed` and the lost turn ends `interrupted`, and a
-//!   `Last-Event-ID` of the old epoch replays the old host's events after it;
-//! - a host stopped with SIGSTOP while another resumes the session: after SIGCONT its
+//!   `Last-Event-ID` of the old epoch replays the old session server's events after it;
+//! - a session server stopped with SIGSTOP while another resumes the session: after SIGCONT its
 //!   uploads never become HEAD, its turn ends `superseded`, and it exits;
 //! - park, then resume: nothing lost; a reused epoch is refused;
 //! - a corrupted blob makes the resume fail cleanly, serving nothing.
@@ -19,27 +19,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use serve_common::{
-    ends_with_tool_result, file_store, host_args, host_command, last_user_text, wait_until, Server,
-    EVENT_LIMIT,
+    ends_with_tool_result, file_store, last_user_text, session_server_args, session_server_command,
+    wait_until, Server, EVENT_LIMIT,
 };
 use toolbox_tests::assert_err_contains;
 use toolbox_tests::scripted_llm::{Scripted, ScriptedLlm};
 
 const SID: &str = "moving";
 
-fn host(ws: &Path, store: &Path, epoch: impl ToString, llm: Option<&ScriptedLlm>) -> Server {
-    host_every(ws, store, epoch, llm, "300ms")
+fn session_server(
+    ws: &Path,
+    store: &Path,
+    epoch: impl ToString,
+    llm: Option<&ScriptedLlm>,
+) -> Server {
+    session_server_every(ws, store, epoch, llm, "300ms")
 }
 
-/// [`host`] with another `--sync-every`.
-fn host_every(
+/// [`session_server`] with another `--sync-every`.
+fn session_server_every(
     ws: &Path,
     store: &Path,
     epoch: impl ToString,
     llm: Option<&ScriptedLlm>,
     every: &str,
 ) -> Server {
-    let cmd = host_command(ws, llm, SID, epoch, &file_store(store), Some(every));
+    let cmd = session_server_command(ws, llm, SID, epoch, &file_store(store), Some(every));
     Server::spawn(cmd, ws)
 }
 
@@ -83,8 +88,8 @@ fn head_manifest(store: &Path) -> Value {
     }
 }
 
-/// Every file under `root` with its content, but the session's events file (which each host
-/// appends to) and SQLite's memory store and its side files (compared through the memory
+/// Every file under `root` with its content, but the session's events file (which each session
+/// server appends to) and SQLite's memory store and its side files (compared through the memory
 /// tools instead).
 fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
     let events = format!(".toolbox/sessions/{SID}/events.jsonl");
@@ -125,7 +130,7 @@ fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
 }
 
 #[test]
-fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
+fn a_session_server_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     let (_top, store, node_a, node_b) = dirs();
     let llm = ScriptedLlm::start_with(|request| {
         match (
@@ -140,7 +145,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
             _ => Scripted::text("unexpected"),
         }
     });
-    let mut old = host(&node_a, &store, 1, Some(&llm));
+    let mut old = session_server(&node_a, &store, 1, Some(&llm));
     // Other sessions are not served here.
     let other = old.get("/api/sessions/elsewhere/messages");
     assert_eq!(other.status, 404, "{}", other.text());
@@ -192,7 +197,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     drop(events);
     let before = tree(&node_a);
 
-    let new = host(&node_b, &store, 2, Some(&llm));
+    let new = session_server(&node_b, &store, 2, Some(&llm));
     assert_eq!(
         tree(&node_b),
         before,
@@ -211,14 +216,14 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     let finished = &finished.last().unwrap().data;
     assert_eq!(finished["turn_id"], turn.as_str(), "{finished}");
     assert_eq!(finished["stop_reason"], "interrupted", "{finished}");
-    // SSE ids are epoch:seq. An id from the old host's epoch gets this host's whole history
-    // (session_resumed first); one of this epoch gets what came after it.
+    // SSE ids are epoch:seq. An id from the old session server's epoch gets this session server's
+    // whole history (session_resumed first); one of this epoch gets what came after it.
     let mut req = new.req("GET", &format!("/api/sessions/{SID}/events"));
     req = req.header("Last-Event-ID", "1:41");
     let replay = serve_common::Sse::open(req);
     assert_eq!(replay.next().kind(), "session_resumed");
-    // One of epoch 1 that the old host had sent more after: those, from its synced events
-    // file, with their old ids, then this host's history.
+    // One of epoch 1 that the old session server had sent more after: those, from its synced events
+    // file, with their old ids, then this session server's history.
     let started = old_events
         .iter()
         .position(|e| e.kind() == "turn_started")
@@ -241,12 +246,13 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
     req = req.header("Last-Event-ID", "2:1");
     let replay = serve_common::Sse::open(req);
     assert_eq!(replay.next().kind(), "turn_finished");
-    // An MCP session of the old host is unknown here: 404, so the client initialises again.
+    // An MCP session of the old session server is unknown here: 404, so the client initialises
+    // again.
     let r = new
         .req("POST", "/mcp")
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
-        .header("Mcp-Session-Id", "a-session-of-the-old-host")
+        .header("Mcp-Session-Id", "a-session-of-the-old-session-server")
         .header("MCP-Protocol-Version", "2025-06-18")
         .body(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec())
         .send();
@@ -277,7 +283,7 @@ fn a_host_killed_mid_turn_resumes_elsewhere_from_its_last_sync() {
 }
 
 #[test]
-fn a_stopped_host_resumed_elsewhere_never_moves_head_and_exits() {
+fn a_stopped_session_server_resumed_elsewhere_never_moves_head_and_exits() {
     let (_top, store, node_a, node_b) = dirs();
     let llm = ScriptedLlm::start_with(|request| {
         match (
@@ -292,7 +298,7 @@ fn a_stopped_host_resumed_elsewhere_never_moves_head_and_exits() {
             _ => Scripted::text("done"),
         }
     });
-    let mut old = host(&node_a, &store, 1, Some(&llm));
+    let mut old = session_server(&node_a, &store, 1, Some(&llm));
     old.call_done(
         SID,
         "file_manager__write",
@@ -307,23 +313,23 @@ fn a_stopped_host_resumed_elsewhere_never_moves_head_and_exits() {
             .is_some_and(|f| f.iter().any(|f| f["path"] == "a.txt"))
     });
     old.signal(libc::SIGSTOP);
-    let new = host(&node_b, &store, 2, Some(&llm));
+    let new = session_server(&node_b, &store, 2, Some(&llm));
     let (fence, head) = latest_head(&store);
     assert_eq!(head["epoch"], 2);
-    // The stopped host's workspace changes; when it wakes it tries to sync.
+    // The stopped session server's workspace changes; when it wakes it tries to sync.
     std::fs::write(node_a.join("a.txt"), "written by the zombie").unwrap();
     old.signal(libc::SIGCONT);
     let finished = events.until("turn_finished");
     assert_eq!(finished.last().unwrap().data["stop_reason"], "superseded");
     let status = old
         .wait_exit(EVENT_LIMIT)
-        .expect("the superseded host exits");
+        .expect("the superseded session server exits");
     assert_eq!(status.code(), Some(3), "{}", old.stderr());
     assert!(old.stderr().contains("epoch 2"), "{}", old.stderr());
     for head in &heads(&store)[fence as usize - 1..] {
         assert_eq!(head["epoch"], 2, "a head past the fence: {head}");
     }
-    // The new host serves the state as of the fence.
+    // The new session server serves the state as of the fence.
     assert_eq!(
         std::fs::read_to_string(node_b.join("a.txt")).unwrap(),
         "before"
@@ -336,7 +342,7 @@ fn a_stopped_host_resumed_elsewhere_never_moves_head_and_exits() {
 fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
     let (_top, store, node_a, node_b) = dirs();
     let llm = ScriptedLlm::start_with(|_| Scripted::text("hello back"));
-    let mut old = host(&node_a, &store, 1, Some(&llm));
+    let mut old = session_server(&node_a, &store, 1, Some(&llm));
     old.call_done(
         SID,
         "file_manager__write",
@@ -352,12 +358,14 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
     events.until("turn_finished");
     let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
     assert_eq!(r.status, 202, "{}", r.text());
-    let status = old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    let status = old
+        .wait_exit(EVENT_LIMIT)
+        .expect("a parked session server exits");
     assert!(status.success(), "{}", old.stderr());
     let before = tree(&node_a);
 
     // The same epoch again: refused, nothing served.
-    let out = host_command(&node_b, None, SID, 1, &file_store(&store), None)
+    let out = session_server_command(&node_b, None, SID, 1, &file_store(&store), None)
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -365,7 +373,7 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
     assert!(stderr.contains("epoch 1 was claimed already"), "{stderr}");
     assert!(!stderr.contains("listening"), "{stderr}");
 
-    let new = host(&node_b, &store, 2, Some(&llm));
+    let new = session_server(&node_b, &store, 2, Some(&llm));
     assert_eq!(tree(&node_b), before);
     let events = new.events(SID, None);
     let resumed = events.until("session_resumed");
@@ -390,7 +398,7 @@ fn park_then_resume_loses_nothing_and_an_epoch_is_used_once() {
 #[test]
 fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
     let (_top, store, node_a, node_b) = dirs();
-    let mut old = host(&node_a, &store, "next", None);
+    let mut old = session_server(&node_a, &store, "next", None);
     assert!(
         old.stderr().contains(&format!("session {SID} at epoch 1")),
         "{}",
@@ -405,7 +413,7 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
     assert_eq!(r.status, 202, "{}", r.text());
     assert!(old.wait_exit(EVENT_LIMIT).expect("parked").success());
 
-    let new = host(&node_b, &store, "next", None);
+    let new = session_server(&node_b, &store, "next", None);
     let health = new.get("/api/health").json();
     assert_eq!(health["session_server"]["epoch"], 2, "{health}");
     // `host`, its old name, stays as an alias for adapters that read it.
@@ -421,7 +429,7 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
     );
 
     for bad in ["0", "soon", "1.5"] {
-        let out = host_command(&node_a, None, SID, bad, &file_store(&store), None)
+        let out = session_server_command(&node_a, None, SID, bad, &file_store(&store), None)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "--epoch {bad}");
@@ -437,7 +445,7 @@ fn epoch_next_claims_the_lowest_free_epoch_and_a_bad_epoch_is_a_usage_error() {
 fn a_park_lets_the_calls_in_flight_finish_and_their_effects_are_in_the_last_sync() {
     let (_top, store, node_a, node_b) = dirs();
     // No periodic sync: only the park's last one can store what the slow call writes.
-    let mut old = host_every(&node_a, &store, 1, None, "1h");
+    let mut old = session_server_every(&node_a, &store, 1, None, "1h");
     let answer = std::thread::scope(|scope| {
         let slow = scope.spawn(|| {
             old.post(
@@ -457,10 +465,12 @@ fn a_park_lets_the_calls_in_flight_finish_and_their_effects_are_in_the_last_sync
     });
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(answer.json()["status"], "done", "{}", answer.text());
-    let status = old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    let status = old
+        .wait_exit(EVENT_LIMIT)
+        .expect("a parked session server exits");
     assert!(status.success(), "{}", old.stderr());
 
-    let _new = host(&node_b, &store, 2, None);
+    let _new = session_server(&node_b, &store, 2, None);
     assert_eq!(
         std::fs::read_to_string(node_b.join("slow.txt")).unwrap(),
         "landed\n"
@@ -471,7 +481,7 @@ fn a_park_lets_the_calls_in_flight_finish_and_their_effects_are_in_the_last_sync
 fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
     let (_top, store, node_a, node_b) = dirs();
     // No periodic sync: only the one on SIGTERM can store late.txt.
-    let mut old = host_every(&node_a, &store, 1, None, "1h");
+    let mut old = session_server_every(&node_a, &store, 1, None, "1h");
     old.call_done(
         SID,
         "file_manager__write",
@@ -482,7 +492,11 @@ fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
             .as_array()
             .is_some_and(|f| f.iter().any(|f| f["path"] == "data.csv"))
     });
-    std::fs::write(node_a.join("late.txt"), "written behind the host's back").unwrap();
+    std::fs::write(
+        node_a.join("late.txt"),
+        "written behind the session server's back",
+    )
+    .unwrap();
     old.signal(libc::SIGTERM);
     let status = old.wait_exit(EVENT_LIMIT).expect("SIGTERM ends it");
     assert!(status.success(), "{}", old.stderr());
@@ -508,7 +522,7 @@ fn a_corrupted_blob_refuses_the_resume_and_serves_nothing() {
         "a,b\n1,3\n",
     )
     .unwrap();
-    let out = host_command(&node_b, None, SID, 2, &file_store(&store), None)
+    let out = session_server_command(&node_b, None, SID, 2, &file_store(&store), None)
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -576,12 +590,13 @@ impl Moto {
         panic!("moto's server did not start");
     }
 
-    fn host(&self, ws: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
+    fn session_server(&self, ws: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> Server {
         Server::spawn(self.command(ws, epoch, llm), ws)
     }
 
     fn command(&self, ws: &Path, epoch: u64, llm: Option<&ScriptedLlm>) -> std::process::Command {
-        let mut cmd = host_command(ws, llm, SID, epoch, "s3://toolbox-test/stores/one", None);
+        let mut cmd =
+            session_server_command(ws, llm, SID, epoch, "s3://toolbox-test/stores/one", None);
         cmd.env(
             "AWS_ENDPOINT_URL",
             format!("http://127.0.0.1:{}", self.port),
@@ -605,7 +620,7 @@ impl Drop for Moto {
 fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
     let (top, _store, node_a, node_b) = dirs();
     let moto = Moto::start();
-    let mut old = moto.host(&node_a, 1, None);
+    let mut old = moto.session_server(&node_a, 1, None);
     old.call_done(
         SID,
         "file_manager__write",
@@ -618,10 +633,12 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
     );
     let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
     assert_eq!(r.status, 202, "{}", r.text());
-    let status = old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    let status = old
+        .wait_exit(EVENT_LIMIT)
+        .expect("a parked session server exits");
     assert!(status.success(), "{}", old.stderr());
     let before = tree(&node_a);
-    let new = moto.host(&node_b, 2, None);
+    let new = moto.session_server(&node_b, 2, None);
     assert_eq!(tree(&node_b), before);
     assert_eq!(new.events(SID, None).until("session_resumed").len(), 1);
     let found = new.call_done(SID, "memory__search", json!({"query": "moto"}));
@@ -644,7 +661,7 @@ fn park_then_resume_through_s3_and_an_epoch_is_claimed_once_there_too() {
 }
 
 #[test]
-fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
+fn an_mcp_client_whose_session_server_moves_gets_404_then_a_new_session_works() {
     use std::io::{BufRead, Write};
     let (_top, store, node_a, node_b) = dirs();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -654,12 +671,12 @@ fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
         .port();
     let listen = format!("127.0.0.1:{port}");
     let url = file_store(&store);
-    // On the same port each time (the client reconnects to it), so not host_command's.
+    // On the same port each time (the client reconnects to it), so not session_server_command's.
     let start = |ws: &Path, epoch: u64| {
         std::fs::create_dir_all(ws).unwrap();
         let mut cmd = common::toolbox(ws);
         cmd.args(["serve", "--listen", &listen])
-            .args(host_args(SID, epoch, &url, Some("300ms")));
+            .args(session_server_args(SID, epoch, &url, Some("300ms")));
         Server::spawn(cmd, ws)
     };
     let mut old = start(&node_a, 1);
@@ -705,7 +722,7 @@ fn an_mcp_client_whose_host_moves_gets_404_then_a_new_session_works() {
 #[test]
 fn a_call_over_mcp_is_synced_without_waiting_for_the_timer() {
     let (_top, store, node_a, _node_b) = dirs();
-    let server = host_every(&node_a, &store, 1, None, "1h");
+    let server = session_server_every(&node_a, &store, 1, None, "1h");
     let protocol = "2025-06-18";
     let r = server
         .req("POST", "/mcp")
@@ -713,7 +730,7 @@ fn a_call_over_mcp_is_synced_without_waiting_for_the_timer() {
         .json(&json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {"protocolVersion": protocol, "capabilities": {},
-                       "clientInfo": {"name": "serve_host.rs", "version": "0"}},
+                       "clientInfo": {"name": "serve_session_server.rs", "version": "0"}},
         }))
         .send();
     assert_eq!(r.status, 200, "{}", r.text());
@@ -751,18 +768,19 @@ fn a_restored_workspace_config_holds_from_the_first_call() {
     let (_top, store, node_a, node_b) = dirs();
     std::fs::create_dir_all(&node_a).unwrap();
     std::fs::write(node_a.join("toolbox.toml"), "mode = \"read_only\"\n").unwrap();
-    let mut old = host(&node_a, &store, 1, None);
+    let mut old = session_server(&node_a, &store, 1, None);
     let r = old.post(
         &format!("/api/sessions/{SID}/tools/shell"),
         &json!({"command": "echo before > ran-a.txt"}),
     );
-    // read_only on the first host too.
+    // read_only on the first session server too.
     assert_err_contains(&r.json(), &["read_only"]);
     let r = old.post(&format!("/api/sessions/{SID}/park"), &json!({}));
     assert_eq!(r.status, 202, "{}", r.text());
-    old.wait_exit(EVENT_LIMIT).expect("a parked host exits");
+    old.wait_exit(EVENT_LIMIT)
+        .expect("a parked session server exits");
 
-    let new = host(&node_b, &store, 2, None);
+    let new = session_server(&node_b, &store, 2, None);
     assert!(node_b.join("toolbox.toml").exists(), "restored");
     let r = new.post(
         &format!("/api/sessions/{SID}/tools/shell"),
@@ -772,14 +790,14 @@ fn a_restored_workspace_config_holds_from_the_first_call() {
     assert!(!node_b.join("ran-b.txt").exists());
 }
 
-/// Issue 37, point 8: a host whose session a newer epoch took over answered `done` to writes
-/// that were then lost (it learned of the new epoch only at its next sync). Now a call asks
+/// Issue 37, point 8: a session server whose session a newer epoch took over answered `done` to
+/// writes that were then lost (it learned of the new epoch only at its next sync). Now a call asks
 /// the store first, and the answer is 503 once the newer epoch is known.
 #[test]
-fn a_stale_host_answers_503_once_a_newer_epoch_is_known() {
+fn a_stale_session_server_answers_503_once_a_newer_epoch_is_known() {
     let (_top, store, node_a, node_b) = dirs();
-    // The old host syncs rarely: only the calls themselves can learn of the new epoch.
-    let old = host_every(&node_a, &store, 1, None, "1h");
+    // The old session server syncs rarely: only the calls themselves can learn of the new epoch.
+    let old = session_server_every(&node_a, &store, 1, None, "1h");
     old.call_done(
         SID,
         "file_manager__write",
@@ -789,9 +807,9 @@ fn a_stale_host_answers_503_once_a_newer_epoch_is_known() {
     assert_eq!(r.status, 202, "{}", r.text());
     let mut old = old;
     old.wait_exit(EVENT_LIMIT).expect("parked");
-    let stale = host_every(&node_a.with_extension("again"), &store, 2, None, "1h");
-    // A newer host claims the session while the stale one still serves.
-    let _new = host_every(&node_b, &store, 3, None, "1h");
+    let stale = session_server_every(&node_a.with_extension("again"), &store, 2, None, "1h");
+    // A newer session server claims the session while the stale one still serves.
+    let _new = session_server_every(&node_b, &store, 3, None, "1h");
     let r = stale.post(
         &format!("/api/sessions/{SID}/tools/file_manager__write"),
         &json!({"path": "lost.txt", "content": "never synced"}),
