@@ -385,7 +385,7 @@ class Placement:
             return {"sid": sid, "url": url, "token": token, "epoch": epoch, "node": node}
         if state == "waiting":
             self._assign(ip, sid, token)
-            raise Fail(503, f"session {sid}: its host is starting", RETRY_STARTING)
+            raise Fail(503, f"session {sid}: its session server is starting", RETRY_STARTING)
         recorded = _epoch_of(claim)
         if state == "down" and stale_epoch is not None and recorded and \
                 stale_epoch >= recorded:
@@ -394,13 +394,13 @@ class Placement:
             # notice. A new claim gets a sandbox from the warm pool now; the epochs fence
             # the old session server if it was only cut off.
             self._delete_claim(name)
-            raise Fail(503, f"the host of {sid} (epoch {recorded}) is unreachable; placing the "
-                            "session on a new sandbox", RETRY_PLACING)
+            raise Fail(503, f"the session server of {sid} (epoch {recorded}) is unreachable; "
+                            "placing the session on a new sandbox", RETRY_PLACING)
         if state == "other":
-            raise Fail(503, f"session {sid}: {url} answers, but not as this session's host "
-                            "(a host being replaced, or the token does not match)",
+            raise Fail(503, f"session {sid}: {url} answers, but not as this session's session "
+                            "server (one being replaced, or the token does not match)",
                        RETRY_PLACING)
-        raise Fail(503, f"session {sid}: its host is not answering yet", RETRY_STARTING)
+        raise Fail(503, f"session {sid}: its session server is not answering yet", RETRY_STARTING)
 
     def park(self, sid: str) -> dict:
         name = claim_name(sid)
@@ -579,16 +579,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="the token the warm pool's boot program takes assignments with")
     p.add_argument("--warm-pool", default="toolbox-hosts", help="the SandboxWarmPool's name")
     p.add_argument("--host-key-file", required=True,
-                   help="the key host tokens are derived from (first line, at least "
+                   help="the key session server tokens are derived from (first line, at least "
                         f"{MIN_HOST_KEY} characters)")
-    p.add_argument("--host-port", type=int, default=7878, help="the port hosts listen on")
+    p.add_argument("--host-port", type=int, default=7878, help="the port session servers listen on")
     p.add_argument("--assign-port", type=int, default=7879,
-                   help="the port of the host pods' gate, which takes assignments")
+                   help="the port of the session server pods' gate, which takes assignments")
     p.add_argument("--namespace", help="default: the service account's namespace")
     p.add_argument("--api-server", help="default: https://$KUBERNETES_SERVICE_HOST:PORT")
     p.add_argument("--api-token-file", help=f"default: {SA_DIR}/token")
     p.add_argument("--api-ca-file", help=f"default: {SA_DIR}/ca.crt")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds per API/host call")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per API/session server call")
     a = p.parse_args(argv)
 
     host, port = parse_listen(a.listen)

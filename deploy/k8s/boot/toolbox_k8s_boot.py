@@ -88,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] == "/api/health":
             self._send(503, {"status": "waiting", "error": "no session assigned yet"})
         else:
-            self._send(503, {"error": "this host has no session yet"})
+            self._send(503, {"error": "this pod has no session yet"})
 
     def do_POST(self):  # noqa: N802
         # Assignments come only through the gate's socket: whoever reaches this port (the
@@ -139,7 +139,7 @@ class HandoffHandler(Handler):
                 state.assigned[1].encode(), token.encode())
             if same:
                 return self._send(202, {"sid": sid, "state": "starting"})
-            return self._send(409, {"error": "this host is taken by another session"})
+            return self._send(409, {"error": "this pod is taken by another session"})
         state.assigned = (sid, token)
         state.env = env
         self._send(202, {"sid": sid, "state": "starting"})
@@ -187,7 +187,7 @@ def token_pipe(token: str) -> int:
     try:
         data = (token + "\n").encode()
         if os.write(write_end, data) != len(data):
-            raise OSError("short write of the host token into its pipe")
+            raise OSError("short write of the session server's token into its pipe")
     finally:
         os.close(write_end)
     os.set_inheritable(read_end, True)
@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--toolbox", default="toolbox", help="the toolbox binary")
     p.add_argument("--epoch", default="next", help="passed to toolbox serve --epoch")
     p.add_argument("--wipe-workspace", action="store_true",
-                   help="empty the workspace before the host starts: after a restart it holds "
-                        "the previous host's files, and a host restores only into an empty "
-                        "folder (the state store has them)")
+                   help="empty the workspace before the session server starts: after a restart "
+                        "it holds the previous session server's files, and a session server "
+                        "restores only into an empty folder (the state store has them)")
     p.add_argument("serve_args", nargs="*", help="more `toolbox serve` arguments, after --")
     a = p.parse_args(argv)
 

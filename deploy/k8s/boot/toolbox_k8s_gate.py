@@ -137,7 +137,7 @@ class Handler(BaseHTTPRequestHandler):
         body["env"] = self.server.store_env
         status, answer = self._hand_off(json.dumps(body).encode())
         if status is None:
-            return self._send(503, {"error": "the host container is not waiting for a session "
+            return self._send(503, {"error": "the `host` container is not waiting for a session "
                                              "(it serves one, or is starting)"}, RETRY_AFTER)
         self._send(status, answer)
 
@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--handoff-socket", required=True,
                    help="@NAME: the boot program's abstract Unix socket")
     p.add_argument("--host-port", type=int, default=7878,
-                   help="the host's port, where a waiting boot program answers on 127.0.0.1")
+                   help="the session server's port, where a waiting boot program answers on "
+                        "127.0.0.1")
     a = p.parse_args(argv)
 
     host, port = parse_listen(a.listen)

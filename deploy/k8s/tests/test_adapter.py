@@ -284,14 +284,14 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
         f"{binary} is missing: build it (cargo build -p toolbox) or set TOOLBOX_BIN")
     help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True,
                                timeout=60).stdout
-    assert "--session" in help_text, f"{binary} has no host mode"
+    assert "--session" in help_text, f"{binary} has no session server mode"
     # --epoch next arrives with the router work; count epochs here until it has.
     epoch_help = re.search(r"--epoch\b.*?(?=\n\s*--|\Z)", help_text, re.S)
     supports_next = bool(epoch_help and "next" in epoch_help.group(0))
     epochs = iter(["next"] * 2) if supports_next else iter(["1", "2"])
     assert "--token-fd" in help_text, (
-        f"{binary} has no `serve --token-fd`: the boot program hands the host token over a "
-        "pipe (issue 37); rebuild it")
+        f"{binary} has no `serve --token-fd`: the boot program hands the session server's token "
+        "over a pipe (issue 37); rebuild it")
     store = f"file://{tmp_path / 'real-store'}"
     port, gate = free_ports(2)
     adapter = start_adapter(port, gate)
@@ -301,7 +301,7 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
     boot = start_boot(port, gate, toolbox=binary, epoch=next(epochs), store=store)
     fake_kube.bind_claim(name)
     status, _, placed = poll(lambda: adapter.ensure(sid), lambda r: r[0] == 200,
-                             f"the real host of {sid}")
+                             f"the real session server of {sid}")
     assert placed["epoch"] == 1 and placed["url"] == f"http://127.0.0.1:{port}"
     status, _, health = call(f"{placed['url']}/api/health", token=placed["token"])
     assert status == 200 and health["host"]["session"] == sid
@@ -320,14 +320,14 @@ def test_ensure_and_park_with_the_real_toolbox_binary(fake_kube, start_adapter, 
 
     status, _, body = adapter.call(f"/v1/sessions/{sid}:park", "POST", {})
     assert status == 202, body
-    assert boot.wait(timeout=60) == 0, "a parked host exits 0"
+    assert boot.wait(timeout=60) == 0, "a parked session server exits 0"
 
     adapter.ensure(sid)
     start_boot(port, gate, toolbox=binary, epoch=next(epochs), store=store,
                workspace=str(tmp_path / "ws-second"))
     fake_kube.bind_claim(name, sandbox="toolbox-hosts-second")
     status, _, resumed = poll(lambda: adapter.ensure(sid), lambda r: r[0] == 200,
-                              f"the resumed host of {sid}")
+                              f"the resumed session server of {sid}")
     assert resumed["epoch"] == 2
     assert shutil.which(binary) or os.path.exists(binary)
 

@@ -19,7 +19,7 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     workspace.mkdir()
     # What a previous session server left in the pod's workspace (a container restart):
     # wiped.
-    (workspace / "old.txt").write_text("from the last host")
+    (workspace / "old.txt").write_text("from the last session server")
     (workspace / "sub").mkdir()
     (workspace / "sub" / "f").write_text("x")
     os.symlink("/etc", workspace / "link")
@@ -56,7 +56,7 @@ def test_it_waits_refuses_bad_assignments_then_becomes_the_host(start_boot, toke
     # The same process is now the session server (the fake session server asserts an empty
     # workspace).
     status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
-                             "the host after the assignment")
+                             "the session server after the assignment")
     assert health["host"] == {"session": "s1", "epoch": 1}
     assert boot.poll() is None
     assert sorted(os.listdir(workspace)) == []
@@ -92,7 +92,7 @@ def assert_no_token_left_for_model_code(pid: int, host_token: str, pool_token: s
     session server's environment. Returns the session server's argv."""
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().decode().split("\0")
-    assert host_token not in " ".join(argv), "the host token is on the command line"
+    assert host_token not in " ".join(argv), "the session server's token is on the command line"
     assert "--token-file" not in argv and "--token" not in argv, argv
     assert "--token-fd" in argv, argv
     fd = argv[argv.index("--token-fd") + 1]
@@ -127,7 +127,7 @@ def test_the_host_token_reaches_toolbox_through_a_pipe_and_nothing_else(
     assert status == 202
     url = f"http://127.0.0.1:{port}"
     status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
-                             "the host after the assignment")
+                             "the session server after the assignment")
     assert health["host"]["session"] == "s-pipe"
     status, _, _ = _health(url, "wrong-" + host_token)
     assert status == 401
@@ -155,7 +155,7 @@ def test_a_restarted_host_container_is_assigned_again_through_the_same_gate(
     gate_proc = start_boot.gates[gate_port]
     assert call(f"{gate}/assign", "POST", {"sid": "s-r", "token": host_token}, pool)[0] == 202
     url = f"http://127.0.0.1:{port}"
-    poll(lambda: _health(url, host_token), lambda r: r[0] == 200, "the first host")
+    poll(lambda: _health(url, host_token), lambda r: r[0] == 200, "the first session server")
     status, _, _ = call(f"{url}/api/sessions/s-r/park", "POST", {}, host_token)
     assert status == 202
     assert first.wait(timeout=10) == 0
@@ -165,7 +165,7 @@ def test_a_restarted_host_container_is_assigned_again_through_the_same_gate(
     assert call(f"{gate}/assign", "POST", {"sid": "s-r", "token": host_token}, "wrong")[0] == 401
     assert call(f"{gate}/assign", "POST", {"sid": "s-r", "token": host_token}, pool)[0] == 202
     status, _, health = poll(lambda: _health(url, host_token), lambda r: r[0] == 200,
-                             "the host after the restart")
+                             "the session server after the restart")
     assert health["host"] == {"session": "s-r", "epoch": 2}
     assert second.poll() is None
 
@@ -204,7 +204,7 @@ def test_the_store_credentials_reach_toolbox_serve_from_the_gate_only(start_boot
                         {"sid": "s-store", "token": host_token}, tokens["pool"][1])
     assert status == 202
     url = f"http://127.0.0.1:{port}"
-    poll(lambda: _health(url, host_token), lambda r: r[0] == 200, "the host")
+    poll(lambda: _health(url, host_token), lambda r: r[0] == 200, "the session server")
     with open(f"/proc/{boot.pid}/environ", "rb") as f:
         env = dict(line.split(b"=", 1) for line in f.read().split(b"\0") if b"=" in line)
     for name, value in start_boot.store_env.items():

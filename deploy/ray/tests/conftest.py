@@ -93,6 +93,6 @@ def sim_cluster() -> Iterator[Any]:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(tmp, ignore_errors=True)
-    assert not left, f"hosts left running after the cluster ended: {left}"
+    assert not left, f"session servers left running after the cluster ended: {left}"
 
 

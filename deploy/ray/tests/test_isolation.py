@@ -46,7 +46,7 @@ for a in ray.util.list_named_actors(all_namespaces=True):
     if a["name"].startswith("toolbox:session:"):
         calls["node_id"] = handle.node_id.remote()
         calls["info"] = handle.info.remote()
-        # An offer for a host that already runs changes nothing and tells nothing.
+        # An offer for a session server that already runs changes nothing and tells nothing.
         calls["info_offer"] = handle.info.remote(None, {"nonce": "0" * 32, "digest": "0" * 64})
         calls["status"] = handle.status.remote()
         calls["recent_stderr"] = handle.recent_stderr.remote()
@@ -142,7 +142,7 @@ def test_a_ray_client_gets_no_token_and_hosts_hold_only_its_digest(sim_cluster, 
         got = sessions[f"toolbox:session:{name}"]["info"]
         host, actor = proc_text(got["pid"]), proc_text(got["actor_pid"])
         for what, secret in hidden.items():
-            assert secret not in host, f"{name}'s host holds the {what}"
+            assert secret not in host, f"{name}'s session server holds the {what}"
             assert secret not in actor, f"{name}'s actor holds the {what}"
         # The session server checks bearer tokens against the digest, the only form it has.
         assert f"--token-sha256 {hashlib.sha256(info['token'].encode()).hexdigest()}" in host
@@ -235,7 +235,7 @@ def test_a_shell_in_a_host_reaches_neither_rays_ports_nor_its_sockets(sim_cluste
     line = next((l for l in result.splitlines() if l.startswith("PROBE ")), None)
     assert line is not None, result
     seen = json.loads(line[len("PROBE ") :])
-    print(f"\nfrom a shell in a host: {seen}")
+    print(f"\nfrom a shell in a session server: {seen}")
     assert seen["gcs"] == "PermissionError", seen  # no socket but AF_UNIX (the sandbox)
     for path in sockets:
         assert seen[path] == "FileNotFoundError", (path, seen)  # Ray's folder is empty
@@ -258,7 +258,7 @@ def test_a_shell_in_a_host_reaches_neither_rays_ports_nor_its_sockets(sim_cluste
     line = next((l for l in result.splitlines() if l.startswith("PROBE ")), None)
     assert line is not None, result
     seen = json.loads(line[len("PROBE ") :])
-    print(f"from Python in a host: {seen}")
+    print(f"from Python in a session server: {seen}")
     assert seen["gcs"] == "PermissionError", seen
     for path in sockets:
         assert seen[path] == "FileNotFoundError", (path, seen)

@@ -112,7 +112,7 @@ def test_a_node_killed_mid_turn_moves_the_session_to_a_new_epoch(sim_cluster):
     killed_at = time.monotonic()
     c.kill_node(old["node"])
     # The old session server dies with its node: nothing orphaned.
-    wait_until("the old host to end", lambda: old_pids[0] not in host_pids(c.work_root))
+    wait_until("the old session server to end", lambda: old_pids[0] not in host_pids(c.work_root))
 
     def moved():
         r = c.ensure(sid, stale_epoch=1, timeout=LIMIT)
@@ -120,7 +120,7 @@ def test_a_node_killed_mid_turn_moves_the_session_to_a_new_epoch(sim_cluster):
 
     new = wait_until("the session on another node", moved, every=0.2)
     failover = time.monotonic() - killed_at
-    print(f"\nnode kill to a new host answering :ensure: {failover:.2f} s")
+    print(f"\nnode kill to a new session server answering :ensure: {failover:.2f} s")
     assert new["node"] != old["node"] and new["epoch"] == 2, new
     assert epochs(c.store, sid) == [1, 2]
     # The client reconnects with the last id it saw: the rest of the old epoch's events, then
@@ -200,7 +200,7 @@ def test_park_and_idle_park_free_the_slot_and_resume_at_the_next_epoch(sim_clust
     assert r.status == 202 and r.json() == {"sid": "parked-by-hand", "state": "parked"}, r
     status = request("GET", f"{c.url}/v1/sessions/parked-by-hand").json()
     assert status["state"] == "parked" and status["epoch"] == 1, status
-    wait_until("the parked host to exit", lambda: not host_pids(c.work_root))
+    wait_until("the parked session server to exit", lambda: not host_pids(c.work_root))
     # Idle: a session left alone is parked by its actor.
     b = c.ensured("left-alone")
     call(b, "file_manager__write", {"path": "b.txt", "content": "kept too"})
@@ -210,7 +210,7 @@ def test_park_and_idle_park_free_the_slot_and_resume_at_the_next_epoch(sim_clust
         limit=LIMIT,
         every=0.5,
     )
-    wait_until("the idle host to exit", lambda: not host_pids(c.work_root))
+    wait_until("the idle session server to exit", lambda: not host_pids(c.work_root))
     # Both slots are free again, and both sessions come back with their files.
     for sid, path, text in (("parked-by-hand", "a.txt", "kept"), ("left-alone", "b.txt", "kept too")):
         info = c.ensured(sid)
@@ -264,7 +264,7 @@ def test_a_graceful_drain_loses_no_call(sim_cluster):
     wait_until("a few calls", lambda: len(acked) >= 5)
     r = request("POST", f"{c.url}/v1/nodes/{first_node}:drain", {})
     assert r.status == 202 and r.json()["parked"] == [sid], r
-    wait_until("calls on the new host", lambda: moves and len(acked) >= 15)
+    wait_until("calls on the new session server", lambda: moves and len(acked) >= 15)
     stop.set()
     t.join(LIMIT)
     assert not t.is_alive()

@@ -62,7 +62,7 @@ def test_five_hundred_requests_land_on_the_host_of_the_current_epoch(routed):
     tool(router, sid, "file_manager__write", {"path": "a.txt", "content": "one"})
     # Park it: the router's cached session server is gone, the next request finds epoch 2.
     assert request("POST", f"{c.url}/v1/sessions/{sid}:park", {}).status == 202
-    wait_until("the parked host to exit", lambda: not host_pids(c.work_root))
+    wait_until("the parked session server to exit", lambda: not host_pids(c.work_root))
     for _ in range(500):
         tool(router, sid, "file_manager__read", {"path": "a.txt"})
     current = c.ensured(sid)
@@ -97,7 +97,7 @@ def test_a_node_killed_mid_turn_through_the_router_with_last_event_id(routed):
         lambda: '"open_turn"' in json.dumps(_manifest(c.store, sid)) and _manifest(c.store, sid).get("open_turn") == turn,
     )
     c.kill_node(old["node"])
-    wait_until("the old host to die with its node", lambda: not host_pids(c.work_root))
+    wait_until("the old session server to die with its node", lambda: not host_pids(c.work_root))
     seen = events.events[started]["id"]
     events.close()
 
@@ -201,7 +201,7 @@ def test_an_mcp_client_through_the_router_continues_or_reinitialises_across_a_mo
                     # Its session server dies with the node's processes (within a moment of
                     # the kill).
                     await asyncio.to_thread(
-                        wait_until, "the old host to die with its node", lambda: not host_pids(c.work_root)
+                        wait_until, "the old session server to die with its node", lambda: not host_pids(c.work_root)
                     )
                     deadline = time.monotonic() + LIMIT
                     while time.monotonic() < deadline:
@@ -301,7 +301,7 @@ def test_a_graceful_drain_through_the_router_loses_no_call(routed):
         r = c.ensure(sid)
         return r.status == 200 and r.json()["epoch"] == 2 and len(acked) >= 20
 
-    wait_until("calls on the new host", moved, every=0.3)
+    wait_until("calls on the new session server", moved, every=0.3)
     stop.set()
     t.join(LIMIT)
     assert not t.is_alive() and not failure, failure

@@ -96,7 +96,7 @@ def test_host_tokens_come_from_the_adapters_key_and_the_hosts_nonce():
     assert keys.digest("s1", nonce) == hashlib.sha256(token.encode()).hexdigest()
     # A session id cannot smuggle in another session's nonce.
     assert keys.token("s1\0" + "2" * 16, "3" * 32) != keys.token("s1", "2" * 16 + "3" * 16)
-    with pytest.raises(ValueError, match="not a host nonce"):
+    with pytest.raises(ValueError, match="not a session server nonce"):
         keys.token("s1", "../x")
     assert TOKEN not in repr(keys) and "HostKeys(..)" == repr(keys)
     # Nothing can carry the key out of the process by serialising it (Ray pickles answers).
@@ -198,7 +198,7 @@ def test_an_isolated_host_sees_neither_rays_folder_nor_other_sessions(tmp_path):
         timeout=60,
     )
     listener.close()
-    if run.returncode == 126 and "cannot isolate the host: unshare" in run.stderr:
+    if run.returncode == 126 and "cannot isolate the session server: unshare" in run.stderr:
         pytest.skip(f"no mount namespace can be made here: {run.stderr.strip()}")
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout)

@@ -11,8 +11,9 @@ from .adapter import check_listen, deploy
 from .config import Config, ConfigError
 
 CONTROL = "toolbox_control"
-"""The resource of the node(s) where the adapter's replicas run: the head, where no host
-runs, so the placement token's file (and the adapter's key) are out of the hosts' reach."""
+"""The resource of the node(s) where the adapter's replicas run: the head, where no session
+server runs, so the placement token's file (and the adapter's key) are out of the session
+servers' reach."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if ray.cluster_resources().get(CONTROL, 0) <= 0:
         print(
             f"toolbox_ray: no node offers the resource {CONTROL}: start the head with "
-            f"--resources='{{\"{CONTROL}\": 1}}' (the adapter's replicas run there, away from the hosts)",
+            f"--resources='{{\"{CONTROL}\": 1}}' (the adapter's replicas run there, away from the session servers)",
             file=sys.stderr,
         )
         return 2

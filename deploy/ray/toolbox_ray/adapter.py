@@ -13,10 +13,10 @@ Serve's model multiplexing is not used: it is cache affinity and falls back to a
 which could start a second live copy of a session. Every replica here asks Ray for the one
 named actor instead, so replicas hold no state and any number of them agree.
 
-Host tokens never leave the adapter's replicas. Ray has no caller authentication, so
-whatever an actor holds or answers, any Ray client can read: a session server's actor knows
-only a nonce and the SHA-256 of the token, which the replica derives from the nonce with a
-key of its own (:class:`HostKeys`) and hands to the router alone. The key comes from the
+Session server tokens never leave the adapter's replicas. Ray has no caller authentication,
+so whatever an actor holds or answers, any Ray client can read: a session server's actor
+knows only a nonce and the SHA-256 of the token, which the replica derives from the nonce
+with a key of its own (:class:`HostKeys`) and hands to the router alone. The key comes from the
 placement token's file, read on the replica's node, or from a key file the replicas make in
 their node's Ray session dir; neither travels through Ray.
 """
@@ -77,10 +77,10 @@ def actor_options(sid: str) -> dict[str, Any]:
 
 
 class HostKeys:
-    """Host tokens: ``HMAC-SHA256(key, sid + NUL + nonce)`` in hex, where the nonce is the
-    session server's own (its actor made it) and the key is this adapter's. Deterministic,
-    so every replica, before and after a restart, answers the same token for the same
-    session server; and a new nonce (a new session server) makes a new token."""
+    """Session server tokens: ``HMAC-SHA256(key, sid + NUL + nonce)`` in hex, where the nonce
+    is the session server's own (its actor made it) and the key is this adapter's.
+    Deterministic, so every replica, before and after a restart, answers the same token for
+    the same session server; and a new nonce (a new session server) makes a new token."""
 
     _LABEL = b"toolbox-ray host tokens v1"
 
@@ -99,7 +99,7 @@ class HostKeys:
     def token(self, sid: str, nonce: str) -> str:
         """The bearer token of session `sid`'s session server with `nonce`."""
         if not NONCE.fullmatch(nonce):
-            raise ValueError(f"not a host nonce: {nonce!r}")
+            raise ValueError(f"not a session server nonce: {nonce!r}")
         return hmac.new(self._key, f"{sid}\0{nonce}".encode(), hashlib.sha256).hexdigest()
 
     def digest(self, sid: str, nonce: str) -> str:
@@ -110,8 +110,8 @@ class HostKeys:
 
 KEY_FILE = "toolbox-ray-adapter.key"
 """The adapter's own key, when no placement token is configured: in the Ray session dir of
-the replica's node (hosts do not see Ray's folders), made once by whichever replica comes
-first, so it outlives a replica's restart (not the cluster's)."""
+the replica's node (session servers do not see Ray's folders), made once by whichever
+replica comes first, so it outlives a replica's restart (not the cluster's)."""
 
 
 def own_key() -> bytes:
@@ -232,7 +232,7 @@ class Placement:
                         break
                     offer = {"nonce": info["need"], "digest": self.keys.digest(sid, info["need"])}
             except asyncio.TimeoutError:
-                return self.unavailable(f"the host of session {sid} did not start in time")
+                return self.unavailable(f"the session server of session {sid} did not start in time")
             except RayActorError:
                 await asyncio.sleep(0.05)
                 continue
@@ -411,7 +411,7 @@ def check_listen(config: Config, host: str) -> None:
         if not is_loopback(host):
             raise ConfigError(
                 f"--host {host}: an adapter listening beyond loopback needs placement_token_file "
-                "(anyone who reached it could get every session's host and token)"
+                "(anyone who reached it could get every session server's address and token)"
             )
         return
     read_token_file(config.placement_token_file)

@@ -21,7 +21,7 @@ ACTOR_PREFIX = "toolbox:session:"
 """A session's actor is named this plus its session id: Ray's name uniqueness is the directory."""
 
 SLOT = "toolbox_slot"
-"""The custom resource one session host takes. A node offers as many as it can hold."""
+"""The custom resource one session server takes. A node offers as many as it can hold."""
 
 _SID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -85,38 +85,38 @@ class Config:
     state_store: str
     """``file:///absolute/folder`` (a folder every node shares) or ``s3://bucket/prefix``."""
     work_root: str = "/tmp/toolbox-ray"
-    """Where a host's workspace folder is made on its node (one per session and epoch)."""
+    """Where a session server's workspace folder is made on its node (one per session and epoch)."""
     idle_park_s: float = 900.0
     """A session with no turn running, no approval waiting and nothing changed for this long
-    is parked: its host syncs and exits, its actor ends, its slot is freed."""
+    is parked: its session server syncs and exits, its actor ends, its slot is freed."""
     idle_check_s: float = 5.0
     """How often a session actor looks for activity."""
     place_timeout_s: float = 5.0
     """How long ``:ensure`` waits for a slot before answering 503."""
     start_timeout_s: float = 120.0
-    """How long a host may take to listen (a restore of a large workspace included)."""
+    """How long a session server may take to listen (a restore of a large workspace included)."""
     park_timeout_s: float = 60.0
-    """How long a parked host may take to sync and exit before it is killed."""
+    """How long a parked session server may take to sync and exit before it is killed."""
     retry_after_s: int = 2
     """The ``Retry-After`` of a 503."""
     listen_ip: str | None = None
-    """The address hosts listen on [default: the node's IP as Ray knows it]."""
+    """The address session servers listen on [default: the node's IP as Ray knows it]."""
     host_args: tuple[str, ...] = ()
     """More arguments for ``toolbox serve`` (e.g. ``--mode``, ``--sync-every``)."""
     host_env: tuple[tuple[str, str], ...] = ()
-    """More environment for the hosts (the model's settings, AWS_* for an S3 store)."""
+    """More environment for the session servers (the model's settings, AWS_* for an S3 store)."""
     placement_token_file: str | None = None
     """A file (its first line) holding the bearer token every request to the adapter must
     carry. Read by the adapter's replicas themselves, on the node they run on: a value in
     this configuration would travel through Ray (Serve keeps a deployment's arguments in
     the GCS, which any Ray client can read). Required when the adapter listens beyond
-    loopback; host tokens are derived from it (see ``adapter.HostKeys``)."""
+    loopback; session server tokens are derived from it (see ``adapter.HostKeys``)."""
     isolate_hosts: bool = True
-    """Model code in a host must not reach Ray: the host runs in a mount namespace of its own
-    where Ray's temp dir (its Unix sockets, ``ray_current_cluster``) and the other sessions'
-    folders under ``work_root`` are empty read-only folders, and its shell commands run under
-    ``--sandbox workspace-write`` (no network sockets). Turn off only where namespaces
-    cannot be made and hosts are trusted."""
+    """Model code in a session server must not reach Ray: the session server runs in a mount
+    namespace of its own where Ray's temp dir (its Unix sockets, ``ray_current_cluster``) and
+    the other sessions' folders under ``work_root`` are empty read-only folders, and its shell
+    commands run under ``--sandbox workspace-write`` (no network sockets). Turn off only where
+    namespaces cannot be made and session servers are trusted."""
 
     def __post_init__(self) -> None:
         if not self.toolbox_bin or not os.path.isabs(self.toolbox_bin):
@@ -151,8 +151,8 @@ class Config:
             for name, path in (("state_store", self.store_folder), ("toolbox_bin", self.toolbox_bin)):
                 if path is not None and inside(path, self.work_root):
                     raise ConfigError(
-                        f"{name} {path!r} is inside work_root {self.work_root!r}: an isolated host "
-                        "sees only its own session's folder there"
+                        f"{name} {path!r} is inside work_root {self.work_root!r}: an isolated session "
+                        "server sees only its own session's folder there"
                     )
         for i, arg in enumerate(self.host_args):
             if not isinstance(arg, str):

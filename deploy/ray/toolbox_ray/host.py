@@ -61,7 +61,7 @@ _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 32, 4096, 8192, 0x4000, 
 _SEALED = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
 
 NONCE = re.compile(r"[0-9a-f]{32}")
-"""A host's nonce: 16 random bytes in hex, made by its actor."""
+"""A session server's nonce: 16 random bytes in hex, made by its actor."""
 
 _libc: Any = None
 
@@ -127,7 +127,7 @@ class Isolation:
 
         def fail(what: str, err: int | None = None) -> None:
             why = os.strerror(ctypes.get_errno() if err is None else err)
-            os.write(2, f"toolbox_ray: cannot isolate the host: {what}: {why}\n".encode())
+            os.write(2, f"toolbox_ray: cannot isolate the session server: {what}: {why}\n".encode())
             os._exit(126)
 
         def folder(make: bool, path: bytes) -> None:
@@ -379,7 +379,7 @@ class SessionHost:
         self.started_at = time.time()
         self.child: _Child | None = None
         self.nonce = secrets.token_hex(16)
-        """The nonce of the current host, or of the next one while none runs."""
+        """The nonce of the current session server, or of the next one while none runs."""
         self.error: str | None = None
         self.parking = False
         self._starting = threading.Lock()
@@ -420,8 +420,8 @@ class SessionHost:
             for name, path in needed:
                 if inside(path, cover):
                     raise ValueError(
-                        f"{name} {path} is inside Ray's folder {cover}, which an isolated host "
-                        "does not see: move it elsewhere"
+                        f"{name} {path} is inside Ray's folder {cover}, which an isolated session "
+                        "server does not see: move it elsewhere"
                     )
             if inside(cover, self.cfg.work_root):
                 raise ValueError(f"Ray's folder {cover} is inside work_root {self.cfg.work_root}: move work_root")
@@ -451,7 +451,7 @@ class SessionHost:
                 threading.Thread(target=self._watch, args=(child,), name=f"toolbox-session-{self.sid}", daemon=True).start()
                 return True
             tail = "\n".join(list(child.lines)[-10:])
-            self.error = f"the host did not start (exit {child.exit_code}): {tail}"
+            self.error = f"the session server did not start (exit {child.exit_code}): {tail}"
             shutil.rmtree(child.ws, ignore_errors=True)
             if child.exit_code != 2:
                 break
@@ -501,7 +501,7 @@ class SessionHost:
                     os._exit(1)
                 # The next session server gets a new nonce, so a new token; the next :ensure
                 # (the router's, with stale_epoch) brings its digest and starts it.
-                self.error = f"the host exited with {code}: " + "\n".join(list(child.lines)[-5:])
+                self.error = f"the session server exited with {code}: " + "\n".join(list(child.lines)[-5:])
                 with self._starting:
                     if self.child is child:
                         self.nonce = secrets.token_hex(16)
@@ -562,10 +562,10 @@ class SessionHost:
                 if nonce != self.nonce or not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
                     return {"need": self.nonce, "node": self.node}
                 if not self._start(digest):
-                    return {"error": self.error or "the host did not start"}
+                    return {"error": self.error or "the session server did not start"}
             child = self.child
         if child is None:
-            return {"error": self.error or "the host did not start"}
+            return {"error": self.error or "the session server did not start"}
         if self.parking:
             return {"error": "parking", "parking": True}
         return {
