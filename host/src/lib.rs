@@ -32,6 +32,7 @@ mod blocking;
 pub mod containment;
 mod context;
 mod dirfd;
+pub mod doctor;
 mod extract;
 pub mod handoff;
 pub mod limits;

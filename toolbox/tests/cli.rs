@@ -490,3 +490,86 @@ fn weak_serve_tokens_are_refused() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
 }
+
+/// `toolbox doctor` says which Python and backend the python tools use (the embedded
+/// interpreter really started, with the libpython it loaded) and which language servers are
+/// installed: a configured server whose program is missing is named as missing, and one
+/// that is installed by its path. It changes nothing in the workspace.
+#[test]
+fn doctor_says_which_python_and_which_language_servers() {
+    let ws = tempfile::tempdir().unwrap();
+    let operator_file = ws.path().join("operator.toml");
+    let found = std::env::current_exe().unwrap();
+    std::fs::write(
+        &operator_file,
+        format!(
+            "[lsp.servers.nothere]\ncommand = [\"toolbox-no-such-server\"]\nextensions = [\"zzz\"]\n\
+             [lsp.servers.here]\ncommand = [{:?}]\nextensions = [\"yyy\"]\n",
+            found.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = toolbox(ws.path())
+        .args(["doctor", "--json"])
+        .env("TOOLBOX_CONFIG", &operator_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |provider: &str, subject: &str| -> Value {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["provider"] == provider && r["subject"].as_str().unwrap().starts_with(subject)
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no {provider} {subject} in {rows}"))
+    };
+    let embedded = row("python", "embedded interpreter");
+    assert_eq!(embedded["ok"], true, "{embedded}");
+    assert!(
+        embedded["detail"].as_str().unwrap().contains("libpython"),
+        "{embedded}"
+    );
+    assert_eq!(row("python", "backend")["detail"], "embedded");
+    assert_eq!(row("python", "build interpreter")["ok"], true);
+    let missing = row("lsp", "language server nothere");
+    assert_eq!(missing["ok"], false);
+    assert!(
+        missing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("toolbox-no-such-server"),
+        "{missing}"
+    );
+    let here = row("lsp", "language server here");
+    assert_eq!(here["ok"], true);
+    assert_eq!(here["detail"], found.display().to_string());
+    let left: Vec<_> = std::fs::read_dir(ws.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.iter()
+            .all(|name| name == "operator.toml" || name == ".no-user-config"),
+        "doctor wrote {left:?}"
+    );
+
+    // The table names each provider, subject and status.
+    let out = toolbox(ws.path())
+        .arg("doctor")
+        .env("TOOLBOX_CONFIG", &operator_file)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("PROVIDER"), "{table}");
+    assert!(
+        table.contains("language server nothere (.zzz)") && table.contains("missing"),
+        "{table}"
+    );
+}

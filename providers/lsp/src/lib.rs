@@ -24,6 +24,7 @@ mod after_edit;
 mod call;
 mod config;
 mod diagnostics;
+mod doctor;
 mod languages;
 mod nav;
 mod pool;

@@ -45,6 +45,7 @@ mod backend;
 pub use backend::{embedded, isolated, jupyter};
 mod common;
 mod config;
+mod doctor;
 pub mod evict;
 mod install;
 mod lookup;

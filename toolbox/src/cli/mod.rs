@@ -5,6 +5,7 @@
 mod agents;
 mod call;
 mod chat;
+mod doctor;
 mod mcp;
 mod router;
 mod schema;
@@ -86,6 +87,9 @@ pub(crate) enum Command {
     /// List the workspace's sessions, most recently active first: id, last activity and the
     /// start of the first message.
     Sessions(sessions::SessionsArgs),
+    /// Say what each provider finds around it: which Python and backend, which language
+    /// servers are installed. Changes nothing.
+    Doctor(doctor::DoctorArgs),
 }
 
 impl Command {
@@ -102,6 +106,7 @@ impl Command {
             Command::Serve(args) => serve::run(args).await,
             Command::Router(args) => router::run(args).await,
             Command::Sessions(args) => sessions::run(args),
+            Command::Doctor(args) => doctor::run(args).await,
         }
     }
 
