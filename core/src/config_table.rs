@@ -361,13 +361,7 @@ impl Table {
 
     /// Reads `value` as this table (`None` and `null`: an empty table).
     pub fn read_value<'a>(&self, value: Option<&'a Value>) -> Result<ConfigTable<'a>> {
-        let keys = self.keys;
-        ConfigTable::checked(
-            self.name,
-            value,
-            |key| keys.iter().any(|k| k.name == key),
-            || keys.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
-        )
+        self.read_as(self.name, value)
     }
 
     /// Reads `value` as a table of these keys named `name`, for a nested table whose name is
