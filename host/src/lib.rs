@@ -33,6 +33,7 @@ pub mod containment;
 mod context;
 mod dirfd;
 pub mod doctor;
+pub mod dylib;
 mod extract;
 pub mod handoff;
 pub mod limits;

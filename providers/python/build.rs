@@ -1,62 +1,95 @@
-//! Bakes the build interpreter into the crate and makes this package's own test binaries
-//! load the libpython they were linked against.
+//! Builds the embedded backend's CPython layer, `embed/` (the cdylib
+//! `toolbox-python-embed`, for CPython's stable ABI), and hands its bytes to the crate,
+//! which carries them inside the binary and loads them after a libpython found at run time
+//! (see src/backend/embedded/). So the binary links no libpython and needs no Python to
+//! start, and no Python is needed to build it either.
 //!
-//! - `sys.executable` inside an embedded interpreter is guessed from PATH and can be wrong,
-//!   so the build interpreter's path, version and prefix are recorded here (by running it)
-//!   and used at run time: as the embedded interpreter's program name (which fixes its
-//!   `sys.prefix` and stdlib), for `-m pip`, and for isolated workers.
-//! - `add_libpython_rpath_link_args` only reaches this package's own binaries (tests,
-//!   benches); dependents need their own build.rs. `--disable-new-dtags` makes the rpath a
-//!   DT_RPATH, which the loader honours *before* LD_LIBRARY_PATH (a DT_RUNPATH comes after
-//!   it, so `LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu` would load Debian's libpython).
+//! A cdylib cannot be a dependency, so this runs a second cargo, in a target folder of its
+//! own (`<target>/embed`, shared by every profile of the outer build: the library is always
+//! built optimised) so it never waits on the outer build's lock. It reruns only when the
+//! library's sources, or the lock file, change.
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+const LIB: &str = "libtoolbox_python_embed.so";
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("cargo did not set {name}"))
+}
+
 fn main() {
-    pyo3_build_config::add_libpython_rpath_link_args();
-    println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags");
-    println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
+    println!("cargo:rerun-if-changed=embed/src");
+    println!("cargo:rerun-if-changed=embed/Cargo.toml");
+    println!("cargo:rerun-if-changed=../../Cargo.lock");
     println!("cargo:rerun-if-changed=build.rs");
 
-    let config = pyo3_build_config::get();
-    let executable = config
-        .executable()
-        .expect("pyo3 found no Python executable; set PYO3_PYTHON")
-        .to_string();
-    // One value per line; sys.version has no newline in CPython builds we accept.
-    let probe = "import sys; print(sys.version.replace('\\n', ' ')); print(sys.prefix); print(sys.base_prefix); print(sys.executable)";
-    let out = Command::new(&executable)
-        .args(["-I", "-c", probe])
+    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
+    let out_dir = PathBuf::from(env("OUT_DIR"));
+    // OUT_DIR is <target>[/<triple>]/<profile>/build/<package>-<hash>/out.
+    let target_root = out_dir
+        .ancestors()
+        .nth(4)
+        .unwrap_or_else(|| panic!("unexpected OUT_DIR {}", out_dir.display()));
+    let embed_target = target_root.join("embed");
+    let target = env("TARGET");
+    let cross = target != env("HOST");
+
+    let mut cargo = Command::new(env("CARGO"));
+    cargo
+        .arg("build")
+        .arg("--release")
+        .arg("--manifest-path")
+        .arg(manifest_dir.join("embed/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&embed_target);
+    if cross {
+        cargo.arg("--target").arg(&target);
+    }
+    // What configures the outer build's own compilation must not leak in: a wrapper (clippy's
+    // driver), a target folder, a build of only some files.
+    for name in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CLIPPY_ARGS",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        cargo.env_remove(name);
+    }
+    // The library links no libpython and needs no interpreter to build (as in
+    // .cargo/config.toml, repeated for builds that do not read it, such as `cargo install`
+    // from another folder).
+    cargo
+        .env("PYO3_BUILD_EXTENSION_MODULE", "1")
+        .env("PYO3_NO_PYTHON", "1");
+    let out = cargo
         .output()
-        .unwrap_or_else(|e| panic!("cannot run the build interpreter {executable}: {e}"));
-    assert!(
-        out.status.success(),
-        "the build interpreter {executable} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("the build interpreter printed UTF-8");
-    let mut lines = text.lines();
-    let mut next = |what: &str| {
-        lines
-            .next()
-            .unwrap_or_else(|| panic!("the build interpreter did not print {what}"))
-            .to_string()
-    };
-    let version = next("sys.version");
-    let prefix = next("sys.prefix");
-    let base_prefix = next("sys.base_prefix");
-    let sys_executable = next("sys.executable");
-    // Prefer the interpreter's own idea of its path (pyenv shims resolve to the real binary).
-    let executable = if sys_executable.is_empty() {
-        executable
-    } else {
-        sys_executable
-    };
-    println!("cargo:rustc-env=TOOLBOX_BUILD_PYTHON_EXECUTABLE={executable}");
-    println!("cargo:rustc-env=TOOLBOX_BUILD_PYTHON_VERSION={version}");
-    println!("cargo:rustc-env=TOOLBOX_BUILD_PYTHON_PREFIX={prefix}");
-    println!("cargo:rustc-env=TOOLBOX_BUILD_PYTHON_BASE_PREFIX={base_prefix}");
+        .unwrap_or_else(|e| panic!("cannot run cargo to build providers/python/embed: {e}"));
+    if !out.status.success() {
+        panic!(
+            "building providers/python/embed (the embedded Python layer) failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut built = embed_target;
+    if cross {
+        built.push(&target);
+    }
+    let built = built.join("release").join(LIB);
+    let copy = out_dir.join(LIB);
+    copy_whole(&built, &copy);
     println!(
-        "cargo:rustc-env=TOOLBOX_BUILD_PYTHON_LIBDIR={}",
-        config.lib_dir().unwrap_or("")
+        "cargo:rustc-env=TOOLBOX_PYTHON_EMBED_LIB={}",
+        copy.display()
     );
+}
+
+/// Copies `from` to `to` through a temporary name, so a build stopped half-way never leaves
+/// a truncated library where the crate includes it.
+fn copy_whole(from: &Path, to: &Path) {
+    let tmp = to.with_extension("so.tmp");
+    std::fs::copy(from, &tmp).unwrap_or_else(|e| panic!("cannot copy {}: {e}", from.display()));
+    std::fs::rename(&tmp, to).unwrap_or_else(|e| panic!("cannot move {}: {e}", to.display()));
 }

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -12,8 +12,8 @@ use toolbox_core::trust::Tighten;
 use toolbox_core::{Key, Table};
 use toolbox_host::ToolContext;
 
+use crate::discover::FoundPython;
 use crate::evict::SessionLimits;
-use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION};
 
 /// Where run_python_code executes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub enum KernelTarget {
 
 // What an untrusted workspace's toolbox.toml may set in [python]: a stricter backend and
 // shorter timeouts. `venv`, `pip_args` and everything about Jupyter kernels are the
-// operator's alone: "jupyter" is not in the backend's order, so a workspace can neither
+// operator's alone (so is `interpreter`: which program runs): "jupyter" is not in the backend's order, so a workspace can neither
 // switch to it nor away from it, and `connection_file` / `kernel_name` (which kernel runs the
 // code, and as whom) have no rule, so a workspace that sets them is refused.
 const BACKEND: Key =
@@ -46,6 +46,7 @@ const BACKEND: Key =
         default: "embedded",
     });
 const VENV: Key = Key::string("venv");
+const INTERPRETER: Key = Key::string("interpreter");
 const TIMEOUT_MS: Key = Key::integer("timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(300_000));
 const INSTALL_TIMEOUT_MS: Key =
     Key::integer("install_timeout_ms", 1, u64::MAX).workspace(Tighten::AtMost(600_000));
@@ -60,9 +61,10 @@ const SANDBOX_NETWORK: Key =
     Key::boolean("sandbox_network").workspace(toolbox_host::sandbox::NETWORK_RULE);
 
 /// Every key `[python]` accepts.
-const KEYS: [Key; 12] = [
+const KEYS: [Key; 13] = [
     BACKEND,
     VENV,
+    INTERPRETER,
     TIMEOUT_MS,
     INSTALL_TIMEOUT_MS,
     PIP_ARGS,
@@ -94,6 +96,10 @@ pub struct PythonConfig {
     /// session imports from there, isolated workers run its python. Without it, installs go
     /// to the per-user venv ([`user_venv`]).
     pub venv: Option<PathBuf>,
+    /// The Python the operator chose (`[python] interpreter`): an absolute path (`~/`
+    /// allowed), or a program name looked up on PATH. Without it, toolbox looks for one at
+    /// run time (see [`crate::discover`]).
+    pub interpreter: Option<PathBuf>,
     /// The limit of one run when the call gives no `timeout_ms`; also the limit of every run
     /// another provider makes through the code runner.
     pub timeout: Duration,
@@ -203,12 +209,31 @@ impl PythonConfig {
             // Relative venv paths are relative to the workspace, like every path.
             Some(text) => Some(workspace_root.join(text)),
         };
+        let interpreter = match INTERPRETER.str(&t)? {
+            None => None,
+            Some(text) if text.trim().is_empty() || text.contains('\0') => {
+                return Err(t.invalid(INTERPRETER.name, "a path or a program name"))
+            }
+            Some(text) if !text.contains('/') && !text.starts_with('~') => {
+                Some(PathBuf::from(text))
+            }
+            Some(text) => match toolbox_host::operator_path(text) {
+                Ok(Some(path)) => Some(path),
+                _ => {
+                    return Err(t.invalid(
+                        INTERPRETER.name,
+                        "an absolute path, a path under ~/, or a program name on PATH",
+                    ))
+                }
+            },
+        };
         let millis = |key: Key, default: Duration| -> Result<Duration> {
             Ok(key.u64(&t)?.map_or(default, Duration::from_millis))
         };
         Ok(PythonConfig {
             backend,
             venv,
+            interpreter,
             timeout: millis(TIMEOUT_MS, DEFAULT_TIMEOUT)?,
             install_timeout: millis(INSTALL_TIMEOUT_MS, DEFAULT_INSTALL_TIMEOUT)?,
             pip_args: PIP_ARGS.string_list(&t)?.unwrap_or_default(),
@@ -225,17 +250,26 @@ impl PythonConfig {
         })
     }
 
-    /// The interpreter that pip, workers and lookups use: the venv's, else the build one.
-    pub fn interpreter(&self) -> PathBuf {
+    /// The Python found for this configuration at run time (see [`crate::discover`]).
+    pub fn found(&self) -> Result<Arc<FoundPython>> {
+        crate::discover::find(self.interpreter.as_deref())
+    }
+
+    /// The interpreter that pip, workers and lookups use: the venv's, else the one found.
+    pub fn python(&self) -> Result<PathBuf> {
         match &self.venv {
-            Some(venv) => venv.join("bin").join("python"),
-            None => PathBuf::from(BUILD_PYTHON_EXECUTABLE),
+            Some(venv) => Ok(venv.join("bin").join("python")),
+            None => Ok(self.found()?.executable.clone()),
         }
     }
 
-    /// The configured venv's site-packages folder (whether or not it exists yet).
+    /// The configured venv's site-packages folder (whether or not it exists yet), for the
+    /// found interpreter's version.
     pub fn site_packages(&self) -> Option<PathBuf> {
-        self.venv.as_deref().map(venv_site_packages)
+        let found = self.found().ok()?;
+        self.venv
+            .as_deref()
+            .map(|venv| venv_site_packages(venv, &found))
     }
 
     /// Where `kernel_install` puts packages (outside the jupyter backend): the configured
@@ -259,13 +293,16 @@ impl PythonConfig {
     /// exists. A per-user venv only appears whole (see [`ensure_venv_at`]), so an existing
     /// site-packages is never a half-made one.
     pub fn import_site_dirs(&self, runs_venv_python: bool) -> Vec<String> {
+        let Ok(found) = self.found() else {
+            return Vec::new();
+        };
         let site = match &self.venv {
             Some(_) if runs_venv_python => return Vec::new(),
-            Some(venv) => venv_site_packages(venv),
+            Some(venv) => venv_site_packages(venv, &found),
             None => match user_venv() {
                 // Only a venv: a folder of the user's own at that place is left alone.
                 Ok(venv) if venv.join("pyvenv.cfg").is_file() => {
-                    let site = venv_site_packages(&venv);
+                    let site = venv_site_packages(&venv, &found);
                     if !site.is_dir() {
                         return Vec::new();
                     }
@@ -306,10 +343,10 @@ impl InstallVenv {
     }
 }
 
-/// A venv's site-packages folder for the build interpreter's Python version.
-pub fn venv_site_packages(venv: &Path) -> PathBuf {
+/// A venv's site-packages folder for `python`'s version.
+pub fn venv_site_packages(venv: &Path, python: &FoundPython) -> PathBuf {
     venv.join("lib")
-        .join(format!("python{}", build_minor_version()))
+        .join(format!("python{}", python.minor()))
         .join("site-packages")
 }
 
@@ -356,19 +393,10 @@ fn expand_path(text: &str, workspace_root: &Path) -> PathBuf {
     }
 }
 
-/// `3.11` from `3.11.7 (main, …)`.
-pub fn build_minor_version() -> String {
-    let number = BUILD_PYTHON_VERSION
-        .split_whitespace()
-        .next()
-        .unwrap_or(BUILD_PYTHON_VERSION);
-    number.split('.').take(2).collect::<Vec<_>>().join(".")
-}
-
 /// Venvs already checked (or created) by this process.
 static READY_VENVS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
-/// Makes sure the configured venv exists and was made from the build interpreter's Python
+/// Makes sure the configured venv exists and was made from the found interpreter's Python
 /// version (the embedded interpreter imports its packages, so they must match); see
 /// [`ensure_venv_at`]. Without `[python] venv` there is nothing to do: the per-user venv is
 /// only made by `kernel_install`.
@@ -376,11 +404,12 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
     let Some(venv) = &config.venv else {
         return Ok(());
     };
-    ensure_venv_at(venv, "config [python] venv", ctx).await
+    ensure_venv_at(venv, "config [python] venv", &*config.found()?, ctx).await
 }
 
-/// Makes sure the venv `venv` exists, made from the build interpreter's Python version;
-/// `what` names it in messages (`config [python] venv`, `the per-user venv`).
+/// Makes sure the venv `venv` exists, made from `base` (the interpreter found at run time)
+/// or another of its Python version; `what` names it in messages (`config [python] venv`,
+/// `the per-user venv`).
 ///
 /// A missing venv is created with `--system-site-packages`, so the isolated worker (which
 /// runs the venv's python) sees the same packages as the embedded interpreter (which sees the
@@ -389,7 +418,12 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
 /// one rename wins and the other's copy is removed, and a creation that failed or was killed
 /// half-way leaves nothing at `venv` (only a `.<name>.tmp-…` folder beside it). So a venv
 /// found at `venv` is always a whole one.
-pub async fn ensure_venv_at(venv: &Path, what: &str, ctx: &ToolContext) -> Result<()> {
+pub async fn ensure_venv_at(
+    venv: &Path,
+    what: &str,
+    base: &FoundPython,
+    ctx: &ToolContext,
+) -> Result<()> {
     let cfg_file = venv.join("pyvenv.cfg");
     // Checked once per process; a venv removed since is made again.
     if ready_venvs(|set| set.contains(venv)) && cfg_file.is_file() {
@@ -407,13 +441,13 @@ pub async fn ensure_venv_at(venv: &Path, what: &str, ctx: &ToolContext) -> Resul
             );
         }
         ctx.emit_progress(format!("creating the Python venv {}", venv.display()));
-        create_venv(venv)
+        create_venv(venv, &base.executable)
             .await
             .with_context(|| format!("could not create {what} {}", venv.display()))?;
     }
     let text = std::fs::read_to_string(&cfg_file)
         .with_context(|| format!("cannot read {}", cfg_file.display()))?;
-    let want = build_minor_version();
+    let want = base.minor();
     let version = text
         .lines()
         .filter_map(|line| line.split_once('='))
@@ -422,15 +456,17 @@ pub async fn ensure_venv_at(venv: &Path, what: &str, ctx: &ToolContext) -> Resul
         .unwrap_or_default();
     if !(version == want || version.starts_with(&format!("{want}."))) {
         bail!(
-            "{what} {} was made with Python {} but toolbox embeds Python {}; \
-             remove it or recreate it with {BUILD_PYTHON_EXECUTABLE} -m venv",
+            "{what} {} was made with Python {} but toolbox runs Python {} ({}); \
+             remove it or recreate it with {} -m venv",
             venv.display(),
             if version.is_empty() {
                 "(unknown)"
             } else {
                 &version
             },
-            want
+            want,
+            base.describe(),
+            base.executable.display()
         );
     }
     ready_venvs(|set| set.insert(venv.to_path_buf()));
@@ -439,7 +475,7 @@ pub async fn ensure_venv_at(venv: &Path, what: &str, ctx: &ToolContext) -> Resul
 
 /// Makes the venv in a temporary folder beside `venv` and renames it into place (see
 /// [`ensure_venv_at`]); when another process got there first, its venv is kept.
-async fn create_venv(venv: &Path) -> Result<()> {
+async fn create_venv(venv: &Path, base: &Path) -> Result<()> {
     let (Some(parent), Some(name)) = (venv.parent(), venv.file_name()) else {
         bail!("{} is not a folder path", venv.display());
     };
@@ -453,7 +489,7 @@ async fn create_venv(venv: &Path) -> Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    let made = build_venv(&tmp, venv).await;
+    let made = build_venv(&tmp, venv, base).await;
     let placed = made.and_then(|()| match std::fs::rename(&tmp, venv) {
         Ok(()) => Ok(()),
         // Another process renamed its own venv into place first: use that one.
@@ -466,8 +502,8 @@ async fn create_venv(venv: &Path) -> Result<()> {
     placed
 }
 
-/// Builds a venv at `tmp` that will live at `fin`.
-async fn build_venv(tmp: &Path, fin: &Path) -> Result<()> {
+/// Builds a venv at `tmp` that will live at `fin`, from the interpreter `base`.
+async fn build_venv(tmp: &Path, fin: &Path, base: &Path) -> Result<()> {
     // Without its own pip: the base interpreter's pip is visible through the system
     // site-packages and installs into the venv when run by the venv's python. That takes a
     // fraction of a second instead of several for ensurepip.
@@ -476,7 +512,7 @@ async fn build_venv(tmp: &Path, fin: &Path) -> Result<()> {
         .file_name()
         .map_or_else(|| "venv".into(), |n| n.to_string_lossy());
     run_quietly(
-        BUILD_PYTHON_EXECUTABLE.as_ref(),
+        base,
         &[
             "-I",
             "-m",
@@ -578,7 +614,8 @@ mod tests {
         let root = Path::new("/ws");
         let c = PythonConfig::from_value(None, root).unwrap();
         assert_eq!(c.backend, Backend::Embedded);
-        assert_eq!(c.interpreter(), PathBuf::from(BUILD_PYTHON_EXECUTABLE));
+        assert_eq!(c.python().unwrap(), c.found().unwrap().executable);
+        assert_eq!(c.interpreter, None);
         let c = PythonConfig::from_value(
             Some(
                 &json!({"backend": "isolated", "venv": ".venv", "timeout_ms": 5000,
@@ -588,13 +625,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.backend, Backend::Isolated);
-        assert_eq!(c.interpreter(), PathBuf::from("/ws/.venv/bin/python"));
+        assert_eq!(c.python().unwrap(), PathBuf::from("/ws/.venv/bin/python"));
         assert_eq!(c.timeout, Duration::from_secs(5));
         assert_eq!(c.pip_args, ["--no-index"]);
-        assert!(c
-            .site_packages()
-            .unwrap()
-            .ends_with(format!("python{}/site-packages", build_minor_version())));
+        assert!(c.site_packages().unwrap().ends_with(format!(
+            "python{}/site-packages",
+            c.found().unwrap().minor()
+        )));
     }
 
     #[test]
@@ -725,7 +762,7 @@ mod tests {
         assert!(c.import_site_dirs(true).is_empty());
         assert_eq!(
             c.import_site_dirs(false),
-            [venv_site_packages(Path::new("/opt/v")).to_string_lossy()]
+            [venv_site_packages(Path::new("/opt/v"), &c.found().unwrap()).to_string_lossy()]
         );
     }
 
@@ -744,7 +781,8 @@ mod tests {
     async fn concurrent_creations_leave_one_whole_venv() {
         let dir = tempfile::tempdir().unwrap();
         let venv = dir.path().join("share/toolbox/venv");
-        let (a, b) = tokio::join!(create_venv(&venv), create_venv(&venv));
+        let base = crate::discover::find(None).unwrap().executable.clone();
+        let (a, b) = tokio::join!(create_venv(&venv, &base), create_venv(&venv, &base));
         a.unwrap();
         b.unwrap();
         assert!(venv.join("pyvenv.cfg").is_file());
@@ -776,7 +814,8 @@ mod tests {
         let venv = dir.path().join("data/toolbox/venv");
         std::fs::create_dir_all(venv.join("lib")).unwrap();
         std::fs::write(venv.join("notes.txt"), "mine").unwrap();
-        let e = ensure_venv_at(&venv, "the per-user venv", &ctx)
+        let base = crate::discover::find(None).unwrap();
+        let e = ensure_venv_at(&venv, "the per-user venv", &base, &ctx)
             .await
             .unwrap_err()
             .to_string();
@@ -794,7 +833,7 @@ mod tests {
         // An empty folder there is fine: the venv is made and renamed into its place.
         let empty = dir.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
-        ensure_venv_at(&empty, "config [python] venv", &ctx)
+        ensure_venv_at(&empty, "config [python] venv", &base, &ctx)
             .await
             .unwrap();
         assert!(empty.join("pyvenv.cfg").is_file());
@@ -802,8 +841,34 @@ mod tests {
 
     #[test]
     fn minor_version_is_parsed() {
-        let v = build_minor_version();
+        let v = crate::discover::find(None).unwrap().minor();
         assert!(v.starts_with("3."), "{v}");
         assert_eq!(v.matches('.').count(), 1, "{v}");
+    }
+
+    #[test]
+    fn the_interpreter_key_is_a_path_or_a_program_name_and_the_operators_alone() {
+        let root = Path::new("/ws");
+        let c =
+            PythonConfig::from_value(Some(&json!({"interpreter": "python3.12"})), root).unwrap();
+        assert_eq!(c.interpreter, Some(PathBuf::from("python3.12")));
+        let c =
+            PythonConfig::from_value(Some(&json!({"interpreter": "/opt/py/bin/python3"})), root)
+                .unwrap();
+        assert_eq!(c.interpreter, Some(PathBuf::from("/opt/py/bin/python3")));
+        let e = PythonConfig::from_value(Some(&json!({"interpreter": "bin/python"})), root)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[python] interpreter must be an absolute path"),
+            "{e}"
+        );
+        let e = PythonConfig::from_value(Some(&json!({"interpreter": " "})), root)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[python] interpreter"), "{e}");
+        // A workspace's own toolbox.toml cannot choose which program runs its code.
+        assert!(TABLE.rule("interpreter").is_none());
+        assert!(TABLE.rule("backend").is_some());
     }
 }

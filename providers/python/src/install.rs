@@ -99,7 +99,7 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
     let config = PythonConfig::from_ctx(ctx)?;
     // A kernel's packages go into the kernel's own interpreter, as the kernel itself names
     // it: an attached kernel may run any Python, anywhere.
-    // Otherwise they go into a venv, never the build interpreter's own site-packages: the
+    // Otherwise they go into a venv, never the found interpreter's own site-packages: the
     // operator's `[python] venv`, else the per-user one, made on first use.
     let (interpreter, target) = if config.backend == Backend::Jupyter {
         let kernel = sessions.jupyter();
@@ -116,7 +116,8 @@ pub(crate) async fn run(sessions: &Sessions, args: Value, ctx: &ToolContext) -> 
         } else {
             "the per-user venv"
         };
-        ensure_venv_at(&venv.path, what, ctx)
+        let base = config.found().map_err(|e| anyhow!("{NAME}: {e:#}"))?;
+        ensure_venv_at(&venv.path, what, &base, ctx)
             .await
             .map_err(|e| anyhow!("{NAME}: {e:#}"))?;
         (venv.python(), venv.describe())

@@ -8,7 +8,7 @@
 //! | `registry_lookup` | | read | find public functions and classes of an importable package by name and docstring |
 //!
 //! Python-side logic lives in one driver, `src/driver.py`, embedded with `include_str!` and
-//! run either inside this process ([`embedded`], pyo3, the default: no process start, no
+//! run either inside this process ([`embedded`], the default: no process start, no
 //! serialisation through pipes — the fastest) or in one worker process per session
 //! ([`isolated`], the same interpreter, killed on timeout). The third backend, [`jupyter`],
 //! runs the code in a real Jupyter kernel — one the user keeps running (attached by its
@@ -16,9 +16,11 @@
 //! protocol natively and turning the kernel's messages into the same result.
 //! `[python] backend` picks one.
 //!
-//! The interpreter is the one pyo3 was built against; `build.rs` bakes its path, version and
-//! prefix into [`BUILD_PYTHON_EXECUTABLE`], [`BUILD_PYTHON_VERSION`] and
-//! [`BUILD_PYTHON_PREFIX`] (an embedded interpreter's own `sys.executable` is a guess).
+//! The binary links no libpython and carries no build interpreter: the interpreter is found
+//! at run time ([`find_python`]: `[python] interpreter`, `$VIRTUAL_ENV`, then `python3` on
+//! PATH), and the embedded backend loads its shared libpython on first use, then the
+//! CPython layer `embed/` (a stable-ABI cdylib that build.rs builds and the binary carries).
+//! An interpreter without a shared libpython runs on the isolated backend, which says so.
 //!
 //! Other providers run code in the same session through the [`toolbox_host::CodeRunner`]
 //! registered here for language `python` (the notebook provider does); its result is the
@@ -35,9 +37,9 @@
 //!   `render.rs`, `process.rs`, `spec.rs`, `wire.rs`): the backends.
 //! - `sessions.rs`: every session's state, for all backends, in one structure; `evict.rs`:
 //!   the rule by which idle sessions give it back.
-//! - `config.rs` (`[python]`), `pyvalue.rs` (JSON ↔ Python objects for the embedded
-//!   driver), and `common.rs`, a leaf every other module may use (the build interpreter,
-//!   `python_command`, `session_key`).
+//! - `config.rs` (`[python]`); `discover.rs` (which interpreter, found at run time);
+//!   `backend/embed_lib.rs` (the loaded CPython layer, whose sources are under `embed/`);
+//!   and `common.rs`, which every other module may use (`python_command`, `session_key`).
 
 #![deny(missing_docs)]
 
@@ -45,11 +47,11 @@ mod backend;
 pub use backend::{embedded, isolated, jupyter};
 mod common;
 mod config;
+mod discover;
 mod doctor;
 pub mod evict;
 mod install;
 mod lookup;
-mod pyvalue;
 mod render;
 pub mod run;
 mod sessions;
@@ -61,11 +63,8 @@ use std::sync::LazyLock;
 use toolbox_core::{Preview, ToolInfo, ToolOutput};
 use toolbox_host::{output, ToolContext, ToolProvider, Tools};
 
-pub use common::{
-    BUILD_PYTHON_BASE_PREFIX, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_LIBDIR, BUILD_PYTHON_PREFIX,
-    BUILD_PYTHON_VERSION,
-};
 pub use config::{Backend, KernelTarget, PythonConfig};
+pub use discover::{find as find_python, FoundPython, Source as PythonSource};
 pub use render::render_result;
 use sessions::Sessions;
 

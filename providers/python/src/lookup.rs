@@ -31,7 +31,7 @@ use toolbox_core::{Arg, Args, ToolInfo};
 use toolbox_host::ToolContext;
 
 use crate::config::PythonConfig;
-use crate::{BUILD_PYTHON_EXECUTABLE, DRIVER_SOURCE, INTEGRATED_NOTEBOOK, TOOLSET};
+use crate::{DRIVER_SOURCE, INTEGRATED_NOTEBOOK, TOOLSET};
 
 pub const NAME: &str = "registry_lookup";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -141,22 +141,26 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
         "max_modules": MAX_MODULES,
         "exclude": [root],
     });
-    let found = one_shot(&request, ctx, &interpreter(&config, root)).await?;
+    let python = interpreter(&config, root).map_err(|e| anyhow!("{NAME}: {e:#}"))?;
+    let found = one_shot(&request, ctx, &python).await?;
     Ok(Value::String(render(query, &found)))
 }
 
 /// The python of the venv `kernel_install` fills (the configured one, else the per-user
 /// one) when that venv exists and lies outside the workspace (the operator's, filled only by
 /// approved `kernel_install` calls), else the build interpreter.
-fn interpreter(config: &PythonConfig, root: &Path) -> PathBuf {
-    config
+fn interpreter(config: &PythonConfig, root: &Path) -> Result<PathBuf> {
+    let venv = config
         .install_venv()
         .ok()
         .and_then(|venv| std::fs::canonicalize(venv.path).ok())
         .filter(|venv| !venv.starts_with(root) && venv.join("pyvenv.cfg").is_file())
         .map(|venv| venv.join("bin").join("python"))
-        .filter(|python| python.is_file())
-        .unwrap_or_else(|| PathBuf::from(BUILD_PYTHON_EXECUTABLE))
+        .filter(|python| python.is_file());
+    match venv {
+        Some(python) => Ok(python),
+        None => Ok(config.found()?.executable.clone()),
+    }
 }
 
 /// Runs the lookup request in a fresh isolated process, killed (with everything it started)
@@ -177,13 +181,11 @@ async fn one_shot(request: &Value, ctx: &ToolContext, interpreter: &Path) -> Res
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // As for every worker (see common::python_command): the build libdir first, so that a
-    // shared-library Python loads its own libpython; the rest for native extensions.
+    // As for every worker (see common::python_command): the interpreter's libdir first, so
+    // that a shared-library Python loads its own libpython; the rest for native extensions.
     if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
         let mut paths: Vec<PathBuf> = Vec::new();
-        if !crate::BUILD_PYTHON_LIBDIR.is_empty() {
-            paths.push(PathBuf::from(crate::BUILD_PYTHON_LIBDIR));
-        }
+        paths.extend(crate::discover::known_libdir());
         paths.extend(std::env::split_paths(&current));
         if let Ok(joined) = std::env::join_paths(paths) {
             command.env("LD_LIBRARY_PATH", joined);
@@ -400,17 +402,20 @@ mod tests {
             let table = json!({ "venv": venv });
             PythonConfig::from_value(Some(&table), &root).unwrap()
         };
-        let build = PathBuf::from(BUILD_PYTHON_EXECUTABLE);
-        assert_eq!(interpreter(&with("venv"), &root), build);
+        let build = crate::discover::find(None).unwrap().executable.clone();
+        assert_eq!(interpreter(&with("venv"), &root).unwrap(), build);
         let theirs = std::fs::canonicalize(outside.path()).unwrap().join("venv");
         assert_eq!(
-            interpreter(&with(theirs.to_str().unwrap()), &root),
+            interpreter(&with(theirs.to_str().unwrap()), &root).unwrap(),
             theirs.join("bin").join("python")
         );
         // Missing: the build interpreter, and nothing is created.
-        assert_eq!(interpreter(&with("/nonexistent/venv"), &root), build);
         assert_eq!(
-            interpreter(&PythonConfig::from_value(None, &root).unwrap(), &root),
+            interpreter(&with("/nonexistent/venv"), &root).unwrap(),
+            build
+        );
+        assert_eq!(
+            interpreter(&PythonConfig::from_value(None, &root).unwrap(), &root).unwrap(),
             build
         );
     }

@@ -270,7 +270,21 @@ pub(crate) async fn execute(
         sandbox,
     };
     let outcome = match config.backend {
-        Backend::Embedded => run_on(&sessions.embedded(), source, &call).await,
+        Backend::Embedded => match crate::embedded::unavailable(config).await? {
+            None => run_on(&sessions.embedded(), source, &call).await,
+            Some(why) => {
+                let mut outcome = run_on(&sessions.isolated(), source, &call).await;
+                if let Ok(result) = &mut outcome {
+                    if first_fallback(&crate::common::session_key(ctx)) {
+                        result.add_note(format!(
+                            "this session runs on the isolated backend (a worker process), \
+                             not the embedded one: {why}"
+                        ));
+                    }
+                }
+                outcome
+            }
+        },
         Backend::Isolated => run_on(&sessions.isolated(), source, &call).await,
         Backend::Jupyter => run_on(&sessions.jupyter(), source, &call).await,
     };
@@ -292,6 +306,19 @@ pub(crate) async fn execute(
         );
     }
     Ok(result)
+}
+
+/// Sessions already told that their calls run on the isolated backend because the embedded
+/// one cannot start here; true the first time for `key`.
+fn first_fallback(key: &str) -> bool {
+    static TOLD: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+        std::sync::Mutex::new(None);
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    let told = told.get_or_insert_with(Default::default);
+    if told.len() >= 10_000 {
+        told.clear();
+    }
+    told.insert(key.to_string())
 }
 
 /// The request for `source` in the call's session, run on `backend`.

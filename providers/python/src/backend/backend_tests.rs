@@ -11,7 +11,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::test_support::*;
-use crate::{PythonConfig, BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_PREFIX, BUILD_PYTHON_VERSION};
+use crate::PythonConfig;
+
+/// The interpreter the tests' calls find at run time (no `[python] interpreter`).
+fn found() -> std::sync::Arc<crate::FoundPython> {
+    crate::discover::find(None).expect("a Python interpreter")
+}
 
 const RUN: &str = "run_python_code";
 const BACKENDS: [&str; 2] = ["embedded", "isolated"];
@@ -685,22 +690,23 @@ async fn isolated_captures_output_written_to_file_descriptors() {
 }
 
 #[tokio::test]
-async fn embedded_interpreter_is_the_build_interpreter() {
+async fn embedded_interpreter_is_the_interpreter_found_at_run_time() {
     let _serial = serial().await;
-    let info = crate::embedded::info().await.unwrap();
-    assert_eq!(info["version"], BUILD_PYTHON_VERSION);
-    assert_eq!(info["prefix"], BUILD_PYTHON_PREFIX);
-    assert_eq!(info["executable"], BUILD_PYTHON_EXECUTABLE);
-    let prefix = BUILD_PYTHON_PREFIX;
+    let python = found();
+    let info = crate::embedded::info(None).await.unwrap();
+    assert_eq!(info["version"], python.version);
+    assert_eq!(info["prefix"], python.prefix.to_str().unwrap());
+    assert_eq!(info["executable"], python.executable.to_str().unwrap());
+    let prefix = python.prefix.to_str().unwrap();
     for key in ["stdlib", "os_module"] {
         let path = info[key].as_str().unwrap();
         assert!(path.starts_with(prefix), "{key} {path} not under {prefix}");
     }
     let lib = info["libpython"].as_str().unwrap();
-    assert!(
-        lib.starts_with(crate::BUILD_PYTHON_LIBDIR),
-        "libpython {lib} is not from {}",
-        crate::BUILD_PYTHON_LIBDIR
+    assert_eq!(
+        std::path::Path::new(lib),
+        python.library.as_ref().unwrap(),
+        "the libpython loaded is the one found"
     );
     assert_eq!(info["signal_interrupts"], true);
     // The isolated worker is the same Python.
@@ -713,11 +719,7 @@ async fn embedded_interpreter_is_the_build_interpreter() {
     .unwrap();
     assert_eq!(
         text,
-        format!(
-            "[result]\n({:?}, {:?})\n",
-            BUILD_PYTHON_VERSION, BUILD_PYTHON_PREFIX
-        )
-        .replace('"', "'")
+        format!("[result]\n({:?}, {:?})\n", python.version, prefix).replace('"', "'")
     );
 }
 
@@ -726,7 +728,7 @@ async fn embedded_interpreter_is_the_build_interpreter() {
 const WHEEL_BUILDER: &str = include_str!("../../tests/make_wheel.py");
 
 pub(crate) fn build_wheel(dir: &std::path::Path, name: &str) {
-    let status = std::process::Command::new(BUILD_PYTHON_EXECUTABLE)
+    let status = std::process::Command::new(&found().executable)
         .args(["-c", WHEEL_BUILDER, name, "0.1.0"])
         .arg(dir)
         .status()
@@ -808,7 +810,7 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
             .site_packages()
             .unwrap();
         assert!(site.join(&name).join("__init__.py").is_file(), "{backend}");
-        let base = std::process::Command::new(BUILD_PYTHON_EXECUTABLE)
+        let base = std::process::Command::new(&found().executable)
             .args(["-c", &format!("import {name}")])
             .output()
             .unwrap();

@@ -6,12 +6,16 @@
 //!   text either way), detaches and answers over a oneshot channel.
 //!   Nothing here holds the GIL across an `.await`, and between jobs the GIL is free, so
 //!   threads that user code started keep running.
-//! - **Started from the build interpreter.** The interpreter is initialised with the build
-//!   interpreter's path as its program name, so `sys.prefix`, the stdlib and
-//!   `sys.executable` are the ones toolbox was built against, whatever PATH says; PYTHON*
-//!   environment variables are ignored for the same reason. After start the loaded
-//!   libpython's version is compared with the build one (LD_LIBRARY_PATH can override an
-//!   rpath that is a DT_RUNPATH) and a mismatch is refused with the library's path.
+//! - **An interpreter found at run time.** The binary links no libpython. On first use the
+//!   interpreter [`crate::discover`] finds (`[python] interpreter`, `$VIRTUAL_ENV`, then
+//!   `python3` on PATH) has its shared libpython loaded, then the CPython layer
+//!   (`providers/python/embed`, see [`super::embed_lib`]); the interpreter is initialised
+//!   with that executable as its program name, so `sys.prefix`, the stdlib and
+//!   `sys.executable` are its own; PYTHON* environment variables are ignored (meant for some
+//!   other Python, they must not redirect the stdlib). After start the loaded libpython's
+//!   `sys.version` is compared with the executable's and a mismatch is refused with the
+//!   library's path. An interpreter with no shared libpython cannot be embedded: the call
+//!   then runs on the isolated backend and says so (see `run.rs`).
 //! - **Timeouts.** A run past its limit is interrupted in-process: the driver's
 //!   `ExecutionInterrupted` is raised in the Python thread with `PyThreadState_SetAsyncExc`
 //!   (stops pure-Python code at its next bytecode), and SIGUSR2 is sent to that thread so a
@@ -28,24 +32,22 @@
 //!   namespace for is kept in `Namespaces`, part of `crate::sessions`.
 
 use std::collections::HashMap;
-use std::ffi::{c_void, CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use pyo3::ffi;
-use pyo3::prelude::*;
-use pyo3::types::PyModule;
 use serde_json::Value;
 use tokio::sync::{oneshot, OnceCell};
 use toolbox_host::handoff::{IdleSlot, IdleWork};
 use toolbox_host::ToolContext;
 
+use crate::backend::embed_lib::{EmbedLib, RunAnswer};
 use crate::backend::{Backend, Call, RunRequest, RunResult};
+use crate::discover::FoundPython;
 use crate::evict::SessionLimits;
-use crate::{BUILD_PYTHON_EXECUTABLE, BUILD_PYTHON_VERSION, DRIVER_SOURCE};
+use crate::{PythonConfig, DRIVER_SOURCE};
 
 /// How long a timed-out run gets to stop after it was interrupted before the interpreter is
 /// reported busy.
@@ -148,33 +150,52 @@ fn wait(bell: &OwnedFd, work: Option<&dyn IdleWork>) -> bool {
 struct Interpreter {
     jobs: JobQueue,
     next_id: AtomicU64,
-    /// The job the Python thread is running (0: none). Written and read with the GIL held.
-    running: AtomicU64,
     stuck: Mutex<Option<Stuck>>,
-    /// `threading.get_ident()` of the Python thread, for PyThreadState_SetAsyncExc.
-    ident: u64,
     /// The Python thread itself, for pthread_kill.
     pthread: libc::pthread_t,
     /// Whether the driver's SIGUSR2 handler is installed (it is unless someone else started
     /// Python in this process first, on another thread).
     signal_interrupts: bool,
-    driver: Py<PyModule>,
+    /// The CPython layer and the libpython it runs on.
+    lib: EmbedLib,
+    /// The interpreter it was started as.
+    found: Arc<FoundPython>,
 }
 
 /// Starts the interpreter (its thread, its signal handler) unless it runs already.
 #[cfg(test)]
 pub(crate) async fn ready() -> Result<()> {
-    interpreter().await.map(drop)
+    interpreter(&crate::discover::find(None)?).await.map(drop)
 }
 
-/// The interpreter, started on first use.
-async fn interpreter() -> Result<Arc<Interpreter>> {
-    INTERPRETER
+/// Whether a call with `config` can run on the embedded interpreter: `Ok(None)` when it
+/// can (starting it if needed), `Ok(Some(why))` when this process cannot embed the
+/// interpreter it found (no shared libpython, or loading it failed) and the call should run
+/// on the isolated backend instead, and an error when no Python was found at all or the
+/// config names another interpreter than the one already running.
+pub(crate) async fn unavailable(config: &PythonConfig) -> Result<Option<String>> {
+    let found = crate::discover::find(config.interpreter.as_deref())?;
+    if let Err(why) = &found.library {
+        return Ok(Some(why.clone()));
+    }
+    match interpreter(&found).await {
+        Ok(_) => Ok(None),
+        Err(e) if INTERPRETER.get().is_some_and(|started| started.is_err()) => {
+            Ok(Some(format!("{e:#}")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The interpreter, started on first use as `found`.
+async fn interpreter(found: &Arc<FoundPython>) -> Result<Arc<Interpreter>> {
+    let interpreter = INTERPRETER
         .get_or_init(|| async {
             let (tx, rx) = oneshot::channel();
+            let found = found.clone();
             let spawned = std::thread::Builder::new()
                 .name("toolbox-python".into())
-                .spawn(move || python_thread(tx));
+                .spawn(move || python_thread(found, tx));
             if let Err(e) = spawned {
                 return Err(format!("cannot start the Python thread: {e}"));
             }
@@ -183,10 +204,35 @@ async fn interpreter() -> Result<Arc<Interpreter>> {
         })
         .await
         .clone()
-        .map_err(|e| anyhow!("the embedded Python interpreter is not available: {e}"))
+        .map_err(|e| anyhow!("the embedded Python interpreter is not available: {e}"))?;
+    if interpreter.found.executable != found.executable {
+        bail!(
+            "the embedded interpreter of this process is {}, and this call's configuration \
+             asks for {}; one process embeds one interpreter: restart toolbox to switch, or \
+             use [python] backend = \"isolated\"",
+            interpreter.found.describe(),
+            found.describe()
+        );
+    }
+    Ok(interpreter)
 }
 
-fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
+/// The interpreter if it was started.
+#[cfg(test)]
+fn started() -> Result<Arc<Interpreter>> {
+    match INTERPRETER.get() {
+        Some(Ok(interpreter)) => Ok(interpreter.clone()),
+        Some(Err(e)) => Err(anyhow!(
+            "the embedded Python interpreter is not available: {e}"
+        )),
+        None => Err(anyhow!("the embedded Python interpreter was not started")),
+    }
+}
+
+fn python_thread(
+    found: Arc<FoundPython>,
+    ready: oneshot::Sender<Result<Arc<Interpreter>, String>>,
+) {
     let (jobs, queue) = mpsc::channel::<Job>();
     // SAFETY: eventfd has no memory preconditions; the descriptor is owned at once.
     let bell = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -199,7 +245,7 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
     }
     // SAFETY: a fresh descriptor nothing else owns.
     let bell = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(bell) });
-    let started = match start_python() {
+    let (lib, signal_interrupts) = match start_python(&found) {
         Ok(started) => started,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -212,13 +258,12 @@ fn python_thread(ready: oneshot::Sender<Result<Arc<Interpreter>, String>>) {
             bell: bell.clone(),
         },
         next_id: AtomicU64::new(1),
-        running: AtomicU64::new(0),
         stuck: Mutex::new(None),
-        ident: started.ident,
         // SAFETY: pthread_self has no preconditions.
         pthread: unsafe { libc::pthread_self() },
-        signal_interrupts: started.signal_interrupts,
-        driver: started.driver,
+        signal_interrupts,
+        lib,
+        found,
     });
     if ready.send(Ok(interpreter.clone())).is_err() {
         return;
@@ -403,7 +448,15 @@ impl Namespaces {
 /// call) finishes here, on this thread, without waking a runtime worker for its tail; the
 /// GIL is not held meanwhile. The caller may have given up; nobody listening is fine.
 fn run_one(interpreter: &Arc<Interpreter>, job: Job) {
-    let response = Python::attach(|py| interpreter.run_job(py, &job));
+    let cwd = job.cwd.as_ref().map(|fd| fd.as_raw_fd());
+    let response = match interpreter
+        .lib
+        .run(job.id, &job.request, cwd, &job.abandoned)
+    {
+        RunAnswer::Answer(answer) => Ok(answer),
+        RunAnswer::Failed(e) => Err(e),
+        RunAnswer::Abandoned => Err(ABANDONED.into()),
+    };
     interpreter.clear_stuck(job.id);
     let reply = job.reply;
     toolbox_host::handoff::with_inline_wakeups(|| {
@@ -411,153 +464,30 @@ fn run_one(interpreter: &Arc<Interpreter>, job: Job) {
     });
 }
 
-struct Started {
-    ident: u64,
-    signal_interrupts: bool,
-    driver: Py<PyModule>,
-}
+/// What a job abandoned before it started answers.
+const ABANDONED: &str = "abandoned";
 
-/// Initialises CPython as the build interpreter would run, and loads the driver.
-fn start_python() -> Result<Started, String> {
-    // SAFETY: plain CPython initialisation calls on this thread, before any other use of the
-    // interpreter by this crate; the config is initialised by PyConfig_InitPythonConfig
-    // before it is read and cleared after use.
-    unsafe {
-        if ffi::Py_IsInitialized() == 0 {
-            let mut config: ffi::PyConfig = std::mem::zeroed();
-            ffi::PyConfig_InitPythonConfig(&mut config);
-            // Signals belong to the host (tokio handles Ctrl-C); argv is not Python's.
-            config.install_signal_handlers = 0;
-            config.parse_argv = 0;
-            config.configure_c_stdio = 0;
-            // PYTHONHOME / PYTHONPATH meant for some other Python must not redirect the stdlib.
-            config.use_environment = 0;
-            let program = CString::new(BUILD_PYTHON_EXECUTABLE)
-                .map_err(|_| "the build interpreter path contains a NUL byte".to_string())?;
-            let status = ffi::PyConfig_SetBytesString(
-                &mut config,
-                &mut config.program_name,
-                program.as_ptr(),
-            );
-            if ffi::PyStatus_Exception(status) != 0 {
-                ffi::PyConfig_Clear(&mut config);
-                return Err(status_message("setting the program name", status));
-            }
-            let status = ffi::Py_InitializeFromConfig(&config);
-            ffi::PyConfig_Clear(&mut config);
-            if ffi::PyStatus_Exception(status) != 0 {
-                return Err(status_message("initialising Python", status));
-            }
-            // Initialisation leaves this thread holding the GIL; jobs attach as they come.
-            ffi::PyEval_SaveThread();
-        }
+/// Loads `found`'s libpython and the CPython layer, initialises the interpreter as `found`
+/// and loads the driver: the layer, and whether the driver's signal handler is installed.
+fn start_python(found: &FoundPython) -> Result<(EmbedLib, bool), String> {
+    let library = found.library.as_ref().map_err(Clone::clone)?;
+    let lib = EmbedLib::load(library)?;
+    let started = lib.start(&found.executable, DRIVER_SOURCE)?;
+    if started.version != found.version {
+        return Err(format!(
+            "the loaded libpython ({}) is Python {}, but {} is Python {}; something (often \
+             LD_LIBRARY_PATH, or a second installation of the same version) made the loader \
+             pick another libpython",
+            lib.libpython.display(),
+            started.version,
+            found.executable.display(),
+            found.version
+        ));
     }
-    Python::attach(|py| -> Result<Started, String> {
-        let describe = |e: PyErr| e.to_string();
-        let sys = py.import("sys").map_err(describe)?;
-        let version: String = sys
-            .getattr("version")
-            .and_then(|v| v.extract())
-            .map_err(describe)?;
-        let version = version.replace('\n', " ");
-        if version != BUILD_PYTHON_VERSION {
-            return Err(format!(
-                "the loaded libpython ({}) is Python {version}, but toolbox was built against \
-                 Python {BUILD_PYTHON_VERSION} ({BUILD_PYTHON_EXECUTABLE}); something (often \
-                 LD_LIBRARY_PATH) made the loader pick another libpython. Unset it, or rebuild \
-                 so the binary carries a DT_RPATH (-Wl,--disable-new-dtags)",
-                loaded_libpython()
-            ));
-        }
-        let source = CString::new(DRIVER_SOURCE).map_err(|e| e.to_string())?;
-        let driver = PyModule::from_code(py, &source, c"toolbox_driver.py", c"toolbox_driver")
-            .map_err(describe)?;
-        driver
-            .call_method1("configure", (true,))
-            .map_err(describe)?;
-        let signal_interrupts = driver
-            .getattr("_STATE")
-            .and_then(|s| s.get_item("signal"))
-            .and_then(|v| v.extract::<bool>())
-            .unwrap_or(false);
-        let ident: u64 = py
-            .import("threading")
-            .and_then(|t| t.call_method0("get_ident"))
-            .and_then(|v| v.extract())
-            .map_err(describe)?;
-        Ok(Started {
-            ident,
-            signal_interrupts,
-            driver: driver.unbind(),
-        })
-    })
-}
-
-fn status_message(what: &str, status: ffi::PyStatus) -> String {
-    let text = |p: *const libc::c_char| {
-        if p.is_null() {
-            String::new()
-        } else {
-            // SAFETY: err_msg and func are NULL (handled above) or static C strings set by
-            // CPython.
-            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-        }
-    };
-    format!(
-        "{what} failed: {} {}",
-        text(status.func),
-        text(status.err_msg)
-    )
-}
-
-/// The path of the libpython this process actually loaded.
-pub fn loaded_libpython() -> String {
-    // SAFETY: dladdr only reads the loader's tables; the address is a function in libpython.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        let addr = ffi::Py_IsInitialized as *const c_void;
-        if libc::dladdr(addr, &mut info) != 0 && !info.dli_fname.is_null() {
-            return CStr::from_ptr(info.dli_fname)
-                .to_string_lossy()
-                .into_owned();
-        }
-    }
-    "(unknown)".into()
+    Ok((lib, started.signal_interrupts))
 }
 
 impl Interpreter {
-    /// Runs on the Python thread with the GIL held.
-    fn run_job(&self, py: Python<'_>, job: &Job) -> Result<Value, String> {
-        // Both written under the GIL, like the interrupter's check, so a job is either
-        // skipped here or visible to the interrupter as running — never neither.
-        self.running.store(job.id, Ordering::SeqCst);
-        if job.abandoned.load(Ordering::SeqCst) {
-            self.running.store(0, Ordering::SeqCst);
-            return Err("abandoned".into());
-        }
-        let driver = self.driver.bind(py);
-        let response = crate::pyvalue::to_python(py, &job.request)
-            .and_then(|request| {
-                if let Some(fd) = &job.cwd {
-                    request.set_item(pyo3::intern!(py, "cwd_fd"), fd.as_raw_fd())?;
-                }
-                driver.call_method1(pyo3::intern!(py, "handle_object"), (request,))
-            })
-            .and_then(|answer| crate::pyvalue::from_python(&answer))
-            .map_err(|e| e.to_string());
-        // An interrupt that arrived too late to hit the user's code must not hit the next
-        // job. Neither step runs Python bytecode, so neither can trigger it.
-        // SAFETY: the GIL is held; a NULL exception clears the pending one.
-        unsafe {
-            ffi::PyThreadState_SetAsyncExc(self.ident as _, std::ptr::null_mut());
-        }
-        if let Ok(state) = driver.getattr(pyo3::intern!(py, "_INTERRUPT")) {
-            let _ = state.set_item(pyo3::intern!(py, "armed"), false);
-        }
-        self.running.store(0, Ordering::SeqCst);
-        response
-    }
-
     /// Interrupts job `id` if (and while) it runs, from a helper thread: taking the GIL can
     /// wait for as long as a C call holds it, and no async worker may block on that.
     fn interrupt(self: &Arc<Self>, id: u64, reason: String) {
@@ -566,7 +496,7 @@ impl Interpreter {
             .name("toolbox-python-interrupt".into())
             .spawn(move || {
                 for _ in 0..3 {
-                    let running = Python::attach(|py| me.raise_in(py, id, &reason));
+                    let running = me.lib.interrupt(id, &reason);
                     if !running {
                         return;
                     }
@@ -582,38 +512,6 @@ impl Interpreter {
         if let Err(e) = spawned {
             tracing::warn!(target: "toolbox", error = %e, "cannot start the Python interrupter thread");
         }
-    }
-
-    /// With the GIL held: raises ExecutionInterrupted in job `id` if it is in user code.
-    /// Returns whether the job is still running.
-    fn raise_in(&self, py: Python<'_>, id: u64, reason: &str) -> bool {
-        if self.running.load(Ordering::SeqCst) != id {
-            return false;
-        }
-        let driver = self.driver.bind(py);
-        // Attribute and item reads only: running bytecode here could hand the GIL back to
-        // the Python thread between this check and the raise.
-        let in_user_code = driver
-            .getattr("_STATE")
-            .and_then(|state| state.get_item("current"))
-            .and_then(|run| run.getattr("in_user_code"))
-            .and_then(|v| v.extract::<bool>())
-            .unwrap_or(false);
-        if !in_user_code {
-            // The driver is compiling or saving figures; it finishes on its own.
-            return true;
-        }
-        if let Ok(state) = driver.getattr("_INTERRUPT") {
-            let _ = state.set_item("reason", reason);
-            let _ = state.set_item("armed", true);
-        }
-        if let Ok(exc) = driver.getattr("ExecutionInterrupted") {
-            // SAFETY: the GIL is held; CPython takes its own reference to the class.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(self.ident as _, exc.as_ptr());
-            }
-        }
-        true
     }
 
     fn clear_stuck(&self, id: u64) {
@@ -679,9 +577,12 @@ impl Backend for Embedded<'_> {
         if call.look || self.namespaces.is_new(&key) {
             self.evict(call.config.session_limits, Some(&key));
         }
+        let interpreter =
+            interpreter(&crate::discover::find(call.config.interpreter.as_deref())?).await?;
         let (live, cleared) = self.namespaces.begin_call(&key);
         let tells_folders = request.folders.is_some();
         let answer = ask(
+            &interpreter,
             request.into_driver(),
             Some(call.cwd.clone()),
             call.ctx,
@@ -741,13 +642,13 @@ struct Answer {
 /// partial result (with `"interrupted": true`) and why it was stopped; one that could not be
 /// stopped, or never started, is an error.
 async fn ask(
+    interpreter: &Arc<Interpreter>,
     request: Value,
     cwd: Option<Arc<OwnedFd>>,
     ctx: &ToolContext,
     timeout: Duration,
     tool: &str,
 ) -> Result<Answer> {
-    let interpreter = interpreter().await?;
     interpreter.refuse_if_stuck(tool)?;
     let id = interpreter.next_id.fetch_add(1, Ordering::SeqCst);
     let (reply, mut answer) = oneshot::channel();
@@ -782,7 +683,7 @@ async fn ask(
     let waited = tokio::time::timeout(GRACE, &mut answer).await;
     guard.active = false;
     match waited {
-        Ok(Ok(Err(e))) if e == "abandoned" => bail!(
+        Ok(Ok(Err(e))) if e == ABANDONED => bail!(
             "{tool} {why} before the code started: the embedded interpreter was busy with \
              other calls (it runs one at a time, across sessions)"
         ),
@@ -825,13 +726,16 @@ fn parse_response(
     }
 }
 
-/// The embedded interpreter's identity: `sys.version`, `sys.prefix`, `sys.executable`, the
-/// stdlib folder, and the path of the libpython the process loaded.
-pub async fn info() -> Result<Value> {
+/// The embedded interpreter's identity, started as the interpreter `configured` names (else
+/// as found): `sys.version`, `sys.prefix`, `sys.executable`, the stdlib folder, the path of
+/// the libpython the process loaded, and where the interpreter was found.
+pub async fn info(configured: Option<&std::path::Path>) -> Result<Value> {
+    let interpreter = interpreter(&crate::discover::find(configured)?).await?;
     let ws = std::env::temp_dir();
     let workspace = toolbox_host::Workspace::new(&ws)?;
     let ctx = ToolContext::new(workspace, "info", "info", "python_info");
     let mut info = ask(
+        &interpreter,
         serde_json::json!({"op": "info"}),
         None,
         &ctx,
@@ -840,6 +744,69 @@ pub async fn info() -> Result<Value> {
     )
     .await?
     .result;
-    info["libpython"] = Value::String(loaded_libpython());
+    info["libpython"] = Value::String(interpreter.lib.libpython.display().to_string());
+    info["found_by"] = Value::String(interpreter.found.source.describe().into());
     Ok(info)
+}
+
+/// Evaluates the Python expression `code` on the started interpreter, with `v` bound to
+/// `value`, and gives the result as JSON (as the driver's answers are converted). For tests:
+/// it runs on the calling thread, outside the job queue.
+#[cfg(test)]
+pub(crate) fn eval(code: &str, value: Option<&Value>) -> Result<Value, String> {
+    started().map_err(|e| e.to_string())?.lib.eval(code, value)
+}
+
+/// The CPython layer's conversions (providers/python/embed/src/pyvalue.rs), through the
+/// layer's own entry point on the started interpreter.
+#[cfg(test)]
+mod pyvalue_tests {
+    use serde_json::json;
+
+    async fn python() {
+        super::ready().await.expect("the embedded interpreter");
+    }
+
+    #[tokio::test]
+    async fn json_values_round_trip_through_python() {
+        python().await;
+        let value = json!({
+            "code": "x = 1\nprint('é')",
+            "n": -3, "big": u64::MAX, "f": 1.5, "t": true, "none": null,
+            "list": [1, "two", [3.0], {"four": false}],
+        });
+        assert_eq!(super::eval("v", Some(&value)).unwrap(), value);
+    }
+
+    #[tokio::test]
+    async fn python_objects_map_as_json_dumps_with_default_str() {
+        python().await;
+        assert_eq!(
+            super::eval("{1: (True, None), 'nan': float('nan'), 'big': 2**70}", None).unwrap(),
+            json!({"1": [true, null], "nan": null, "big": "1180591620717411303424"})
+        );
+        assert_eq!(
+            super::eval("{'s': {3}, 'r': range(2)}", None).unwrap(),
+            json!({"s": "{3}", "r": "range(0, 2)"})
+        );
+        // A lone surrogate cannot be UTF-8: it is replaced, not an error.
+        let lossy = super::eval("'a\\udc80b'", None).unwrap();
+        assert!(
+            lossy
+                .as_str()
+                .is_some_and(|s| s.starts_with('a') && s.ends_with('b') && s.contains('\u{fffd}')),
+            "{lossy}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_self_referencing_answer_is_refused_not_followed_forever() {
+        python().await;
+        let e = super::eval("(lambda l: (l.append(l), l)[1])([])", None).unwrap_err();
+        assert!(e.contains("nested deeper than 200"), "{e}");
+        // A Python error comes back as text, and the interpreter carries on.
+        let e = super::eval("1/0", None).unwrap_err();
+        assert!(e.contains("ZeroDivisionError"), "{e}");
+        assert_eq!(super::eval("1 + 1", None).unwrap(), json!(2));
+    }
 }

@@ -365,7 +365,7 @@ async fn run(workers: &Slots<Slot>, request: RunRequest, call: &Call<'_>) -> Res
     } = *call;
     let (cwd, limits) = (&*call.cwd, call.limits);
     let sandbox = call.sandbox.clone();
-    let interpreter = config.interpreter();
+    let interpreter = config.python().map_err(|e| anyhow!("{tool}: {e:#}"))?;
     let interpreter = interpreter.as_path();
     let sessions = config.session_limits;
     let deadline = tokio::time::Instant::now() + timeout;

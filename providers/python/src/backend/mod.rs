@@ -28,6 +28,7 @@ use crate::evict::SessionLimits;
 /// `run_python_code` on the embedded and isolated backends, through the provider.
 #[cfg(test)]
 mod backend_tests;
+mod embed_lib;
 pub mod embedded;
 pub mod isolated;
 pub mod jupyter;

@@ -64,7 +64,9 @@ pub fn search_dirs(venv: Option<&Path>) -> Vec<PathBuf> {
     } else if let Some(home) = &home {
         dirs.push(PathBuf::from(home).join(".local/share/jupyter"));
     }
-    dirs.push(PathBuf::from(crate::BUILD_PYTHON_PREFIX).join("share/jupyter"));
+    if let Ok(python) = crate::discover::find(None) {
+        dirs.push(python.prefix.join("share/jupyter"));
+    }
     dirs.push(PathBuf::from("/usr/local/share/jupyter"));
     dirs.push(PathBuf::from("/usr/share/jupyter"));
     let mut seen = std::collections::HashSet::new();

@@ -1,4 +1,5 @@
-//! JSON values to Python objects and back, for the embedded backend's driver calls.
+//! JSON values to Python objects and back, for the embedded backend's driver calls. Tested
+//! from the provider, through `toolbox_embed_eval` (providers/python/src/backend/embedded.rs).
 //!
 //! The isolated worker speaks JSON lines, but the embedded interpreter lives in this process:
 //! handing it a dict and reading a dict back skips `json.loads` and `json.dumps` on every
@@ -95,72 +96,4 @@ fn convert(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         return tuple.iter().map(|item| convert(&item, depth + 1)).collect();
     }
     Ok(Value::String(obj.str()?.to_string_lossy().into_owned()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// Python started the way the embedded backend starts it (its own thread, its signal
-    /// handler), since tests of this crate share one process and one interpreter.
-    async fn python() {
-        crate::embedded::ready()
-            .await
-            .expect("the embedded interpreter");
-    }
-
-    async fn round_trip(code: &std::ffi::CStr) -> PyResult<Value> {
-        python().await;
-        Python::attach(|py| {
-            let value = py.eval(code, None, None)?;
-            from_python(&value)
-        })
-    }
-
-    #[tokio::test]
-    async fn json_values_round_trip_through_python() {
-        python().await;
-        let value = json!({
-            "code": "x = 1\nprint('é')",
-            "n": -3, "big": u64::MAX, "f": 1.5, "t": true, "none": null,
-            "list": [1, "two", [3.0], {"four": false}],
-        });
-        let back = Python::attach(|py| from_python(&to_python(py, &value)?)).unwrap();
-        assert_eq!(back, value);
-    }
-
-    #[tokio::test]
-    async fn python_objects_map_as_json_dumps_with_default_str() {
-        assert_eq!(
-            round_trip(c"{1: (True, None), 'nan': float('nan'), 'big': 2**70}")
-                .await
-                .unwrap(),
-            json!({"1": [true, null], "nan": null, "big": "1180591620717411303424"})
-        );
-        assert_eq!(
-            round_trip(c"{'s': {3}, 'r': range(2)}").await.unwrap(),
-            json!({"s": "{3}", "r": "range(0, 2)"})
-        );
-        // A lone surrogate cannot be UTF-8: it is replaced, not an error.
-        let lossy = round_trip(c"'a\\udc80b'").await.unwrap();
-        assert!(
-            lossy
-                .as_str()
-                .is_some_and(|s| s.starts_with('a') && s.ends_with('b') && s.contains('\u{fffd}')),
-            "{lossy}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_self_referencing_answer_is_refused_not_followed_forever() {
-        python().await;
-        let e = Python::attach(|py| {
-            let l = PyList::empty(py);
-            l.append(&l)?;
-            from_python(l.as_any())
-        })
-        .unwrap_err();
-        assert!(e.to_string().contains("nested deeper than 200"), "{e}");
-    }
 }

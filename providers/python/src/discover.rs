@@ -1,0 +1,413 @@
+//! Which Python this process uses, found at run time: the binary links no libpython and
+//! carries no interpreter's path from its build.
+//!
+//! The search, in order, stops at the first that is set:
+//!
+//! 1. `[python] interpreter` (operator config only; a workspace cannot name a program to run);
+//! 2. the active virtual environment, `$VIRTUAL_ENV/bin/python`;
+//! 3. `python3` on `PATH`.
+//!
+//! The one found is asked (`-I -c`, with a time limit) for its identity: `sys.version`, its
+//! prefixes, its real `sys.executable` (a pyenv shim resolves to the interpreter behind it)
+//! and where its shared libpython is, which the embedded backend loads. One without a shared
+//! libpython can still run the isolated backend. A successful search is kept for the life of
+//! the process; a failed one is tried again on the next call (Python may have been installed
+//! meanwhile).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+/// How long the identity probe may take (a cold interpreter on a busy machine).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The oldest CPython the embedded backend runs on (its CPython layer is built for the stable
+/// ABI of 3.9).
+const MIN_EMBEDDED: (u32, u32) = (3, 9);
+
+/// Where the interpreter came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `[python] interpreter`.
+    Config,
+    /// `$VIRTUAL_ENV/bin/python`.
+    VirtualEnv,
+    /// `python3` on `PATH`.
+    Path,
+}
+
+impl Source {
+    /// How a message names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Source::Config => "[python] interpreter",
+            Source::VirtualEnv => "the active virtual environment ($VIRTUAL_ENV)",
+            Source::Path => "python3 on PATH",
+        }
+    }
+}
+
+/// An interpreter found at run time, and what it said about itself.
+#[derive(Debug, Clone)]
+pub struct FoundPython {
+    /// Its `sys.executable` (a shim or symlink resolved by the interpreter itself).
+    pub executable: PathBuf,
+    /// Where it came from.
+    pub source: Source,
+    /// `sys.version`, on one line.
+    pub version: String,
+    /// `(major, minor)`.
+    pub version_info: (u32, u32),
+    /// `sys.prefix` (a venv's folder for a venv's python).
+    pub prefix: PathBuf,
+    /// `sys.base_prefix`.
+    pub base_prefix: PathBuf,
+    /// `sysconfig`'s `LIBDIR`, when it has one.
+    pub libdir: Option<PathBuf>,
+    /// Its shared libpython, or why the embedded backend cannot use this interpreter.
+    pub library: Result<PathBuf, String>,
+}
+
+impl FoundPython {
+    /// `3.11`.
+    pub fn minor(&self) -> String {
+        format!("{}.{}", self.version_info.0, self.version_info.1)
+    }
+
+    /// `/usr/bin/python3.11 (Python 3.11.2, python3 on PATH)`.
+    pub fn describe(&self) -> String {
+        let number = self.version.split_whitespace().next().unwrap_or("?");
+        format!(
+            "{} (Python {number}, from {})",
+            self.executable.display(),
+            self.source.describe()
+        )
+    }
+}
+
+/// Successful searches, by the configured interpreter they were made with.
+static FOUND: Mutex<Option<HashMap<Option<PathBuf>, Arc<FoundPython>>>> = Mutex::new(None);
+
+/// The interpreter to use, `configured` being `[python] interpreter` if set (see the module's
+/// documentation). The error names everything it looked for.
+pub fn find(configured: Option<&Path>) -> Result<Arc<FoundPython>> {
+    let key = configured.map(Path::to_path_buf);
+    if let Some(found) = cached(&key) {
+        return Ok(found);
+    }
+    let (candidate, source) = candidate(configured)?;
+    let found = Arc::new(probe(&candidate, source)?);
+    FOUND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, found.clone());
+    Ok(found)
+}
+
+/// The `LIBDIR` of the interpreter found without `[python] interpreter`, if it was looked
+/// for already (it never starts a search).
+pub(crate) fn known_libdir() -> Option<PathBuf> {
+    cached(&None).and_then(|found| found.libdir.clone())
+}
+
+fn cached(key: &Option<PathBuf>) -> Option<Arc<FoundPython>> {
+    FOUND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|map| map.get(key).cloned())
+}
+
+/// The program to ask, and where it came from.
+fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(configured) = configured {
+        if !configured.is_absolute() {
+            // A program name: the first of that name on PATH.
+            return on_path(configured, &path)
+                .map(|p| (p, Source::Config))
+                .ok_or_else(|| {
+                    anyhow!(
+                        "[python] interpreter is {}, which is not on PATH ({})",
+                        configured.display(),
+                        path.to_string_lossy()
+                    )
+                });
+        }
+        if !is_executable(configured) {
+            bail!(
+                "[python] interpreter is {}, which is not an executable file",
+                configured.display()
+            );
+        }
+        return Ok((configured.to_path_buf(), Source::Config));
+    }
+    let mut looked = vec!["[python] interpreter (not set)".to_string()];
+    match std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        Some(venv) => {
+            let python = Path::new(&venv).join("bin").join("python");
+            if is_executable(&python) {
+                return Ok((python, Source::VirtualEnv));
+            }
+            looked.push(format!(
+                "$VIRTUAL_ENV/bin/python ({} is not an executable file)",
+                python.display()
+            ));
+        }
+        None => looked.push("$VIRTUAL_ENV/bin/python (VIRTUAL_ENV is not set)".into()),
+    }
+    if let Some(python) = on_path(Path::new("python3"), &path) {
+        return Ok((python, Source::Path));
+    }
+    looked.push(format!(
+        "python3 on PATH ({})",
+        if path.is_empty() {
+            "PATH is empty".to_string()
+        } else {
+            format!("not in {}", path.to_string_lossy())
+        }
+    ));
+    bail!(
+        "no Python interpreter found; looked for {}. Install Python 3 (for example `apt-get \
+         install python3`), activate a virtual environment, or set [python] interpreter in \
+         the user's toolbox.toml",
+        looked.join(", then ")
+    )
+}
+
+/// The first executable `name` in the absolute folders of `path`.
+fn on_path(name: &Path, path: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// What the probe prints: one JSON object.
+const PROBE: &str = r#"
+import json, sys, sysconfig
+v = sysconfig.get_config_var
+print(json.dumps({
+    "implementation": sys.implementation.name,
+    "version": sys.version.replace("\n", " "),
+    "version_info": list(sys.version_info[:2]),
+    "executable": sys.executable,
+    "prefix": sys.prefix,
+    "base_prefix": sys.base_prefix,
+    "libdir": v("LIBDIR"),
+    "multiarch": v("MULTIARCH"),
+    "instsoname": v("INSTSONAME"),
+    "ldlibrary": v("LDLIBRARY"),
+    "ver": v("VERSION"),
+    "abiflags": getattr(sys, "abiflags", ""),
+}))
+"#;
+
+/// Asks `program` who it is: first without `LD_LIBRARY_PATH`, so a shared-library Python
+/// finds its own libpython through its rpath (a `LD_LIBRARY_PATH` meant for something else
+/// could swap in another installation's libpython of the same name), then, if that fails,
+/// with the environment as it is (a Python that needs `LD_LIBRARY_PATH` to start at all).
+fn probe(program: &Path, source: Source) -> Result<FoundPython> {
+    match probe_with(program, source, false) {
+        Err(e) if std::env::var_os("LD_LIBRARY_PATH").is_some() => {
+            probe_with(program, source, true).map_err(|again| e.context(again))
+        }
+        other => other,
+    }
+}
+
+fn probe_with(program: &Path, source: Source, keep_library_path: bool) -> Result<FoundPython> {
+    let what = || format!("{} (from {})", program.display(), source.describe());
+    let mut command = std::process::Command::new(program);
+    if !keep_library_path {
+        command.env_remove("LD_LIBRARY_PATH");
+    }
+    let mut child = command
+        .args(["-I", "-c", PROBE])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run the Python interpreter {}", what()))?;
+    let started = Instant::now();
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        if started.elapsed() > PROBE_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the Python interpreter {} did not answer within {} s",
+                what(),
+                PROBE_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "the Python interpreter {} failed ({}): {}",
+            what(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let info: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        anyhow!(
+            "the Python interpreter {} answered oddly ({e}): {text}",
+            what()
+        )
+    })?;
+    parse(&info, program, source)
+}
+
+fn parse(info: &Value, program: &Path, source: Source) -> Result<FoundPython> {
+    let text = |key: &str| info[key].as_str().unwrap_or_default().to_string();
+    let path = |key: &str| Some(text(key)).filter(|s| !s.is_empty()).map(PathBuf::from);
+    let number = |i: usize| info["version_info"][i].as_u64().unwrap_or(0) as u32;
+    let version_info = (number(0), number(1));
+    let executable = path("executable").unwrap_or_else(|| program.to_path_buf());
+    let libdir = path("libdir");
+    let library = if text("implementation") != "cpython" {
+        Err(format!(
+            "the embedded backend needs CPython, and {} is {}",
+            executable.display(),
+            text("implementation")
+        ))
+    } else if version_info < MIN_EMBEDDED {
+        Err(format!(
+            "the embedded backend needs CPython {}.{} or later, and {} is {}.{}",
+            MIN_EMBEDDED.0,
+            MIN_EMBEDDED.1,
+            executable.display(),
+            version_info.0,
+            version_info.1
+        ))
+    } else {
+        shared_library(info, libdir.as_deref(), &executable)
+    };
+    Ok(FoundPython {
+        executable,
+        source,
+        version: text("version"),
+        version_info,
+        prefix: path("prefix").unwrap_or_default(),
+        base_prefix: path("base_prefix").unwrap_or_default(),
+        libdir,
+        library,
+    })
+}
+
+/// Where the interpreter's shared libpython is: its `INSTSONAME` or `LDLIBRARY` (when a
+/// shared object), else `libpython<VERSION><ABIFLAGS>.so[.1.0]`, in `LIBDIR`, `LIBDIR/<MULTIARCH>`
+/// or `<base_prefix>/lib`. Debian's `python3` is linked statically but its libpython3.X
+/// package puts the shared one in `LIBDIR`, which serves.
+fn shared_library(
+    info: &Value,
+    libdir: Option<&Path>,
+    executable: &Path,
+) -> Result<PathBuf, String> {
+    let text = |key: &str| info[key].as_str().unwrap_or_default().to_string();
+    let base = format!("libpython{}{}", text("ver"), text("abiflags"));
+    let mut names: Vec<String> = [text("instsoname"), text("ldlibrary")]
+        .into_iter()
+        .filter(|name| name.contains(".so"))
+        .collect();
+    names.push(format!("{base}.so.1.0"));
+    names.push(format!("{base}.so"));
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(libdir) = libdir {
+        dirs.push(libdir.to_path_buf());
+        let multiarch = text("multiarch");
+        if !multiarch.is_empty() {
+            dirs.push(libdir.join(multiarch));
+        }
+    }
+    if let Some(base_prefix) = info["base_prefix"].as_str().filter(|s| !s.is_empty()) {
+        dirs.push(Path::new(base_prefix).join("lib"));
+    }
+    for dir in &dirs {
+        for name in &names {
+            // Names from sysconfig are single file names; anything else is not ours to open.
+            if name.contains('/') {
+                continue;
+            }
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(format!(
+        "the embedded backend needs a shared libpython, and {} has none (looked for {} in {}); \
+         it was built without --enable-shared, or its libpython package is not installed \
+         (on Debian: apt-get install libpython{}{})",
+        executable.display(),
+        names.join(", "),
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        text("ver"),
+        text("abiflags"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_interpreter_without_a_shared_libpython_says_where_it_looked() {
+        let info = json!({
+            "implementation": "cpython", "version": "3.12.1 (main)", "version_info": [3, 12],
+            "executable": "/opt/py/bin/python3.12", "prefix": "/opt/py", "base_prefix": "/opt/py",
+            "libdir": "/nonexistent/lib", "multiarch": "x86_64-linux-gnu",
+            "instsoname": "libpython3.12.a", "ldlibrary": "libpython3.12.a", "ver": "3.12",
+            "abiflags": "",
+        });
+        let found = parse(&info, Path::new("/opt/py/bin/python3"), Source::Path).unwrap();
+        assert_eq!(found.minor(), "3.12");
+        let e = found.library.unwrap_err();
+        assert!(e.contains("libpython3.12.so.1.0"), "{e}");
+        assert!(e.contains("/nonexistent/lib/x86_64-linux-gnu"), "{e}");
+        assert!(e.contains("--enable-shared"), "{e}");
+
+        let old = json!({"implementation": "cpython", "version_info": [3, 8], "executable": "/p"});
+        let e = parse(&old, Path::new("/p"), Source::Path)
+            .unwrap()
+            .library
+            .unwrap_err();
+        assert!(e.contains("3.9 or later"), "{e}");
+        let pypy = json!({"implementation": "pypy", "version_info": [3, 10], "executable": "/p"});
+        let e = parse(&pypy, Path::new("/p"), Source::Path)
+            .unwrap()
+            .library
+            .unwrap_err();
+        assert!(e.contains("needs CPython"), "{e}");
+    }
+
+    #[test]
+    fn a_configured_interpreter_that_is_not_a_program_is_refused_by_name() {
+        let e = find(Some(Path::new("/nonexistent/python3"))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("[python] interpreter is /nonexistent/python3"),
+            "{e}"
+        );
+    }
+}
