@@ -21,6 +21,8 @@
 //! boundary to be freed by the other side. No panic crosses it either: every entry point
 //! catches it and answers with an error.
 
+#![deny(missing_docs)]
+
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
