@@ -60,7 +60,7 @@ pub use context::{
 };
 pub use dirfd::{Dir, DirEntryInfo, EntryKind};
 pub use extract::{find_extractor, ContentExtractor};
-pub use paths::{operator_path, show_name};
+pub use paths::{find_program, find_program_in, is_executable, operator_path, show_name};
 pub use provider::{
     output, registered_providers, ProviderRegistration, ToolFn, ToolFuture, ToolProvider, Tools,
 };

@@ -1,4 +1,4 @@
-//! Paths an operator writes in a configuration file.
+//! Paths an operator writes in a configuration file, and programs found on PATH.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,31 @@ pub fn operator_path(given: &str) -> Result<Option<PathBuf>, String> {
 }
 
 /// A file name as one safe line for messages: control characters escaped (a name is the
+/// Whether `path` is a file someone may execute.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A program: `program` itself when it holds a `/` (and is executable), else the first
+/// executable of that name in PATH's absolute folders (a relative entry would depend on the
+/// working folder).
+pub fn find_program(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return is_executable(&path).then_some(path);
+    }
+    find_program_in(program, &std::env::var_os("PATH")?)
+}
+
+/// [`find_program`]'s search of `path` (a PATH value) for `program`.
+pub fn find_program_in(program: &str, path: &OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
 /// workspace's, so it may hold a newline or an escape sequence).
 pub fn show_name(name: &OsStr) -> String {
     let text = name.to_string_lossy();

@@ -496,7 +496,7 @@ fn weak_serve_tokens_are_refused() {
 /// installed: a configured server whose program is missing is named as missing, and one
 /// that is installed by its path. It changes nothing in the workspace.
 #[test]
-fn doctor_says_which_python_and_which_language_servers() {
+fn doctor_says_which_python_which_language_servers_and_which_tools() {
     let ws = tempfile::tempdir().unwrap();
     let operator_file = ws.path().join("operator.toml");
     let found = std::env::current_exe().unwrap();
@@ -537,7 +537,17 @@ fn doctor_says_which_python_and_which_language_servers() {
         "{embedded}"
     );
     assert_eq!(row("python", "backend")["detail"], "embedded");
-    assert_eq!(row("python", "build interpreter")["ok"], true);
+    let interpreter = row("python", "interpreter");
+    assert_eq!(interpreter["ok"], true, "{interpreter}");
+    assert!(
+        interpreter["detail"]
+            .as_str()
+            .unwrap()
+            .contains("(Python 3."),
+        "{interpreter}"
+    );
+    assert_eq!(row("shell", "bash")["ok"], true);
+    assert!(row("shell", "OS sandbox")["detail"].is_string());
     let missing = row("lsp", "language server nothere");
     assert_eq!(missing["ok"], false);
     assert!(

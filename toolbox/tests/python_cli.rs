@@ -436,3 +436,55 @@ fn call_examples_from_the_docs_work() {
         "{v}"
     );
 }
+
+#[test]
+fn one_cpython_layer_embeds_every_python_3_9_and_later_this_machine_has() {
+    let ws = tempfile::tempdir().unwrap();
+    // pyenv's versions here (3.9 to 3.13), and Debian's.
+    let mut pythons = vec![PathBuf::from(DEBIAN_PYTHON)];
+    let versions = Path::new("/root/.pyenv/versions");
+    if let Ok(entries) = std::fs::read_dir(versions) {
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path().join("bin/python3"))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        pythons.extend(found);
+    }
+    let mut embedded = std::collections::BTreeSet::new();
+    for python in &pythons {
+        let want = identity(python, &[]);
+        let minor: Vec<u32> = want
+            .version
+            .split(['.', ' '])
+            .take(2)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let config = ws.path().join("operator.toml");
+        std::fs::write(
+            &config,
+            format!("[python]\ninterpreter = \"{}\"\n", python.display()),
+        )
+        .unwrap();
+        let env = [
+            ("PATH", "/usr/bin:/bin"),
+            ("TOOLBOX_CONFIG", config.to_str().unwrap()),
+        ];
+        let (code, envelope) = probe(ws.path(), &env);
+        if minor < vec![3, 9] {
+            // Older ones are refused by name, on every backend.
+            assert_eq!(code, 1, "{envelope}");
+            let text = envelope["result"].as_str().unwrap();
+            assert!(text.contains("need Python 3.9 or later"), "{text}");
+            continue;
+        }
+        assert_embedded(code, &envelope, &want);
+        embedded.insert(format!("{}.{}", minor[0], minor[1]));
+    }
+    // Debian's 3.11, and pyenv's 3.9, 3.10, 3.12 and 3.13 on these machines.
+    assert!(
+        embedded.len() >= 3,
+        "embedded only {embedded:?} of {pythons:?}"
+    );
+}

@@ -350,20 +350,7 @@ pub fn on_path(program: &str) -> bool {
 
 /// The executable `program` names: itself when it has a `/`, else the first on PATH.
 pub fn find_program(program: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &std::path::Path| {
-        std::fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if program.contains('/') {
-        let p = std::path::PathBuf::from(program);
-        return executable(&p).then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| executable(p))
+    toolbox_host::find_program(program)
 }
 
 /// The language id LSP uses for a file extension.

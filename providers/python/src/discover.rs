@@ -25,9 +25,11 @@ use serde_json::Value;
 /// How long the identity probe may take (a cold interpreter on a busy machine).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The oldest CPython the embedded backend runs on (its CPython layer is built for the stable
-/// ABI of 3.9).
-const MIN_EMBEDDED: (u32, u32) = (3, 9);
+/// The oldest Python the tools run on: the driver uses `socket.recv_fds` (3.9), and the
+/// embedded backend's CPython layer is built for the stable ABI of 3.9.
+const MIN_PYTHON: (u32, u32) = (3, 9);
+/// The oldest CPython the embedded backend runs on.
+const MIN_EMBEDDED: (u32, u32) = MIN_PYTHON;
 
 /// Where the interpreter came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +103,17 @@ pub fn find(configured: Option<&Path>) -> Result<Arc<FoundPython>> {
     }
     let (candidate, source) = candidate(configured)?;
     let found = Arc::new(probe(&candidate, source)?);
+    if found.version_info < MIN_PYTHON {
+        bail!(
+            "{} is Python {}.{}; toolbox's Python tools need Python {}.{} or later (set \
+             [python] interpreter to a newer one)",
+            found.executable.display(),
+            found.version_info.0,
+            found.version_info.1,
+            MIN_PYTHON.0,
+            MIN_PYTHON.1
+        );
+    }
     FOUND
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -129,7 +142,9 @@ fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
     if let Some(configured) = configured {
         if !configured.is_absolute() {
             // A program name: the first of that name on PATH.
-            return on_path(configured, &path)
+            return configured
+                .to_str()
+                .and_then(|name| toolbox_host::find_program_in(name, &path))
                 .map(|p| (p, Source::Config))
                 .ok_or_else(|| {
                     anyhow!(
@@ -139,7 +154,7 @@ fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
                     )
                 });
         }
-        if !is_executable(configured) {
+        if !toolbox_host::is_executable(configured) {
             bail!(
                 "[python] interpreter is {}, which is not an executable file",
                 configured.display()
@@ -151,7 +166,7 @@ fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
     match std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
         Some(venv) => {
             let python = Path::new(&venv).join("bin").join("python");
-            if is_executable(&python) {
+            if toolbox_host::is_executable(&python) {
                 return Ok((python, Source::VirtualEnv));
             }
             looked.push(format!(
@@ -161,7 +176,7 @@ fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
         }
         None => looked.push("$VIRTUAL_ENV/bin/python (VIRTUAL_ENV is not set)".into()),
     }
-    if let Some(python) = on_path(Path::new("python3"), &path) {
+    if let Some(python) = toolbox_host::find_program_in("python3", &path) {
         return Ok((python, Source::Path));
     }
     looked.push(format!(
@@ -178,19 +193,6 @@ fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
          the user's toolbox.toml",
         looked.join(", then ")
     )
-}
-
-/// The first executable `name` in the absolute folders of `path`.
-fn on_path(name: &Path, path: &std::ffi::OsStr) -> Option<PathBuf> {
-    std::env::split_paths(path)
-        .filter(|dir| dir.is_absolute())
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// What the probe prints: one JSON object.

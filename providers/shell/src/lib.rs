@@ -33,6 +33,7 @@
 mod capture;
 mod command;
 pub mod config;
+mod doctor;
 mod forker;
 mod jobs;
 mod prepared;
