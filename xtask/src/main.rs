@@ -4,6 +4,8 @@
 //!   combined schema of the full bundle in every format.
 //! - `cargo xtask bundles`: build the `toolbox` binary with no providers, each provider alone
 //!   and all providers, and check each lists exactly its providers' tools.
+//! - `cargo xtask dist [--profile release|dev] [--out DIR]`: the wheel, the binary's tarball,
+//!   the container image's build context and their `SHA256SUMS` (see [`dist`]).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -16,6 +18,11 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use toolbox::{ExecutorConfig, PermissionMode, SchemaFormat, ToolExecutor};
 
+mod dist;
+mod image;
+mod licenses;
+mod tarball;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -23,8 +30,18 @@ fn main() -> ExitCode {
         ["schema"] => schema(false),
         ["schema", "--check"] => schema(true),
         ["bundles"] => bundles(),
+        ["dist", rest @ ..] => match dist::parse_args(rest) {
+            Ok(dist_args) => dist::dist(dist_args, &repo_root()),
+            Err(e) => {
+                eprintln!("xtask dist: {e}\nusage: {}", dist::USAGE);
+                return ExitCode::from(2);
+            }
+        },
         _ => {
-            eprintln!("usage: cargo xtask schema [--check] | cargo xtask bundles");
+            eprintln!(
+                "usage: cargo xtask schema [--check] | cargo xtask bundles | {}",
+                dist::USAGE
+            );
             return ExitCode::from(2);
         }
     };
