@@ -51,6 +51,20 @@ if ! command -v tmux >/dev/null; then
 fi
 tmux -V
 
+step "Debian's python3 and its shared libpython"
+# toolbox/tests/python_cli.rs embeds Debian's /usr/bin/python3 through its libpython3.X.so
+# (the binary links none, and finds its Python at run time), also in a mount namespace that
+# hides the tests' own Python; it checks the binary with readelf and runs unshare.
+if ! ls /usr/lib/*/libpython3.*.so.1.0 >/dev/null 2>&1 || [ ! -x /usr/bin/python3 ] \
+  || ! command -v readelf >/dev/null || ! command -v unshare >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q python3 libpython3-dev binutils util-linux >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q python3 libpython3-dev binutils util-linux >/dev/null
+  fi
+fi
+ls /usr/lib/*/libpython3.*.so.1.0 | sed -n 1p
+
 step "python test environment (target/test-venv)"
 PY=${PYTHON:-python3}
 VENV=target/test-venv

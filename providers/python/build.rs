@@ -21,6 +21,9 @@ fn env(name: &str) -> String {
 fn main() {
     println!("cargo:rerun-if-changed=embed/src");
     println!("cargo:rerun-if-changed=embed/Cargo.toml");
+    // The value format it shares with the provider.
+    println!("cargo:rerun-if-changed=tape/src");
+    println!("cargo:rerun-if-changed=tape/Cargo.toml");
     println!("cargo:rerun-if-changed=../../Cargo.lock");
     println!("cargo:rerun-if-changed=build.rs");
 

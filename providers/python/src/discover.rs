@@ -25,11 +25,11 @@ use serde_json::Value;
 /// How long the identity probe may take (a cold interpreter on a busy machine).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The oldest Python the tools run on: the driver uses `socket.recv_fds` (3.9), and the
-/// embedded backend's CPython layer is built for the stable ABI of 3.9.
+/// The oldest Python the tools run on: the driver uses `socket.recv_fds` (3.9).
 const MIN_PYTHON: (u32, u32) = (3, 9);
-/// The oldest CPython the embedded backend runs on.
-const MIN_EMBEDDED: (u32, u32) = MIN_PYTHON;
+/// The oldest CPython the embedded backend runs on: its CPython layer is built for the
+/// stable ABI of 3.10 (which reads a str's UTF-8 without copying it). 3.9 runs isolated.
+const MIN_EMBEDDED: (u32, u32) = (3, 10);
 
 /// Where the interpreter came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,9 +94,18 @@ impl FoundPython {
 /// Successful searches, by the configured interpreter they were made with.
 static FOUND: Mutex<Option<HashMap<Option<PathBuf>, Arc<FoundPython>>>> = Mutex::new(None);
 
+/// The search without `[python] interpreter`, once it succeeded: what nearly every call
+/// asks for, without hashing a key (every `run_python_code` asks).
+static DEFAULT: Mutex<Option<Arc<FoundPython>>> = Mutex::new(None);
+
 /// The interpreter to use, `configured` being `[python] interpreter` if set (see the module's
 /// documentation). The error names everything it looked for.
 pub fn find(configured: Option<&Path>) -> Result<Arc<FoundPython>> {
+    if configured.is_none() {
+        if let Some(found) = DEFAULT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(found.clone());
+        }
+    }
     let key = configured.map(Path::to_path_buf);
     if let Some(found) = cached(&key) {
         return Ok(found);
@@ -118,14 +127,22 @@ pub fn find(configured: Option<&Path>) -> Result<Arc<FoundPython>> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
-        .insert(key, found.clone());
+        .insert(key.clone(), found.clone());
+    if key.is_none() {
+        *DEFAULT.lock().unwrap_or_else(|e| e.into_inner()) = Some(found.clone());
+    }
     Ok(found)
 }
 
-/// The `LIBDIR` of the interpreter found without `[python] interpreter`, if it was looked
-/// for already (it never starts a search).
+/// The `LIBDIR` of an interpreter found already (it never starts a search): one named by
+/// `[python] interpreter` first, else the one found without it.
 pub(crate) fn known_libdir() -> Option<PathBuf> {
-    cached(&None).and_then(|found| found.libdir.clone())
+    let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    let map = found.as_ref()?;
+    map.iter()
+        .find(|(key, _)| key.is_some())
+        .or_else(|| map.get_key_value(&None))
+        .and_then(|(_, python)| python.libdir.clone())
 }
 
 fn cached(key: &Option<PathBuf>) -> Option<Arc<FoundPython>> {
@@ -389,12 +406,12 @@ mod tests {
         assert!(e.contains("/nonexistent/lib/x86_64-linux-gnu"), "{e}");
         assert!(e.contains("--enable-shared"), "{e}");
 
-        let old = json!({"implementation": "cpython", "version_info": [3, 8], "executable": "/p"});
+        let old = json!({"implementation": "cpython", "version_info": [3, 9], "executable": "/p"});
         let e = parse(&old, Path::new("/p"), Source::Path)
             .unwrap()
             .library
             .unwrap_err();
-        assert!(e.contains("3.9 or later"), "{e}");
+        assert!(e.contains("3.10 or later"), "{e}");
         let pypy = json!({"implementation": "pypy", "version_info": [3, 10], "executable": "/p"});
         let e = parse(&pypy, Path::new("/p"), Source::Path)
             .unwrap()

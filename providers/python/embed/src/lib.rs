@@ -4,7 +4,7 @@
 //! `run_python_code` first needs the embedded interpreter, the python provider finds an
 //! interpreter at run time, loads its libpython with `RTLD_GLOBAL`, then loads this library
 //! (carried inside the binary) whose undefined `Py*` symbols resolve against it. Built for
-//! CPython's stable ABI (abi3, 3.9 and later), one copy serves every version.
+//! CPython's stable ABI (abi3, 3.10 and later), one copy serves every version.
 //!
 //! Everything else of the backend (its thread, its queue, timeouts, sessions) stays in the
 //! provider; this library only does what needs the C API, behind a small C ABI:
@@ -13,9 +13,9 @@
 //! |---|---|
 //! | `toolbox_embed_abi` | the ABI version, [`ABI`]; the provider refuses any other |
 //! | `toolbox_embed_start` | initialise CPython (program name, no environment, no signal handlers) and load the driver |
-//! | `toolbox_embed_run` | run one driver request (JSON in, JSON out) with the GIL held |
+//! | `toolbox_embed_run` | run one driver request (a tape in, a tape out: see `toolbox-python-tape`) with the GIL held |
 //! | `toolbox_embed_interrupt` | raise the driver's `ExecutionInterrupted` in a running job |
-//! | `toolbox_embed_eval` | evaluate an expression (with an optional JSON value bound to `v`), as JSON |
+//! | `toolbox_embed_eval` | evaluate an expression (with an optional value, a tape, bound to `v`); the result as a tape |
 //!
 //! Text goes out through a `Sink` callback the caller gives, so no memory crosses the
 //! boundary to be freed by the other side. No panic crosses it either: every entry point
@@ -31,12 +31,13 @@ use std::sync::OnceLock;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyModule};
-use serde_json::{json, Value};
+use serde_json::json;
+use toolbox_python_tape::{Reader, Writer};
 
 mod pyvalue;
 
 /// The version of the C ABI below; the provider checks it before any other call.
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
 
 /// Where an entry point writes its answer: called once, with `ctx` as given.
 pub type Sink = extern "C" fn(ctx: *mut c_void, data: *const u8, len: usize);
@@ -83,8 +84,8 @@ pub unsafe extern "C" fn toolbox_embed_start(
     answer(sink, ctx, guarded(|| start(program, driver)))
 }
 
-/// Runs the driver request `request` (JSON) as job `job`, with the GIL held: answers 0 and
-/// the driver's answer (JSON), 1 and why it failed, or 2 when `abandoned` was set before the
+/// Runs the driver request `request` (a tape) as job `job`, with the GIL held: answers 0 and
+/// the driver's answer (a tape), 1 and why it failed, or 2 when `abandoned` was set before the
 /// job started. `cwd_fd`, unless negative, is the folder the code runs in (the driver
 /// `fchdir`s into it).
 ///
@@ -105,11 +106,15 @@ pub unsafe extern "C" fn toolbox_embed_run(
     // SAFETY: the caller's promise.
     let (request, abandoned) = unsafe { (bytes(request, len), &*abandoned) };
     match guarded(|| run(job, request, cwd_fd, abandoned)) {
+        Ok(tape) => {
+            sink(ctx, tape.as_ptr(), tape.len());
+            0
+        }
         Err(why) if why == ABANDONED => {
             sink(ctx, why.as_ptr(), why.len());
             2
         }
-        other => answer(sink, ctx, other),
+        Err(why) => answer(sink, ctx, Err(why)),
     }
 }
 
@@ -129,8 +134,8 @@ pub unsafe extern "C" fn toolbox_embed_interrupt(job: u64, reason: *const u8, le
     }
 }
 
-/// Evaluates the Python expression `code` in a fresh namespace where `v` is `value` (JSON,
-/// or nothing when `value_len` is 0) and answers 0 and the result as JSON, or 1 and the
+/// Evaluates the Python expression `code` in a fresh namespace where `v` is `value` (a tape,
+/// or nothing when `value_len` is 0) and answers 0 and the result as a tape, or 1 and the
 /// error. For tests and diagnostics; the interpreter must be started.
 ///
 /// # Safety
@@ -148,7 +153,13 @@ pub unsafe extern "C" fn toolbox_embed_eval(
 ) -> c_int {
     // SAFETY: the caller's promise.
     let (code, value) = unsafe { (bytes(code, code_len), bytes(value, value_len)) };
-    answer(sink, ctx, guarded(|| eval(code, value)))
+    match guarded(|| eval(code, value)) {
+        Ok(tape) => {
+            sink(ctx, tape.as_ptr(), tape.len());
+            0
+        }
+        Err(why) => answer(sink, ctx, Err(why)),
+    }
 }
 
 /// The bytes at `ptr`, none when `len` is 0 (whatever `ptr` is).
@@ -341,10 +352,8 @@ fn state() -> Result<&'static State, String> {
         .ok_or_else(|| "the embedded interpreter was not started".to_string())
 }
 
-fn run(job: u64, request: &[u8], cwd_fd: c_int, abandoned: &AtomicBool) -> Result<String, String> {
+fn run(job: u64, request: &[u8], cwd_fd: c_int, abandoned: &AtomicBool) -> Result<Vec<u8>, String> {
     let state = state()?;
-    let request: Value =
-        serde_json::from_slice(request).map_err(|e| format!("a request that is not JSON: {e}"))?;
     Python::attach(|py| {
         RUNNING.store(job, Ordering::SeqCst);
         if abandoned.load(Ordering::SeqCst) {
@@ -352,15 +361,18 @@ fn run(job: u64, request: &[u8], cwd_fd: c_int, abandoned: &AtomicBool) -> Resul
             return Err(ABANDONED.to_string());
         }
         let driver = state.driver.bind(py);
-        let response = pyvalue::to_python(py, &request)
+        let response = pyvalue::from_tape(py, &mut Reader::new(request))
             .and_then(|request| {
                 if cwd_fd >= 0 {
                     request.set_item(pyo3::intern!(py, "cwd_fd"), cwd_fd)?;
                 }
                 driver.call_method1(pyo3::intern!(py, "handle_object"), (request,))
             })
-            .and_then(|answer| pyvalue::from_python(&answer))
-            .map(|answer| answer.to_string())
+            .and_then(|answer| {
+                let mut tape = Writer::with_capacity(512);
+                pyvalue::to_tape(&answer, &mut tape)?;
+                Ok(tape.bytes)
+            })
             .map_err(|e| e.to_string());
         // An interrupt that arrived too late to hit the user's code must not hit the next
         // job. Neither step runs Python bytecode, so neither can trigger it.
@@ -411,21 +423,18 @@ fn raise_in(py: Python<'_>, id: u64, reason: &str) -> bool {
     true
 }
 
-fn eval(code: &[u8], value: &[u8]) -> Result<String, String> {
+fn eval(code: &[u8], value: &[u8]) -> Result<Vec<u8>, String> {
     state()?;
     let code = CString::new(code).map_err(|_| "a NUL byte in the expression")?;
-    let value: Option<Value> = if value.is_empty() {
-        None
-    } else {
-        Some(serde_json::from_slice(value).map_err(|e| format!("a value that is not JSON: {e}"))?)
-    };
-    Python::attach(|py| -> PyResult<String> {
+    Python::attach(|py| -> PyResult<Vec<u8>> {
         let locals = PyDict::new(py);
-        if let Some(value) = &value {
-            locals.set_item("v", pyvalue::to_python(py, value)?)?;
+        if !value.is_empty() {
+            locals.set_item("v", pyvalue::from_tape(py, &mut Reader::new(value))?)?;
         }
         let result = py.eval(&code, None, Some(&locals))?;
-        Ok(pyvalue::from_python(&result)?.to_string())
+        let mut tape = Writer::default();
+        pyvalue::to_tape(&result, &mut tape)?;
+        Ok(tape.bytes)
     })
     .map_err(|e| e.to_string())
 }

@@ -16,7 +16,7 @@ use toolbox_host::dylib::Library;
 static LAYER: &[u8] = include_bytes!(env!("TOOLBOX_PYTHON_EMBED_LIB"));
 
 /// The C ABI version this provider speaks (the layer's `ABI`).
-const ABI: u32 = 1;
+const ABI: u32 = 2;
 
 type Sink = extern "C" fn(*mut c_void, *const u8, usize);
 type AbiFn = unsafe extern "C" fn() -> u32;
@@ -153,7 +153,7 @@ impl EmbedLib {
         cwd: Option<RawFd>,
         abandoned: &AtomicBool,
     ) -> RunAnswer {
-        let request = request.to_string();
+        let request = toolbox_python_tape::encode(request);
         let mut out = Vec::new();
         // SAFETY: the request and `abandoned` outlive the call; `collect` gets `out`.
         let code = unsafe {
@@ -168,9 +168,9 @@ impl EmbedLib {
             )
         };
         match code {
-            0 => match serde_json::from_slice(&out) {
+            0 => match toolbox_python_tape::decode(&out) {
                 Ok(answer) => RunAnswer::Answer(answer),
-                Err(e) => RunAnswer::Failed(format!("an answer that is not JSON: {e}")),
+                Err(e) => RunAnswer::Failed(format!("a bad answer from the CPython layer: {e}")),
             },
             2 => RunAnswer::Abandoned,
             _ => RunAnswer::Failed(String::from_utf8_lossy(&out).into_owned()),
@@ -187,7 +187,7 @@ impl EmbedLib {
     /// Evaluates `code` with `v` bound to `value`; the result as JSON.
     #[cfg(test)]
     pub fn eval(&self, code: &str, value: Option<&Value>) -> Result<Value, String> {
-        let value = value.map(Value::to_string).unwrap_or_default();
+        let value = value.map(toolbox_python_tape::encode).unwrap_or_default();
         let mut out = Vec::new();
         // SAFETY: both texts outlive the call; `collect` gets `out`.
         let code = unsafe {
@@ -203,6 +203,6 @@ impl EmbedLib {
         if code != 0 {
             return Err(String::from_utf8_lossy(&out).into_owned());
         }
-        serde_json::from_slice(&out).map_err(|e| e.to_string())
+        toolbox_python_tape::decode(&out)
     }
 }
