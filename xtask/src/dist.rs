@@ -86,8 +86,10 @@ pub fn parse_args(args: &[&str]) -> std::result::Result<DistArgs, String> {
         };
         match flag {
             "--profile" | "--out" => {
+                // A missing value, or the next flag where the value should be, is no value.
                 let value = match inline {
                     Some(v) => v,
+                    None if rest.as_slice().first().is_some_and(|v| v.starts_with("--")) => "",
                     None => rest.next().copied().unwrap_or_default(),
                 };
                 if flag == "--profile" {
@@ -133,6 +135,9 @@ pub fn dist(args: DistArgs, root: &Path) -> Result<()> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
+    // What the build needs, before anything is made.
+    let maturin = find_maturin()?;
+    let triple = host_triple()?;
     let out = match args.out {
         Some(out) if out.is_absolute() => out,
         Some(out) => std::env::current_dir()?.join(out),
@@ -150,8 +155,6 @@ pub fn dist(args: DistArgs, root: &Path) -> Result<()> {
             pyproject.display()
         );
     }
-    let maturin = find_maturin()?;
-    let triple = host_triple()?;
     let metadata = licenses::metadata(&cargo, root, &triple)?;
     let (version, license) = licenses::package(&metadata, PACKAGE)?;
     let crates = licenses::from_metadata(&metadata, PACKAGE)?;
@@ -647,6 +650,11 @@ mod tests {
         );
         let cases: &[(&[&str], &str)] = &[
             (&["--profile"], "--profile needs a value: release or dev"),
+            (
+                &["--profile", "--out", "x"],
+                "--profile needs a value: release or dev",
+            ),
+            (&["--out", "--profile=dev"], "--out needs a directory"),
             (
                 &["--profile", "bench"],
                 "--profile: `bench` is not a profile",

@@ -253,6 +253,12 @@ mod tests {
             "{text}"
         );
 
+        assert_eq!(
+            package(&metadata, "toolbox").unwrap(),
+            ("0.1.0".to_string(), "MIT".to_string())
+        );
+        let err = package(&metadata, "serde").unwrap_err().to_string();
+        assert!(err.contains("no package named serde"), "{err}");
         let err = from_metadata(&metadata, "nope").unwrap_err().to_string();
         assert!(err.contains("no package named nope"), "{err}");
     }
