@@ -2,7 +2,8 @@
 # The packaging check (issue 42): `cargo xtask dist --profile dev`, then what a user does with
 # what it made. A debug build, so after scripts/test.sh (as in CI) only the wheel, the archives
 # and the checks cost time. It installs its own tools (maturin, auditwheel, uv and the MCP SDK,
-# pinned below) into target/dist-venv and leaves everything else under target/dist-test.
+# pinned below) into target/dist-venv (and the SDK 1.x into target/dist-venv-mcp1), and leaves
+# everything else under target/dist-test.
 #
 # - SHA256SUMS lists every artifact and matches it;
 # - the tarball unpacked into an empty prefix: <prefix>/bin/toolbox --version and tools;
@@ -10,9 +11,9 @@
 # - the wheel pip-installed into a fresh venv of another interpreter than the build's
 #   (Debian's /usr/bin/python3): `toolbox` is on the venv's PATH and `toolbox mcp` answers
 #   initialize, tools/list and a file_manager__list call (a stdlib JSON-RPC client), and so
-#   does the Python SDK's stdio example of docs/clients.md;
+#   does the Python SDK's stdio example of docs/clients.md, on the SDK 2.x and 1.x;
 # - `uvx --from <wheel> toolbox mcp` and `uv tool install <wheel>` (offline);
-# - the wheel tells the truth: tagged py3-none-manylinux_2_N (no Python in the binary),
+# - the wheel tells the truth: tagged py3-none-manylinux_2_N (it links no libpython),
 #   auditwheel finds it consistent with that tag, it bundles no library, and the binary
 #   needs no libpython.
 # It runs every check and ends with "dist: N passed, M failed".
@@ -22,13 +23,15 @@ cd "$(dirname "$0")/.."
 MATURIN_VERSION=1.15.0
 AUDITWHEEL_VERSION=6.8.2
 UV_VERSION=0.13.9
-# The SDK version the main suite uses.
+# The SDK versions the main suite uses, 2.x and 1.x.
 MCP_PIN=$(grep -E '^mcp==' tests/requirements.txt)
+MCP1_PIN=$(grep -E '^mcp==' tests/requirements-mcp1.txt)
 
 PY=${PYTHON:-python3}
 # The interpreter the wheel is installed with: another one than the build's.
 INSTALL_PY=${TOOLBOX_DIST_INSTALL_PYTHON:-/usr/bin/python3}
 TOOLS=$PWD/target/dist-venv
+TOOLS_MCP1=$PWD/target/dist-venv-mcp1
 WORK=$PWD/target/dist-test
 OUT=$WORK/out
 
@@ -44,10 +47,12 @@ check() {
   if "$@"; then pass "$what"; else fail "$what"; fi
 }
 
-step "tools (target/dist-venv): maturin $MATURIN_VERSION, auditwheel $AUDITWHEEL_VERSION, uv $UV_VERSION, $MCP_PIN"
+step "tools (target/dist-venv): maturin $MATURIN_VERSION, auditwheel $AUDITWHEEL_VERSION, uv $UV_VERSION, $MCP_PIN; $MCP1_PIN (target/dist-venv-mcp1)"
 [ -x "$TOOLS/bin/python" ] || "$PY" -m venv "$TOOLS"
 "$TOOLS/bin/python" -m pip install --quiet --disable-pip-version-check \
   "maturin==$MATURIN_VERSION" "auditwheel==$AUDITWHEEL_VERSION" "uv==$UV_VERSION" "$MCP_PIN"
+[ -x "$TOOLS_MCP1/bin/python" ] || "$PY" -m venv "$TOOLS_MCP1"
+"$TOOLS_MCP1/bin/python" -m pip install --quiet --disable-pip-version-check "$MCP1_PIN"
 if ! "$INSTALL_PY" -c 'import ensurepip, venv' 2>/dev/null; then
   # Debian splits venv (and ensurepip) out of python3.
   export DEBIAN_FRONTEND=noninteractive
@@ -223,11 +228,12 @@ awk '/<!-- dist-test: sdk-stdio -->/ {m = 1; next} m == 1 && /^```/ {m = 2; next
 sdk_example() {
   local out
   [ -s "$WORK/sdk_stdio.py" ] || { echo "docs/clients.md has no block marked dist-test: sdk-stdio" >&2; return 1; }
-  out=$(cd "$WS" && PATH="$VENV/bin:$PATH" timeout 180 "$TOOLS/bin/python" "$WORK/sdk_stdio.py") || return 1
-  echo "$out" | tail -c 600
+  out=$(cd "$WS" && PATH="$VENV/bin:$PATH" timeout 180 "$1/bin/python" "$WORK/sdk_stdio.py") || return 1
+  echo "$out" | tail -c 300
   grep -q file_manager__list <<<"$out" && grep -q dist-check.txt <<<"$out"
 }
-check "docs/clients.md's Python SDK stdio example ($MCP_PIN) against the installed command" sdk_example
+check "docs/clients.md's Python SDK stdio example ($MCP_PIN) against the installed command" sdk_example "$TOOLS"
+check "docs/clients.md's Python SDK stdio example ($MCP1_PIN) against the installed command" sdk_example "$TOOLS_MCP1"
 
 step "uvx and uv tool install (offline, $INSTALL_PY)"
 export UV_CACHE_DIR=$WORK/uv-cache UV_PYTHON=$INSTALL_PY UV_PYTHON_DOWNLOADS=never UV_NO_CONFIG=1
@@ -242,9 +248,9 @@ check "uv tool install <wheel> puts toolbox in its bin folder" uv_tool
 step "the wheel tells the truth"
 py3_none() {
   [[ $TAG =~ ^py3-none-manylinux_2_[0-9]+_x86_64$ ]] ||
-    { echo "tag $TAG: a binary without Python in it is py3-none-manylinux_2_N" >&2; return 1; }
+    { echo "tag $TAG: a binary that links no libpython is py3-none-manylinux_2_N" >&2; return 1; }
 }
-check "tagged py3-none-manylinux (the binary has no Python in it)" py3_none
+check "tagged py3-none-manylinux (the binary links no libpython)" py3_none
 auditwheel_agrees() {
   local shown
   shown=$("$TOOLS/bin/auditwheel" show "$WHEEL" 2>&1)
