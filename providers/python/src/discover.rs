@@ -7,7 +7,7 @@
 //! 2. the active virtual environment, `$VIRTUAL_ENV/bin/python`;
 //! 3. `python3` on `PATH`.
 //!
-//! The one found is asked (`-I -c`, with a time limit) for its identity: `sys.version`, its
+//! The one found is asked (`-I -S -c`, with a time limit) for its identity: `sys.version`, its
 //! prefixes, its real `sys.executable` (a pyenv shim resolves to the interpreter behind it)
 //! and where its shared libpython is, which the embedded backend loads. One without a shared
 //! libpython can still run the isolated backend. A successful search is kept for the life of
@@ -214,14 +214,21 @@ fn candidate(configured: Option<&Path>) -> Result<(PathBuf, Source)> {
 
 /// What the probe prints: one JSON object.
 const PROBE: &str = r#"
-import json, sys, sysconfig
+import json, os, sys, sysconfig
 v = sysconfig.get_config_var
+# Without site (-S), a venv's sys.prefix is still its base's: find its pyvenv.cfg as site does.
+prefix = sys.prefix
+here = os.path.dirname(sys.executable)
+for folder in (here, os.path.dirname(here)):
+    if os.path.isfile(os.path.join(folder, "pyvenv.cfg")):
+        prefix = folder
+        break
 print(json.dumps({
     "implementation": sys.implementation.name,
     "version": sys.version.replace("\n", " "),
     "version_info": list(sys.version_info[:2]),
     "executable": sys.executable,
-    "prefix": sys.prefix,
+    "prefix": prefix,
     "base_prefix": sys.base_prefix,
     "libdir": v("LIBDIR"),
     "multiarch": v("MULTIARCH"),
@@ -252,7 +259,9 @@ fn probe_with(program: &Path, source: Source, keep_library_path: bool) -> Result
         command.env_remove("LD_LIBRARY_PATH");
     }
     let mut child = command
-        .args(["-I", "-c", PROBE])
+        // -S: no site module, a third of a bare start; the one thing it would tell, a venv's
+        // prefix, the probe finds itself.
+        .args(["-I", "-S", "-c", PROBE])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -418,6 +427,30 @@ mod tests {
             .library
             .unwrap_err();
         assert!(e.contains("needs CPython"), "{e}");
+    }
+
+    #[test]
+    fn a_venvs_python_is_probed_as_the_venv_with_its_bases_libpython() {
+        let base = find(None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("venv");
+        let made = std::process::Command::new(&base.executable)
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let found = probe(&venv.join("bin/python"), Source::VirtualEnv).unwrap();
+        // The probe runs without site, which is what sets a venv's prefix in Python itself.
+        assert_eq!(found.prefix, venv);
+        assert_eq!(found.base_prefix, base.base_prefix);
+        assert_eq!(found.version, base.version);
+        assert_eq!(found.library, base.library);
+        assert!(
+            found.executable.starts_with(&venv),
+            "{}",
+            found.executable.display()
+        );
     }
 
     #[test]
