@@ -18,7 +18,8 @@ use crate::evict::SessionLimits;
 /// Where run_python_code executes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// The interpreter inside this process (pyo3), on one dedicated thread. The default.
+    /// The interpreter inside this process (its libpython loaded at run time), on one
+    /// dedicated thread. The default.
     Embedded,
     /// One worker process per session, killed on timeout.
     Isolated,
@@ -413,7 +414,7 @@ pub async fn ensure_venv(config: &PythonConfig, ctx: &ToolContext) -> Result<()>
 ///
 /// A missing venv is created with `--system-site-packages`, so the isolated worker (which
 /// runs the venv's python) sees the same packages as the embedded interpreter (which sees the
-/// build interpreter's and the venv's). It is made in a temporary folder beside its place
+/// found interpreter's and the venv's). It is made in a temporary folder beside its place
 /// and renamed into it when complete: two processes creating it at once each make their own,
 /// one rename wins and the other's copy is removed, and a creation that failed or was killed
 /// half-way leaves nothing at `venv` (only a `.<name>.tmp-…` folder beside it). So a venv

@@ -3,9 +3,9 @@
 The same file runs in two places:
 
 - embedded: loaded as the module ``toolbox_driver`` into the interpreter that toolbox hosts
-  in-process (pyo3); Rust calls ``handle_object(request) -> response`` on its Python thread,
-  with plain dicts: no JSON text on the way in or out.
-- isolated: run by the build interpreter (or the configured venv's) as
+  in-process (toolbox's CPython layer); Rust calls ``handle_object(request) -> response`` on
+  its Python thread, with plain dicts: no JSON text on the way in or out.
+- isolated: run by the found interpreter (or the configured venv's) as
   ``python -E -u -c <this file> --serve``; requests and responses are JSON lines on
   stdin/stdout (``serve``).
 

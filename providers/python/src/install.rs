@@ -1,6 +1,6 @@
 //! `kernel_install`: `pip install` into a venv: the operator's `[python] venv`, else the
 //! per-user venv (`$XDG_DATA_HOME/toolbox/venv`, else `~/.local/share/toolbox/venv`, made on
-//! first use), never the build interpreter's own site-packages nor a project's `.venv`; with
+//! first use), never the found interpreter's own site-packages nor a project's `.venv`; with
 //! the jupyter backend, into the interpreter the kernel runs (its `sys.executable`, asked of
 //! the kernel). Embedded and isolated runs import from that venv (see
 //! `PythonConfig::import_site_dirs`).

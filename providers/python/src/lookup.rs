@@ -2,7 +2,7 @@
 //!
 //! A Read tool, allowed in `read_only` mode, so it must run no code of the workspace: a
 //! module planted by an approved file write must not turn into Python execution. The search
-//! runs in a fresh process of the build interpreter (or of a configured venv that lies
+//! runs in a fresh process of the found interpreter (or of a configured venv that lies
 //! *outside* the workspace) started with `-I` (isolated mode: no script directory or current
 //! directory on `sys.path`, `PYTHON*` variables and the user site ignored), in `/`, with an
 //! empty environment (only `PATH`, `MPLBACKEND` and `LD_LIBRARY_PATH`), and the driver drops
@@ -148,7 +148,7 @@ pub async fn run(args: Value, ctx: &ToolContext) -> Result<Value> {
 
 /// The python of the venv `kernel_install` fills (the configured one, else the per-user
 /// one) when that venv exists and lies outside the workspace (the operator's, filled only by
-/// approved `kernel_install` calls), else the build interpreter.
+/// approved `kernel_install` calls), else the found interpreter.
 fn interpreter(config: &PythonConfig, root: &Path) -> Result<PathBuf> {
     let venv = config
         .install_venv()
@@ -409,7 +409,7 @@ mod tests {
             interpreter(&with(theirs.to_str().unwrap()), &root).unwrap(),
             theirs.join("bin").join("python")
         );
-        // Missing: the build interpreter, and nothing is created.
+        // Missing: the found interpreter, and nothing is created.
         assert_eq!(
             interpreter(&with("/nonexistent/venv"), &root).unwrap(),
             build

@@ -745,7 +745,7 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
         std::fs::create_dir(&wheels).unwrap();
         let name = format!("toolbox_demo_{backend}");
         build_wheel(&wheels, &name);
-        // A fresh venv (created on first use) so nothing reaches the build interpreter, and
+        // A fresh venv (created on first use) so nothing reaches the found interpreter, and
         // pip pointed at the local folder only: offline.
         ctx.config = std::sync::Arc::new(json!({"python": {
             "backend": backend,
@@ -804,7 +804,7 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
             format!("[result]\n'hello from {name}'\n"),
             "{backend}"
         );
-        // It went into the venv, not into the build interpreter.
+        // It went into the venv, not into the found interpreter.
         let site = PythonConfig::from_value(Some(&json!({"venv": ".venv"})), ctx.workspace.root())
             .unwrap()
             .site_packages()
@@ -816,7 +816,7 @@ async fn kernel_install_from_a_local_wheel_imports_without_restart() {
             .unwrap();
         assert!(
             !base.status.success(),
-            "{backend}: the build interpreter was changed"
+            "{backend}: the found interpreter was changed"
         );
 
         // pip's failure is reported with its words.

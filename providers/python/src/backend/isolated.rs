@@ -1,6 +1,6 @@
 //! The isolated backend: one worker process per session, killed on timeout.
 //!
-//! A worker is the build interpreter (or the configured venv's python, which is the same
+//! A worker is the found interpreter (or the configured venv's python, which is the same
 //! Python) running the driver as `python -E -u -c <driver> --serve`: JSON lines in on
 //! stdin, out on stdout. It runs in its own process group, so a timeout or a cancellation
 //! kills it and everything it started; a crash (a segfault, `os._exit`) only ends the
@@ -342,7 +342,7 @@ pub(crate) struct Isolated<'a> {
 
 impl Backend for Isolated<'_> {
     async fn run(&self, mut request: RunRequest, call: &Call<'_>) -> Result<RunResult> {
-        // A worker runs the configured venv's python; without one, the build interpreter
+        // A worker runs the configured venv's python; without one, the found interpreter
         // adds the per-user venv's packages, as the embedded one does.
         request.site_dirs = call.config.import_site_dirs(true);
         run(self.workers, request, call).await

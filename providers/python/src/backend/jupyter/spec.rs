@@ -9,7 +9,7 @@
 //! 2. `<[python] venv>/share/jupyter`, then the activated environment's:
 //!    `$VIRTUAL_ENV/share/jupyter` and `$CONDA_PREFIX/share/jupyter`,
 //! 3. `JUPYTER_DATA_DIR`, else `$XDG_DATA_HOME/jupyter`, else `~/.local/share/jupyter`,
-//! 4. the build interpreter's `<sys.prefix>/share/jupyter`,
+//! 4. the found interpreter's `<sys.prefix>/share/jupyter`,
 //! 5. `/usr/local/share/jupyter` and `/usr/share/jupyter`.
 //!
 //! `argv` is run with `{connection_file}` and `{resource_dir}` substituted. An `argv[0]` of
