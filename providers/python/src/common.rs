@@ -25,14 +25,18 @@ pub(crate) fn session_key(ctx: &ToolContext) -> String {
 /// whole.
 pub fn python_command(program: &Path) -> Command {
     let mut command = Command::new(program);
-    if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
-        if let Some(libdir) = crate::discover::known_libdir() {
-            let mut paths = vec![libdir];
-            paths.extend(std::env::split_paths(&current));
-            if let Ok(joined) = std::env::join_paths(paths) {
-                command.env("LD_LIBRARY_PATH", joined);
-            }
-        }
+    if let Some(paths) = library_path() {
+        command.env("LD_LIBRARY_PATH", paths);
     }
     command
+}
+
+/// `LD_LIBRARY_PATH` for a Python process (see [`python_command`]): the found interpreter's
+/// libdir, then the environment's entries; `None` when the environment sets none or no
+/// interpreter was found yet (nothing to put first).
+pub(crate) fn library_path() -> Option<std::ffi::OsString> {
+    let current = std::env::var_os("LD_LIBRARY_PATH")?;
+    let libdir = crate::discover::known_libdir()?;
+    let paths = std::iter::once(libdir).chain(std::env::split_paths(&current));
+    std::env::join_paths(paths).ok()
 }

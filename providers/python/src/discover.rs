@@ -91,66 +91,66 @@ impl FoundPython {
     }
 }
 
-/// Successful searches, by the configured interpreter they were made with.
-static FOUND: Mutex<Option<HashMap<Option<PathBuf>, Arc<FoundPython>>>> = Mutex::new(None);
+/// Successful searches: the one without `[python] interpreter` (what nearly every call
+/// asks for, looked up without hashing), and those by configured interpreter.
+#[derive(Default)]
+struct Found {
+    default: Option<Arc<FoundPython>>,
+    configured: HashMap<PathBuf, Arc<FoundPython>>,
+}
 
-/// The search without `[python] interpreter`, once it succeeded: what nearly every call
-/// asks for, without hashing a key (every `run_python_code` asks).
-static DEFAULT: Mutex<Option<Arc<FoundPython>>> = Mutex::new(None);
+static FOUND: Mutex<Option<Found>> = Mutex::new(None);
+
+fn found<T>(f: impl FnOnce(&mut Found) -> T) -> T {
+    f(FOUND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Found::default))
+}
 
 /// The interpreter to use, `configured` being `[python] interpreter` if set (see the module's
 /// documentation). The error names everything it looked for.
 pub fn find(configured: Option<&Path>) -> Result<Arc<FoundPython>> {
-    if configured.is_none() {
-        if let Some(found) = DEFAULT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            return Ok(found.clone());
-        }
-    }
-    let key = configured.map(Path::to_path_buf);
-    if let Some(found) = cached(&key) {
-        return Ok(found);
+    let cached = found(|found| match configured {
+        None => found.default.clone(),
+        Some(path) => found.configured.get(path).cloned(),
+    });
+    if let Some(python) = cached {
+        return Ok(python);
     }
     let (candidate, source) = candidate(configured)?;
-    let found = Arc::new(probe(&candidate, source)?);
-    if found.version_info < MIN_PYTHON {
+    let python = Arc::new(probe(&candidate, source)?);
+    if python.version_info < MIN_PYTHON {
         bail!(
             "{} is Python {}.{}; toolbox's Python tools need Python {}.{} or later (set \
              [python] interpreter to a newer one)",
-            found.executable.display(),
-            found.version_info.0,
-            found.version_info.1,
+            python.executable.display(),
+            python.version_info.0,
+            python.version_info.1,
             MIN_PYTHON.0,
             MIN_PYTHON.1
         );
     }
-    FOUND
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(key.clone(), found.clone());
-    if key.is_none() {
-        *DEFAULT.lock().unwrap_or_else(|e| e.into_inner()) = Some(found.clone());
-    }
-    Ok(found)
+    found(|found| match configured {
+        None => found.default = Some(python.clone()),
+        Some(path) => {
+            found.configured.insert(path.to_path_buf(), python.clone());
+        }
+    });
+    Ok(python)
 }
 
 /// The `LIBDIR` of an interpreter found already (it never starts a search): one named by
 /// `[python] interpreter` first, else the one found without it.
 pub(crate) fn known_libdir() -> Option<PathBuf> {
-    let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
-    let map = found.as_ref()?;
-    map.iter()
-        .find(|(key, _)| key.is_some())
-        .or_else(|| map.get_key_value(&None))
-        .and_then(|(_, python)| python.libdir.clone())
-}
-
-fn cached(key: &Option<PathBuf>) -> Option<Arc<FoundPython>> {
-    FOUND
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|map| map.get(key).cloned())
+    found(|found| {
+        found
+            .configured
+            .values()
+            .next()
+            .or(found.default.as_ref())
+            .and_then(|python| python.libdir.clone())
+    })
 }
 
 /// The program to ask, and where it came from.

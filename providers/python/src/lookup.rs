@@ -183,13 +183,10 @@ async fn one_shot(request: &Value, ctx: &ToolContext, interpreter: &Path) -> Res
         .kill_on_drop(true);
     // As for every worker (see common::python_command): the interpreter's libdir first, so
     // that a shared-library Python loads its own libpython; the rest for native extensions.
-    if let Some(current) = std::env::var_os("LD_LIBRARY_PATH") {
-        let mut paths: Vec<PathBuf> = Vec::new();
-        paths.extend(crate::discover::known_libdir());
-        paths.extend(std::env::split_paths(&current));
-        if let Ok(joined) = std::env::join_paths(paths) {
-            command.env("LD_LIBRARY_PATH", joined);
-        }
+    if let Some(paths) =
+        crate::common::library_path().or_else(|| std::env::var_os("LD_LIBRARY_PATH"))
+    {
+        command.env("LD_LIBRARY_PATH", paths);
     }
     let mut child = command
         .spawn()

@@ -106,15 +106,11 @@ pub unsafe extern "C" fn toolbox_embed_run(
     // SAFETY: the caller's promise.
     let (request, abandoned) = unsafe { (bytes(request, len), &*abandoned) };
     match guarded(|| run(job, request, cwd_fd, abandoned)) {
-        Ok(tape) => {
-            sink(ctx, tape.as_ptr(), tape.len());
-            0
-        }
         Err(why) if why == ABANDONED => {
             sink(ctx, why.as_ptr(), why.len());
             2
         }
-        Err(why) => answer(sink, ctx, Err(why)),
+        other => answer(sink, ctx, other),
     }
 }
 
@@ -153,13 +149,7 @@ pub unsafe extern "C" fn toolbox_embed_eval(
 ) -> c_int {
     // SAFETY: the caller's promise.
     let (code, value) = unsafe { (bytes(code, code_len), bytes(value, value_len)) };
-    match guarded(|| eval(code, value)) {
-        Ok(tape) => {
-            sink(ctx, tape.as_ptr(), tape.len());
-            0
-        }
-        Err(why) => answer(sink, ctx, Err(why)),
-    }
+    answer(sink, ctx, guarded(|| eval(code, value)))
 }
 
 /// The bytes at `ptr`, none when `len` is 0 (whatever `ptr` is).
@@ -177,12 +167,12 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
 }
 
 /// Writes the answer or the error to `sink`: 0 for an answer, 1 for an error.
-fn answer(sink: Sink, ctx: *mut c_void, result: Result<String, String>) -> c_int {
-    let (code, text) = match result {
-        Ok(text) => (0, text),
-        Err(text) => (1, text),
+fn answer(sink: Sink, ctx: *mut c_void, result: Result<impl AsRef<[u8]>, String>) -> c_int {
+    let (code, bytes) = match &result {
+        Ok(bytes) => (0, bytes.as_ref()),
+        Err(text) => (1, text.as_bytes()),
     };
-    sink(ctx, text.as_ptr(), text.len());
+    sink(ctx, bytes.as_ptr(), bytes.len());
     code
 }
 

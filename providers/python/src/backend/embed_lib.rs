@@ -33,12 +33,20 @@ type RunFn = unsafe extern "C" fn(
 type InterruptFn = unsafe extern "C" fn(u64, *const u8, usize) -> c_int;
 type EvalFn = unsafe extern "C" fn(*const u8, usize, *const u8, usize, Sink, *mut c_void) -> c_int;
 
+/// Makes one call into the layer with [`collect`] as its sink: the call's code and what it
+/// wrote.
+fn collected(call: impl FnOnce(Sink, *mut c_void) -> c_int) -> (c_int, Vec<u8>) {
+    let mut out = Vec::new();
+    let code = call(collect, (&mut out as *mut Vec<u8>).cast());
+    (code, out)
+}
+
 /// The sink every call hands the layer: appends to the `Vec<u8>` at `ctx`.
 extern "C" fn collect(ctx: *mut c_void, data: *const u8, len: usize) {
     if ctx.is_null() || (data.is_null() && len > 0) {
         return;
     }
-    // SAFETY: `ctx` is the `&mut Vec<u8>` the caller below passed for this call, and `data`
+    // SAFETY: `ctx` is the `&mut Vec<u8>` `collected` passed for this call, and `data`
     // points at `len` bytes the layer owns for the length of the call.
     unsafe {
         let out = &mut *ctx.cast::<Vec<u8>>();
@@ -122,18 +130,17 @@ impl EmbedLib {
     pub fn start(&self, program: &Path, driver: &str) -> Result<Started, String> {
         use std::os::unix::ffi::OsStrExt;
         let program = program.as_os_str().as_bytes();
-        let mut out = Vec::new();
-        // SAFETY: both slices outlive the call; `collect` gets `out`.
-        let code = unsafe {
+        // SAFETY: both slices outlive the call.
+        let (code, out) = collected(|sink, ctx| unsafe {
             (self.start)(
                 program.as_ptr(),
                 program.len(),
                 driver.as_ptr(),
                 driver.len(),
-                collect,
-                (&mut out as *mut Vec<u8>).cast(),
+                sink,
+                ctx,
             )
-        };
+        });
         let text = String::from_utf8_lossy(&out);
         if code != 0 {
             return Err(text.into_owned());
@@ -154,19 +161,18 @@ impl EmbedLib {
         abandoned: &AtomicBool,
     ) -> RunAnswer {
         let request = toolbox_python_tape::encode(request);
-        let mut out = Vec::new();
-        // SAFETY: the request and `abandoned` outlive the call; `collect` gets `out`.
-        let code = unsafe {
+        // SAFETY: the request and `abandoned` outlive the call.
+        let (code, out) = collected(|sink, ctx| unsafe {
             (self.run)(
                 job,
                 request.as_ptr(),
                 request.len(),
                 cwd.unwrap_or(-1),
                 abandoned,
-                collect,
-                (&mut out as *mut Vec<u8>).cast(),
+                sink,
+                ctx,
             )
-        };
+        });
         match code {
             0 => match toolbox_python_tape::decode(&out) {
                 Ok(answer) => RunAnswer::Answer(answer),
@@ -188,18 +194,17 @@ impl EmbedLib {
     #[cfg(test)]
     pub fn eval(&self, code: &str, value: Option<&Value>) -> Result<Value, String> {
         let value = value.map(toolbox_python_tape::encode).unwrap_or_default();
-        let mut out = Vec::new();
-        // SAFETY: both texts outlive the call; `collect` gets `out`.
-        let code = unsafe {
+        // SAFETY: both texts outlive the call.
+        let (code, out) = collected(|sink, ctx| unsafe {
             (self.eval)(
                 code.as_ptr(),
                 code.len(),
                 value.as_ptr(),
                 value.len(),
-                collect,
-                (&mut out as *mut Vec<u8>).cast(),
+                sink,
+                ctx,
             )
-        };
+        });
         if code != 0 {
             return Err(String::from_utf8_lossy(&out).into_owned());
         }
