@@ -29,6 +29,7 @@ pub mod preview;
 pub mod schema;
 mod session;
 mod tool;
+pub mod trace_context;
 pub mod trust;
 
 pub use agent::{
@@ -41,6 +42,7 @@ pub use permission::{Decision, PermissionMode};
 pub use preview::{BlockKind, Preview, PreviewBlock};
 pub use session::{InvalidSessionId, SessionId};
 pub use tool::{ToolInfo, ToolOutput, ToolRisk, Vocabulary};
+pub use trace_context::{InvalidTraceParent, TraceParent};
 
 /// Re-exported so [`register_table!`] works without naming `inventory`.
 pub use inventory;

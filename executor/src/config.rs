@@ -220,6 +220,35 @@ pub fn user_config_path() -> Option<PathBuf> {
     Some(base.join("toolbox").join("config.toml"))
 }
 
+/// The table `name` as the operator's files set it: the user config file, then the file
+/// `TOOLBOX_CONFIG` names, a key of the later winning. For settings needed before a
+/// workspace is known (`[otel]`: the logging set-up comes first); a workspace's own
+/// `toolbox.toml` never counts here. A file that cannot be read or parsed is an error.
+pub fn operator_table(name: &str) -> Result<Option<toml::Table>> {
+    let mut files: Vec<PathBuf> = user_config_path()
+        .filter(|p| p.is_file())
+        .into_iter()
+        .collect();
+    if let Some(path) = std::env::var_os("TOOLBOX_CONFIG") {
+        files.push(PathBuf::from(path));
+    }
+    let mut merged: Option<toml::Table> = None;
+    for path in files {
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(&path)
+            .with_context(|| format!("cannot read config file {shown}"))?;
+        let text = read_capped(file, &shown)?;
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow!("config file {shown}: {e}"))?;
+        match table.remove(name) {
+            Some(toml::Value::Table(t)) => merged.get_or_insert_with(Default::default).extend(t),
+            Some(other) => bail!("config file {shown}: {name} must be a table, not {other}"),
+            None => {}
+        }
+    }
+    Ok(merged)
+}
+
 impl ExecutorConfig {
     /// Built-in defaults for a workspace.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {

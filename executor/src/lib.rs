@@ -27,8 +27,8 @@ pub mod trajectory;
 
 pub use approval::{ApprovalDecision, ApprovalQueue, ApprovalTicket};
 pub use config::{
-    user_config_path, CallPermissions, Decision, ExecutorConfig, LoadOptions, PermissionMode,
-    Permissions,
+    operator_table, user_config_path, CallPermissions, Decision, ExecutorConfig, LoadOptions,
+    PermissionMode, Permissions,
 };
 pub use executor::{CallStatus, ErrorKind, Finished, ToolCallInfo, ToolExecutor, ToolRequest};
 pub use registry::{RegisteredTool, Registry};

@@ -225,6 +225,9 @@ pub struct ToolContext {
     /// prompted in the data agent's vocabulary. Canonical in a context made with
     /// [`Self::new`].
     pub words: ToolWords,
+    /// The trace context of the call's `execute_tool` span when spans are exported: a child
+    /// process gets it as `TRACEPARENT` ([`Self::trace_env`]).
+    pub trace: Option<toolbox_core::TraceParent>,
 }
 
 /// The names of the tools in the vocabulary a model was shown, for text a tool writes about
@@ -312,7 +315,15 @@ impl ToolContext {
             policy: CallPolicy::default(),
             called_as: None,
             words: ToolWords::default(),
+            trace: None,
         }
+    }
+
+    /// The variables a child process of this call gets so that code that traces itself
+    /// joins the call's trace (`TRACEPARENT`, `TRACESTATE`); empty when spans are not
+    /// exported.
+    pub fn trace_env(&self) -> Vec<(&'static str, String)> {
+        crate::telemetry::child_env(self.trace.as_ref())
     }
 
     /// The name the model knows the tool `canonical` by, in the vocabulary it was shown

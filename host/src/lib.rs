@@ -49,6 +49,7 @@ mod skill;
 mod spool_file;
 mod state_file;
 pub mod stdio;
+pub mod telemetry;
 pub mod tty;
 mod workspace;
 

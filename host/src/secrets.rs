@@ -35,6 +35,8 @@ pub const SECRET_PATTERNS: &[&str] = &[
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    // OTLP export headers carry a collector's API key (Langfuse, Honeycomb, Grafana).
+    "OTEL_EXPORTER_OTLP_*HEADERS",
 ];
 
 fn store() -> &'static Mutex<HashMap<OsString, OsString>> {
@@ -155,6 +157,26 @@ pub fn var(name: &str) -> Option<String> {
     kept.or_else(|| std::env::var_os(name))
         .and_then(|v| v.into_string().ok())
         .filter(|v| !v.is_empty())
+}
+
+/// Secrets shorter than this are not searched for in [`redact`]: a two-letter value would
+/// blank out ordinary words.
+const MIN_REDACTED_CHARS: usize = 8;
+
+/// `text` with every secret [`capture_and_scrub`] took out of the environment replaced by
+/// `<redacted>`: for text that leaves toolbox for somewhere a secret must not go (an
+/// exported span).
+pub fn redact(text: &str) -> String {
+    let kept = store().lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = text.to_string();
+    for value in kept.values() {
+        if let Some(value) = value.to_str() {
+            if value.chars().count() >= MIN_REDACTED_CHARS && out.contains(value) {
+                out = out.replace(value, "<redacted>");
+            }
+        }
+    }
+    out
 }
 
 /// The longest secret [`take_from_fd`] reads.

@@ -121,6 +121,26 @@ pub(crate) fn reply_text<'a>(
     .into()
 }
 
+/// The caller's W3C trace context for a call: `traceparent` and `tracestate` in the
+/// request's `params._meta` (MCP's convention, SEP-414), else the same HTTP headers. An
+/// invalid value is ignored, as the W3C spec asks: the call starts a trace of its own.
+pub(crate) fn trace_parent(
+    meta: Option<&serde_json::Map<String, Value>>,
+    headers: Option<&axum::http::HeaderMap>,
+) -> Option<toolbox_core::TraceParent> {
+    let from_meta = |key: &str| meta.and_then(|m| m.get(key)).and_then(Value::as_str);
+    let from_header = |key: &str| {
+        headers
+            .and_then(|h| h.get(key))
+            .and_then(|v| v.to_str().ok())
+    };
+    let (parent, state) = match from_meta("traceparent") {
+        Some(parent) => (parent, from_meta("tracestate")),
+        None => (from_header("traceparent")?, from_header("tracestate")),
+    };
+    toolbox_core::TraceParent::from_carrier(Some(parent), state)
+}
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -24,13 +24,17 @@ use crate::Shared;
 
 /// Request headers a session server gets from the client; everything else (the client's
 /// `Authorization`, cookies, hop-by-hop headers) stays at the router.
-const FORWARDED: [HeaderName; 6] = [
+///
+/// The W3C trace context goes on too, so that the host's spans join the client's trace.
+const FORWARDED: [HeaderName; 8] = [
     header::CONTENT_TYPE,
     header::ACCEPT,
     header::CACHE_CONTROL,
     HeaderName::from_static("last-event-id"),
     HeaderName::from_static("mcp-session-id"),
     HeaderName::from_static("mcp-protocol-version"),
+    HeaderName::from_static("traceparent"),
+    HeaderName::from_static("tracestate"),
 ];
 
 /// Response headers the router does not pass back: hop-by-hop ones, and the session

@@ -98,6 +98,10 @@ pub struct TurnRequest {
     /// Legacy switch; wins over `permission_mode` for FileWrite tools when both are given.
     #[serde(default)]
     pub allow_file_write: Option<bool>,
+    /// The caller's trace context (`toolbox serve`'s `traceparent` header): the parent of
+    /// the turn's `invoke_agent` span when spans are exported.
+    #[serde(skip)]
+    pub trace_parent: Option<toolbox_core::TraceParent>,
 }
 
 impl TurnRequest {
@@ -349,6 +353,7 @@ impl Runtime {
     /// [`respond_approval`](Self::respond_approval). `call_agent` is refused here: it needs a
     /// turn. `askers`, when given, is asked before a question is put to a person: `Err(why)`
     /// refuses the question at once (see [`EventSink::with_askers`](toolbox_host::EventSink::with_askers)).
+    /// `trace` is the caller's trace context, the parent of the call's span.
     #[allow(clippy::too_many_arguments)]
     pub async fn run_tool(
         &self,
@@ -359,6 +364,7 @@ impl Runtime {
         permissions: Permissions,
         cancel: CancellationToken,
         askers: Option<std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>>,
+        trace: Option<toolbox_core::TraceParent>,
     ) -> Result<toolbox_executor::ToolCallInfo, TurnError> {
         let sid =
             SessionId::parse(session).map_err(|e| TurnError::InvalidSession(e.to_string()))?;
@@ -369,7 +375,8 @@ impl Runtime {
         let request = toolbox_executor::ToolRequest::new(call_id, tool, arguments)
             .session(sid.as_str())
             .permissions(permissions)
-            .events(sink);
+            .events(sink)
+            .trace_parent(trace);
         Ok(self.inner.executor.run_cancellable(request, cancel).await)
     }
 

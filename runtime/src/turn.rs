@@ -15,9 +15,11 @@ use toolbox_executor::{
     schema::SchemaRendering, ApprovalQueue, ApprovalTicket, CallStatus, ErrorKind, PermissionMode,
     Permissions, ToolRequest,
 };
+use toolbox_host::telemetry::{self, semconv, GenAiSpan, Operation};
 use toolbox_host::{
     CancellationToken, EventSink, OutputStream, PersonAnswer, QuestionKind, ToolEvent,
 };
+use tracing::Instrument;
 
 use crate::agent::ActiveAgent;
 use crate::conversation::{self, ConversationWriter};
@@ -81,20 +83,28 @@ pub(crate) async fn run(rt: Runtime, started: Started, request: TurnRequest) -> 
         approvals: ApprovalQueue::new(),
         calls: AtomicU32::new(0),
     };
-    let end = match open_conversation(&turn, &request.message) {
-        Ok((mut messages, writer)) => {
-            let chain = vec![agent.name.clone()];
-            run_agent(&turn, &agent, 0, &chain, &mut messages, Some(&writer)).await
-        }
-        Err(message) => {
-            turn.error(message.clone());
-            AgentEnd {
-                stop: StopReason::Error,
-                text: String::new(),
-                notice: Some(message),
+    // The turn's `invoke_agent` span, a child of the caller's trace when it sent one.
+    let span = agent_span(&turn, &agent, request.trace_parent.as_ref());
+    let started_at = std::time::Instant::now();
+    let end = async {
+        match open_conversation(&turn, &request.message) {
+            Ok((mut messages, writer)) => {
+                let chain = vec![agent.name.clone()];
+                run_agent(&turn, &agent, 0, &chain, &mut messages, Some(&writer)).await
+            }
+            Err(message) => {
+                turn.error(message.clone());
+                AgentEnd {
+                    stop: StopReason::Error,
+                    text: String::new(),
+                    notice: Some(message),
+                }
             }
         }
-    };
+    }
+    .instrument(span.span().clone())
+    .await;
+    finish_agent_span(&span, &agent, &end, started_at);
     let usage = *lock(&turn.usage);
     let steps = turn.steps.load(Ordering::Relaxed);
     let end = match rt.superseded_by() {
@@ -248,11 +258,13 @@ fn run_agent<'a>(
                 tools: &schemas,
                 model: agent.model.as_deref(),
             };
+            let chat = chat_span(turn, agent);
             let completion = tokio::select! {
                 biased;
                 _ = turn.cancel.cancelled() => return cancelled(agent),
-                result = turn.llm.complete(request, &on_text) => result,
+                result = turn.llm.complete(request, &on_text).instrument(chat.span().clone()) => result,
             };
+            finish_chat_span(&chat, &completion);
             turn.steps.fetch_add(1, Ordering::Relaxed);
             let mut completion = match completion {
                 Ok(completion) => completion,
@@ -415,7 +427,34 @@ async fn run_call(
         if tool.info.intercepted && tool.info.name == CALL_AGENT && offered.contains(CALL_AGENT) {
             // call_agent asks nothing itself: the calls after it need not wait for it.
             drop(ticket);
-            return call_agent(turn, agent, depth, chain, call).await;
+            // Not the executor's: its `execute_tool` span is the runtime's, with the
+            // sub-agent's `invoke_agent` span inside it.
+            let span = GenAiSpan::start(
+                Operation::ExecuteTool,
+                || format!("execute_tool {CALL_AGENT}"),
+                None,
+            );
+            span.set(semconv::TOOL_NAME, CALL_AGENT);
+            span.set_with(semconv::TOOL_CALL_ID, || call.id.clone());
+            span.set(semconv::TOOL_TYPE, "function");
+            span.set_with(semconv::AGENT_NAME, || agent.name.clone());
+            span.content(semconv::TOOL_CALL_ARGUMENTS, || call.arguments.clone());
+            let started = std::time::Instant::now();
+            let envelope = call_agent(turn, agent, depth, chain, call)
+                .instrument(span.span().clone())
+                .await;
+            let failed = span.recording()
+                && serde_json::from_str::<Value>(&envelope)
+                    .is_ok_and(|v| v.get("status").and_then(Value::as_str) == Some("error"));
+            if failed {
+                span.fail("tool_error", || "tool_error".into());
+            }
+            telemetry::record_tool_duration(
+                started.elapsed().as_secs_f64(),
+                CALL_AGENT,
+                failed.then_some("tool_error"),
+            );
+            return envelope;
         }
         if !offered.contains(&tool.info.name) {
             let sets = match &agent.toolsets {
@@ -455,6 +494,100 @@ async fn run_call(
         depth,
     });
     info.envelope()
+}
+
+/// An agent's `invoke_agent {name}` span: in-process, in the turn's session.
+fn agent_span(
+    turn: &Turn,
+    agent: &ActiveAgent,
+    parent: Option<&toolbox_core::TraceParent>,
+) -> GenAiSpan {
+    let span = GenAiSpan::start(
+        Operation::InvokeAgent,
+        || format!("invoke_agent {}", agent.name),
+        parent,
+    );
+    if span.recording() {
+        span.set(semconv::AGENT_NAME, agent.name.clone());
+        span.set(semconv::CONVERSATION_ID, turn.session.to_string());
+        span.set(
+            semconv::REQUEST_MODEL,
+            agent
+                .model
+                .clone()
+                .unwrap_or_else(|| turn.llm.model().to_string()),
+        );
+        span.set(semconv::PROVIDER_NAME, turn.llm.provider_name());
+    }
+    span
+}
+
+fn finish_agent_span(
+    span: &GenAiSpan,
+    agent: &ActiveAgent,
+    end: &AgentEnd,
+    started: std::time::Instant,
+) {
+    let error = match end.stop {
+        StopReason::EndTurn => None,
+        other => Some(other.as_str()),
+    };
+    if let Some(error) = error {
+        span.fail(error, || error.to_string());
+    }
+    telemetry::record_agent_duration(started.elapsed().as_secs_f64(), &agent.name, error);
+}
+
+/// A model request's `chat {model}` span.
+fn chat_span(turn: &Turn, agent: &ActiveAgent) -> GenAiSpan {
+    let model = || {
+        agent
+            .model
+            .clone()
+            .unwrap_or_else(|| turn.llm.model().to_string())
+    };
+    let span = GenAiSpan::start(Operation::Chat, || format!("chat {}", model()), None);
+    if span.recording() {
+        let model = model();
+        span.set(semconv::PROVIDER_NAME, turn.llm.provider_name());
+        span.set(semconv::REQUEST_MODEL, model);
+        span.set(semconv::AGENT_NAME, agent.name.clone());
+    }
+    span
+}
+
+/// The request's outcome on its span: token usage and why the model stopped, or the class
+/// of the failure.
+fn finish_chat_span(
+    span: &GenAiSpan,
+    completion: &Result<crate::llm::Completion, crate::llm::LlmError>,
+) {
+    if !span.recording() {
+        return;
+    }
+    match completion {
+        Ok(c) => {
+            // i64: an unsigned value would be exported as a string.
+            span.set(
+                semconv::USAGE_INPUT_TOKENS,
+                i64::try_from(c.usage.input_tokens).unwrap_or(i64::MAX),
+            );
+            span.set(
+                semconv::USAGE_OUTPUT_TOKENS,
+                i64::try_from(c.usage.output_tokens).unwrap_or(i64::MAX),
+            );
+            if !c.stop_reason.is_empty() {
+                span.set_strings(
+                    semconv::RESPONSE_FINISH_REASONS,
+                    vec![c.stop_reason.clone()],
+                );
+            }
+        }
+        Err(e) => {
+            let kind = e.kind.as_str();
+            span.fail(kind, || kind.to_string());
+        }
+    }
 }
 
 /// Emits `tool_call_finished` for a call the runtime answered itself; returns its envelope.
@@ -681,7 +814,13 @@ async fn call_agent(
     let mut sub_chain = chain.to_vec();
     sub_chain.push(sub.name.clone());
     let mut messages = vec![Message::User { content: task }];
-    let end = run_agent(turn, &sub, depth + 1, &sub_chain, &mut messages, None).await;
+    // A child of call_agent's `execute_tool` span (the current one).
+    let span = agent_span(turn, &sub, None);
+    let sub_started = std::time::Instant::now();
+    let end = run_agent(turn, &sub, depth + 1, &sub_chain, &mut messages, None)
+        .instrument(span.span().clone())
+        .await;
+    finish_agent_span(&span, &sub, &end, sub_started);
     turn.emit(RuntimeEvent::AgentFinished {
         turn_id: turn.turn_id.clone(),
         agent: sub.name.clone(),

@@ -50,6 +50,10 @@ impl LlmClient for FakeModel {
     fn schema_format(&self) -> SchemaFormat {
         SchemaFormat::Anthropic
     }
+    fn provider_name(&self) -> &'static str {
+        "fake"
+    }
+
     fn model(&self) -> &str {
         "fake"
     }

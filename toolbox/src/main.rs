@@ -41,8 +41,15 @@ fn main() -> ExitCode {
             None
         }
     };
-    init_tracing(stderr_is_terminal, cli.command.is_chat());
+    let telemetry = match init_tracing(stderr_is_terminal, cli.command.is_chat()) {
+        Ok(telemetry) => telemetry,
+        Err(UsageError(message)) => {
+            eprintln!("toolbox: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let code = run_to_exit(cli);
+    finish_telemetry(telemetry);
     if let Some(pump) = pump {
         // Bounded: a reader that went away must not keep toolbox alive.
         pump.flush(Duration::from_millis(500), Duration::from_secs(5));
@@ -84,26 +91,58 @@ fn run_to_exit(cli: Cli) -> ExitCode {
 
 /// Logs go to stderr, coloured only on a terminal. At the default level, `toolbox chat`
 /// leaves out the warnings it says in its own words (see [`chat::logged`]).
-fn init_tracing(ansi: bool, chat: bool) {
+///
+/// With OpenTelemetry export on (`OTEL_*` variables or the operator's `[otel]` table), a
+/// second layer, with a filter of its own, exports toolbox's GenAI spans; the log filter
+/// does not hide them, and it sees no logs. A bad `[otel]` setting is a usage error.
+fn init_tracing(
+    ansi: bool,
+    chat: bool,
+) -> Result<Option<toolbox::host::telemetry::Telemetry>, UsageError> {
+    use toolbox::host::telemetry::{Settings, Telemetry};
+    use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::{EnvFilter, Layer};
     let asked = std::env::var("RUST_LOG")
         .or_else(|_| std::env::var("TOOLBOX_LOG"))
         .ok();
     let quiet_chat = chat && asked.is_none();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(asked.unwrap_or_else(|| "warn".into())))
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .finish();
-    let _ = if quiet_chat {
-        subscriber
-            .with(tracing_subscriber::filter::filter_fn(chat::logged))
-            .try_init()
-    } else {
-        subscriber.try_init()
+    let table = toolbox::executor::operator_table("otel").map_err(cli::usage)?;
+    let env = |name: &str| toolbox::host::secrets::var(name);
+    let telemetry = match Settings::resolve(&env, table.as_ref()).map_err(cli::usage)? {
+        Some(settings) => Some(Telemetry::start(settings).map_err(cli::usage)?),
+        None => None,
     };
+    toolbox::host::telemetry::remember_process_parent();
+    let filter = EnvFilter::new(asked.unwrap_or_else(|| "warn".into()));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let fmt = if quiet_chat {
+        fmt.with_filter(filter.and(tracing_subscriber::filter::filter_fn(chat::logged)))
+            .boxed()
+    } else {
+        fmt.with_filter(filter).boxed()
+    };
+    let _ = tracing_subscriber::registry()
+        .with(telemetry.as_ref().map(|t| t.layer()))
+        .with(fmt)
+        .try_init();
+    Ok(telemetry)
+}
+
+/// Sends the spans still queued, for at most a second, and says what was lost, if anything.
+fn finish_telemetry(telemetry: Option<toolbox::host::telemetry::Telemetry>) {
+    let Some(telemetry) = telemetry else { return };
+    let endpoint = telemetry.settings().traces_endpoint.clone();
+    let counts = telemetry.shutdown(Duration::from_secs(1));
+    if counts.lost() > 0 {
+        eprintln!(
+            "toolbox: OpenTelemetry: {} spans exported, {} dropped (queue full), {} not accepted by {endpoint}",
+            counts.exported, counts.dropped, counts.failed
+        );
+    }
 }
 
 /// A tool error is an ordinary result here, not a bug: with `RUST_BACKTRACE=1` in the

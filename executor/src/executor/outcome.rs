@@ -51,6 +51,22 @@ pub enum ErrorKind {
     Tool,
 }
 
+impl ErrorKind {
+    /// Its name as JSON has it (`unknown_tool`, `denied`, …): the `error.type` of the
+    /// call's span.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownTool => "unknown_tool",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::Denied => "denied",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Panic => "panic",
+            ErrorKind::Tool => "tool_error",
+        }
+    }
+}
+
 /// A finished call whose trajectory line is still to be written: by [`Finished::record`],
 /// or when it is dropped (a caller that returns early, or panics, still records the call).
 pub struct Finished {

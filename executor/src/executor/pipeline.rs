@@ -11,7 +11,9 @@ use anyhow::{anyhow, Result};
 use futures_util::FutureExt;
 use serde_json::Value;
 use toolbox_core::{SessionId, ToolOutput, ToolRisk};
+use toolbox_host::telemetry::{semconv, GenAiSpan, Operation};
 use toolbox_host::{CallPolicy, CancellationToken, GateCall, ToolContext};
+use tracing::Instrument;
 
 use super::outcome::refused_session;
 use super::questions::{ReviewWait, WaitClock};
@@ -73,11 +75,36 @@ impl ToolExecutor {
         };
         let session_id = session.to_string();
         tracing::debug!(target: "toolbox", tool_id = %request.id, tool_name = %request.name, session = %session_id, "tool execution started");
+        // The call's `execute_tool` span (inert unless spans are exported).
+        let span = GenAiSpan::start(
+            Operation::ExecuteTool,
+            || {
+                let tool = self.inner.registry.get(&request.name);
+                let name = tool.map_or(request.name.as_str(), |t| t.info.name.as_str());
+                format!("execute_tool {}", shorten(name, 200))
+            },
+            request.trace_parent.as_ref(),
+        );
+        span.set_with(semconv::TOOL_CALL_ID, || shorten(&request.id, 200));
+        span.set(semconv::TOOL_TYPE, "function");
+        span.set_with(semconv::TOOLBOX_SESSION, || session_id.clone());
+        span.content(semconv::TOOL_CALL_ARGUMENTS, || {
+            request.arguments.to_string()
+        });
 
         let claim = toolbox_host::SpoolClaim::default();
         let waited = WaitClock::default();
         let (tool_name, outcome) = self
-            .dispatch(&request, &session, cancel, claim.clone(), ticket, &waited)
+            .dispatch(
+                &request,
+                &session,
+                cancel,
+                claim.clone(),
+                ticket,
+                &waited,
+                &span,
+            )
+            .instrument(span.span().clone())
             .await;
         let (status, text, error_kind, structured) = match outcome {
             Ok((text, structured)) => (CallStatus::Done, text, None, structured),
@@ -107,6 +134,22 @@ impl ToolExecutor {
         let structured = structured.map(|v| spool::bound_structured(v, spool_path.as_deref()));
         let waited_ms = waited.get().as_millis() as u64;
         let elapsed_ms = (started.elapsed().as_millis() as u64).saturating_sub(waited_ms);
+        finish_span(
+            &span,
+            &tool_name,
+            error_kind,
+            &result,
+            spool_path.is_some(),
+            &waited,
+        );
+        if let Some(alias) = &called_as {
+            span.set(semconv::TOOLBOX_CALLED_AS, alias.clone());
+        }
+        toolbox_host::telemetry::record_tool_duration(
+            started.elapsed().as_secs_f64(),
+            &tool_name,
+            error_kind.map(ErrorKind::as_str),
+        );
         let info = ToolCallInfo {
             id: request.id,
             tool: tool_name,
@@ -140,6 +183,7 @@ impl ToolExecutor {
     }
 
     /// Resolve, gate, run. Returns the name to record and the outcome.
+    #[allow(clippy::too_many_arguments)]
     async fn dispatch(
         &self,
         request: &ToolRequest,
@@ -148,6 +192,7 @@ impl ToolExecutor {
         claim: toolbox_host::SpoolClaim,
         ticket: Option<Arc<crate::ApprovalTicket>>,
         waited: &WaitClock,
+        span: &GenAiSpan,
     ) -> (String, Result<(String, Option<Value>), (ErrorKind, String)>) {
         let inner = &*self.inner;
         let found = inner.registry.get(&request.name);
@@ -171,8 +216,14 @@ impl ToolExecutor {
             );
         };
         let name = tool.info.name.clone();
+        span.set_with(semconv::TOOL_DESCRIPTION, || {
+            shorten(&tool.info.description, 500)
+        });
+        span.set(semconv::TOOLBOX_RISK, tool.info.risk.as_str());
         let outcome = self
-            .gate_and_call(tool, request, session_id, cancel, claim, ticket, waited)
+            .gate_and_call(
+                tool, request, session_id, cancel, claim, ticket, waited, span,
+            )
             .await;
         (name, outcome)
     }
@@ -187,6 +238,7 @@ impl ToolExecutor {
         claim: toolbox_host::SpoolClaim,
         ticket: Option<Arc<crate::ApprovalTicket>>,
         waited: &WaitClock,
+        span: &GenAiSpan,
     ) -> Result<(String, Option<Value>), (ErrorKind, String)> {
         let inner = &*self.inner;
         let name = tool.info.name.as_str();
@@ -237,9 +289,11 @@ impl ToolExecutor {
                 .get(&self.vocabulary_of(request))
                 .cloned()
                 .unwrap_or_default(),
+            trace: span.trace_parent(),
         };
 
         let decision = permissions.decide(tool.info.risk);
+        span.set(semconv::TOOLBOX_DECISION, decision.as_str());
         if decision == Decision::Deny {
             return Err((
                 ErrorKind::Denied,
@@ -333,6 +387,37 @@ impl ToolExecutor {
             }
             Err(_) => Err((kind, message)),
         }
+    }
+}
+
+/// The call's span gets what the call came to: the tool's name (also the span's name), the
+/// error class, how long it waited for a person, and, if the operator opted in, the result.
+fn finish_span(
+    span: &GenAiSpan,
+    tool: &str,
+    error: Option<ErrorKind>,
+    result: &str,
+    spooled: bool,
+    waited: &WaitClock,
+) {
+    if !span.recording() {
+        return;
+    }
+    span.set(semconv::TOOL_NAME, tool.to_string());
+    span.set(semconv::TOOLBOX_RESULT_CHARS, result.chars().count() as i64);
+    span.set(semconv::TOOLBOX_SPOOLED, spooled);
+    let wait = waited.get();
+    if !wait.is_zero() {
+        span.set(semconv::TOOLBOX_APPROVAL_WAIT, wait.as_secs_f64());
+    }
+    if let Some(by) = waited.approved_by() {
+        span.set(semconv::TOOLBOX_APPROVED_BY, by);
+    }
+    span.content(semconv::TOOL_CALL_RESULT, || result.to_string());
+    if let Some(kind) = error {
+        // The class only: an error's text may quote data (it is the result, recorded above
+        // only if the operator opted in).
+        span.fail(kind.as_str(), || kind.as_str().to_string());
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolbox_core::Vocabulary;
+use toolbox_core::{TraceParent, Vocabulary};
 use toolbox_host::EventSink;
 
 use crate::Permissions;
@@ -44,6 +44,10 @@ pub struct ToolRequest {
     /// asks only after every earlier call of the queue has passed the gate.
     #[serde(skip)]
     pub approval_ticket: Option<Arc<crate::ApprovalTicket>>,
+    /// The caller's trace context (an HTTP `traceparent`, MCP's `_meta`): the parent of the
+    /// call's `execute_tool` span when spans are exported. `None`: the current span's.
+    #[serde(skip)]
+    pub trace_parent: Option<TraceParent>,
 }
 
 impl ToolRequest {
@@ -59,6 +63,7 @@ impl ToolRequest {
             permissions: None,
             events: None,
             approval_ticket: None,
+            trace_parent: None,
         }
     }
 
@@ -89,6 +94,12 @@ impl ToolRequest {
     /// Sends this call's events to `events` (see [`ToolRequest::events`]).
     pub fn events(mut self, events: EventSink) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// Makes `parent` the parent of the call's span (see [`ToolRequest::trace_parent`]).
+    pub fn trace_parent(mut self, parent: Option<TraceParent>) -> Self {
+        self.trace_parent = parent;
         self
     }
 

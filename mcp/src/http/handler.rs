@@ -297,10 +297,18 @@ impl ServerHandler for McpHandler {
             }
             ToolEvent::ReviewAnswered { .. } | ToolEvent::PlanUpdated { .. } => {}
         });
+        let trace = crate::trace_parent(
+            Some(&context.meta),
+            context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .map(|parts| &parts.headers),
+        );
         let call = ToolRequest::new(call_id, name.clone(), arguments)
             .session(session.to_string())
             .events(sink)
-            .approval_ticket(self.approvals.ticket());
+            .approval_ticket(self.approvals.ticket())
+            .trace_parent(trace);
         let run = executor.run_cancellable(call, call_cancellation(&context));
         tokio::pin!(run);
         let mut asking = FuturesUnordered::new();

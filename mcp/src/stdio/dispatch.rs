@@ -164,6 +164,7 @@ impl Dispatcher {
             .and_then(|meta| meta.get("progressToken"))
             .filter(|token| token.is_string() || token.is_i64() || token.is_u64())
             .cloned();
+        let trace = crate::trace_parent(params.get("_meta").and_then(Value::as_object), None);
         let (name, arguments) = match jsonrpc::call_params(params) {
             Ok(call) => call,
             Err(message) => return self.outbox.error(&id, INVALID_PARAMS, &message),
@@ -184,7 +185,8 @@ impl Dispatcher {
         self.server.events.open_route(&call_id, progress_token);
         let request = ToolRequest::new(call_id.clone(), name.clone(), arguments)
             .session(self.server.session.to_string())
-            .approval_ticket(self.approvals.ticket());
+            .approval_ticket(self.approvals.ticket())
+            .trace_parent(trace);
         let executor = self.server.executor.clone();
         let events = self.server.events.clone();
         let outbox = self.outbox.clone();

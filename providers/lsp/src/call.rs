@@ -120,9 +120,16 @@ impl Env {
     {
         let limits = Limits::from_config(&self.ctx.config)?;
         for attempt in 0..2 {
-            let got = pool::get(&self.root(), spec, &self.cfg, limits, &self.ctx.cancel)
-                .await
-                .map_err(|e| anyhow!("{}: {e}", self.tool))?;
+            let got = pool::get(
+                &self.root(),
+                spec,
+                &self.cfg,
+                limits,
+                &self.ctx.cancel,
+                &self.ctx.trace_env(),
+            )
+            .await
+            .map_err(|e| anyhow!("{}: {e}", self.tool))?;
             if let Some(note) = &got.server.sandbox_note {
                 self.note(note.clone());
             }

@@ -43,6 +43,7 @@ pub async fn get(
     cfg: &LspConfig,
     limits: toolbox_host::limits::Limits,
     cancel: &CancellationToken,
+    trace_env: &[(&'static str, String)],
 ) -> Result<Got> {
     let slot = slot(root, &spec.name);
     let mut guard = slot.lock().await;
@@ -68,6 +69,7 @@ pub async fn get(
         cfg.allow_network,
         cfg.sandbox,
         cfg.idle_shutdown_s,
+        trace_env,
     )?);
     let init = server
         .initialize(

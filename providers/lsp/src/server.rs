@@ -110,7 +110,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts the server's process (not yet initialized).
+    /// Starts the server's process (not yet initialized). `trace_env` is the starting call's
+    /// trace context (`TRACEPARENT`), when spans are exported.
     pub fn spawn(
         spec: &ServerSpec,
         root: &Path,
@@ -118,6 +119,7 @@ impl Server {
         allow_network: bool,
         sandboxed: bool,
         idle_shutdown_s: u64,
+        trace_env: &[(&'static str, String)],
     ) -> Result<Server> {
         let program = find_program(&spec.command[0]).ok_or_else(|| {
             anyhow!(
@@ -174,6 +176,7 @@ impl Server {
             &private,
             sandbox.clone().or(network),
             limits,
+            trace_env,
         )
         .map_err(|e| {
             anyhow!(
@@ -656,6 +659,7 @@ fn spawn_child(
     private: &PrivateFolder,
     sandbox: Option<Arc<PreparedSandbox>>,
     limits: Arc<PreparedLimits>,
+    trace_env: &[(&'static str, String)],
 ) -> std::io::Result<Child> {
     let mut cmd = Command::new(program);
     cmd.args(&spec.command[1..])
@@ -684,6 +688,10 @@ fn spawn_child(
         .env("XDG_DATA_HOME", private.home.join(".local/share"))
         .env("XDG_STATE_HOME", private.home.join(".local/state"))
         .env_remove("XDG_RUNTIME_DIR");
+    // The trace of the call that started it, which its own tracing (if any) joins.
+    for (name, value) in trace_env {
+        cmd.env(name, value);
+    }
     // A session of its own: the whole server can be killed as a group, and it has no
     // controlling terminal. Then its limits and its sandbox (host's one child setup).
     ChildSetup::new()

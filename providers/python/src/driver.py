@@ -643,6 +643,9 @@ def _run(req):
         session.ns["OUTPUT_DIR"] = output_dir
     if cwd and os.environ.get(SCRATCHPAD_VAR) != cwd:
         _set_scratchpad_env(cwd)
+    trace = get("trace")
+    if trace is not None or _STATE.get("trace_base") is not None:
+        _set_trace_env(trace or {})
     site_dirs = get("site_dirs")
     if (site_dirs and not _STATE["site_dirs"].issuperset(site_dirs)) or get("generation") != _STATE[
         "generation"
@@ -822,10 +825,35 @@ def _current_cell():
 SCRATCHPAD_VAR = "PYTHON_EXEC_SCRATCHPAD"
 
 
+# The W3C trace context of the call's span (when toolbox exports spans), for code that
+# traces itself and for what it starts: OTel's environment carrier names.
+TRACE_VARS = ("TRACEPARENT", "TRACESTATE")
+
+
+def _set_trace_env(trace):
+    """Sets the run's TRACEPARENT/TRACESTATE; a run without them gets back what the process
+    started with, so no run inherits the last one's trace."""
+    base = _STATE.get("trace_base")
+    if base is None:
+        base = _STATE["trace_base"] = {name: os.environ.get(name) for name in TRACE_VARS}
+    for name in TRACE_VARS:
+        value = trace.get(name, base[name]) if trace else base[name]
+        if os.environ.get(name) != value:
+            _set_env(name, value)
+
+
 def _set_scratchpad_env(path):
+    _set_env(SCRATCHPAD_VAR, path)
+
+
+def _set_env(name, value):
+    """Sets (or, with None, removes) a variable for the running code and its children."""
     if not _STATE["embedded"]:
         # A worker is a process of its own: the real environment, inherited by what it starts.
-        os.environ[SCRATCHPAD_VAR] = path
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
         return
     # Embedded, the process is toolbox's, whose other threads read the C environment without
     # a lock Python's putenv() would take: only os.environ's own mapping is changed, and the
@@ -833,7 +861,10 @@ def _set_scratchpad_env(path):
     # so a child started with the default environment inherits the variable too.
     env = os.environ
     try:
-        env._data[env.encodekey(SCRATCHPAD_VAR)] = env.encodevalue(path)
+        if value is None:
+            env._data.pop(env.encodekey(name), None)
+        else:
+            env._data[env.encodekey(name)] = env.encodevalue(value)
     except (AttributeError, TypeError):
         return
     _pass_environ_to_children()

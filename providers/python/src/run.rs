@@ -349,6 +349,7 @@ async fn run_on(
         folders,
         generation: install::generation(),
         site_dirs: Vec::new(),
+        trace: ctx.trace_env(),
     };
     backend.run(request, call).await
 }

@@ -162,6 +162,7 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
         sandbox,
         limits: (!limits.is_none()).then(|| Arc::new(limits.prepare())),
         config,
+        trace_env: ctx.trace_env(),
     };
     if background {
         return jobs::start(shell, prepared, ctx).await.map(|text| {
@@ -246,7 +247,7 @@ fn temp_dir() -> PathBuf {
 async fn start_foreground(p: &Prepared) -> std::io::Result<process::Spawned> {
     #[cfg(target_env = "gnu")]
     if p.sandbox.is_none() && p.limits.is_none() {
-        let spawned = process::spawn_posix(&p.command, &p.cwd, &p.config.command_env())?;
+        let spawned = process::spawn_posix(&p.command, &p.cwd, &p.env())?;
         forker::janitor_send('+', spawned.pid as u32);
         return Ok(spawned);
     }

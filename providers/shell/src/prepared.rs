@@ -28,6 +28,25 @@ pub(crate) struct Prepared {
     /// `[limits]`, when any is set; holds the command's limit cgroup until the call ends.
     pub limits: Option<Arc<PreparedLimits>>,
     pub config: Arc<ShellConfig>,
+    /// `TRACEPARENT`/`TRACESTATE` of the call's span, when spans are exported.
+    pub trace_env: Vec<(&'static str, String)>,
+}
+
+impl Prepared {
+    /// The command's environment: toolbox's own without the denied variables, and the
+    /// call's trace context in place of any toolbox was started with.
+    pub(crate) fn env(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        let mut env = self.config.command_env();
+        if !self.trace_env.is_empty() {
+            env.retain(|(name, _)| name != "TRACEPARENT" && name != "TRACESTATE");
+            env.extend(
+                self.trace_env
+                    .iter()
+                    .map(|(name, value)| ((*name).into(), value.into())),
+            );
+        }
+        env
+    }
 }
 
 /// Builds the `bash -c` command of a prepared request.
@@ -35,7 +54,7 @@ pub(crate) fn build(p: &Prepared) -> std::process::Command {
     process::bash_command(
         &p.command,
         &p.cwd,
-        p.config.command_env(),
+        p.env(),
         p.limits.clone(),
         p.sandbox.clone(),
     )

@@ -148,6 +148,10 @@ impl LlmClient for AnthropicClient {
         SchemaFormat::Anthropic
     }
 
+    fn provider_name(&self) -> &'static str {
+        "anthropic"
+    }
+
     fn model(&self) -> &str {
         &self.transport.config.model
     }

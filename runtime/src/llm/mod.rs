@@ -141,6 +141,22 @@ pub enum LlmErrorKind {
     Config,
 }
 
+impl LlmErrorKind {
+    /// Its name as JSON has it (`rate_limited`, …): the `error.type` of a `chat` span.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LlmErrorKind::Auth => "auth",
+            LlmErrorKind::UnknownModel => "unknown_model",
+            LlmErrorKind::RateLimited => "rate_limited",
+            LlmErrorKind::Server => "server",
+            LlmErrorKind::BadResponse => "bad_response",
+            LlmErrorKind::Transport => "transport",
+            LlmErrorKind::Timeout => "timeout",
+            LlmErrorKind::Config => "config",
+        }
+    }
+}
+
 /// A failed model request. The message never contains the API key (nor a quoted start of
 /// it), also where it quotes a response, and has its control characters escaped.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -173,6 +189,10 @@ pub trait LlmClient: Send + Sync {
 
     /// The configured model's name.
     fn model(&self) -> &str;
+
+    /// The provider as OpenTelemetry's `gen_ai.provider.name` says it (`openai`,
+    /// `anthropic`).
+    fn provider_name(&self) -> &'static str;
 
     /// Sends `request`, streams its text to `on_text`, and returns the whole response.
     /// Dropping the future cancels the request.

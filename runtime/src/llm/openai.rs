@@ -145,6 +145,10 @@ impl LlmClient for OpenAiClient {
         SchemaFormat::OpenAi
     }
 
+    fn provider_name(&self) -> &'static str {
+        "openai"
+    }
+
     fn model(&self) -> &str {
         &self.transport.config.model
     }

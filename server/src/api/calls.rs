@@ -83,6 +83,7 @@ pub(super) async fn run_tool(
     State(state): Shared,
     Path((sid, name)): Path<(String, String)>,
     Query(query): Query<RunToolQuery>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> AppResult<Json<Value>> {
     let sid = session(&state, &sid)?;
@@ -154,6 +155,7 @@ pub(super) async fn run_tool(
                 let (askers, sid) = (state.askers.clone(), sid.clone());
                 move || askers.check(&sid)
             })),
+            super::trace_parent(&headers),
         )
         .await
         .map_err(turn_error)?;

@@ -156,6 +156,13 @@ pub(crate) fn session(state: &AppState, raw: &str) -> AppResult<SessionId> {
     Ok(sid)
 }
 
+/// The caller's W3C trace context (`traceparent`, `tracestate` headers): the parent of the
+/// spans of its call or turn. An invalid one is ignored, as the spec asks.
+fn trace_parent(headers: &axum::http::HeaderMap) -> Option<toolbox_core::TraceParent> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    toolbox_core::TraceParent::from_carrier(text("traceparent"), text("tracestate"))
+}
+
 fn turn_error(e: TurnError) -> ApiError {
     let status = match &e {
         TurnError::Busy(_) => StatusCode::CONFLICT,

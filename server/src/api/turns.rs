@@ -15,9 +15,11 @@ use crate::ApiError;
 pub(super) async fn start_turn(
     State(state): Shared,
     Path(sid): Path<String>,
-    JsonBody(request): JsonBody<TurnRequest>,
+    headers: axum::http::HeaderMap,
+    JsonBody(mut request): JsonBody<TurnRequest>,
 ) -> AppResult<impl IntoResponse> {
     let sid = session(&state, &sid)?;
+    request.trace_parent = super::trace_parent(&headers);
     if state.shutdown.is_cancelled() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -111,6 +111,9 @@ pub(crate) struct RunRequest {
     /// site-packages folders to add to `sys.path` first: the configured venv's (embedded)
     /// or the per-user venv's (embedded and isolated); empty for the jupyter backend.
     pub site_dirs: Vec<String>,
+    /// `TRACEPARENT`/`TRACESTATE` of the call's span when spans are exported: set in
+    /// `os.environ` for the run, so code that traces itself (and what it starts) joins it.
+    pub trace: Vec<(&'static str, String)>,
 }
 
 impl RunRequest {
@@ -138,6 +141,14 @@ impl RunRequest {
         request.insert("generation".into(), self.generation.into());
         if !self.site_dirs.is_empty() {
             request.insert("site_dirs".into(), self.site_dirs.into());
+        }
+        if !self.trace.is_empty() {
+            let trace: Map<String, Value> = self
+                .trace
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value.into()))
+                .collect();
+            request.insert("trace".into(), Value::Object(trace));
         }
         Value::Object(request)
     }
@@ -451,6 +462,7 @@ mod tests {
             folders: None,
             generation: 2,
             site_dirs: Vec::new(),
+            trace: Vec::new(),
         };
         assert_eq!(
             request.clone().into_driver(),
