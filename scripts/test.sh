@@ -105,6 +105,18 @@ if [ ! -f target/inspector/node_modules/@modelcontextprotocol/inspector/package.
 fi
 export TOOLBOX_TEST_INSPECTOR="$PWD/target/inspector"
 
+step "Arize Phoenix, a real OpenTelemetry collector (target/phoenix-venv)"
+# toolbox/tests/otel_phoenix.rs exports spans to Phoenix and reads them back. It is large
+# (about 140 packages), so it has a venv of its own, kept between runs.
+PHOENIX_VERSION=20.26.1
+PHX=target/phoenix-venv
+if ! "$PHX/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('arize-phoenix') != '$PHOENIX_VERSION')" 2>/dev/null; then
+  mkdir -p target
+  [ -x "$PHX/bin/python" ] || "$PY" -m venv "$PHX"
+  "$PHX/bin/python" -m pip install --quiet --disable-pip-version-check "arize-phoenix==$PHOENIX_VERSION"
+fi
+export TOOLBOX_TEST_PHOENIX="$PWD/$PHX/bin/phoenix"
+
 step "system tools the tests need"
 # toolbox/tests/cli.rs runs the binary under `script` to give it a terminal.
 if [ ! -x /usr/bin/script ]; then

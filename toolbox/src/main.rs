@@ -41,15 +41,17 @@ fn main() -> ExitCode {
             None
         }
     };
-    let telemetry = match init_tracing(stderr_is_terminal, cli.command.is_chat()) {
-        Ok(telemetry) => telemetry,
+    let code = match init_tracing(stderr_is_terminal, cli.command.is_chat()) {
+        Ok(telemetry) => {
+            let code = run_to_exit(cli);
+            finish_telemetry(telemetry);
+            code
+        }
         Err(UsageError(message)) => {
             eprintln!("toolbox: {message}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
     };
-    let code = run_to_exit(cli);
-    finish_telemetry(telemetry);
     if let Some(pump) = pump {
         // Bounded: a reader that went away must not keep toolbox alive.
         pump.flush(Duration::from_millis(500), Duration::from_secs(5));

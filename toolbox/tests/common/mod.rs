@@ -6,14 +6,20 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// The real `toolbox` binary run in `ws` with a clean environment: no `TOOLBOX_*` or
-/// `RUST_LOG` from the developer's shell, no user config file (a developer's own
+/// The real `toolbox` binary run in `ws` with a clean environment: no `TOOLBOX_*`,
+/// `RUST_LOG`, `OTEL_*` or `TRACEPARENT` from the developer's shell, no user config file (a developer's own
 /// `~/.config/toolbox/config.toml` must not change what tests see), stdin from /dev/null.
 pub fn toolbox(ws: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolbox"));
     cmd.current_dir(ws);
     for (key, _) in std::env::vars() {
-        if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+        // Nor a developer's OpenTelemetry settings or trace: no test exports unless it asks.
+        if key.starts_with("TOOLBOX_")
+            || key == "RUST_LOG"
+            || key.starts_with("OTEL_")
+            || key == "TRACEPARENT"
+            || key == "TRACESTATE"
+        {
             cmd.env_remove(key);
         }
     }
@@ -87,7 +93,13 @@ impl Terminal {
         let command = format!("{} {args}", env!("CARGO_BIN_EXE_toolbox"));
         let mut script = Command::new("/usr/bin/script");
         for (key, _) in std::env::vars() {
-            if key.starts_with("TOOLBOX_") || key == "RUST_LOG" {
+            // Nor a developer's OpenTelemetry settings or trace: no test exports unless it asks.
+            if key.starts_with("TOOLBOX_")
+                || key == "RUST_LOG"
+                || key.starts_with("OTEL_")
+                || key == "TRACEPARENT"
+                || key == "TRACESTATE"
+            {
                 script.env_remove(key);
             }
         }
