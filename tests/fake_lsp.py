@@ -16,6 +16,8 @@
                                   run)
     fake_lsp.py rename-into REL   answers rename with an edit of REL, a path relative to the
                                   workspace root (a server that edits where it should not)
+    fake_lsp.py env NAME          answers hover with NAME=<its value in the server's own
+                                  environment> (what toolbox started it with)
     fake_lsp.py diagnose          publishes, for each document opened or changed, one error
                                   per line that says CELL_ERROR (none otherwise); answers
                                   every request with null
@@ -141,6 +143,11 @@ while True:
                 seen.append("tmp: denied (%s)" % e.strerror)
         send({"jsonrpc": "2.0", "id": msg["id"],
               "result": {"contents": {"kind": "plaintext", "value": "; ".join(seen)}}})
+        continue
+    if mode == "env" and msg["method"] == "textDocument/hover":
+        value = "%s=%s" % (marker, os.environ.get(marker, "<unset>"))
+        send({"jsonrpc": "2.0", "id": msg["id"],
+              "result": {"contents": {"kind": "plaintext", "value": value}}})
         continue
     if mode == "shifty" and msg["method"] == "textDocument/rename":
         uri = msg["params"]["textDocument"]["uri"]

@@ -9,12 +9,14 @@
 //! - arguments and results only when the operator opts in, cut and with secrets redacted;
 //! - a collector that never answers: calls still finish, spans past the queue are dropped
 //!   and the count is said at exit;
+//! - `toolbox serve`: MCP over HTTP (`_meta`, or the `traceparent` header) and the REST call;
 //! - bad settings are usage errors naming the key; a workspace's `[otel]` is refused.
 //!
 //! The real collector (Arize Phoenix), `toolbox serve` turns and the router are in
 //! `otel_phoenix.rs`.
 
 mod common;
+mod serve_common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -397,6 +399,148 @@ fn mcp_calls_export_execute_tool_spans_parented_on_meta_with_the_duration_metric
     assert_eq!(counts.get("file_manager__read"), Some(&2), "{counts:?}");
     assert_eq!(counts.get("shell"), Some(&1), "{counts:?}");
     assert!(!stderr.contains("dropped"), "{stderr}");
+}
+
+#[test]
+fn serve_takes_the_parent_from_mcp_meta_the_http_header_and_the_rest_call() {
+    use serve_common::{Server, TOKEN};
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "hello\n").unwrap();
+    let collector = Collector::start();
+    let mut cmd =
+        serve_common::serve_command(ws.path(), None, &["--token", TOKEN, "--mode", "full"]);
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url())
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .env("OTEL_METRICS_EXPORTER", "none");
+    let server = Server::spawn(cmd, ws.path()).with_token(TOKEN);
+    let post = |session: Option<&str>, extra: Option<(&str, &str)>, body: Value| {
+        let mut req = server
+            .req("POST", "/mcp")
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            req = req
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", "2025-06-18");
+        }
+        if let Some((name, value)) = extra {
+            req = req.header(name, value);
+        }
+        req.send()
+    };
+    let init = post(
+        None,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "otel-test", "version": "0"}}}),
+    );
+    assert_eq!(init.status, 200, "{}", init.text());
+    let session = init.header("mcp-session-id").unwrap().to_string();
+    let done = post(
+        Some(&session),
+        None,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(done.status, 202);
+    let trace = |n: u8| format!("{n}bf92f3577b34da6a3ce929d0e0e4736");
+    let call = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "file_manager__read", "arguments": {"path": "notes.txt"}}})
+    };
+    let mut by_meta = call("meta");
+    by_meta["params"]["_meta"] =
+        json!({"traceparent": format!("00-{}-{PARENT_SPAN}-01", trace(1))});
+    assert_eq!(post(Some(&session), None, by_meta).status, 200);
+    let by_header = format!("00-{}-{PARENT_SPAN}-01", trace(2));
+    assert_eq!(
+        post(
+            Some(&session),
+            Some(("traceparent", &by_header)),
+            call("header")
+        )
+        .status,
+        200
+    );
+    let rest = server
+        .req("POST", "/api/sessions/s1/tools/file_manager__read")
+        .header("traceparent", &format!("00-{}-{PARENT_SPAN}-01", trace(3)))
+        .json(&json!({"path": "notes.txt"}))
+        .send();
+    assert_eq!(rest.status, 200, "{}", rest.text());
+    collector.wait("three spans", |r| r.spans.len() >= 3);
+    let spans = collector.spans();
+    for n in 1..=3 {
+        let span = spans
+            .iter()
+            .find(|s| hex(&s.trace_id) == trace(n))
+            .unwrap_or_else(|| panic!("no span in trace {n}"));
+        assert_eq!(span.name, "execute_tool file_manager__read");
+        assert_eq!(hex(&span.parent_span_id), PARENT_SPAN);
+    }
+}
+
+/// The Python the tests use (scripts/test.sh's venv), for the embedded interpreter and the
+/// fake language server.
+fn python() -> String {
+    std::env::var("TOOLBOX_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+#[test]
+fn python_code_its_children_and_a_language_server_get_the_calls_traceparent() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.py"), "x = 1\n").unwrap();
+    let collector = Collector::start();
+    let fake = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fake_lsp.py");
+    let config = ws.path().join("operator.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[otel]\nendpoint = \"{}\"\nschedule_delay_ms = 50\nmetrics = false\n\
+             [python]\ninterpreter = {:?}\n\
+             [lsp]\nbuiltin_servers = false\n\
+             [lsp.servers.envy]\ncommand = [{:?}, {fake:?}, \"env\", \"TRACEPARENT\"]\nextensions = [\"py\"]\n",
+            collector.url(),
+            python(),
+            python(),
+        ),
+    )
+    .unwrap();
+    let mut mcp = Mcp::start(ws.path(), &[("TOOLBOX_CONFIG", config.to_str().unwrap())]);
+    let code = "import os, subprocess\n\
+                print('code', os.environ.get('TRACEPARENT'))\n\
+                print(subprocess.run(['sh', '-c', 'echo child $TRACEPARENT'], capture_output=True, text=True).stdout)";
+    let first = mcp.call("run_python_code", json!({"code": code}), None);
+    let second = mcp.call("run_python_code", json!({"code": code}), None);
+    let hover = mcp.call(
+        "lsp__hover",
+        json!({"path": "a.py", "line": 1, "column": 1}),
+        None,
+    );
+    collector.wait("three spans", |r| r.spans.len() >= 3);
+    mcp.finish();
+    let spans = collector.spans();
+    let own = |span: &Span| format!("00-{}-{}-01", hex(&span.trace_id), hex(&span.span_id));
+    let python_spans: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "execute_tool run_python_code")
+        .collect();
+    assert_eq!(python_spans.len(), 2);
+    // Each run sees its own call's span, in os.environ and in what it starts.
+    for (out, span) in [(&first, python_spans[0]), (&second, python_spans[1])] {
+        let tp = own(span);
+        assert!(out.contains(&format!("code {tp}")), "{out}\nwanted {tp}");
+        assert!(out.contains(&format!("child {tp}")), "{out}\nwanted {tp}");
+    }
+    let lsp = spans
+        .iter()
+        .find(|s| s.name == "execute_tool lsp__hover")
+        .unwrap();
+    assert!(
+        hover.contains(&format!("TRACEPARENT={}", own(lsp))),
+        "{hover}"
+    );
 }
 
 #[test]
