@@ -136,18 +136,26 @@ impl TraceParent {
 /// Version `00`, whatever version was read (the spec: send the version you speak).
 impl fmt::Display for TraceParent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.parent_id),
-            self.flags & 1
-        )
+        let flags = if self.flags & 1 == 1 { "01" } else { "00" };
+        let mut text = String::with_capacity(55);
+        text.push_str("00-");
+        text.push_str(&hex(&self.trace_id));
+        text.push('-');
+        text.push_str(&hex(&self.parent_id));
+        text.push('-');
+        text.push_str(flags);
+        f.write_str(&text)
     }
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
 }
 
 /// Lower-case hex digits, two per byte; `None` for anything else.

@@ -225,9 +225,9 @@ pub struct ToolContext {
     /// prompted in the data agent's vocabulary. Canonical in a context made with
     /// [`Self::new`].
     pub words: ToolWords,
-    /// The trace context of the call's `execute_tool` span when spans are exported: a child
-    /// process gets it as `TRACEPARENT` ([`Self::trace_env`]).
-    pub trace: Option<toolbox_core::TraceParent>,
+    /// The call's `execute_tool` span when spans are exported: a child process gets its
+    /// trace context as `TRACEPARENT` ([`Self::trace_env`]).
+    pub trace: Option<crate::telemetry::GenAiSpan>,
 }
 
 /// The names of the tools in the vocabulary a model was shown, for text a tool writes about
@@ -323,7 +323,8 @@ impl ToolContext {
     /// joins the call's trace (`TRACEPARENT`, `TRACESTATE`); empty when spans are not
     /// exported.
     pub fn trace_env(&self) -> Vec<(&'static str, String)> {
-        crate::telemetry::child_env(self.trace.as_ref())
+        let parent = self.trace.as_ref().and_then(|span| span.trace_parent());
+        crate::telemetry::child_env(parent.as_ref())
     }
 
     /// The name the model knows the tool `canonical` by, in the vocabulary it was shown

@@ -141,8 +141,9 @@ fn finish_telemetry(telemetry: Option<toolbox::host::telemetry::Telemetry>) {
     let counts = telemetry.shutdown(Duration::from_secs(1));
     if counts.lost() > 0 {
         eprintln!(
-            "toolbox: OpenTelemetry: {} spans exported, {} dropped (queue full), {} not accepted by {endpoint}",
-            counts.exported, counts.dropped, counts.failed
+            "toolbox: OpenTelemetry: of {} spans, {} exported, {} dropped (queue full), {} not \
+             accepted by {endpoint}, {} still unsent at exit",
+            counts.spans, counts.exported, counts.dropped, counts.failed, counts.unsent
         );
     }
 }

@@ -51,15 +51,27 @@ fn free_port() -> u16 {
 
 /// A running Phoenix: its HTTP port (UI, REST and OTLP/HTTP) and its gRPC port.
 struct Phoenix {
-    child: Child,
+    child: Option<Child>,
     port: u16,
     grpc_port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Phoenix {
+    /// A Phoenix of the test's own; or, with `TOOLBOX_TEST_PHOENIX_PORTS=HTTP,GRPC`, the one
+    /// already running on those ports of 127.0.0.1 (to look at the test's traces in its UI
+    /// afterwards).
     fn start() -> Phoenix {
         let dir = tempfile::tempdir().unwrap();
+        if let Ok(ports) = std::env::var("TOOLBOX_TEST_PHOENIX_PORTS") {
+            let (http, grpc) = ports.split_once(',').expect("HTTP,GRPC");
+            return Phoenix {
+                child: None,
+                port: http.parse().unwrap(),
+                grpc_port: grpc.parse().unwrap(),
+                _dir: dir,
+            };
+        }
         let (port, grpc_port) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("phoenix.log")).unwrap();
         let child = Command::new(phoenix_command())
@@ -76,7 +88,7 @@ impl Phoenix {
             .spawn()
             .unwrap();
         let phoenix = Phoenix {
-            child,
+            child: Some(child),
             port,
             grpc_port,
             _dir: dir,
@@ -150,8 +162,10 @@ impl Phoenix {
 
 impl Drop for Phoenix {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -183,8 +197,16 @@ fn id(span: &Value) -> &Value {
     &span["context"]["span_id"]
 }
 
-const CLIENT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const CLIENT_SPAN: &str = "b7ad6b7169203331";
+
+/// A trace id of this run's own (a Phoenix kept between runs holds the last run's traces).
+fn new_trace_id(n: u8) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{n:02x}{:014x}{:016x}", std::process::id(), nanos as u64)
+}
 
 fn write_agent(ws: &Path, name: &str) {
     let dir = ws.join(".toolbox/agents");
@@ -200,6 +222,7 @@ fn write_agent(ws: &Path, name: &str) {
 fn phoenix_receives_one_trace_per_turn_and_one_across_the_router() {
     let phoenix = Phoenix::start();
     let endpoint = phoenix.http();
+    let client_trace = new_trace_id(0);
 
     // --- A turn through toolbox serve ------------------------------------------------
     let ws = tempfile::tempdir().unwrap();
@@ -230,7 +253,7 @@ fn phoenix_receives_one_trace_per_turn_and_one_across_the_router() {
         .req("POST", "/api/sessions/t1/turns")
         .header(
             "traceparent",
-            &format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"),
+            &format!("00-{client_trace}-{CLIENT_SPAN}-01"),
         )
         .json(&json!({"message": "read the notes", "permission_mode": "read_only"}))
         .send();
@@ -239,7 +262,7 @@ fn phoenix_receives_one_trace_per_turn_and_one_across_the_router() {
     assert_eq!(llm.remaining(), 0, "{}", server.stderr());
 
     // 1 invoke_agent default, 3 chat, 3 execute_tool, call_agent, helper, 1 chat = 10.
-    let spans = phoenix.spans(CLIENT_TRACE, 10);
+    let spans = phoenix.spans(&client_trace, 10);
     let turn = one(&spans, "invoke_agent default");
     assert_eq!(
         turn["parent_id"], CLIENT_SPAN,
@@ -353,7 +376,7 @@ fn phoenix_receives_one_trace_per_turn_and_one_across_the_router() {
             .send();
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["status"], "done");
-        let spans = phoenix.spans(trace, 1);
+        let spans = phoenix.spans(&trace, 1);
         let span = one(&spans, "execute_tool file_manager__read");
         assert_eq!(span["parent_id"], CLIENT_SPAN, "{protocol}: {span}");
         assert_eq!(span["attributes"]["toolbox.session.id"], sid);

@@ -216,9 +216,6 @@ impl ToolExecutor {
             );
         };
         let name = tool.info.name.clone();
-        span.set_with(semconv::TOOL_DESCRIPTION, || {
-            shorten(&tool.info.description, 500)
-        });
         span.set(semconv::TOOLBOX_RISK, tool.info.risk.as_str());
         let outcome = self
             .gate_and_call(
@@ -289,7 +286,7 @@ impl ToolExecutor {
                 .get(&self.vocabulary_of(request))
                 .cloned()
                 .unwrap_or_default(),
-            trace: span.trace_parent(),
+            trace: span.recording().then(|| span.clone()),
         };
 
         let decision = permissions.decide(tool.info.risk);

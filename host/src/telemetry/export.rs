@@ -26,7 +26,8 @@ use opentelemetry_sdk::Resource;
 /// What happened to the spans handed to the exporter so far.
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
-    in_flight: AtomicUsize,
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) ended: AtomicU64,
     pub(crate) exported: AtomicU64,
     pub(crate) dropped: AtomicU64,
     pub(crate) failed: AtomicU64,
@@ -47,6 +48,7 @@ impl<P: SpanProcessor> SpanProcessor for Gate<P> {
     }
 
     fn on_end(&self, span: SpanData) {
+        self.counts.ended.fetch_add(1, Ordering::Relaxed);
         if self.counts.in_flight.fetch_add(1, Ordering::AcqRel) >= self.limit {
             self.counts.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);

@@ -73,6 +73,8 @@ pub struct Telemetry {
 /// or gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct ExportCounts {
+    /// Spans finished and handed to the exporter (sampled ones).
+    pub spans: u64,
     /// Spans the collector accepted.
     pub exported: u64,
     /// Spans dropped because the queue was full (the collector is slow or gone).
@@ -81,12 +83,15 @@ pub struct ExportCounts {
     pub failed: u64,
     /// Metric exports that failed.
     pub metric_exports_failed: u64,
+    /// Spans queued or being sent: after [`Telemetry::shutdown`], those it had no time to
+    /// send (lost too).
+    pub unsent: u64,
 }
 
 impl ExportCounts {
-    /// Spans lost, for any reason.
+    /// Spans lost, for any reason (after shutdown).
     pub fn lost(&self) -> u64 {
-        self.dropped + self.failed
+        self.dropped + self.failed + self.unsent
     }
 }
 
@@ -97,6 +102,8 @@ pub fn counts() -> Option<ExportCounts> {
 
 fn read_counts(c: &Counts) -> ExportCounts {
     ExportCounts {
+        spans: c.ended.load(Ordering::Relaxed),
+        unsent: c.in_flight.load(Ordering::Relaxed) as u64,
         exported: c.exported.load(Ordering::Relaxed),
         dropped: c.dropped.load(Ordering::Relaxed),
         failed: c.failed.load(Ordering::Relaxed),
@@ -474,6 +481,7 @@ impl GenAiSpan {
                 target: "gen_ai",
                 "execute_tool",
                 otel.name = tracing::field::Empty,
+                gen_ai.operation.name = "execute_tool",
                 otel.kind = "internal",
                 otel.status_code = tracing::field::Empty,
                 otel.status_description = tracing::field::Empty,
@@ -482,6 +490,7 @@ impl GenAiSpan {
                 target: "gen_ai",
                 "invoke_agent",
                 otel.name = tracing::field::Empty,
+                gen_ai.operation.name = "invoke_agent",
                 otel.kind = "internal",
                 otel.status_code = tracing::field::Empty,
                 otel.status_description = tracing::field::Empty,
@@ -490,6 +499,7 @@ impl GenAiSpan {
                 target: "gen_ai",
                 "chat",
                 otel.name = tracing::field::Empty,
+                gen_ai.operation.name = "chat",
                 otel.kind = "client",
                 otel.status_code = tracing::field::Empty,
                 otel.status_description = tracing::field::Empty,
@@ -513,12 +523,6 @@ impl GenAiSpan {
             if let Some(tp) = parent {
                 let _ = span.set_parent(remote_context(tp));
             }
-            let op = match operation {
-                Operation::ExecuteTool => semconv::OP_EXECUTE_TOOL,
-                Operation::InvokeAgent => semconv::OP_INVOKE_AGENT,
-                Operation::Chat => semconv::OP_CHAT,
-            };
-            span.set_attribute(semconv::OPERATION_NAME, op);
         }
         GenAiSpan { span, recording }
     }

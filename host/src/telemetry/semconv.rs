@@ -25,8 +25,6 @@ pub const TOOL_NAME: &str = "gen_ai.tool.name";
 pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
 /// `function` for toolbox's tools.
 pub const TOOL_TYPE: &str = "gen_ai.tool.type";
-/// The tool's description.
-pub const TOOL_DESCRIPTION: &str = "gen_ai.tool.description";
 /// The call's arguments (opt-in).
 pub const TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
 /// The call's result (opt-in).

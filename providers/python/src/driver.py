@@ -644,7 +644,7 @@ def _run(req):
     if cwd and os.environ.get(SCRATCHPAD_VAR) != cwd:
         _set_scratchpad_env(cwd)
     trace = get("trace")
-    if trace is not None or _STATE.get("trace_base") is not None:
+    if trace is not None or "trace_now" in _STATE:
         _set_trace_env(trace or {})
     site_dirs = get("site_dirs")
     if (site_dirs and not _STATE["site_dirs"].issuperset(site_dirs)) or get("generation") != _STATE[
@@ -832,14 +832,17 @@ TRACE_VARS = ("TRACEPARENT", "TRACESTATE")
 
 def _set_trace_env(trace):
     """Sets the run's TRACEPARENT/TRACESTATE; a run without them gets back what the process
-    started with, so no run inherits the last one's trace."""
-    base = _STATE.get("trace_base")
-    if base is None:
-        base = _STATE["trace_base"] = {name: os.environ.get(name) for name in TRACE_VARS}
+    started with, so no run inherits the last one's trace. Only what changed is set."""
+    now = _STATE.get("trace_now")
+    if now is None:
+        now = _STATE["trace_now"] = {name: os.environ.get(name) for name in TRACE_VARS}
+        _STATE["trace_base"] = dict(now)
+    base = _STATE["trace_base"]
     for name in TRACE_VARS:
         value = trace.get(name, base[name]) if trace else base[name]
-        if os.environ.get(name) != value:
+        if now[name] != value:
             _set_env(name, value)
+            now[name] = value
 
 
 def _set_scratchpad_env(path):
