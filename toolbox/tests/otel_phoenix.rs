@@ -376,7 +376,7 @@ fn phoenix_receives_one_trace_per_turn_and_one_across_the_router() {
             .send();
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["status"], "done");
-        let spans = phoenix.spans(&trace, 1);
+        let spans = phoenix.spans(trace, 1);
         let span = one(&spans, "execute_tool file_manager__read");
         assert_eq!(span["parent_id"], CLIENT_SPAN, "{protocol}: {span}");
         assert_eq!(span["attributes"]["toolbox.session.id"], sid);
