@@ -32,6 +32,8 @@ pub(crate) struct Counts {
     pub(crate) dropped: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) metric_exports_failed: AtomicU64,
+    /// Whether the last batch failed (the collector is down or refusing).
+    pub(crate) last_failed: std::sync::atomic::AtomicBool,
 }
 
 /// Drops a span when `limit` spans are already queued or being sent, and counts it.
@@ -85,6 +87,9 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
             Ok(()) => &self.counts.exported,
             Err(_) => &self.counts.failed,
         };
+        self.counts
+            .last_failed
+            .store(result.is_err(), Ordering::Relaxed);
         counter.fetch_add(n as u64, Ordering::Relaxed);
         self.counts.in_flight.fetch_sub(n, Ordering::AcqRel);
         result

@@ -240,12 +240,44 @@ impl Telemetry {
     /// Sends what is queued and stops, within `limit` (a dead collector must not hold the
     /// exit). Returns the final counts. Call it outside any async runtime (it blocks).
     pub fn shutdown(self, limit: Duration) -> ExportCounts {
+        let deadline = std::time::Instant::now() + limit;
         let _ = self.tracer_provider.shutdown_with_timeout(limit);
-        if let Some(meter) = &self.meter_provider {
-            let _ = meter.shutdown_with_timeout(limit);
+        if let Some(meter) = self.meter_provider {
+            // What is left of the one bound, and a moment for the last metrics at least;
+            // only the moment when the spans' collector just failed (it is the same one).
+            // On a thread of its own: the SDK's metric reader does not keep to its bound.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let down = ACTIVE
+                .get()
+                .is_some_and(|a| a.counts.last_failed.load(Ordering::Relaxed));
+            let bound = if down {
+                Duration::from_millis(20)
+            } else {
+                left.max(Duration::from_millis(100))
+            };
+            let (done, finished) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("otel-metrics-shutdown".into())
+                .spawn(move || {
+                    let _ = meter.shutdown_with_timeout(bound);
+                    let _ = done.send(());
+                });
+            if spawned.is_ok() {
+                let _ = finished.recv_timeout(bound);
+            }
         }
         counts().unwrap_or_default()
     }
+}
+
+/// Two retries, 100 ms then 200 ms apart (OTLP's own default is three, up to 1.6 s): a
+/// collector that is down costs a one-shot `toolbox call` about 0.3 s at exit, not the whole
+/// bound; a slow one has its export timeout.
+fn retry_policy() -> opentelemetry_otlp::RetryPolicy {
+    opentelemetry_otlp::RetryPolicy::recommended()
+        .with_max_retries(2)
+        .with_initial_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_millis(400))
 }
 
 fn scope() -> InstrumentationScope {
@@ -266,6 +298,7 @@ fn span_exporter(settings: &Settings) -> Result<SpanExporterAny> {
                 .with_endpoint(endpoint.clone())
                 .with_timeout(timeout)
                 .with_headers(settings.headers.clone().into_iter().collect())
+                .with_retry_policy(retry_policy())
                 .build()
                 .with_context(|| format!("cannot export spans to {endpoint}"))?,
         ),
@@ -277,6 +310,7 @@ fn span_exporter(settings: &Settings) -> Result<SpanExporterAny> {
                     .with_tonic()
                     .with_endpoint(endpoint.clone())
                     .with_timeout(timeout)
+                    .with_retry_policy(retry_policy())
                     .with_metadata(metadata);
                 if tls {
                     builder = builder.with_tls_config(
@@ -303,6 +337,7 @@ fn metric_exporter(settings: &Settings, endpoint: &str) -> Result<MetricExporter
                 .with_endpoint(endpoint.clone())
                 .with_timeout(timeout)
                 .with_headers(settings.headers.clone().into_iter().collect())
+                .with_retry_policy(retry_policy())
                 .build()
                 .with_context(|| format!("cannot export metrics to {endpoint}"))?,
         ),
@@ -314,6 +349,7 @@ fn metric_exporter(settings: &Settings, endpoint: &str) -> Result<MetricExporter
                     .with_tonic()
                     .with_endpoint(endpoint.clone())
                     .with_timeout(timeout)
+                    .with_retry_policy(retry_policy())
                     .with_metadata(metadata);
                 if tls {
                     builder = builder.with_tls_config(
