@@ -469,8 +469,58 @@ fn serve_takes_the_parent_from_mcp_meta_the_http_header_and_the_rest_call() {
         .json(&json!({"path": "notes.txt"}))
         .send();
     assert_eq!(rest.status, 200, "{}", rest.text());
-    collector.wait("three spans", |r| r.spans.len() >= 3);
+    // A call that asks a person: its span says so, and how long it waited. Someone must
+    // follow the session's events for a question to be asked at all.
+    let events = server.events("s1", None);
+    assert_eq!(events.status, 200);
+    let asking = {
+        let req = server
+            .req(
+                "POST",
+                "/api/sessions/s1/tools/shell?mode=auto&call_id=ask1",
+            )
+            .json(&json!({"command": "echo approved"}));
+        std::thread::spawn(move || req.send())
+    };
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let ok = server.post(
+            "/api/tool-approval/s1/ask1",
+            &json!({"decision": "approve"}),
+        );
+        if ok.status == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "the approval was never asked: {}",
+            ok.text()
+        );
+    }
+    let ran = asking.join().unwrap();
+    assert!(ran.text().contains("approved"), "{}", ran.text());
+    collector.wait("four spans", |r| r.spans.len() >= 4);
     let spans = collector.spans();
+    // The health endpoint counts them too.
+    let health = server.get("/api/health").json();
+    assert!(health["otel"]["spans"].as_u64().unwrap() >= 4, "{health}");
+    assert_eq!(health["otel"]["dropped"], 0, "{health}");
+    let asked = spans
+        .iter()
+        .find(|s| s.name == "execute_tool shell")
+        .unwrap();
+    assert_eq!(
+        attr(asked, "toolbox.permission.decision"),
+        Some(json!("ask"))
+    );
+    assert_eq!(attr(asked, "gen_ai.tool.call.id"), Some(json!("ask1")));
+    let waited = attr(asked, "toolbox.approval.wait_s").and_then(|v| v.as_f64());
+    assert!(waited.is_some_and(|w| w > 0.0), "{asked:?}");
+    assert!(
+        attr(asked, "toolbox.approval.answered_by").is_some(),
+        "{asked:?}"
+    );
     for n in 1..=3 {
         let span = spans
             .iter()
@@ -674,6 +724,24 @@ fn bad_settings_are_usage_errors_and_a_workspace_may_not_set_otel() {
     let (code, err) = run(&[("TOOLBOX_CONFIG", config.to_str().unwrap())]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("[otel] endpoint"), "{err}");
+    // doctor says where spans go, or that they go nowhere.
+    let doctor = |env: &[(&str, &str)]| {
+        let out = common::toolbox(ws.path())
+            .arg("doctor")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let on = doctor(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+    ]);
+    assert!(on.contains("spans to http://127.0.0.1:9 over grpc"), "{on}");
+    assert!(
+        doctor(&[]).contains("OpenTelemetry export"),
+        "doctor names it when off too"
+    );
     // Off by default, and nothing is said.
     let (code, err) = run(&[]);
     assert_eq!(code, Some(0), "{err}");

@@ -51,6 +51,8 @@ pub const SPAN_TARGET: &str = "gen_ai";
 
 /// What the process-wide exporter does, once started.
 struct Active {
+    /// Where spans go and how (`http://…/v1/traces over http/protobuf`), for `toolbox doctor`.
+    target: String,
     counts: Arc<Counts>,
     record_content: bool,
     content_max_chars: usize,
@@ -114,6 +116,11 @@ fn read_counts(c: &Counts) -> ExportCounts {
 /// Whether spans are being exported in this process.
 pub fn active() -> bool {
     ACTIVE.get().is_some()
+}
+
+/// Where spans are exported to, and over which protocol; `None` when export is off.
+pub fn target() -> Option<&'static str> {
+    ACTIVE.get().map(|a| a.target.as_str())
 }
 
 impl Telemetry {
@@ -183,6 +190,11 @@ impl Telemetry {
             None => opentelemetry::global::meter_with_scope(scope()),
         };
         let active = Active {
+            target: format!(
+                "{} over {}",
+                settings.traces_endpoint,
+                settings.protocol.as_str()
+            ),
             counts,
             record_content: settings.record_content,
             content_max_chars: settings.content_max_chars,

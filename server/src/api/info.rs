@@ -37,6 +37,8 @@ pub(super) async fn health(State(state): Shared) -> Json<Value> {
         // read it (deprecated: read `session_server`).
         "host": session_server.clone(),
         "session_server": session_server,
+        // OpenTelemetry export: what happened to the spans so far (null when it is off).
+        "otel": toolbox_host::telemetry::counts(),
     }))
 }
 

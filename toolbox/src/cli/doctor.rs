@@ -23,6 +23,20 @@ pub(super) async fn run(args: DoctorArgs) -> Result<ExitCode, UsageError> {
     let config = load_config(&args.common)?;
     let providers = Value::Object(config.providers.clone());
     let mut rows = Vec::new();
+    // toolbox's own: where its traces go (main started the exporter before this).
+    rows.push((
+        "toolbox",
+        match toolbox::host::telemetry::target() {
+            Some(target) => toolbox::host::doctor::Finding::ok(
+                "OpenTelemetry export",
+                format!("spans to {target}"),
+            ),
+            None => toolbox::host::doctor::Finding::ok(
+                "OpenTelemetry export",
+                "off (set OTEL_EXPORTER_OTLP_ENDPOINT or [otel] endpoint; see docs/observability.md)",
+            ),
+        },
+    ));
     for check in doctor_checks() {
         for finding in (check.check)(&providers, &config.workspace).await {
             rows.push((check.provider, finding));
