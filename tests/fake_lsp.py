@@ -18,6 +18,10 @@
                                   workspace root (a server that edits where it should not)
     fake_lsp.py env NAME          answers hover with NAME=<its value in the server's own
                                   environment> (what toolbox started it with)
+    fake_lsp.py watch-parent      does what vscode-languageserver (pyright, basedpyright) does
+                                  with initialize's processId: checks it with kill(pid, 0)
+                                  every 0.2 s and exits 1 on any error (EPERM too); hover answers
+                                  processId=<the value>
     fake_lsp.py diagnose          publishes, for each document opened or changed, one error
                                   per line that says CELL_ERROR (none otherwise); answers
                                   every request with null
@@ -71,6 +75,25 @@ def publish(uri, text):
 
 
 RENAMES = [0]  # how many renames were asked (shifty)
+PARENT = [None]  # initialize's processId (watch-parent)
+
+
+def watch_parent(pid):
+    import threading
+    import time
+
+    def watch():
+        while True:
+            time.sleep(0.2)
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                # Any error, EPERM too, as vscode-languageserver does.
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 ROOT = [""]  # the workspace's URI (rename-into)
 while True:
     msg = read()
@@ -88,6 +111,9 @@ while True:
         continue
     if msg["method"] == "initialize":
         ROOT[0] = msg["params"].get("rootUri") or ""
+        PARENT[0] = msg["params"].get("processId")
+        if mode == "watch-parent" and PARENT[0] is not None:
+            watch_parent(PARENT[0])
         # diagnose: whole documents on every change (TextDocumentSyncKind.Full).
         caps = {"textDocumentSync": 1} if mode == "diagnose" else {}
         send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": caps}})
@@ -143,6 +169,10 @@ while True:
                 seen.append("tmp: denied (%s)" % e.strerror)
         send({"jsonrpc": "2.0", "id": msg["id"],
               "result": {"contents": {"kind": "plaintext", "value": "; ".join(seen)}}})
+        continue
+    if mode == "watch-parent" and msg["method"] == "textDocument/hover":
+        send({"jsonrpc": "2.0", "id": msg["id"],
+              "result": {"contents": {"kind": "plaintext", "value": "processId=%s" % PARENT[0]}}})
         continue
     if mode == "env" and msg["method"] == "textDocument/hover":
         value = "%s=%s" % (marker, os.environ.get(marker, "<unset>"))

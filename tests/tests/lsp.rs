@@ -515,6 +515,24 @@ async fn an_idle_server_is_stopped() {
     assert!(out.contains("function run"), "{out}");
 }
 
+/// vscode-languageserver (pyright, basedpyright) exits when the `processId` of `initialize`
+/// fails `kill(pid, 0)`, which it does inside the sandbox: basedpyright died two seconds after
+/// every start, and each call met a cold server. toolbox sends no pid to watch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_watches_its_parent_stays_up_in_the_sandbox() {
+    let table = json!({"builtin_servers": false,
+        "servers": {"watcher": {"command": [python3(), fake_lsp(), "watch-parent"],
+                                "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "x = 1\n");
+    let hover = json!({"path": "a.py", "line": 1, "column": 1});
+    let first = ok(&exec, "lsp__hover", hover.clone()).await;
+    assert!(first.contains("processId=None"), "{first}");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let second = ok(&exec, "lsp__hover", hover).await;
+    assert!(!second.contains("had stopped"), "{second}");
+}
+
 #[tokio::test]
 async fn servers_run_without_network_and_with_the_workspace_read_only() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

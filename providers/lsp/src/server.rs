@@ -256,7 +256,12 @@ impl Server {
         cancel: &CancellationToken,
     ) -> Result<()> {
         let params = json!({
-            "processId": std::process::id(),
+            // No pid to watch: a server dies with toolbox anyway (its death signal and
+            // containment). Inside the sandbox, Landlock's signal scope refuses kill(pid, 0)
+            // with EPERM, and vscode-languageserver (pyright, basedpyright) takes any error
+            // there for a dead client: basedpyright exited with status 1 within three
+            // seconds of every start, so every call met a cold server.
+            "processId": null,
             "clientInfo": {"name": "toolbox", "version": env!("CARGO_PKG_VERSION")},
             "rootUri": self.root_uri,
             "rootPath": self.root.display().to_string(),
