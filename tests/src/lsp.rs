@@ -40,6 +40,24 @@ pub fn pylsp() -> String {
     p.display().to_string()
 }
 
+/// basedpyright's language server: `TOOLBOX_TEST_BASEDPYRIGHT`, else the one beside the test
+/// venv's python (tests/requirements.txt installs basedpyright, which brings its own Node.js).
+pub fn basedpyright() -> String {
+    if let Ok(p) = std::env::var("TOOLBOX_TEST_BASEDPYRIGHT") {
+        return p;
+    }
+    let p = test_python()
+        .parent()
+        .unwrap()
+        .join("basedpyright-langserver");
+    assert!(
+        p.exists(),
+        "{} is missing: scripts/test.sh installs basedpyright (tests/requirements.txt)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
 /// python3 on `PATH`, which runs the fake server.
 pub fn python3() -> String {
     which("python3")

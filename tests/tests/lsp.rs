@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use toolbox as _;
 use toolbox_executor::{ErrorKind, PermissionMode, ToolExecutor};
-use toolbox_tests::lsp::{clangd, fake_lsp, pylsp, python3, write_c_project};
+use toolbox_tests::lsp::{basedpyright, clangd, fake_lsp, pylsp, python3, write_c_project};
 use toolbox_tests::{executor_with, fails, ok};
 
 fn lsp_table(servers: Value) -> Value {
@@ -146,6 +146,66 @@ async fn python_definition_references_hover_and_symbols() {
     .await;
     assert!(out.contains("pkg/util.py:7"), "{out}");
     assert_eq!(read(root, "main.py").lines().count(), 6);
+}
+
+/// basedpyright, the server the docs name first, cold: the first request to a server just
+/// started, on files no call has opened, finds every reference, and the first rename preview
+/// and the rename itself cover all three files.
+#[tokio::test(flavor = "multi_thread")]
+async fn basedpyright_cold_references_and_rename_across_files_never_opened() {
+    let servers =
+        json!({"basedpyright": {"command": [basedpyright(), "--stdio"], "extensions": ["py"]}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers.clone()))]);
+    let root = dir.path();
+    write_py_project(root);
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "pkg/util.py", "symbol": "helper", "line": 1}),
+    )
+    .await;
+    assert!(out.contains("in 3 files"), "{out}");
+    for file in ["main.py", "other.py", "pkg/util.py"] {
+        assert!(out.contains(file), "{file}: {out}");
+    }
+    assert!(!out.contains("had stopped"), "{out}");
+
+    // A second workspace, its server cold again: the preview, then the rename.
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers.clone()))]);
+    let root = dir.path();
+    write_py_project(root);
+    let provider = toolbox_host::registered_providers()
+        .into_iter()
+        .find(|p| p.name == "lsp")
+        .map(|p| (p.build)())
+        .unwrap();
+    let ctx = toolbox_host::ToolContext {
+        config: std::sync::Arc::new(json!({"lsp": lsp_table(servers)})),
+        ..toolbox_host::ToolContext::new(
+            toolbox_host::Workspace::new(root).unwrap(),
+            "s1",
+            "c1",
+            "lsp__rename",
+        )
+    };
+    let args = json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"});
+    let preview = tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
+        .await
+        .unwrap()
+        .expect("a preview")
+        .to_text(false);
+    assert!(preview.contains("in 3 files"), "{preview}");
+    assert!(preview.contains("+VALUE = add_one(3)"), "{preview}");
+    let out = ok(
+        &exec,
+        "lsp__rename",
+        json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"}),
+    )
+    .await;
+    assert!(out.contains("3 files"), "{out}");
+    assert!(read(root, "other.py").contains("VALUE = add_one(3)"));
+    assert!(read(root, "main.py").contains("return add_one(2)"));
+    assert!(read(root, "main.py").contains("# helper in a comment"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
