@@ -11,9 +11,11 @@
                                   (a folder outside the workspace, standing for the user's
                                   home), write into its own $HOME, and list /tmp
     fake_lsp.py shifty            answers rename with an edit of the named file the first
-                                  time, and of that file and other.py beside it after that
-                                  (a server whose answer changes between the preview and the
-                                  run)
+                                  two times (toolbox asks a young server twice), and of that
+                                  file and other.py beside it after that (a server whose
+                                  answer changes between the preview and the run)
+    fake_lsp.py warming           answers references with one more location each time it is
+                                  asked (a server that never finishes reading the workspace)
     fake_lsp.py rename-into REL   answers rename with an edit of REL, a path relative to the
                                   workspace root (a server that edits where it should not)
     fake_lsp.py env NAME          answers hover with NAME=<its value in the server's own
@@ -170,6 +172,18 @@ while True:
         send({"jsonrpc": "2.0", "id": msg["id"],
               "result": {"contents": {"kind": "plaintext", "value": "; ".join(seen)}}})
         continue
+    if mode == "warming" and msg["method"] in ("textDocument/references", "textDocument/rename"):
+        uri = msg["params"]["textDocument"]["uri"]
+        RENAMES[0] += 1
+        if msg["method"] == "textDocument/references":
+            result = [{"uri": uri, "range": {"start": {"line": 0, "character": n},
+                                             "end": {"line": 0, "character": n + 1}}}
+                      for n in range(RENAMES[0])]
+        else:
+            rng = {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}
+            result = {"changes": {uri: [{"range": rng, "newText": "x" * RENAMES[0]}]}}
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+        continue
     if mode == "watch-parent" and msg["method"] == "textDocument/hover":
         send({"jsonrpc": "2.0", "id": msg["id"],
               "result": {"contents": {"kind": "plaintext", "value": "processId=%s" % PARENT[0]}}})
@@ -186,7 +200,7 @@ while True:
         changes = {uri: [{"range": rng, "newText": new}]}
         asked_before = RENAMES[0]
         RENAMES[0] += 1
-        if asked_before:
+        if asked_before >= 2:
             other = uri.rsplit("/", 1)[0] + "/other.py"
             changes[other] = [{"range": rng, "newText": new}]
         send({"jsonrpc": "2.0", "id": msg["id"], "result": {"changes": changes}})

@@ -743,6 +743,38 @@ async fn a_notebook_edit_gets_the_running_servers_new_errors() {
     );
 }
 
+/// Issue 44: a server just started may answer before it has read the workspace. Its
+/// references count once two answers in a row agree; one whose answers keep changing past
+/// `[lsp] index_wait_s` gets a result that says it may be incomplete, and a rename from it
+/// is refused with nothing changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_still_reading_gets_no_silent_answer_and_no_rename() {
+    let table = json!({"builtin_servers": false, "index_wait_s": 1,
+        "servers": {"warming": {"command": [python3(), fake_lsp(), "warming"], "extensions": ["py"]}}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", table)]);
+    write(dir.path(), "a.py", "hello = 1\n");
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "a.py", "line": 1, "column": 1}),
+    )
+    .await;
+    assert!(out.contains("may be incomplete"), "{out}");
+    assert!(out.contains("ask again in a few seconds"), "{out}");
+    let got = toolbox_tests::call(
+        &exec,
+        "lsp__rename",
+        json!({"path": "a.py", "line": 1, "column": 1, "new_name": "world"}),
+    )
+    .await;
+    toolbox_tests::assert_error(
+        &got,
+        ErrorKind::Tool,
+        &["kept changing", "Nothing was changed"],
+    );
+    assert_eq!(read(dir.path(), "a.py"), "hello = 1\n");
+}
+
 /// Issue 37, point 8: the rename that runs is the rename the person approved. The preview
 /// and the run used to ask the server twice; a server whose answer changed in between (the
 /// fake `shifty` one adds a second file the second time) changed a file nobody saw. Now the

@@ -35,6 +35,12 @@ impl From<anyhow::Error> for Fail {
     }
 }
 
+/// A server started less than this long ago may still be reading the workspace: its
+/// whole-workspace answers are checked by asking twice ([`Env::settled`]).
+pub const YOUNG: Duration = Duration::from_secs(60);
+/// The pause between the two asks.
+pub const SETTLE_GAP: Duration = Duration::from_millis(250);
+
 /// One call's context, cheap to clone into an attempt.
 #[derive(Clone)]
 pub struct Env {
@@ -189,6 +195,41 @@ impl Env {
             return Err(Fail::Crashed(why));
         }
         Ok(())
+    }
+
+    /// A whole-workspace answer (references, a rename) from a server that may still be
+    /// reading the workspace. A server younger than [`YOUNG`] whose answers have not yet
+    /// agreed is asked again, [`SETTLE_GAP`] apart, until two answers in a row agree, within
+    /// `[lsp] index_wait_s`; then, and for an older server, one ask is enough. Returns the
+    /// last answer and whether it settled (`false`: the answers were still changing at the
+    /// bound, so it may be incomplete).
+    pub async fn settled<F, Fut>(
+        &self,
+        server: &Server,
+        ask: F,
+    ) -> std::result::Result<(Value, bool), Fail>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = std::result::Result<Value, Fail>>,
+    {
+        let mut answer = ask().await?;
+        if server.is_ready(YOUNG) {
+            return Ok((answer, true));
+        }
+        let bound = Duration::from_secs(self.cfg.index_wait_s);
+        let start = std::time::Instant::now();
+        loop {
+            if start.elapsed() + SETTLE_GAP > bound {
+                return Ok((answer, false));
+            }
+            tokio::time::sleep(SETTLE_GAP).await;
+            let again = ask().await?;
+            if again == answer {
+                server.mark_ready();
+                return Ok((answer, true));
+            }
+            answer = again;
+        }
     }
 
     /// Re-reads the server's open documents (but `skip`) and sends what changed on disk.

@@ -119,14 +119,18 @@ pub async fn run(tool: &'static str, args: Value, ctx: &ToolContext) -> Result<V
                         Ok(render(&env, &head, &locs, max).await)
                     }
                     _ => {
-                        let v = env
-                            .req(
-                                &server,
-                                "textDocument/references",
-                                json!({"textDocument": td, "position": pos.json(),
-                                       "context": {"includeDeclaration": true}}),
-                            )
+                        let params = json!({"textDocument": td, "position": pos.json(),
+                                            "context": {"includeDeclaration": true}});
+                        // A young server may still be reading the workspace: its answer
+                        // counts once two in a row agree.
+                        let (v, settled) = env
+                            .settled(&server, || {
+                                env.req(&server, "textDocument/references", params.clone())
+                            })
                             .await?;
+                        if !settled {
+                            env.note(unsettled_note(&server.spec.name, env.cfg.index_wait_s));
+                        }
                         let locs = locations(v);
                         let head = format!("references to {}", pos.label);
                         Ok::<_, Fail>(render(&env, &head, &locs, max).await)
@@ -136,6 +140,15 @@ pub async fn run(tool: &'static str, args: Value, ctx: &ToolContext) -> Result<V
         })
         .await?;
     Ok(Value::String(format!("{text}{}", env.notes_text())))
+}
+
+/// What a result says when a just-started server's answers were still changing.
+pub fn unsettled_note(server: &str, bound_s: u64) -> String {
+    format!(
+        "note: the language server `{server}` was started moments ago and its answers were \
+         still changing after {bound_s} s ([lsp] index_wait_s): it may not have read the whole \
+         workspace yet, so this list may be incomplete; ask again in a few seconds"
+    )
 }
 
 /// Locations from a definition or references answer (`Location`, `Location[]` or

@@ -93,14 +93,25 @@ async fn plan(env: &Env, req: &Request) -> Result<Plan> {
             async move {
                 env.prepare(&server, Some(&doc), fresh).await?;
                 let pos = position::resolve(&env, &server, &doc, &target).await?;
-                let v = env
-                    .req(
-                        &server,
-                        "textDocument/rename",
-                        json!({"textDocument": {"uri": doc.uri}, "position": pos.json(),
-                               "newName": new_name}),
-                    )
+                let params = json!({"textDocument": {"uri": doc.uri}, "position": pos.json(),
+                                    "newName": new_name});
+                // A young server may still be reading the workspace: a rename is planned
+                // only from an answer it gave twice in a row.
+                let (v, settled) = env
+                    .settled(&server, || {
+                        env.req(&server, "textDocument/rename", params.clone())
+                    })
                     .await?;
+                if !settled {
+                    return Err(Fail::Other(anyhow!(
+                        "{NAME}: the language server `{}` was started moments ago and its \
+                         rename kept changing for {} s ([lsp] index_wait_s): it has not read \
+                         the whole workspace yet, and a rename from a partial answer would \
+                         miss files. Nothing was changed; ask again in a few seconds",
+                        server.spec.name,
+                        env.cfg.index_wait_s
+                    )));
+                }
                 Ok::<_, Fail>((pos.label, v))
             }
         })

@@ -107,6 +107,10 @@ pub struct Server {
     pub capabilities: Mutex<Value>,
     /// Said once in a result: how the sandbox fell short, if it did.
     pub sandbox_note: Option<String>,
+    /// When it was started: a young server may still be reading the workspace.
+    started: Instant,
+    /// Two whole-workspace answers in a row agreed: it has read the workspace.
+    ready: std::sync::atomic::AtomicBool,
 }
 
 impl Server {
@@ -242,6 +246,8 @@ impl Server {
             docs: tokio::sync::Mutex::default(),
             outlines: Mutex::default(),
             last_used: Mutex::new(Instant::now()),
+            started: Instant::now(),
+            ready: std::sync::atomic::AtomicBool::new(false),
             idle_shutdown_s,
             capabilities: Mutex::new(Value::Null),
             sandbox_note,
@@ -478,6 +484,17 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// Whether its whole-workspace answers can be taken at once: it was started more than
+    /// `young` ago, or two of its answers in a row agreed ([`Self::mark_ready`]).
+    pub fn is_ready(&self, young: Duration) -> bool {
+        self.ready.load(Ordering::Relaxed) || self.started.elapsed() >= young
+    }
+
+    /// Notes that two answers in a row agreed.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
     }
 
     /// Asks the server to stop, then makes sure it has.
