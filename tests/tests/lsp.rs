@@ -208,6 +208,38 @@ async fn basedpyright_cold_references_and_rename_across_files_never_opened() {
     assert!(read(root, "main.py").contains("# helper in a comment"));
 }
 
+/// Issue 44, point 3: the server is started by the call and asked at once, on the largest
+/// project of these tests (121 modules, none ever opened): the answer is complete, or says
+/// that it may not be.
+#[tokio::test(flavor = "multi_thread")]
+async fn basedpyright_asked_at_once_on_a_large_project_is_complete_or_says_so() {
+    let servers =
+        json!({"basedpyright": {"command": [basedpyright(), "--stdio"], "extensions": ["py"]}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers))]);
+    let root = dir.path();
+    write(root, "pkg/__init__.py", "");
+    write(root, "pkg/core.py", "def target(n):\n    return n + 1\n");
+    for i in 0..120 {
+        write(
+            root,
+            &format!("pkg/m{i:03}.py"),
+            &format!("from pkg.core import target\n\n\ndef f{i}():\n    return target({i})\n"),
+        );
+    }
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "pkg/core.py", "symbol": "target", "line": 1, "max_results": 1000}),
+    )
+    .await;
+    let head = out.lines().next().unwrap_or_default();
+    assert!(
+        head.contains("241 in 121 files") || out.contains("may be incomplete"),
+        "{head}\n{}",
+        out.lines().last().unwrap_or_default()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn python_diagnostics_after_an_edit() {
     let (dir, exec) = py_exec();
