@@ -1,6 +1,12 @@
-"""lsp__references against file_manager__grep on a real project, through `toolbox mcp`.
+"""lsp__references against file_manager__grep on a real project, through `toolbox mcp`, for
+each language server given.
 
-    python bench/lsp_vs_grep.py TOOLBOX PYLSP [SOURCE_DIR] [SYMBOLS]
+    python bench/lsp_vs_grep.py TOOLBOX SERVERS [SOURCE_DIR] [SYMBOLS]
+
+SERVERS is a path to pylsp (as before), or a comma-separated list of NAME=COMMAND (words
+split on spaces), e.g.
+`pylsp=target/test-venv/bin/pylsp,basedpyright=target/test-venv/bin/basedpyright-langserver --stdio`.
+Every figure below is printed per server.
 
 SOURCE_DIR (default: the `requests` package of the Python running this script) is copied
 into a fresh workspace. SYMBOLS (default 30) names are taken from the files' outlines
@@ -9,7 +15,8 @@ For each, `lsp__references` (the server's answer, taken as the truth) and
 `file_manager__grep` for the name as a whole word (`\\bNAME\\b`, *.py) are compared line by
 line: grep's precision (its lines that are real references) and recall (real references
 it finds). Then the warm latency of `lsp__references` (3 more rounds over all symbols) and
-the cold start: a fresh `toolbox mcp` until its first `lsp__references` answer.
+the cold start: a fresh `toolbox mcp` until its first `lsp__references` answer, and whether
+that cold answer was complete (the same lines as the warm one) or said it may not be.
 
 Prints figures, no verdict. The client is bare JSON-RPC over stdio (no SDK).
 """
@@ -91,16 +98,33 @@ def grep_lines(text):
     return out
 
 
+def servers(arg):
+    """(name, command words) for each server SERVERS names."""
+    if "=" not in arg:
+        return [("pylsp", [arg])]
+    out = []
+    for item in arg.split(","):
+        name, command = item.split("=", 1)
+        out.append((name.strip(), command.split()))
+    return out
+
+
 def main():
-    toolbox, pylsp = sys.argv[1], sys.argv[2]
+    toolbox = sys.argv[1]
     if len(sys.argv) > 3:
         source = sys.argv[3]
     else:
         import requests
         source = os.path.dirname(requests.__file__)
     count = int(sys.argv[4]) if len(sys.argv) > 4 else 30
+    for name, command in servers(sys.argv[2]):
+        print(f"=== {name}: {' '.join(command)}")
+        run_server(toolbox, name, command, source, count)
+
+
+def run_server(toolbox, server, command, source, count):
     config = (f"[lsp]\nbuiltin_servers = false\nrequest_timeout_s = 120\n"
-              f"[lsp.servers.pylsp]\ncommand = [{json.dumps(pylsp)}]\nextensions = [\"py\"]\n")
+              f"[lsp.servers.{server}]\ncommand = {json.dumps(command)}\nextensions = [\"py\"]\n")
     tmp = tempfile.mkdtemp()
     ws = os.path.join(tmp, "ws")
     shutil.copytree(source, os.path.join(ws, os.path.basename(source)),
@@ -139,6 +163,7 @@ def main():
     tp = fp = fn = 0
     per = []
     first_times = []
+    warm_truth = {}
     for f, name, line in picked:
         t0 = time.perf_counter()
         err, text = mcp.call("lsp__references",
@@ -150,6 +175,7 @@ def main():
         # Only workspace files: grep searches nothing else (the server also finds uses in
         # the standard library, shown with absolute paths).
         truth = {(f, n) for (f, n) in lsp_lines(text) if not f.startswith("/")}
+        warm_truth[name] = truth
         err, gtext = mcp.call("file_manager__grep",
                               {"pattern": rf"\b{name}\b", "glob": "*.py", "max_results": 5000})
         found = grep_lines(gtext) if not err else set()
@@ -192,18 +218,28 @@ def main():
     print(f"lsp__hover warm over MCP (same addressing, cheaper request): median "
           f"{statistics.median(outline_times):.1f} ms")
 
-    # Cold start until the first lsp__references answer, fresh toolbox and server.
-    colds = []
+    # Cold start until the first lsp__references answer, fresh toolbox and server, and
+    # whether that answer was the warm one (complete) or said it may not be.
+    colds, verdicts = [], []
+    f, name, line = max(picked, key=lambda p: len(warm_truth.get(p[1], ())))
     for _ in range(3):
         mcp = Mcp(toolbox, ws, config)
-        f, name, line = picked[0]
         t0 = time.perf_counter()
-        err, text = mcp.call("lsp__references", {"path": f, "symbol": name, "line": line})
+        err, text = mcp.call("lsp__references",
+                             {"path": f, "symbol": name, "line": line, "max_results": 1000})
         colds.append(time.perf_counter() - t0)
+        got = {(g, n) for (g, n) in lsp_lines(text) if not g.startswith("/")}
+        want = warm_truth.get(name, set())
+        if "may be incomplete" in text:
+            verdicts.append("said it may be incomplete")
+        elif got == want:
+            verdicts.append(f"complete ({len(got)} lines)")
+        else:
+            verdicts.append(f"{len(got & want)} of {len(want)} lines, silently")
         mcp.close()
-    print(f"cold start to the first lsp__references answer: "
+    print(f"cold start to the first lsp__references answer ({name}): "
           f"{', '.join(f'{c * 1000:.0f} ms' for c in colds)} (first lsp__symbols: "
-          f"{cold_symbols * 1000:.0f} ms)")
+          f"{cold_symbols * 1000:.0f} ms); the cold answers: {'; '.join(verdicts)}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
