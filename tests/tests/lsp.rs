@@ -240,6 +240,60 @@ async fn basedpyright_asked_at_once_on_a_large_project_is_complete_or_says_so() 
     );
 }
 
+/// clangd cold, as basedpyright above: references asked first thing find the header and
+/// both sources; on another fresh server the first rename preview and the rename cover all
+/// three files.
+#[tokio::test(flavor = "multi_thread")]
+async fn clangd_cold_references_and_rename_across_files_never_opened() {
+    let servers = json!({"clangd": {"command": [clangd()], "extensions": ["c", "h"]}});
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers.clone()))]);
+    write_c_project(dir.path());
+    let out = ok(
+        &exec,
+        "lsp__references",
+        json!({"path": "util.h", "symbol": "add"}),
+    )
+    .await;
+    for place in ["main.c\n  4:12:", "util.h\n  2:5:", "util.c\n  3:5:"] {
+        assert!(out.contains(place), "{place}: {out}");
+    }
+
+    let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers.clone()))]);
+    let root = dir.path();
+    write_c_project(root);
+    let provider = toolbox_host::registered_providers()
+        .into_iter()
+        .find(|p| p.name == "lsp")
+        .map(|p| (p.build)())
+        .unwrap();
+    let ctx = toolbox_host::ToolContext {
+        config: std::sync::Arc::new(json!({"lsp": lsp_table(servers)})),
+        ..toolbox_host::ToolContext::new(
+            toolbox_host::Workspace::new(root).unwrap(),
+            "s1",
+            "c1",
+            "lsp__rename",
+        )
+    };
+    let args = json!({"path": "util.h", "symbol": "add", "new_name": "sum"});
+    let preview = tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
+        .await
+        .unwrap()
+        .expect("a preview")
+        .to_text(false);
+    assert!(preview.contains("in 3 files"), "{preview}");
+    assert!(preview.contains("+    return sum(1, 2);"), "{preview}");
+    let out = ok(
+        &exec,
+        "lsp__rename",
+        json!({"path": "util.h", "symbol": "add", "new_name": "sum"}),
+    )
+    .await;
+    assert!(out.contains("3 files"), "{out}");
+    assert!(read(root, "main.c").contains("return sum(1, 2);"));
+    assert!(read(root, "util.c").contains("int sum(int a, int b)"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn python_diagnostics_after_an_edit() {
     let (dir, exec) = py_exec();
