@@ -6,7 +6,9 @@ each language server given.
 SERVERS is a path to pylsp (as before), or a comma-separated list of NAME=COMMAND (words
 split on spaces), e.g.
 `pylsp=target/test-venv/bin/pylsp,basedpyright=target/test-venv/bin/basedpyright-langserver --stdio`.
-Every figure below is printed per server.
+Every figure below is printed per server. A server named `clangd` works on C: the `.c` and
+`.h` files, and by default zstd's `lib/` (the C sources the zstd-sys crate ships, in cargo's
+registry); the others on `.py` files.
 
 SOURCE_DIR (default: the `requests` package of the Python running this script) is copied
 into a fresh workspace. SYMBOLS (default 30) names are taken from the files' outlines
@@ -109,31 +111,44 @@ def servers(arg):
     return out
 
 
+def default_source(language):
+    if language == "c":
+        import glob
+        found = sorted(glob.glob(os.path.expanduser(
+            "~/.cargo/registry/src/*/zstd-sys-*/zstd/lib")))
+        if not found:
+            sys.exit("no C project found: give SOURCE_DIR (zstd-sys's lib/ is the default)")
+        return found[-1]
+    import requests
+    return os.path.dirname(requests.__file__)
+
+
 def main():
     toolbox = sys.argv[1]
-    if len(sys.argv) > 3:
-        source = sys.argv[3]
-    else:
-        import requests
-        source = os.path.dirname(requests.__file__)
     count = int(sys.argv[4]) if len(sys.argv) > 4 else 30
     for name, command in servers(sys.argv[2]):
+        language = "c" if name == "clangd" else "py"
+        source = sys.argv[3] if len(sys.argv) > 3 else default_source(language)
         print(f"=== {name}: {' '.join(command)}")
-        run_server(toolbox, name, command, source, count)
+        run_server(toolbox, name, command, source, count, language)
 
 
-def run_server(toolbox, server, command, source, count):
+def run_server(toolbox, server, command, source, count, language):
+    exts = ["c", "h"] if language == "c" else ["py"]
+    glob_pattern = "*.[ch]" if language == "c" else "*.py"
     config = (f"[lsp]\nbuiltin_servers = false\nrequest_timeout_s = 120\n"
-              f"[lsp.servers.{server}]\ncommand = {json.dumps(command)}\nextensions = [\"py\"]\n")
+              f"[lsp.servers.{server}]\ncommand = {json.dumps(command)}\n"
+              f"extensions = {json.dumps(exts)}\n")
     tmp = tempfile.mkdtemp()
     ws = os.path.join(tmp, "ws")
     shutil.copytree(source, os.path.join(ws, os.path.basename(source)),
                     ignore=shutil.ignore_patterns("__pycache__"))
     files = sorted(
         os.path.relpath(os.path.join(d, f), ws)
-        for d, _, fs in os.walk(ws) for f in fs if f.endswith(".py")
+        for d, _, fs in os.walk(ws) for f in fs
+        if any(f.endswith("." + e) for e in exts)
     )
-    print(f"project: {source} ({len(files)} .py files)")
+    print(f"project: {source} ({len(files)} {'/'.join('.' + e for e in exts)} files)")
 
     # Cold start: a fresh toolbox mcp until its first lsp__references answer.
     mcp = Mcp(toolbox, ws, config)
@@ -149,7 +164,7 @@ def run_server(toolbox, server, command, source, count):
         if err:
             continue
         for line in text.splitlines()[1:]:
-            m = re.match(r"( *)(function|class|method) (\w+)  lines (\d+)-", line)
+            m = re.match(r"( *)(function|class|method|struct) (\w+)  lines (\d+)-", line)
             if m and not m.group(3).startswith("__"):
                 candidates.append((f, m.group(3), int(m.group(4))))
     seen, picked = set(), []
@@ -177,7 +192,7 @@ def run_server(toolbox, server, command, source, count):
         truth = {(f, n) for (f, n) in lsp_lines(text) if not f.startswith("/")}
         warm_truth[name] = truth
         err, gtext = mcp.call("file_manager__grep",
-                              {"pattern": rf"\b{name}\b", "glob": "*.py", "max_results": 5000})
+                              {"pattern": rf"\b{name}\b", "glob": glob_pattern, "max_results": 5000})
         found = grep_lines(gtext) if not err else set()
         hit = len(truth & found)
         tp += hit
@@ -206,7 +221,7 @@ def run_server(toolbox, server, command, source, count):
     grep_times = []
     for f, name, line in picked:
         t0 = time.perf_counter()
-        mcp.call("file_manager__grep", {"pattern": rf"\b{name}\b", "glob": "*.py"})
+        mcp.call("file_manager__grep", {"pattern": rf"\b{name}\b", "glob": glob_pattern})
         grep_times.append((time.perf_counter() - t0) * 1000)
     mcp.close()
     q = statistics.quantiles(warm, n=20)
