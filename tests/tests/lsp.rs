@@ -31,6 +31,30 @@ fn read(root: &Path, rel: &str) -> String {
     std::fs::read_to_string(root.join(rel)).unwrap()
 }
 
+/// What the approval of `lsp__rename` `args` would show a person in `root`, under `[lsp]`
+/// `table` (the provider's preview; it changes nothing).
+async fn rename_preview(root: &Path, table: Value, args: Value) -> String {
+    let provider = toolbox_host::registered_providers()
+        .into_iter()
+        .find(|p| p.name == "lsp")
+        .map(|p| (p.build)())
+        .unwrap();
+    let ctx = toolbox_host::ToolContext {
+        config: std::sync::Arc::new(json!({ "lsp": table })),
+        ..toolbox_host::ToolContext::new(
+            toolbox_host::Workspace::new(root).unwrap(),
+            "s1",
+            "c1",
+            "lsp__rename",
+        )
+    };
+    tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
+        .await
+        .unwrap()
+        .expect("a preview")
+        .to_text(false)
+}
+
 fn write_py_project(root: &Path) {
     write(root, "pkg/__init__.py", "");
     write(
@@ -174,26 +198,12 @@ async fn basedpyright_cold_references_and_rename_across_files_never_opened() {
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers.clone()))]);
     let root = dir.path();
     write_py_project(root);
-    let provider = toolbox_host::registered_providers()
-        .into_iter()
-        .find(|p| p.name == "lsp")
-        .map(|p| (p.build)())
-        .unwrap();
-    let ctx = toolbox_host::ToolContext {
-        config: std::sync::Arc::new(json!({"lsp": lsp_table(servers)})),
-        ..toolbox_host::ToolContext::new(
-            toolbox_host::Workspace::new(root).unwrap(),
-            "s1",
-            "c1",
-            "lsp__rename",
-        )
-    };
-    let args = json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"});
-    let preview = tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
-        .await
-        .unwrap()
-        .expect("a preview")
-        .to_text(false);
+    let preview = rename_preview(
+        root,
+        lsp_table(servers),
+        json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"}),
+    )
+    .await;
     assert!(preview.contains("in 3 files"), "{preview}");
     assert!(preview.contains("+VALUE = add_one(3)"), "{preview}");
     let out = ok(
@@ -261,26 +271,12 @@ async fn clangd_cold_references_and_rename_across_files_never_opened() {
     let (dir, exec) = executor_with(PermissionMode::Full, &[("lsp", lsp_table(servers.clone()))]);
     let root = dir.path();
     write_c_project(root);
-    let provider = toolbox_host::registered_providers()
-        .into_iter()
-        .find(|p| p.name == "lsp")
-        .map(|p| (p.build)())
-        .unwrap();
-    let ctx = toolbox_host::ToolContext {
-        config: std::sync::Arc::new(json!({"lsp": lsp_table(servers)})),
-        ..toolbox_host::ToolContext::new(
-            toolbox_host::Workspace::new(root).unwrap(),
-            "s1",
-            "c1",
-            "lsp__rename",
-        )
-    };
-    let args = json!({"path": "util.h", "symbol": "add", "new_name": "sum"});
-    let preview = tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
-        .await
-        .unwrap()
-        .expect("a preview")
-        .to_text(false);
+    let preview = rename_preview(
+        root,
+        lsp_table(servers),
+        json!({"path": "util.h", "symbol": "add", "new_name": "sum"}),
+    )
+    .await;
     assert!(preview.contains("in 3 files"), "{preview}");
     assert!(preview.contains("+    return sum(1, 2);"), "{preview}");
     let out = ok(
@@ -331,28 +327,12 @@ async fn python_rename_across_three_files() {
     let root = dir.path();
     let before_other = read(root, "other.py");
     // The approval preview shows the diff, and changes nothing.
-    let provider = toolbox_host::registered_providers()
-        .into_iter()
-        .find(|p| p.name == "lsp")
-        .map(|p| (p.build)())
-        .unwrap();
-    let ctx = toolbox_host::ToolContext {
-        config: std::sync::Arc::new(
-            json!({"lsp": lsp_table(json!({"pylsp": {"command": [pylsp()], "extensions": ["py"]}}))}),
-        ),
-        ..toolbox_host::ToolContext::new(
-            toolbox_host::Workspace::new(root).unwrap(),
-            "s1",
-            "c1",
-            "lsp__rename",
-        )
-    };
-    let args = json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"});
-    let preview = tokio::task::spawn_blocking(move || provider.preview("lsp__rename", &args, &ctx))
-        .await
-        .unwrap()
-        .expect("a preview")
-        .to_text(false);
+    let preview = rename_preview(
+        root,
+        lsp_table(json!({"pylsp": {"command": [pylsp()], "extensions": ["py"]}})),
+        json!({"path": "pkg/util.py", "symbol": "helper", "new_name": "add_one"}),
+    )
+    .await;
     assert!(preview.contains("in 3 files"), "{preview}");
     assert!(
         preview.contains("-VALUE = helper(3)") && preview.contains("+VALUE = add_one(3)"),
