@@ -301,36 +301,20 @@ fn scope() -> InstrumentationScope {
 
 fn span_exporter(settings: &Settings) -> Result<SpanExporterAny> {
     let endpoint = settings.traces_endpoint.clone();
-    let timeout = settings.timeout;
     Ok(match settings.protocol {
         Protocol::HttpProtobuf => SpanExporterAny::Plain(
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(endpoint.clone())
-                .with_timeout(timeout)
-                .with_headers(settings.headers.clone().into_iter().collect())
-                .with_retry_policy(retry_policy())
-                .build()
-                .with_context(|| format!("cannot export spans to {endpoint}"))?,
+            over_http(
+                opentelemetry_otlp::SpanExporter::builder().with_http(),
+                settings,
+                &endpoint,
+            )
+            .build()
+            .with_context(|| format!("cannot export spans to {endpoint}"))?,
         ),
         Protocol::Grpc => {
-            let metadata = grpc_metadata(settings)?;
-            let tls = endpoint.starts_with("https://");
+            let grpc = GrpcSettings::new(settings, &endpoint)?;
             SpanExporterAny::OwnRuntime(OwnRuntime::build(move || {
-                let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint.clone())
-                    .with_timeout(timeout)
-                    .with_retry_policy(retry_policy())
-                    .with_metadata(metadata);
-                if tls {
-                    builder = builder.with_tls_config(
-                        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
-                            .with_native_roots(),
-                    );
-                }
-                builder
+                grpc.apply(opentelemetry_otlp::SpanExporter::builder().with_tonic())
                     .build()
                     .with_context(|| format!("cannot export spans to {endpoint} over gRPC"))
             })?)
@@ -340,41 +324,74 @@ fn span_exporter(settings: &Settings) -> Result<SpanExporterAny> {
 
 fn metric_exporter(settings: &Settings, endpoint: &str) -> Result<MetricExporterAny> {
     let endpoint = endpoint.to_string();
-    let timeout = settings.timeout;
     Ok(match settings.protocol {
         Protocol::HttpProtobuf => MetricExporterAny::Plain(
-            opentelemetry_otlp::MetricExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(endpoint.clone())
-                .with_timeout(timeout)
-                .with_headers(settings.headers.clone().into_iter().collect())
-                .with_retry_policy(retry_policy())
-                .build()
-                .with_context(|| format!("cannot export metrics to {endpoint}"))?,
+            over_http(
+                opentelemetry_otlp::MetricExporter::builder().with_http(),
+                settings,
+                &endpoint,
+            )
+            .build()
+            .with_context(|| format!("cannot export metrics to {endpoint}"))?,
         ),
         Protocol::Grpc => {
-            let metadata = grpc_metadata(settings)?;
-            let tls = endpoint.starts_with("https://");
+            let grpc = GrpcSettings::new(settings, &endpoint)?;
             MetricExporterAny::OwnRuntime(OwnRuntime::build(move || {
-                let mut builder = opentelemetry_otlp::MetricExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint.clone())
-                    .with_timeout(timeout)
-                    .with_retry_policy(retry_policy())
-                    .with_metadata(metadata);
-                if tls {
-                    builder = builder.with_tls_config(
-                        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
-                            .with_native_roots(),
-                    );
-                }
-                builder
+                grpc.apply(opentelemetry_otlp::MetricExporter::builder().with_tonic())
                     .build()
                     .with_context(|| format!("cannot export metrics to {endpoint} over gRPC"))
             })?)
         }
     })
+}
+
+/// An OTLP/HTTP exporter's builder (spans or metrics) set up from `settings`.
+fn over_http<B: WithExportConfig + WithHttpConfig>(
+    builder: B,
+    settings: &Settings,
+    endpoint: &str,
+) -> B {
+    builder
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_timeout(settings.timeout)
+        .with_headers(settings.headers.clone().into_iter().collect())
+        .with_retry_policy(retry_policy())
+}
+
+/// What a gRPC exporter's builder (spans or metrics) is set up with; moved onto the thread
+/// that builds it.
+struct GrpcSettings {
+    endpoint: String,
+    timeout: Duration,
+    metadata: opentelemetry_otlp::tonic_types::metadata::MetadataMap,
+}
+
+impl GrpcSettings {
+    fn new(settings: &Settings, endpoint: &str) -> Result<Self> {
+        Ok(GrpcSettings {
+            endpoint: endpoint.to_string(),
+            timeout: settings.timeout,
+            metadata: grpc_metadata(settings)?,
+        })
+    }
+
+    fn apply<B: WithExportConfig + WithTonicConfig>(self, builder: B) -> B {
+        let tls = self.endpoint.starts_with("https://");
+        let builder = builder
+            .with_endpoint(self.endpoint)
+            .with_timeout(self.timeout)
+            .with_retry_policy(retry_policy())
+            .with_metadata(self.metadata);
+        if tls {
+            builder.with_tls_config(
+                opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                    .with_native_roots(),
+            )
+        } else {
+            builder
+        }
+    }
 }
 
 fn grpc_metadata(
