@@ -15,15 +15,14 @@ geometric mean (below 1: the new binary is faster). Figures only, no verdict. Bo
 (default 2000) calls per tool per order, 120 s per order at most.
 """
 
-import io
-import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from mcp_stdio import Server
 
 OLD, NEW = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
@@ -32,53 +31,6 @@ CALLS = [
     ("file_manager__read", {"path": "small.txt"}),
     ("run_python_code", {"code": "x = 1"}),
 ]
-
-
-class Server:
-    """`toolbox mcp` with a raw, buffered line client."""
-
-    def __init__(self, binary, ws):
-        pin = ["taskset", "-c", "1"] if os.environ.get("PIN") else []
-        self.proc = subprocess.Popen(
-            pin + [binary, "mcp", "--mode", "full", "-w", ws],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
-        self.out = io.BufferedReader(self.proc.stdout, 1 << 16)
-        self.next_id = 1
-        reply = self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        )
-        assert "result" in reply, reply
-        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-
-    def request(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        self.proc.stdin.write((json.dumps(line) + "\n").encode())
-        while True:
-            reply = json.loads(self.out.readline())
-            if reply.get("id") == rid:
-                return reply
-
-    def call(self, name, arguments):
-        started = time.perf_counter()
-        reply = self.request("tools/call", {"name": name, "arguments": arguments})
-        took = time.perf_counter() - started
-        assert not reply["result"].get("isError"), reply
-        return took
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=10)
 
 
 def one_order(first, second, ws):

@@ -19,17 +19,16 @@ calls per tool per order, 120 s per order at most.
 """
 
 import http.server
-import io
-import json
 import math
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from mcp_stdio import Server
 
 BINARY = sys.argv[1]
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
@@ -40,63 +39,8 @@ CALLS = [
 ]
 
 
-class Server:
-    """`toolbox mcp` with `env` added, and a raw, buffered line client."""
-
-    def __init__(self, ws, env):
-        pin = ["taskset", "-c", "1"] if os.environ.get("PIN") else []
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            pin + [BINARY, "mcp", "--mode", "full", "-w", ws],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            bufsize=0,
-            env={**os.environ, **env},
-        )
-        self.out = io.BufferedReader(self.proc.stdout, 1 << 16)
-        self.next_id = 1
-        reply = self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        )
-        assert "result" in reply, reply
-        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-
-    def request(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        self.proc.stdin.write((json.dumps(line) + "\n").encode())
-        while True:
-            reply = json.loads(self.out.readline())
-            if reply.get("id") == rid:
-                return reply
-
-    def call(self, name, arguments):
-        started = time.perf_counter()
-        reply = self.request("tools/call", {"name": name, "arguments": arguments})
-        took = time.perf_counter() - started
-        assert not reply["result"].get("isError"), reply
-        return took
-
-    def close(self):
-        """Stops it; returns what it said at exit about lost spans, and how long exit took."""
-        started = time.perf_counter()
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-        took = time.perf_counter() - started
-        self.stderr.seek(0)
-        said = [
-            line
-            for line in self.stderr.read().decode(errors="replace").splitlines()
-            if "OpenTelemetry" in line
-        ]
-        return said, took
+def start(ws, env):
+    return Server(BINARY, ws, env)
 
 
 class Stub(http.server.BaseHTTPRequestHandler):
@@ -144,7 +88,7 @@ def hole_collector():
 
 def one_order(first, second, ws):
     """Starts `first` then `second` ((label, env) each) and alternates the same calls."""
-    servers = {label: Server(ws, env) for label, env in (first, second)}
+    servers = {label: start(ws, env) for label, env in (first, second)}
     labels = [first[0], second[0]]
     times = {(label, name): [] for label in labels for name, _ in CALLS}
     for server in servers.values():  # warm up: the interpreter, the caches
@@ -159,7 +103,10 @@ def one_order(first, second, ws):
         for name, args in CALLS:
             for label in order:
                 times[(label, name)].append(servers[label].call(name, args))
-    exits = {label: server.close() for label, server in servers.items()}
+    exits = {}
+    for label, server in servers.items():
+        stderr, took = server.close()
+        exits[label] = ([l for l in stderr.splitlines() if "OpenTelemetry" in l], took)
     return {key: statistics.median(v) * 1e6 for key, v in times.items()}, exits
 
 
@@ -182,7 +129,7 @@ def main():
         )
         ratios = {name: [] for name, _ in CALLS}
         print(f"== export on, collector {kind} ({url}) against export off")
-        for label, (first, second) in ((f"off started first", (off, on)), (f"{kind} started first", (on, off))):
+        for label, (first, second) in (("off started first", (off, on)), (f"{kind} started first", (on, off))):
             medians, exits = one_order(first, second, ws)
             for name, _ in CALLS:
                 a, b = medians[("off", name)], medians[(kind, name)]
