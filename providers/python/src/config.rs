@@ -352,9 +352,17 @@ pub fn venv_site_packages(venv: &Path, python: &FoundPython) -> PathBuf {
 }
 
 /// The per-user venv `kernel_install` uses by default: `$XDG_DATA_HOME/toolbox/venv`, else
-/// `~/.local/share/toolbox/venv`.
+/// `~/.local/share/toolbox/venv`. Worked out once per process: every run asks for it (see
+/// [`PythonConfig::import_site_dirs`]), and reading the environment scans all of it under
+/// a lock (4k instructions a call, bench/BASELINE.md).
 pub fn user_venv() -> Result<PathBuf> {
-    user_venv_from(std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME"))
+    static VENV: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    VENV.get_or_init(|| {
+        user_venv_from(std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME"))
+            .map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!(e))
 }
 
 /// [`user_venv`] from the two variables' values. As the XDG base directory specification

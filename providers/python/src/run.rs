@@ -269,11 +269,15 @@ pub(crate) async fn execute(
         look: sessions.on_call(config.session_limits),
         sandbox,
     };
+    // The embedded backend's future is held inline; the others are boxed. A future is as
+    // large as its largest branch, and the jupyter one (about 6 KB) would otherwise be
+    // copied into every call's box whichever backend runs: callgrind counted 14k
+    // instructions a call of memcpy for it (bench/BASELINE.md).
     let outcome = match config.backend {
         Backend::Embedded => match crate::embedded::unavailable(config).await? {
             None => run_on(&sessions.embedded(), source, &call).await,
             Some(why) => {
-                let mut outcome = run_on(&sessions.isolated(), source, &call).await;
+                let mut outcome = Box::pin(run_on(&sessions.isolated(), source, &call)).await;
                 if let Ok(result) = &mut outcome {
                     if first_fallback(&crate::common::session_key(ctx)) {
                         result.add_note(format!(
@@ -285,8 +289,8 @@ pub(crate) async fn execute(
                 outcome
             }
         },
-        Backend::Isolated => run_on(&sessions.isolated(), source, &call).await,
-        Backend::Jupyter => run_on(&sessions.jupyter(), source, &call).await,
+        Backend::Isolated => Box::pin(run_on(&sessions.isolated(), source, &call)).await,
+        Backend::Jupyter => Box::pin(run_on(&sessions.jupyter(), source, &call)).await,
     };
     // Without cgroups, the janitor learns what the code left running (see containment).
     containment.note_descendants();
