@@ -48,6 +48,11 @@ pub(crate) async fn run(shell: &Shell, args: Value, ctx: &ToolContext) -> Result
     } else {
         (Duration::from_secs_f64(seconds), String::new())
     };
+    // Nothing to wait for: a timer of zero would still wait for the timer wheel's next
+    // millisecond tick.
+    if wait.is_zero() {
+        return Ok(Value::String(format!("Slept 0 ms{note}.")));
+    }
     let started = Instant::now();
     tokio::select! {
         _ = tokio::time::sleep(wait) => Ok(Value::String(format!("Slept {}{note}.", human_duration(wait)))),
@@ -73,6 +78,20 @@ mod tests {
             out,
             "Slept 0 ms (2 s is above the limit; capped to 0 s by [shell] max_sleep_seconds)."
         );
+    }
+
+    /// `sleep 0` answers at once: on a runtime without timers, arming one would panic (a
+    /// zero timer still waits for the timer wheel's next millisecond tick).
+    #[test]
+    fn sleeping_zero_seconds_arms_no_timer() {
+        let (_d, ctx) = setup(NAME);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let out = runtime
+            .block_on(call(&ctx, NAME, json!({"seconds": 0})))
+            .unwrap();
+        assert_eq!(out, "Slept 0 ms.");
     }
 
     #[tokio::test]
