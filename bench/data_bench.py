@@ -3,8 +3,11 @@
 Run by bench/data_vs_pandas_duckdb.sh, which builds toolbox and the venv. Generates its own
 data: a CSV of SIZE_MB (with a JSONL made from it by toolbox), and a JSONL of RECORDS records
 of ten fields for validation. Each round runs every contender of every task once, in turn,
-each as its own process under /usr/bin/time (wall seconds, peak RSS). Prints the median of
-the rounds, the ratios, and peak RSS. Asserts nothing about speed.
+each as its own process under /usr/bin/time (wall seconds, peak RSS); rounds 1, 3, ... in
+the order listed (toolbox first), rounds 2, 4, ... reversed (toolbox last), so none always
+goes first. Prints the medians of each order and of all rounds, each other contender's
+time over toolbox's per order and the geometric mean of those two ratios, and peak RSS.
+ROUNDS (default 4) is best even. Asserts nothing about speed.
 
     python bench/data_bench.py TOOLBOX WORKDIR [SIZE_MB] [RECORDS] [ROUNDS]
 
@@ -16,6 +19,7 @@ and 25 GB for its JSONL); DATA_BENCH_REUSE=1 keeps a big.csv and big.jsonl alrea
 """
 
 import json
+import math
 import os
 import random
 import statistics
@@ -25,7 +29,7 @@ import sys
 TOOLBOX, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 SIZE_MB = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 RECORDS = int(sys.argv[4]) if len(sys.argv) > 4 else 1_000_000
-ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+ROUNDS = int(sys.argv[5]) if len(sys.argv) > 5 else 4
 PY = sys.executable
 TASKS = [t for t in os.environ.get("DATA_BENCH_TASKS", "").split(",") if t]
 CHUNKED = os.environ.get("DATA_BENCH_PANDAS_CHUNKED") == "1"
@@ -179,27 +183,38 @@ def main():
     if TASKS:
         tasks = {t: c for t, c in tasks.items() if t in TASKS}
     results = {t: {name: [] for name in c} for t, c in tasks.items()}
+    forward = [r % 2 == 0 for r in range(ROUNDS)]  # toolbox first, else toolbox last
     for r in range(ROUNDS):
         for task, contenders in tasks.items():
-            for name, cmd in contenders.items():
-                results[task][name].append(timed(cmd))
-        print(f"== round {r + 1}/{ROUNDS} done", flush=True)
+            names = list(contenders) if forward[r] else list(contenders)[::-1]
+            for name in names:
+                results[task][name].append(timed(contenders[name]))
+        print(f"== round {r + 1}/{ROUNDS} ({'toolbox first' if forward[r] else 'toolbox last'}) done", flush=True)
 
-    print(f"\nmedian of {ROUNDS} interleaved rounds; CSV {size / 2**20:.0f} MiB, {rows} rows; "
-          f"{RECORDS} records validated")
+    print(f"\nwall seconds, medians of the rounds with toolbox first (F), with toolbox last (L) and of "
+          f"all {ROUNDS}; CSV {size / 2**20:.0f} MiB, {rows} rows; {RECORDS} records validated")
+    orders = (("toolbox first", [r for r in range(ROUNDS) if forward[r]]),
+              ("toolbox last", [r for r in range(ROUNDS) if not forward[r]]))
     for task, by in results.items():
         print(f"\n{task}")
-        med = {n: statistics.median(s for s, _, _ in runs) for n, runs in by.items()}
+        med = {n: [statistics.median(by[n][r][0] for r in idx) if idx else None for _, idx in orders]
+               for n in by}
         rss = {n: max(m for _, m, _ in runs) for n, runs in by.items()}
         cpu = {n: statistics.median(c for _, _, c in runs) for n, runs in by.items()}
+        fmt = lambda v: f"{v:8.2f}" if v is not None else "       -"
         for n in by:
-            walls = " ".join(f"{s:.2f}" for s, _, _ in by[n])
-            print(f"  {n:<11} {med[n]:8.2f} s   peak RSS {rss[n]:8.1f} MiB   CPU {cpu[n]:7.2f} s"
-                  f"   (rounds: {walls})")
-        t = med["toolbox"]
+            walls = " ".join(f"{'F' if forward[r] else 'L'} {s:.2f}" for r, (s, _, _) in enumerate(by[n]))
+            every = statistics.median(s for s, _, _ in by[n])
+            print(f"  {n:<11} F {fmt(med[n][0])} s   L {fmt(med[n][1])} s   all {every:8.2f} s   "
+                  f"peak RSS {rss[n]:8.1f} MiB   CPU {cpu[n]:7.2f} s   (rounds: {walls})")
         for n in by:
-            if n != "toolbox" and t > 0:
-                print(f"  {n} / toolbox time: {med[n] / t:.2f}x")
+            if n == "toolbox":
+                continue
+            ratios = [o / t if o is not None and t else None for o, t in zip(med[n], med["toolbox"])]
+            per = ", ".join(f"{r:.2f}x {label}" if r else f"- {label}" for r, (label, _) in zip(ratios, orders))
+            have = [r for r in ratios if r]
+            gm = math.exp(sum(math.log(r) for r in have) / len(have)) if have else None
+            print(f"  {n} / toolbox time: {per}" + (f"; geometric mean {gm:.2f}x" if gm else ""))
 
 
 if __name__ == "__main__":

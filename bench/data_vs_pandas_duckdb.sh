@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The data provider (data__convert, data__validate, data__inspect) against pandas, DuckDB
 # and Python's jsonschema, on data generated here (bench/data_bench.py), interleaved in one
-# run: ratios and peak RSS.
+# run, toolbox first in rounds 1, 3, ... and last in rounds 2, 4, ...: medians per order,
+# ratios per order and their geometric mean, and peak RSS.
 #
 #   bash bench/data_vs_pandas_duckdb.sh [SIZE_MB] [RECORDS] [ROUNDS]
 #
-# Defaults: a 1024 MiB CSV, 1,000,000 records to validate, 3 rounds. Installs pandas,
-# pyarrow, duckdb and jsonschema in a venv of its own (target/bench-data-venv) and builds a
-# release `toolbox` with only the data provider. Prints figures; asserts nothing about speed.
+# Defaults: a 1024 MiB CSV, 1,000,000 records to validate, 4 rounds (keep it even). Installs
+# pandas, pyarrow, duckdb and jsonschema in a venv of its own (target/bench-data-venv) and
+# builds a release `toolbox` with only the data provider. Prints figures; asserts nothing about speed.
 # DATA_BENCH_TASKS picks tasks (e.g. "csv -> jsonl,jsonl -> parquet") and
 # DATA_BENCH_PANDAS_CHUNKED=1 runs pandas in chunks (see bench/data_bench.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-1024}
 RECORDS=${2:-1000000}
-ROUNDS=${3:-3}
+ROUNDS=${3:-4}
 TARGET=${CARGO_TARGET_DIR:-target}
 
 VENV=target/bench-data-venv

@@ -5,10 +5,12 @@
 #
 # TREE defaults to a copy of the local cargo registry sources (~/.cargo/registry/src), made in
 # a temporary folder so toolbox's own .toolbox/ records never land in the registry. Installs
-# ripgrep and hyperfine (apt) when missing. Builds a release `toolbox` with only the
-# file_manager provider. ripgrep runs with --no-require-git, because toolbox honours
-# .gitignore outside git repositories too; both then search the same files (the matched file
-# sets are printed for comparison). Runs are interleaved by hyperfine. Prints figures only.
+# ripgrep (apt) when missing. Builds a release `toolbox` with only the file_manager provider.
+# ripgrep runs with --no-require-git, because toolbox honours .gitignore outside git
+# repositories too; both then search the same files (the matched file sets are printed for
+# comparison). Runs are interleaved by bench/fair.py, rg first in half the rounds and
+# toolbox first in the other half (RUNS rounds in all, best even): medians per order, the
+# toolbox / rg ratio per order and their geometric mean. Prints figures only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:-$HOME/.cargo/registry/src}
@@ -16,14 +18,12 @@ RUNS=${2:-10}
 TARGET=${CARGO_TARGET_DIR:-target}
 WORD=${WORD:-ZQXJ_RARE_TOKEN}
 
-for tool in rg hyperfine; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "== installing ripgrep and hyperfine"
-    apt-get install -y -q ripgrep hyperfine >/dev/null 2>&1 ||
-      { apt-get update -q >/dev/null && apt-get install -y -q ripgrep hyperfine >/dev/null; }
-    break
-  fi
-done
+if ! command -v rg >/dev/null; then
+  echo "== installing ripgrep"
+  apt-get install -y -q ripgrep >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && apt-get install -y -q ripgrep >/dev/null; }
+fi
+FAIR="$PWD/bench/fair.py"
 
 echo "== building toolbox (release, file_manager only)"
 cargo build --quiet --release -p toolbox --no-default-features --features file_manager
@@ -55,6 +55,7 @@ echo "rg:      $(rg -l --no-require-git "$WORD" . | sed 's|^\./||' | sort | tr '
 echo "toolbox: $("$TOOLBOX" call file_manager__grep "$ARGS" --mode read_only |
   python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; print(" ".join(sorted({l.split(":")[0] for l in r.splitlines() if ":" in l})))')"
 
-hyperfine --warmup 2 --runs "$RUNS" -N \
-  "rg -n --no-require-git $WORD ." \
-  "$TOOLBOX call file_manager__grep '$ARGS' --mode read_only"
+echo "== timings"
+python3 "$FAIR" --runs "$RUNS" --warmup 2 \
+  rg "rg -n --no-require-git $WORD ." \
+  toolbox "$TOOLBOX call file_manager__grep '$ARGS' --mode read_only"

@@ -7,8 +7,11 @@
 # Starts one ipykernel (from target/bench-venv: ipykernel + jupyter_client, made from the
 # same python3 the build uses), then runs ROUNDS rounds; each round runs CALLS calls of
 # toolbox (providers/python/benches/jupyter_roundtrip.rs, attached to the kernel) and CALLS
-# calls of jupyter_client, in alternating order, so both see the same machine load. Prints
-# both medians over all calls and the ratio (target: toolbox at most 1.1x jupyter_client).
+# calls of jupyter_client, so both see the same machine load; odd rounds run toolbox first,
+# even rounds jupyter_client first (the one run second can come out faster). Prints, per
+# order, both medians and the ratio toolbox / jupyter_client; the geometric mean of the two
+# orders' ratios (target: toolbox at most 1.1x jupyter_client); and both medians over all
+# calls. Keep ROUNDS (default 10) even, so each order gets half of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,31 +52,47 @@ for _ in $(seq 1 600); do
 done
 
 echo "== $ROUNDS rounds of $CALLS calls each, interleaved, against one kernel"
-: >"$WORK/toolbox.jsonl"
-: >"$WORK/jupyter_client.jsonl"
+# One file per order and side: $WORK/<order>.<side>.jsonl, one JSON line per round.
+for order in toolbox-first jupyter_client-first; do
+  : >"$WORK/$order.toolbox.jsonl"
+  : >"$WORK/$order.jupyter_client.jsonl"
+done
 for round in $(seq 1 "$ROUNDS"); do
   if (( round % 2 )); then
-    "$BIN" "$CONN" "$CALLS" >>"$WORK/toolbox.jsonl"
-    "$VENV/bin/python" bench/jupyter_client_roundtrip.py "$CONN" "$CALLS" >>"$WORK/jupyter_client.jsonl"
+    "$BIN" "$CONN" "$CALLS" >>"$WORK/toolbox-first.toolbox.jsonl"
+    "$VENV/bin/python" bench/jupyter_client_roundtrip.py "$CONN" "$CALLS" >>"$WORK/toolbox-first.jupyter_client.jsonl"
   else
-    "$VENV/bin/python" bench/jupyter_client_roundtrip.py "$CONN" "$CALLS" >>"$WORK/jupyter_client.jsonl"
-    "$BIN" "$CONN" "$CALLS" >>"$WORK/toolbox.jsonl"
+    "$VENV/bin/python" bench/jupyter_client_roundtrip.py "$CONN" "$CALLS" >>"$WORK/jupyter_client-first.jupyter_client.jsonl"
+    "$BIN" "$CONN" "$CALLS" >>"$WORK/jupyter_client-first.toolbox.jsonl"
   fi
 done
 
-"$PY" - "$WORK/toolbox.jsonl" "$WORK/jupyter_client.jsonl" <<'PY'
-import json, statistics, sys
-def load(path):
+"$PY" - "$WORK" <<'PY'
+import json, math, os, statistics, sys
+def load(order, side):
     times = []
-    with open(path) as f:
+    with open(os.path.join(sys.argv[1], f"{order}.{side}.jsonl")) as f:
         for line in f:
             times += json.loads(line)["times_us"]
     return times
-toolbox, client = load(sys.argv[1]), load(sys.argv[2])
-t, c = statistics.median(toolbox), statistics.median(client)
+ORDERS = ("toolbox-first", "jupyter_client-first")
+times = {(o, s): load(o, s) for o in ORDERS for s in ("toolbox", "jupyter_client")}
+median = lambda xs: statistics.median(xs) if xs else float("nan")
+rows = [(o, times[(o, "jupyter_client")], times[(o, "toolbox")]) for o in ORDERS]
+rows.append(("all rounds", rows[0][1] + rows[1][1], rows[0][2] + rows[1][2]))
 print()
-print(f"{'x = 1 on one ipykernel, median':<46} {'µs':>9} {'calls':>7}")
-print(f"{'jupyter_client execute_interactive':<46} {c:>9.1f} {len(client):>7}")
-print(f"{'run_python_code, jupyter backend (executor)':<46} {t:>9.1f} {len(toolbox):>7}")
-print(f"ratio toolbox / jupyter_client: {t / c:.3f} (target: at most 1.1)")
+print(f"{'x = 1 on one ipykernel, median':<46} {'rounds':<21} {'µs':>9} {'calls':>7}")
+for o, client, toolbox in rows:
+    print(f"{'jupyter_client execute_interactive':<46} {o:<21} {median(client):>9.1f} {len(client):>7}")
+    print(f"{'run_python_code, jupyter backend (executor)':<46} {o:<21} {median(toolbox):>9.1f} {len(toolbox):>7}")
+ratios = []
+for o, client, toolbox in rows[:2]:
+    if client and toolbox:
+        ratios.append(median(toolbox) / median(client))
+        print(f"ratio toolbox / jupyter_client, {o}: {ratios[-1]:.3f}")
+    else:
+        print(f"ratio toolbox / jupyter_client, {o}: - (no round in this order)")
+if ratios:
+    gm = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    print(f"geometric mean of the orders' ratios toolbox / jupyter_client: {gm:.3f} (target: at most 1.1)")
 PY

@@ -4,32 +4,48 @@ Usage: python mcp_roundtrip.py TOOLBOX [ROUNDS]
 
 The client is deliberately bare (one line written, the reply line read, no SDK), so what is
 measured is the server's serving path: process, transport, parsing, dispatch, serialisation.
-Both servers run side by side and are measured in one run, so both see the same machine, in
-three schedules:
+Both sides of a comparison run side by side and are measured in one run, so both see the same
+machine. On a small VM the side started second often runs faster, whichever it is, so every
+comparison runs twice, in both start orders, with fresh processes (a fresh kernel) each time
+(bench/fair.py). In each order, after a warm-up, three schedules:
 
-- alternating: toolbox, peer, toolbox, peer, ... Each call comes right after a call to the
-  other server, which has just filled the caches and CPUs with its own work; this favours
-  the slower server, which is measured after only a short break.
-- in runs: 50 calls to one server back to back, then 50 to the other, and so on: both warm,
-  as in a burst of calls.
-- after idle: 2 ms of sleep before every call, then alternating: both measured cold, as
+- alternating: A, B, A, B, ... Each call comes right after a call to the other side, which
+  has just filled the caches and CPUs with its own work; this favours the slower side, which
+  is measured after only a short break.
+- in runs of 50: 50 calls to one side back to back, then 50 to the other, and so on: both
+  warm, as in a burst of calls.
+- after 2 ms idle: 2 ms of sleep before every call, then alternating: both measured cold, as
   calls from an agent waiting on a model arrive.
+
+Each schedule takes ROUNDS (default 300) calls per side per order, or what fits in LIMIT_S
+(60 s) of it per order. With PIN=1 in the environment, the client runs on CPU 0 and every
+server and kernel on CPU 1.
 
 Prints figures only:
 
 - session start: spawn to the `initialize` reply, for toolbox mcp and the Python MCP SDK
-  server;
+  server, one process at a time, which one goes first alternating from round to round;
 - a trivial Read tool: toolbox's file_manager__read of a 6-byte file against the SDK server's
   echo tool;
 - run_python_code `x = 1` through toolbox mcp against the same cell in an ipykernel through
   jupyter_client;
+- the floor: the trivial Read tool against a bare line-echo server (a dozen lines of Python
+  that answer every request with an empty result), and that server against the same in C:
+  what is left of a round trip with no tool layer at all (the client's pipe, the wake-ups,
+  the interpreter's loop);
 - for reference, the same cell in a bare line server: a dozen lines of Python on one
   thread that compile and run the cell and answer, with none of what a tool layer does
   (no permission gate, no trajectory, no output capture, no timeout, no tracebacks). It
   shows the least that compiling and running a cell costs on this machine in each
   schedule, against the same ipykernel;
+- the idle reader: run_python_code `x = 1` through toolbox mcp with the embedded Python
+  thread that reads stdin while idle (the default) and without it;
 - throughput with 1, 8 and 64 fast calls in flight on one connection;
 - peak RSS of toolbox mcp while 64 calls each return 1 MB (spooled as usual).
+
+For each comparison and schedule: per start order, each side's median, p90 and p99 in µs;
+then B's median over A's per order, and the geometric mean of the two orders' ratios (above
+1: A took less time).
 """
 
 import io
@@ -42,8 +58,11 @@ import tempfile
 import textwrap
 import time
 
+import fair
+
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 TOOLBOX = sys.argv[1]
+LIMIT_S = 60  # per schedule per order
 
 SDK_SERVER = textwrap.dedent(
     """
@@ -58,12 +77,12 @@ SDK_SERVER = textwrap.dedent(
 
 
 class Server:
-    """A stdio JSON-RPC server with a raw line client."""
+    """A stdio JSON-RPC server with a raw line client; on CPU 1 with PIN."""
 
     def __init__(self, argv, cwd, env=None):
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            argv,
+            fair.server_argv(argv),
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
@@ -174,31 +193,104 @@ BARE_SERVER = textwrap.dedent(
 )
 
 
-def compare(title, first, second, rounds, who="toolbox"):
-    """Runs the three schedules for two (name, call) pairs and prints medians and ratios."""
-    (a_name, a_call), (b_name, b_call) = first, second
+class Kernel:
+    """An ipykernel started by jupyter_client's start_new_kernel; on CPU 1 with PIN."""
+
+    def __init__(self):
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3")
+        fair.pin_server(self.km.provisioner.pid)
+
+    def run(self, code):
+        reply = self.kc.execute_interactive(code, timeout=30, output_hook=lambda m: None)
+        assert reply["content"]["status"] == "ok", reply
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def schedules(a_call, b_call, rounds):
+    """The three schedules on two started, warm sides; {schedule: (a times, b times)}."""
     run = 50
-    print(f"\n== {title}, {rounds} round trips each")
+    out = {}
     for schedule in ("alternating", "in runs of 50", "after 2 ms idle"):
         a_times, b_times = [], []
+        deadline = time.time() + LIMIT_S
         if schedule == "alternating":
-            for _ in range(rounds):
+            while len(a_times) < rounds and time.time() < deadline:
                 a_times.append(timed(a_call))
                 b_times.append(timed(b_call))
         elif schedule == "in runs of 50":
-            while len(a_times) < rounds:
+            while len(a_times) < rounds and time.time() < deadline:
                 a_times += [timed(a_call) for _ in range(min(run, rounds - len(a_times)))]
                 b_times += [timed(b_call) for _ in range(min(run, rounds - len(b_times)))]
         else:
-            for _ in range(rounds):
+            while len(a_times) < rounds and time.time() < deadline:
                 time.sleep(0.002)
                 a_times.append(timed(a_call))
                 time.sleep(0.002)
                 b_times.append(timed(b_call))
+        out[schedule] = (a_times, b_times)
+    return out
+
+
+# The floor: a line-echo server answering each request with an empty result, nothing
+# parsed but the id. What is left is the client's pipe, the two wake-ups of a round trip and
+# the interpreter's loop; in C, without the interpreter.
+ECHO_PY = textwrap.dedent(
+    """
+    import re, sys
+    out = sys.stdout.buffer
+    id_re = re.compile(rb'"id":\\s*(\\d+)')
+    for line in sys.stdin.buffer:
+        m = id_re.search(line)
+        if m:
+            out.write(b'{"jsonrpc":"2.0","id":' + m.group(1) + b',"result":{"content":[],"isError":false}}\\n')
+            out.flush()
+    """
+)
+ECHO_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {
+    char *line = NULL; size_t cap = 0;
+    while (getline(&line, &cap, stdin) > 0) {
+        char *id = strstr(line, "\"id\":");
+        if (!id) continue;
+        printf("{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{\"content\":[],\"isError\":false}}\n",
+               strtol(id + 5, NULL, 10));
+        fflush(stdout);
+    }
+    return 0;
+}
+"""
+
+
+def compare(title, a, b, warm_up):
+    """a and b: (short name, long name, start, call); start() returns a side with close(),
+    call(side) makes one round trip. Runs the three schedules in both start orders, fresh
+    sides each order, and prints each order's figures and the geometric mean of the ratios."""
+    (a_short, a_name, a_start, a_call), (b_short, b_name, b_start, b_call) = a, b
+
+    def measure(sa, sb):
+        for _ in range(warm_up):
+            a_call(sa)
+            b_call(sb)
+        return schedules(lambda: a_call(sa), lambda: b_call(sb), ROUNDS)
+
+    orders = fair.both_orders((a_short, a_start), (b_short, b_start), measure)
+    print(f"\n== {title}; up to {ROUNDS} round trips per side per schedule per order "
+          f"([X first]: X started first)")
+    for schedule in orders[0][1]:
         print(f"  {schedule}:")
-        a = row(a_name, a_times)
-        b = row(b_name, b_times)
-        print(f"  ratio: {who} is {b / a:.1f}x faster")
+        fair.report(
+            [(a_short, a_name), (b_short, b_name)],
+            [(label, list(result[schedule])) for label, result in orders],
+            indent="    ",
+        )
 
 
 def toolbox_server(ws, **extra_env):
@@ -207,102 +299,106 @@ def toolbox_server(ws, **extra_env):
 
 
 def main():
+    fair.pin_client()
     ws = tempfile.mkdtemp(prefix="mcp-bench-")
     with open(os.path.join(ws, "six.txt"), "w") as f:
         f.write("hello\n")
     with open(os.path.join(ws, "peer.py"), "w") as f:
         f.write(SDK_SERVER)
+    with open(os.path.join(ws, "bare.py"), "w") as f:
+        f.write(BARE_SERVER)
     peer_argv = [sys.executable, os.path.join(ws, "peer.py")]
+    bare_argv = [sys.executable, "-S", os.path.join(ws, "bare.py")]
+    print(f"toolbox: {TOOLBOX}; PIN: {'on' if fair.PIN else 'off'}; load: {os.getloadavg()}")
 
-    print("== session start (spawn to the initialize reply), interleaved")
+    print("\n== session start (spawn to the initialize reply), interleaved, first one alternating")
     tb_start, peer_start = [], []
-    for _ in range(10):
-        s = toolbox_server(ws)
-        tb_start.append(s.start_s)
-        s.close()
-        s = Server(peer_argv, ws)
-        peer_start.append(s.start_s)
-        s.close()
+    for i in range(10):
+        starts = [(tb_start, lambda: toolbox_server(ws)), (peer_start, lambda: Server(peer_argv, ws))]
+        for times, start in starts if i % 2 == 0 else starts[::-1]:
+            s = start()
+            times.append(s.start_s)
+            s.close()
     a = row("toolbox mcp", tb_start)
     b = row("Python MCP SDK server (MCPServer, stdio)", peer_start)
-    print(f"  ratio: toolbox is {b / a:.1f}x faster")
+    print(f"  SDK/toolbox median: {b / a:.2f}")
 
-    tb = toolbox_server(ws)
-    peer = Server(peer_argv, ws)
     read_args = {"path": "six.txt"}
-    for _ in range(50):
-        tb.call("file_manager__read", read_args)
-        peer.call("echo", {"text": "hello"})
+    code = {"code": "x = 1"}
+    toolbox_read = lambda s: s.call("file_manager__read", read_args)
+    toolbox_python = lambda s: s.call("run_python_code", code)
     compare(
         "trivial Read tool",
-        ("toolbox mcp, file_manager__read (6 bytes)", lambda: tb.call("file_manager__read", read_args)),
-        ("Python MCP SDK server, echo", lambda: peer.call("echo", {"text": "hello"})),
-        ROUNDS,
+        ("toolbox", "toolbox mcp, file_manager__read (6 bytes)", lambda: toolbox_server(ws), toolbox_read),
+        ("sdk", "Python MCP SDK server, echo", lambda: Server(peer_argv, ws),
+         lambda s: s.call("echo", {"text": "hello"})),
+        50,
     )
-    peer.close()
 
-    kernel = None
+    with open(os.path.join(ws, "echo.py"), "w") as f:
+        f.write(ECHO_PY)
+    echo_py = ("echo", "bare line-echo server (Python -S)",
+               lambda: Server([sys.executable, "-S", os.path.join(ws, "echo.py")], ws),
+               lambda s: s.call("echo", {}))
+    compare("the floor: the trivial Read tool against a bare line-echo server", 
+            ("toolbox", "toolbox mcp, file_manager__read (6 bytes)", lambda: toolbox_server(ws), toolbox_read),
+            echo_py, 50)
+    with open(os.path.join(ws, "echo.c"), "w") as f:
+        f.write(ECHO_C)
+    cc = subprocess.run(["cc", "-O2", "-o", os.path.join(ws, "echo"), os.path.join(ws, "echo.c")],
+                        capture_output=True, text=True)
+    if cc.returncode == 0:
+        compare("the floor without an interpreter: a line-echo server in C and in Python",
+                ("c", "bare line-echo server (C)", lambda: Server([os.path.join(ws, "echo")], ws),
+                 lambda s: s.call("echo", {})),
+                echo_py, 50)
+    else:
+        print(f"\n  (no C compiler for the C echo server: {cc.stderr.strip()[:200]})")
+
     try:
-        from jupyter_client.manager import start_new_kernel
+        import jupyter_client.manager  # noqa: F401
 
-        km, kc = start_new_kernel(kernel_name="python3")
-        kernel = (km, kc)
+        have_kernel = True
     except Exception as e:  # noqa: BLE001 - report and go on
-        print(f"  (no ipykernel: {e})")
-    code = {"code": "x = 1"}
-    for _ in range(30):
-        tb.call("run_python_code", code)
-        if kernel:
-            kernel[1].execute_interactive("x = 1", timeout=30, output_hook=lambda m: None)
-    if kernel:
-        ipykernel = (
-            "ipykernel via jupyter_client",
-            lambda: kernel[1].execute_interactive("x = 1", timeout=30, output_hook=lambda m: None),
-        )
+        print(f"\n  (no jupyter_client: {e})")
+        have_kernel = False
+    if have_kernel:
+        ipykernel = ("ipykernel", "ipykernel via jupyter_client", Kernel, lambda k: k.run("x = 1"))
         compare(
             "run_python_code x = 1",
-            ("toolbox mcp, run_python_code (embedded)", lambda: tb.call("run_python_code", code)),
+            ("toolbox", "toolbox mcp, run_python_code (embedded)", lambda: toolbox_server(ws), toolbox_python),
             ipykernel,
-            ROUNDS,
+            30,
         )
-        with open(os.path.join(ws, "bare.py"), "w") as f:
-            f.write(BARE_SERVER)
-        bare = Server([sys.executable, "-S", os.path.join(ws, "bare.py")], ws)
-        for _ in range(30):
-            bare.call("run_python_code", code)
         compare(
             "reference: x = 1 in a bare line server (no tool layer)",
-            ("bare Python line server", lambda: bare.call("run_python_code", code)),
+            ("bare", "bare Python line server", lambda: Server(bare_argv, ws),
+             lambda s: s.call("run_python_code", code)),
             ipykernel,
-            ROUNDS,
-            who="the bare server",
+            30,
         )
-        bare.close()
-        kernel[1].stop_channels()
-        kernel[0].shutdown_kernel(now=True)
     else:
         print(f"\n== run_python_code x = 1, {ROUNDS} round trips")
-        row(
-            "toolbox mcp, run_python_code (embedded)",
-            [timed(lambda: tb.call("run_python_code", code)) for _ in range(ROUNDS)],
-        )
+        tb = toolbox_server(ws)
+        for _ in range(30):
+            toolbox_python(tb)
+        row("toolbox mcp, run_python_code (embedded)", [timed(lambda: toolbox_python(tb)) for _ in range(ROUNDS)])
+        tb.close()
 
     # What the embedded Python thread reading stdin while idle is worth: the same binary with
     # it (the default) and without it (TOOLBOX_MCP_IDLE_READER=0), interleaved.
-    plain = toolbox_server(ws, TOOLBOX_MCP_IDLE_READER="0")
-    for _ in range(30):
-        tb.call("run_python_code", code)
-        plain.call("run_python_code", code)
     compare(
         "the idle reader: run_python_code x = 1 with it and without it",
-        ("toolbox mcp, idle reader on (default)", lambda: tb.call("run_python_code", code)),
-        ("toolbox mcp, TOOLBOX_MCP_IDLE_READER=0", lambda: plain.call("run_python_code", code)),
-        ROUNDS,
-        who="the idle reader",
+        ("on", "toolbox mcp, idle reader on (default)", lambda: toolbox_server(ws), toolbox_python),
+        ("off", "toolbox mcp, TOOLBOX_MCP_IDLE_READER=0",
+         lambda: toolbox_server(ws, TOOLBOX_MCP_IDLE_READER="0"), toolbox_python),
+        30,
     )
-    plain.close()
 
     print("\n== throughput, file_manager__read, calls in flight on one connection")
+    tb = toolbox_server(ws)
+    for _ in range(200):
+        toolbox_read(tb)
     for n in (1, 8, 64):
         total = max(n * 20, 200)
         batches = total // n

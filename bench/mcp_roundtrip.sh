@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # MCP round trips on a raw JSON-RPC client: `toolbox mcp` against the Python MCP SDK's stdio
 # server and against an ipykernel round trip, side by side in three schedules (alternating
-# calls, runs of 50, after 2 ms idle; see mcp_roundtrip.py); plus session start, throughput
-# with 1/8/64 calls in flight, and peak RSS under 64 concurrent 1 MB results. The machine's
-# load skews every figure: note `uptime` with them.
+# calls, runs of 50, after 2 ms idle; see mcp_roundtrip.py), each comparison in both start
+# orders with fresh processes (the side started second often runs faster on a small VM):
+# both orders' figures and the geometric mean of their ratios. Plus session start,
+# throughput with 1/8/64 calls in flight, and peak RSS under 64 concurrent 1 MB results. The
+# machine's load skews every figure: note `uptime` with them.
 #
-#   bash bench/mcp_roundtrip.sh [ROUNDS]
+#   bash bench/mcp_roundtrip.sh [ROUNDS]       # ROUNDS per side, schedule and order (300)
+#   PIN=1 bash bench/mcp_roundtrip.sh          # client on CPU 0, servers and kernels on CPU 1
 #
 # Installs its Python peers itself, outside the repository, in
 # ${XDG_CACHE_HOME:-~/.cache}/toolbox-bench/venv (mcp, ipykernel, jupyter_client). Builds a

@@ -10,19 +10,20 @@ import time
 
 
 class Server:
-    """`BINARY mcp --mode full -w WS`, with `env` added to this process's environment; on
-    CPU 1 when PIN is set. Its stderr is kept (`close` returns it)."""
+    """`BINARY mcp --mode full -w WS`, with `env` added to this process's environment (or,
+    with `environ`, in place of it); on CPU 1 when PIN is set; under the command `wrap` if
+    given (valgrind, say). Its stderr is kept (`close` returns it)."""
 
-    def __init__(self, binary, ws, env=None):
+    def __init__(self, binary, ws, env=None, wrap=(), environ=None):
         pin = ["taskset", "-c", "1"] if os.environ.get("PIN") else []
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            pin + [binary, "mcp", "--mode", "full", "-w", ws],
+            pin + list(wrap) + [binary, "mcp", "--mode", "full", "-w", ws],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
             bufsize=0,
-            env={**os.environ, **(env or {})},
+            env={**(os.environ if environ is None else environ), **(env or {})},
         )
         self.out = io.BufferedReader(self.proc.stdout, 1 << 16)
         self.next_id = 1
@@ -43,7 +44,12 @@ class Server:
         line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
         self.proc.stdin.write((json.dumps(line) + "\n").encode())
         while True:
-            reply = json.loads(self.out.readline())
+            line = self.out.readline()
+            if not line:
+                self.stderr.seek(0)
+                tail = self.stderr.read()[-2000:].decode(errors="replace")
+                raise RuntimeError(f"the server closed its stdout; its stderr ends:\n{tail}")
+            reply = json.loads(line)
             if reply.get("id") == rid:
                 return reply
 

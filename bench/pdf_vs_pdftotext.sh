@@ -4,10 +4,13 @@
 #   bash bench/pdf_vs_pdftotext.sh [PAGES] [RUNS]
 #
 # Installs what it needs: poppler-utils (apt) when pdftotext is missing, and fpdf2 in a venv
-# under target/bench-venv. Builds a release `toolbox` with only the pdf provider. Uses
-# hyperfine when it is installed, else a timing loop. Prints figures; asserts nothing about
-# speed. Both sides are whole processes writing their text somewhere: pdftotext to
-# /dev/null, toolbox to its spool file (the result is larger than 16 KiB) and stdout.
+# under target/bench-venv. Builds a release `toolbox` with only the pdf provider. Prints
+# figures; asserts nothing about speed. Both sides are whole processes writing their text
+# somewhere: pdftotext to /dev/null, toolbox to its spool file (the result is larger than
+# 16 KiB) and stdout. Runs are interleaved by bench/fair.py: rounds 1, 3, ... run pdftotext,
+# pdf__read, pdf__info in that order, rounds 2, 4, ... the reverse (RUNS rounds in all, best
+# even); it prints medians per order, each toolbox tool's time over pdftotext's per order
+# and their geometric mean.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAGES=${1:-100}
@@ -50,27 +53,8 @@ SPOOL=$(ls -t "$WORK"/.toolbox/tool_outputs/*.txt | head -1)
 echo "pdftotext: $(wc -m < "$WORK/poppler.txt") characters"
 echo "pdf__read: $(wc -m < "$SPOOL") characters, $(grep -c -- '^--- page ' "$SPOOL") page markers"
 
-time_loop() { # label, command...
-  local label=$1; shift
-  local best=999999999999 total=0 t0 t1 dt
-  for _ in $(seq "$RUNS"); do
-    t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N)
-    dt=$(( (t1 - t0) / 1000 )); total=$(( total + dt ))
-    [ "$dt" -lt "$best" ] && best=$dt
-  done
-  awk -v l="$label" -v t="$total" -v b="$best" -v n="$RUNS" \
-    'BEGIN { printf "%-32s mean %8.1f ms   min %8.1f ms   (%d runs)\n", l, t / n / 1000, b / 1000, n }'
-}
-
-echo "== timings"
-if command -v hyperfine >/dev/null; then
-  hyperfine --warmup 2 --runs "$RUNS" -N \
-    -n pdftotext "$(printf '%q ' "${PDFTOTEXT[@]}")" \
-    -n "toolbox pdf__read" "$(printf '%q ' "${READ[@]}")" \
-    -n "toolbox pdf__info" "$(printf '%q ' "${INFO[@]}")"
-else
-  "${READ[@]}" >/dev/null; pdftotext "$WORK/bench.pdf" /dev/null  # warm caches
-  time_loop "pdftotext (poppler)" "${PDFTOTEXT[@]}"
-  time_loop "toolbox pdf__read" "${READ[@]}"
-  time_loop "toolbox pdf__info (parse only)" "${INFO[@]}"
-fi
+echo "== timings (pdf__info: parse only)"
+python3 bench/fair.py --runs "$RUNS" --warmup 2 \
+  pdftotext "$(printf '%q ' "${PDFTOTEXT[@]}")" \
+  pdf__read "$(printf '%q ' "${READ[@]}")" \
+  pdf__info "$(printf '%q ' "${INFO[@]}")"

@@ -8,7 +8,11 @@ it, then:
 
 - overhead: CALLS trivial tool calls (`file_manager__read` of a 6-byte file), direct to the
   session's server and through the router, interleaved one for one, each side on its own
-  keep-alive connection; p50 and p99 of each, and of the difference;
+  keep-alive connection; the pair's order alternates (direct first in pairs 1, 3, ..., router
+  first in pairs 2, 4, ...), since on a small VM the one called second can come out faster.
+  p50 and p99 of each, and of the difference, over all pairs; then per order the medians
+  (p90, p99), the router/direct ratio of medians and the geometric mean of the two orders'
+  ratios;
 - placing: the first call through the router for each of several new sessions (the adapter
   starts a session server and waits for its listening line; the router then sends the call);
 - memory: the RSS of one idle session server (and of the router).
@@ -28,6 +32,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import fair
 
 BIN = sys.argv[1]
 CALLS = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
@@ -204,6 +210,7 @@ def run(raddr, router_token, router):
         once(direct, dh)
         once(routed, rh)
     d, rt, diff = [], [], []
+    by_order = [([], [], []), ([], [], [])]  # direct first, router first: (direct, router, diff)
     for i in range(CALLS):
         if i % 2 == 0:
             a = once(direct, dh)
@@ -214,6 +221,8 @@ def run(raddr, router_token, router):
         d.append(a)
         rt.append(b)
         diff.append(b - a)
+        for xs, x in zip(by_order[i % 2], (a, b, b - a)):
+            xs.append(x)
 
     time.sleep(2)
     server_rss = rss_kib(h["proc"].pid)
@@ -225,6 +234,13 @@ def run(raddr, router_token, router):
     print(f"  through the router             p50 {pct(rt, 50):7.0f} us   p99 {pct(rt, 99):7.0f} us   mean {statistics.mean(rt):7.0f} us")
     print(f"  overhead                       p50 {pct(rt, 50) - pct(d, 50):7.0f} us   p99 {pct(rt, 99) - pct(d, 99):7.0f} us"
           f"   (per-pair difference: median {statistics.median(diff):.0f} us)")
+    print("  per order of the pair (which connection is called first):")
+    orders = [("direct first", list(by_order[0][:2])), ("router first", list(by_order[1][:2]))]
+    fair.report([("direct", "direct to the session server"), ("router", "through the router")], orders,
+                scale=1, unit="us", indent="    ")
+    if by_order[1][2]:
+        print(f"    router - direct per pair, median: {statistics.median(by_order[0][2]):.0f} us direct first, "
+              f"{statistics.median(by_order[1][2]):.0f} us router first")
     print(f"placing a new session (first call through the router, the adapter starts a session server): "
           f"{', '.join(f'{x:.0f}' for x in place_ms)} ms (median {statistics.median(place_ms):.0f} ms)")
     print(f"RSS: one idle session server (placed, one call served) {statistics.median(idle_servers) / 1024:.1f} MiB "
