@@ -50,6 +50,15 @@ if ! command -v tmux >/dev/null; then
   fi
 fi
 tmux -V
+# valgrind: bench/callgrind.py counts the instructions of the hot paths (a step after the tests).
+if ! command -v valgrind >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q valgrind >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q valgrind >/dev/null
+  fi
+fi
+valgrind --version
 
 step "Debian's python3 and its shared libpython"
 # toolbox/tests/python_cli.rs embeds Debian's /usr/bin/python3 through its libpython3.X.so
@@ -150,6 +159,11 @@ cargo xtask schema --check
 
 step "bundles list exactly their providers' tools"
 cargo xtask bundles
+
+step "instruction counts of the hot paths against bench/callgrind-baseline.json (bench/BASELINE.md)"
+# callgrind counts are the same from run to run, whatever the load: a path that grew by more
+# than the threshold fails here, with the counts printed.
+python3 bench/callgrind.py --profile debug --check
 
 step "Ray placement on a simulated cluster (deploy/ray/tests; with TOOLBOX_SLOW=1 only)"
 # Each case starts a Ray cluster of its own (a head and 3 nodes): several minutes in all, too
