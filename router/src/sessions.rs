@@ -176,14 +176,21 @@ pub async fn list(state: &Shared) -> Response {
     }
 }
 
+/// How long the feed waits for every session server's feed to be subscribed before it sends
+/// its snapshot anyway (a session server that is slow to answer may then miss a change).
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(5);
+
 /// Reads one session server's session feed and sends its `session` events for `sid` to
-/// `out`.
+/// `out`. `subscribed` is told (or dropped, on failure) once that feed's first event, its
+/// snapshot, has arrived: from then on, every change of the session reaches `out`.
 async fn follow(
     state: Shared,
     sid: SessionId,
     placement: Arc<Placement>,
     out: tokio::sync::mpsc::Sender<Value>,
+    subscribed: tokio::sync::oneshot::Sender<()>,
 ) {
+    let mut subscribed = Some(subscribed);
     let Some(request) = server_get(&state, &placement, "/api/sessions/events") else {
         return;
     };
@@ -207,6 +214,9 @@ async fn follow(
             let line = String::from_utf8_lossy(&line);
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
+                if let Some(told) = subscribed.take() {
+                    let _ = told.send(());
+                }
                 if let Ok(event) = serde_json::from_str::<Value>(&data) {
                     let ours = event["type"] == "session" && event["session"]["id"] == sid.as_str();
                     if ours {
@@ -232,22 +242,35 @@ async fn follow(
 
 /// `GET /api/sessions/events`.
 pub async fn feed(state: &Shared) -> Response {
-    let (mut first, placed) = match merged(state).await {
-        Ok(m) => m,
+    // Which session servers to follow.
+    let placed = match merged(state).await {
+        Ok((_, placed)) => placed,
         Err(e) => return e.into_response(),
     };
-    first["type"] = json!("snapshot");
     let (tx, rx) = tokio::sync::mpsc::channel::<Value>(256);
     let mut followers = Vec::new();
+    let mut subscribed = Vec::new();
     for (sid, placement) in placed {
+        let (told, told_rx) = tokio::sync::oneshot::channel();
         followers.push(tokio::spawn(follow(
             state.clone(),
             sid,
             placement,
             tx.clone(),
+            told,
         )));
+        subscribed.push(told_rx);
     }
     drop(tx);
+    // Subscribed first, the snapshot second: a change before the snapshot is in it, and one
+    // after it is an event. The other way round, a change made while a follower was still
+    // connecting was in neither.
+    let _ = tokio::time::timeout(SUBSCRIBE_WAIT, futures_util::future::join_all(subscribed)).await;
+    let mut first = match merged(state).await {
+        Ok((first, _)) => first,
+        Err(e) => return e.into_response(),
+    };
+    first["type"] = json!("snapshot");
     // The followers end when the client goes away (their channel closes) or their session
     // server's feed ends; aborted with the stream as well.
     let guard = Abort(followers);
