@@ -290,6 +290,23 @@ pub fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// The length of `value` as compact JSON text, counted as it is written: no text is built.
+/// 0 if it cannot be serialised.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
+}
+
 fn describe(v: &Value) -> String {
     let mut shown = v.to_string();
     if shown.len() > 60 {

@@ -36,7 +36,7 @@ pub use agent::{
     AgentDef, AgentName, AgentProblem, AgentSet, AgentsConfig, CallAgentArgs, InvalidAgentName,
 };
 pub use arg::{Arg, ArgKind, Prop};
-pub use args::{json_kind, Args};
+pub use args::{json_kind, json_len, Args};
 pub use config_table::{ConfigTable, Key, ParsedCache, Table};
 pub use permission::{Decision, PermissionMode};
 pub use preview::{BlockKind, Preview, PreviewBlock};

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use serde_json::Value;
-
+use toolbox_core::json_len;
 use toolbox_host::Workspace;
 
 /// Results of this many bytes or more are spooled by default.
@@ -183,22 +183,6 @@ pub fn bound_structured(value: Value, spool_path: Option<&str>) -> Value {
         value = Value::Object(map);
     }
     value
-}
-
-fn json_len(value: &Value) -> usize {
-    /// Counts what is written and keeps none of it: the length without the allocation.
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
 }
 
 /// Cuts every string longer than `head + tail` characters to its first `head` and last

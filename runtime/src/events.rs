@@ -569,7 +569,7 @@ impl EventHub {
             let seq = state.next_seq;
             state.next_seq += 1;
             let event = Arc::new(SessionEvent { seq, ..event });
-            let size = json_size(&event);
+            let size = toolbox_core::json_len(&*event);
             let mut freed = 0;
             while !state.history.is_empty()
                 && (state.history.len() >= self.limits.history
@@ -665,23 +665,6 @@ impl EventHub {
             .map(|(e, _)| e.clone())
             .collect()
     }
-}
-
-/// The length of `event` as JSON, counted without building the text.
-fn json_size(event: &SessionEvent) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, event);
-    count.0
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
