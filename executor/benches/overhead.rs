@@ -1,46 +1,13 @@
 //! Executor overhead per call: a trivial Read tool through the whole pipeline, with the
 //! trajectory on and off. Run with `cargo bench -p toolbox-executor --bench overhead`.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use criterion::{criterion_group, criterion_main, Criterion};
-use serde_json::{json, Value};
-use toolbox_core::{ToolInfo, ToolOutput};
-use toolbox_executor::{ExecutorConfig, PermissionMode, Registry, ToolExecutor, ToolRequest};
-use toolbox_host::{EventSink, ToolContext, ToolProvider};
+use serde_json::json;
+use toolbox_executor::ToolRequest;
 
-struct Echo;
-
-#[async_trait]
-impl ToolProvider for Echo {
-    fn name(&self) -> &str {
-        "bench"
-    }
-    fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![ToolInfo::new(
-            "echo",
-            "Returns its input.",
-            json!({"type": "object"}),
-        )]
-    }
-    async fn call_tool(
-        &self,
-        _tool: &str,
-        args: Value,
-        _ctx: &ToolContext,
-    ) -> anyhow::Result<ToolOutput> {
-        Ok(ToolOutput::text(args["text"].as_str().unwrap_or("")))
-    }
-}
-
-fn executor(dir: &std::path::Path, trajectory: bool) -> ToolExecutor {
-    let mut config = ExecutorConfig::new(dir);
-    config.permissions.mode = PermissionMode::Full;
-    config.trajectory = trajectory;
-    let registry = Registry::from_providers([Arc::new(Echo) as Arc<dyn ToolProvider>]).unwrap();
-    ToolExecutor::with_registry(config, registry, EventSink::none()).unwrap()
-}
+#[path = "support/echo.rs"]
+mod echo;
+use echo::executor;
 
 fn overhead(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -4,38 +4,11 @@
 //! N; the difference is what the executor costs per call, with no transport and no provider
 //! work in it.
 
-use std::sync::Arc;
+use serde_json::json;
+use toolbox_executor::ToolRequest;
 
-use async_trait::async_trait;
-use serde_json::{json, Value};
-use toolbox_core::{ToolInfo, ToolOutput};
-use toolbox_executor::{ExecutorConfig, PermissionMode, Registry, ToolExecutor, ToolRequest};
-use toolbox_host::{EventSink, ToolContext, ToolProvider};
-
-/// Returns its `text` argument: the least a tool can do.
-struct Echo;
-
-#[async_trait]
-impl ToolProvider for Echo {
-    fn name(&self) -> &str {
-        "bench"
-    }
-    fn list_tools(&self) -> Vec<ToolInfo> {
-        vec![ToolInfo::new(
-            "echo",
-            "Returns its input.",
-            json!({"type": "object", "properties": {"text": {"type": "string"}}}),
-        )]
-    }
-    async fn call_tool(
-        &self,
-        _tool: &str,
-        args: Value,
-        _ctx: &ToolContext,
-    ) -> anyhow::Result<ToolOutput> {
-        Ok(ToolOutput::text(args["text"].as_str().unwrap_or("")))
-    }
-}
+#[path = "../benches/support/echo.rs"]
+mod echo;
 
 fn main() -> anyhow::Result<()> {
     let n: usize = match std::env::args().nth(1) {
@@ -45,10 +18,7 @@ fn main() -> anyhow::Result<()> {
         None => anyhow::bail!("usage: calls N"),
     };
     let dir = tempfile::tempdir()?;
-    let mut config = ExecutorConfig::new(dir.path());
-    config.permissions.mode = PermissionMode::Full;
-    let registry = Registry::from_providers([Arc::new(Echo) as Arc<dyn ToolProvider>])?;
-    let exec = ToolExecutor::with_registry(config, registry, EventSink::none())?;
+    let exec = echo::executor(dir.path(), true);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
