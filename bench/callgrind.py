@@ -33,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -46,6 +47,10 @@ MCP_PATHS = {
     "mcp_shell": ("shell", {"command": "true"}),
 }
 MCP_CALLS = (20, 120)
+PAUSE_S = 0.005
+# A child process (shell) or the interpreter's hash seed (python) still moves a single
+# estimate by up to 10%: the median of three is what is compared.
+MCP_REPEATS = 3
 EXECUTOR_CALLS = (100, 1100)
 ORDER = ["mcp_sleep0", "mcp_python", "mcp_shell", "executor"]
 
@@ -82,6 +87,10 @@ def count_mcp(toolbox, name, calls, keep, environ):
         server = Server(toolbox, ws, wrap=valgrind(out_file), environ=environ)
         for _ in range(calls):
             server.call(tool, args)
+            # Each call meets an idle server, as an agent's calls do: one that came while the
+            # server still finished the last (its trajectory line, re-arming its input) would
+            # take another path, and how often that happens depends on the machine's load.
+            time.sleep(PAUSE_S)
         stderr, _ = server.close()
     if server.proc.returncode != 0:
         raise RuntimeError(f"{name}: toolbox mcp exited with {server.proc.returncode}:\n{stderr}")
@@ -102,8 +111,12 @@ def count_executor(calls_bin, calls, keep, environ):
     return total(out_file)
 
 
-def per_call(count, low, high):
-    return round((count(high) - count(low)) / (high - low))
+def per_call(count, low, high, repeats=1):
+    """The median, over `repeats` pairs of runs, of (count(high) - count(low)) / (high - low),
+    and the spread of the estimates (max - min, relative to the median)."""
+    estimates = sorted((count(high) - count(low)) / (high - low) for _ in range(repeats))
+    median = estimates[len(estimates) // 2]
+    return round(median), (estimates[-1] - estimates[0]) / median
 
 
 def main():
@@ -142,34 +155,34 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="callgrind-home-") as home:
         environ = clean_environ(home)
-        counts = {}
+        counts, spreads = {}, {}
         for name in ORDER:
             if name == "executor":
                 low, high = EXECUTOR_CALLS
-                counts[name] = per_call(
+                counts[name], spreads[name] = per_call(
                     lambda n: count_executor(calls_bin, n, keep, environ), low, high
                 )
             else:
                 low, high = MCP_CALLS
-                counts[name] = per_call(
-                    lambda n: count_mcp(toolbox, name, n, keep, environ), low, high
+                counts[name], spreads[name] = per_call(
+                    lambda n: count_mcp(toolbox, name, n, keep, environ), low, high, MCP_REPEATS
                 )
 
     print(f"instructions per call ({opts.profile} build; callgrind's files in {keep})")
-    print(f"  {'path':<12} {'now':>12} {'baseline':>12} {'change':>8}")
+    print(f"  {'path':<12} {'now':>12} {'baseline':>12} {'change':>8} {'spread':>8}")
     grown = []
     for name in ORDER:
         now, then = counts[name], base.get(name)
         if then:
             change = now / then - 1
             mark = "  GREW past the threshold" if change > threshold else ""
-            print(f"  {name:<12} {now:>12,} {then:>12,} {change:>+7.1%}{mark}")
+            print(f"  {name:<12} {now:>12,} {then:>12,} {change:>+7.1%} {spreads[name]:>8.1%}{mark}")
             if change > threshold:
                 grown.append(name)
             elif change < -threshold:
                 print(f"  {'':<12} fell by more than {threshold:.0%}: update the baseline")
         else:
-            print(f"  {name:<12} {now:>12,} {'(none)':>12}")
+            print(f"  {name:<12} {now:>12,} {'(none)':>12} {'':>8} {spreads[name]:>8.1%}")
 
     if opts.update:
         baseline["counts"][opts.profile] = counts
