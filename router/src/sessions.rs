@@ -262,6 +262,9 @@ pub async fn feed(state: &Shared) -> Response {
         subscribed.push(told_rx);
     }
     drop(tx);
+    // The followers end when the client goes away (their channel closes) or their session
+    // server's feed ends; aborted with the stream (or this answer, if it fails) as well.
+    let guard = Abort(followers);
     // Subscribed first, the snapshot second: a change before the snapshot is in it, and one
     // after it is an event. The other way round, a change made while a follower was still
     // connecting was in neither.
@@ -271,9 +274,6 @@ pub async fn feed(state: &Shared) -> Response {
         Err(e) => return e.into_response(),
     };
     first["type"] = json!("snapshot");
-    // The followers end when the client goes away (their channel closes) or their session
-    // server's feed ends; aborted with the stream as well.
-    let guard = Abort(followers);
     let events = futures_util::stream::once(async move { Some(first) })
         .chain(futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|v| (Some(v), rx))
