@@ -48,7 +48,6 @@ then B's median over A's per order, and the geometric mean of the two orders' ra
 1: A took less time).
 """
 
-import io
 import json
 import os
 import statistics
@@ -59,6 +58,7 @@ import textwrap
 import time
 
 import fair
+from mcp_stdio import Client
 
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 TOOLBOX = sys.argv[1]
@@ -76,53 +76,11 @@ SDK_SERVER = textwrap.dedent(
 )
 
 
-class Server:
-    """A stdio JSON-RPC server with a raw line client; on CPU 1 with PIN."""
+class Server(Client):
+    """A stdio JSON-RPC server (toolbox or a peer) on the raw line client; on CPU 1 with PIN."""
 
     def __init__(self, argv, cwd, env=None):
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            fair.server_argv(argv),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
-        # Buffered: readline() on the raw pipe would read one byte per system call and
-        # measure the client rather than the server.
-        self.out = io.BufferedReader(self.proc.stdout, 1 << 16)
-        self.next_id = 1
-        reply = self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        )
-        self.start_s = time.perf_counter() - self.started
-        assert "result" in reply, reply
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, message):
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-
-    def read(self):
-        line = self.out.readline()
-        if not line:
-            raise RuntimeError("server closed stdout")
-        return json.loads(line)
-
-    def request(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        while True:
-            reply = self.read()
-            if reply.get("id") == rid:
-                return reply
+        super().__init__(fair.server_argv(argv), cwd, env)
 
     def call(self, name, arguments):
         reply = self.request("tools/call", {"name": name, "arguments": arguments})
@@ -147,13 +105,6 @@ class Server:
         while ids:
             reply = self.read()
             ids.discard(reply.get("id"))
-
-    def close(self):
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def stats(samples):
